@@ -1,0 +1,42 @@
+"""The GPU pool policy: flavors, cohorts, lanes (Kueue ClusterQueues) and teams, in one file.
+
+`load_policy()` reads `default.yaml` beside this module (or a given file) and returns a frozen,
+validated `Policy`. Every problem in the file is reported at once, each with its path
+(`lanes.release_eval.quotas[0].borrowing_limit: set but lane has no cohort_name`).
+"""
+
+from __future__ import annotations
+
+from gpu_platform.policy.model import (
+    GPU,
+    BorrowWithinCohort,
+    Cohort,
+    Flavor,
+    Lane,
+    Policy,
+    PolicyError,
+    Preemption,
+    Quota,
+    Taint,
+    Team,
+    default_policy_path,
+    load_policy,
+    parse_policy,
+)
+
+__all__ = [
+    "GPU",
+    "BorrowWithinCohort",
+    "Cohort",
+    "Flavor",
+    "Lane",
+    "Policy",
+    "PolicyError",
+    "Preemption",
+    "Quota",
+    "Taint",
+    "Team",
+    "default_policy_path",
+    "load_policy",
+    "parse_policy",
+]

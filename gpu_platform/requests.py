@@ -1,0 +1,316 @@
+"""GPU job requests: the metadata every job carries, validated against the policy, failing closed.
+
+`validate_request(raw, policy)` returns a frozen `JobRequest` or raises `RequestError` whose
+`errors` name every problem at once with its field path (`gpu_count: ...`, `release_packet_id:
+required by lane release_eval`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpu_platform.policy import GPU, Policy
+from gpu_platform.policy.model import WorkloadKind
+from gpu_platform.units import parse_duration
+
+PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
+"""What happens to a job that is preempted: restart from scratch, resume from its last checkpoint,
+or fail without retry."""
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+
+ID_LIST_FIELDS = (
+    "dataset_ids",
+    "map_ids",
+    "calibration_ids",
+    "taxonomy_ids",
+    "labeler_ids",
+    "prompt_ids",
+    "evaluator_ids",
+    "output_artifact_ids",
+    "artifact_set",
+)
+INPUT_ID_FIELDS = (
+    "dataset_ids",
+    "map_ids",
+    "calibration_ids",
+    "taxonomy_ids",
+    "labeler_ids",
+    "prompt_ids",
+    "evaluator_ids",
+    "artifact_set",
+)
+"""Fields that reference artifacts produced by other jobs; lineage follows them."""
+
+
+class RequestError(ValueError):
+    """A request that fails validation. `errors` lists every problem as `field: message`."""
+
+    def __init__(self, errors: list[str], source: str = "request"):
+        self.errors = errors
+        self.source = source
+        super().__init__(f"{source}: {len(errors)} problem(s)\n" + "\n".join(f"  {e}" for e in errors))
+
+
+class JobRequest(BaseModel):
+    """One GPU job request. Optional fields are None when absent; the lane decides which are required.
+
+    gpu_type: a flavor name from the policy (`h100-ondemand`), a GPU product label value
+    (`NVIDIA-H100-80GB-HBM3`), or `any` (any flavor the lane has quota on).
+    retention_policy: `lane_default` or a duration (`365d`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str | None = Field(default=None, pattern=_ID.pattern)
+    owner: str | None = None
+    team: str | None = None
+    cost_center: str | None = None
+    lane: str | None = None
+    workload: WorkloadKind | None = None
+    site: str | None = None
+    odd_cell: str | None = None
+    data_access_scope: str | None = None
+    source_commit: str | None = None
+    container_digest: str | None = None
+    image: str = "registry.local/gpu-platform/workload"
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    dataset_ids: tuple[str, ...] = ()
+    map_ids: tuple[str, ...] = ()
+    calibration_ids: tuple[str, ...] = ()
+    taxonomy_ids: tuple[str, ...] = ()
+    labeler_ids: tuple[str, ...] = ()
+    prompt_ids: tuple[str, ...] = ()
+    evaluator_ids: tuple[str, ...] = ()
+    gpu_type: str | None = None
+    gpu_count: int | None = Field(default=None, ge=1)
+    cpu: float | None = Field(default=None, gt=0)
+    memory_gib: float | None = Field(default=None, gt=0)
+    expected_duration: timedelta | None = None
+    max_cost: Decimal | None = None
+    timeout: timedelta | None = None
+    checkpoint_interval: timedelta = timedelta(minutes=10)
+    output_artifact_ids: tuple[str, ...] = ()
+    preemption_policy: PreemptionPolicy | None = None
+    retention_policy: str | None = None
+    # Lane-specific fields (which are required comes from the policy's lanes.*.required_fields).
+    experiment_id: str | None = None
+    baseline_id: str | None = None
+    candidate_id: str | None = None
+    release_packet_id: str | None = None
+    artifact_set: tuple[str, ...] = ()
+    rollback_target: str | None = None
+    incident_id: str | None = None
+    evidence_hold: bool | None = None
+    approver: str | None = None
+    safety_approval: str | None = None
+    labeler_registry_id: str | None = None
+    prompt_pack: str | None = None
+    allowed_use: str | None = None
+    source_map_acceptance_id: str | None = None
+    tile_set: str | None = None
+    semantic_taxonomy: str | None = None
+    publication_target: str | None = None
+    change_ticket: str | None = None
+    maintenance_window: str | None = None
+
+    @field_validator("expected_duration", "timeout", "checkpoint_interval", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> timedelta | None:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("source_commit")
+    @classmethod
+    def _commit(cls, v: str | None) -> str | None:
+        if v is not None and not _HEX40.match(v):
+            raise ValueError("must be a full 40-character lowercase hex git commit")
+        return v
+
+    @field_validator("container_digest")
+    @classmethod
+    def _digest(cls, v: str | None) -> str | None:
+        if v is not None and not _DIGEST.match(v):
+            raise ValueError("must be 'sha256:' followed by 64 lowercase hex characters")
+        return v
+
+    @field_validator(*ID_LIST_FIELDS)
+    @classmethod
+    def _ids(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [x for x in v if not _ID.match(x)]
+        if bad:
+            raise ValueError(f"invalid id(s) {bad}: use letters, digits and ._:/- (max 200)")
+        if len(set(v)) != len(v):
+            raise ValueError("ids must be unique")
+        return v
+
+    @field_validator("retention_policy")
+    @classmethod
+    def _retention(cls, v: str | None) -> str | None:
+        if v is not None and v != "lane_default":
+            parse_duration(v)
+        return v
+
+    @property
+    def image_ref(self) -> str:
+        """The image pinned by digest (`repo@sha256:...`)."""
+        return f"{self.image}@{self.container_digest}"
+
+    @property
+    def input_ids(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for name in INPUT_ID_FIELDS:
+            out.extend(getattr(self, name))
+        return tuple(out)
+
+    def retention(self, policy: Policy) -> timedelta:
+        if self.retention_policy in (None, "lane_default"):
+            return policy.lane(self.lane or "").default_retention
+        return parse_duration(self.retention_policy)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobRequest:
+        return cls.model_validate_json(text)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value == "" or (isinstance(value, list | tuple | dict) and len(value) == 0)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+def matching_flavors(policy: Policy, lane_name: str, gpu_type: str | None) -> list[str]:
+    """Flavors (in the lane's order) that the lane has GPU quota on and that match gpu_type."""
+    lane = policy.lanes.get(lane_name)
+    if lane is None:
+        return []
+    out = []
+    for name in lane.flavor_names:
+        flavor = policy.flavor_by_name.get(name)
+        if flavor is None or lane.quota(name, GPU) is None:
+            continue
+        if gpu_type in (None, "any", flavor.name, flavor.gpu_product):
+            out.append(name)
+    return out
+
+
+def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRequest:
+    """Validate one request mapping against the policy; fail closed listing every problem."""
+    if isinstance(raw, JobRequest):
+        raw = raw.model_dump(exclude_none=True)
+    if not isinstance(raw, dict):
+        raise RequestError([f"<root>: expected a mapping of request fields, got {type(raw).__name__}"], source)
+    errors: list[str] = []
+    bad_fields: set[str] = set()
+    req: JobRequest | None = None
+    try:
+        req = JobRequest.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = _loc(err["loc"])
+            bad_fields.add(str(err["loc"][0]) if err["loc"] else "")
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field (check the spelling; see examples/requests/)"
+            errors.append(f"{loc}: {msg}")
+
+    lane_name = raw.get("lane")
+    lane = policy.lanes.get(lane_name) if isinstance(lane_name, str) else None
+    required = list(policy.common_required_fields)
+    if lane is not None:
+        required += [f for f in lane.required_fields if f not in required]
+    for name in required:
+        if name not in bad_fields and _missing(raw.get(name)):
+            why = f"required by lane {lane.name}" if lane is not None and name in lane.required_fields else "required"
+            errors.append(f"{name}: {why}")
+
+    if not _missing(lane_name) and lane is None:
+        errors.append(f"lane: unknown lane {lane_name!r} (one of: {', '.join(sorted(policy.lanes))})")
+    team_name = raw.get("team")
+    team = policy.teams.get(team_name) if isinstance(team_name, str) else None
+    if not _missing(team_name) and team is None:
+        errors.append(f"team: unknown team {team_name!r} (one of: {', '.join(sorted(policy.teams))})")
+    if team is not None:
+        cc = raw.get("cost_center")
+        if not _missing(cc) and cc != team.cost_center:
+            errors.append(f"cost_center: {cc!r} is not team {team.name}'s cost center {team.cost_center!r}")
+        scope = raw.get("data_access_scope")
+        if not _missing(scope) and scope not in team.data_access_scopes:
+            errors.append(
+                f"data_access_scope: team {team.name} may not use {scope!r} (allowed: {', '.join(team.data_access_scopes)})"
+            )
+
+    if req is not None:
+        if req.gpu_count is not None and req.gpu_count > policy.largest_flavor_gpus:
+            errors.append(
+                f"gpu_count: {req.gpu_count} GPUs do not fit the largest flavor ({policy.largest_flavor_gpus} GPUs)"
+            )
+        if lane is not None and req.gpu_type is not None:
+            flavors = matching_flavors(policy, lane.name, req.gpu_type)
+            if not flavors:
+                known = sorted({f.name for f in policy.flavors} | {f.gpu_product for f in policy.flavors})
+                if req.gpu_type not in known and req.gpu_type != "any":
+                    errors.append(f"gpu_type: unknown GPU type {req.gpu_type!r} (one of: any, {', '.join(known)})")
+                else:
+                    errors.append(f"gpu_type: lane {lane.name} has no quota on a flavor matching {req.gpu_type!r}")
+            elif req.gpu_count is not None and req.gpu_count <= policy.largest_flavor_gpus:
+                biggest = max(policy.flavor(f).gpus for f in flavors)
+                if req.gpu_count > biggest:
+                    errors.append(f"gpu_count: {req.gpu_count} GPUs exceed every flavor matching {req.gpu_type!r} (at most {biggest})")
+        if req.expected_duration is not None and req.timeout is not None and req.expected_duration > req.timeout:
+            errors.append(f"expected_duration: {req.expected_duration} exceeds timeout {req.timeout}")
+        if lane is not None and req.timeout is not None and req.timeout > lane.max_run_duration:
+            errors.append(f"timeout: {req.timeout} exceeds lane {lane.name}'s max_run_duration {lane.max_run_duration}")
+        if req.max_cost is not None and req.max_cost <= 0:
+            errors.append("max_cost: must be greater than 0")
+        if lane is not None and req.max_cost is not None and req.max_cost > lane.budget:
+            errors.append(f"max_cost: {req.max_cost} exceeds lane {lane.name}'s whole budget {lane.budget} {policy.currency}")
+        if lane is not None and lane.name == "incident_response" and req.evidence_hold is False:
+            errors.append("evidence_hold: incident_response jobs keep their evidence under hold; must be true")
+    if errors:
+        raise RequestError(list(dict.fromkeys(errors)), source)
+    assert req is not None
+    if req.workload is None and lane is not None:
+        req = req.model_copy(update={"workload": lane.default_workload})
+    return req
+
+
+def load_request_file(path: str | Path) -> Any:
+    """Read a YAML or JSON request file; raise RequestError naming the line on a syntax error."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise RequestError([f"<file>: cannot read: {exc.strerror}"], str(p)) from exc
+    try:
+        if p.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise RequestError([f"<json> line {exc.lineno}, column {exc.colno}: {exc.msg}"], str(p)) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise RequestError([f"<yaml> {where}: {getattr(exc, 'problem', exc)}"], str(p)) from exc
+
+
+def validate_request_file(path: str | Path, policy: Policy) -> JobRequest:
+    return validate_request(load_request_file(path), policy, str(path))
