@@ -232,6 +232,13 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
                 msg = "unknown field (check the spelling; see examples/requests/)"
             errors.append(f"{loc}: {msg}")
 
+    partial = req
+    if partial is None:
+        try:
+            partial = JobRequest.model_validate({k: v for k, v in raw.items() if k not in bad_fields})
+        except ValidationError:
+            partial = None
+
     lane_name = raw.get("lane")
     lane = policy.lanes.get(lane_name) if isinstance(lane_name, str) else None
     required = list(policy.common_required_fields)
@@ -258,32 +265,33 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
                 f"data_access_scope: team {team.name} may not use {scope!r} (allowed: {', '.join(team.data_access_scopes)})"
             )
 
-    if req is not None:
-        if req.gpu_count is not None and req.gpu_count > policy.largest_flavor_gpus:
+    if partial is not None:
+        req_ = partial
+        if req_.gpu_count is not None and req_.gpu_count > policy.largest_flavor_gpus:
             errors.append(
-                f"gpu_count: {req.gpu_count} GPUs do not fit the largest flavor ({policy.largest_flavor_gpus} GPUs)"
+                f"gpu_count: {req_.gpu_count} GPUs do not fit the largest flavor ({policy.largest_flavor_gpus} GPUs)"
             )
-        if lane is not None and req.gpu_type is not None:
-            flavors = matching_flavors(policy, lane.name, req.gpu_type)
+        if lane is not None and req_.gpu_type is not None:
+            flavors = matching_flavors(policy, lane.name, req_.gpu_type)
             if not flavors:
                 known = sorted({f.name for f in policy.flavors} | {f.gpu_product for f in policy.flavors})
-                if req.gpu_type not in known and req.gpu_type != "any":
-                    errors.append(f"gpu_type: unknown GPU type {req.gpu_type!r} (one of: any, {', '.join(known)})")
+                if req_.gpu_type not in known and req_.gpu_type != "any":
+                    errors.append(f"gpu_type: unknown GPU type {req_.gpu_type!r} (one of: any, {', '.join(known)})")
                 else:
-                    errors.append(f"gpu_type: lane {lane.name} has no quota on a flavor matching {req.gpu_type!r}")
-            elif req.gpu_count is not None and req.gpu_count <= policy.largest_flavor_gpus:
+                    errors.append(f"gpu_type: lane {lane.name} has no quota on a flavor matching {req_.gpu_type!r}")
+            elif req_.gpu_count is not None and req_.gpu_count <= policy.largest_flavor_gpus:
                 biggest = max(policy.flavor(f).gpus for f in flavors)
-                if req.gpu_count > biggest:
-                    errors.append(f"gpu_count: {req.gpu_count} GPUs exceed every flavor matching {req.gpu_type!r} (at most {biggest})")
-        if req.expected_duration is not None and req.timeout is not None and req.expected_duration > req.timeout:
-            errors.append(f"expected_duration: {req.expected_duration} exceeds timeout {req.timeout}")
-        if lane is not None and req.timeout is not None and req.timeout > lane.max_run_duration:
-            errors.append(f"timeout: {req.timeout} exceeds lane {lane.name}'s max_run_duration {lane.max_run_duration}")
-        if req.max_cost is not None and req.max_cost <= 0:
+                if req_.gpu_count > biggest:
+                    errors.append(f"gpu_count: {req_.gpu_count} GPUs exceed every flavor matching {req_.gpu_type!r} (at most {biggest})")
+        if req_.expected_duration is not None and req_.timeout is not None and req_.expected_duration > req_.timeout:
+            errors.append(f"expected_duration: {req_.expected_duration} exceeds timeout {req_.timeout}")
+        if lane is not None and req_.timeout is not None and req_.timeout > lane.max_run_duration:
+            errors.append(f"timeout: {req_.timeout} exceeds lane {lane.name}'s max_run_duration {lane.max_run_duration}")
+        if req_.max_cost is not None and req_.max_cost <= 0:
             errors.append("max_cost: must be greater than 0")
-        if lane is not None and req.max_cost is not None and req.max_cost > lane.budget:
-            errors.append(f"max_cost: {req.max_cost} exceeds lane {lane.name}'s whole budget {lane.budget} {policy.currency}")
-        if lane is not None and lane.name == "incident_response" and req.evidence_hold is False:
+        if lane is not None and req_.max_cost is not None and req_.max_cost > lane.budget:
+            errors.append(f"max_cost: {req_.max_cost} exceeds lane {lane.name}'s whole budget {lane.budget} {policy.currency}")
+        if lane is not None and lane.name == "incident_response" and req_.evidence_hold is False:
             errors.append("evidence_hold: incident_response jobs keep their evidence under hold; must be true")
     if errors:
         raise RequestError(list(dict.fromkeys(errors)), source)

@@ -8,8 +8,11 @@ from datetime import timedelta
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
 
 
+_ISO = re.compile(r"^P(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
 def parse_duration(value: object) -> timedelta:
-    """Parse `90`, `90s`, `30m`, `4h`, `1h30m`, `14d` (a bare number is seconds) into a timedelta.
+    """Parse `90`, `90s`, `30m`, `4h`, `1h30m`, `14d` or ISO 8601 `PT4H` (a bare number is seconds).
 
     Raises ValueError with the offending text when it is not a non-negative duration.
     """
@@ -26,6 +29,10 @@ def parse_duration(value: object) -> timedelta:
         try:
             seconds = float(text)
         except ValueError:
+            iso = _ISO.match(text)
+            if iso and any(iso.groups()):
+                w, d, h, mi, s = (float(g) if g else 0.0 for g in iso.groups())
+                return timedelta(seconds=w * 604800 + d * 86400 + h * 3600 + mi * 60 + s)
             m = _DURATION.match(text)
             if not m or not any(m.groups()):
                 raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 30m, 4h, 1h30m, 14d)") from None

@@ -318,7 +318,7 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            errors.append(f"{_path(loc)}: {err['msg']}")
+            errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
     errors.extend(_semantic_errors(data))
     if errors:
         raise PolicyError(sorted(dict.fromkeys(errors)), source)

@@ -1,0 +1,45 @@
+# gpu_platform: `make demo` and `make test` work on a fresh machine with nothing installed by hand.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export GPU_PLATFORM_HOME ?= $(CURDIR)/var
+DEMO_HOME := $(CURDIR)/.demo
+PYTEST_ARGS ?=
+
+.PHONY: install demo demo-seed test lint bench test-gpu test-cluster clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) (Python 3.11)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) lint
+	./scripts/with-postgres.sh $(VENV)/bin/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	GPU_PLATFORM_REQUIRE_GPU=1 $(VENV)/bin/pytest -q -m gpu tests
+
+test-cluster: $(STAMP)
+	GPU_PLATFORM_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m cluster tests
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+demo-seed: $(STAMP)
+	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) $(PY) -m gpu_platform.demo seed
+
+demo: demo-seed
+	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) \
+	  $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+clean:
+	rm -rf $(VENV) var .demo .pytest_cache .ruff_cache

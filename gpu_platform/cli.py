@@ -1,0 +1,213 @@
+"""`gpu-platform`: the platform's command line.
+
+Exit codes: 0 success, 2 invalid input (every problem is printed), 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
+from gpu_platform.policy import PolicyError, load_policy
+from gpu_platform.requests import RequestError, validate_request_file
+from gpu_platform.units import format_duration
+
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+policy_option = click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    envvar="GPU_PLATFORM_POLICY",
+    default=None,
+    help="Policy file (default: $GPU_PLATFORM_POLICY or the packaged default.yaml).",
+)
+ledger_option = click.option(
+    "--ledger",
+    "ledger_url",
+    default=None,
+    help="Ledger SQLAlchemy URL (default: $GPU_PLATFORM_LEDGER_URL or sqlite under $GPU_PLATFORM_HOME).",
+)
+
+
+def _load_policy_or_exit(path: str | None):
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        err_console.print(f"[bold red]policy invalid[/]: {exc.source}: {len(exc.errors)} error(s)")
+        for e in exc.errors:
+            err_console.print(f"  {e}", markup=False, highlight=False)
+        sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Govern a shared GPU pool: lanes, admission, lineage and cost."""
+
+
+@main.group()
+def policy() -> None:
+    """Inspect and validate the GPU pool policy."""
+
+
+@policy.command("check")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+def policy_check(file: str | None) -> None:
+    """Validate FILE (default: the packaged policy) and print its lanes; exit 2 listing every error."""
+    pol = _load_policy_or_exit(file)
+    table = Table(title=f"{len(pol.lanes)} lanes (currency {pol.currency}, budget per {pol.budget_period})")
+    for col in ("lane", "priority", "cohort", "quotas (GPUs: nominal/borrow/lend)", "preemption", "evidence", "max runs", "max duration", "budget"):
+        table.add_column(col)
+    for lane in pol.lanes_by_priority():
+        quotas = ", ".join(
+            f"{q.flavor_name} {q.nominal_quota:g}/{'∞' if q.borrowing_limit is None else f'{q.borrowing_limit:g}'}"
+            f"/{'all' if q.lending_limit is None else f'{q.lending_limit:g}'}"
+            for q in lane.quotas
+        )
+        p = lane.preemption
+        pre = f"within={p.within_cluster_queue} reclaim={p.reclaim_within_cohort}"
+        if lane.protected:
+            pre += " protected"
+        if lane.yields_to:
+            pre += f" yields_to={','.join(lane.yields_to)}"
+        table.add_row(
+            lane.name,
+            str(lane.priority),
+            lane.cohort_name or "-",
+            quotas,
+            pre,
+            "yes" if lane.evidence else "no",
+            str(lane.max_concurrent_runs),
+            format_duration(lane.max_run_duration),
+            f"{lane.budget:,}",
+        )
+    console.print(table)
+    console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
+
+
+@main.group()
+def request() -> None:
+    """Validate job requests."""
+
+
+@request.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@policy_option
+def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
+    """Validate request FILES (YAML or JSON); exit 2 listing every problem with its field path."""
+    pol = _load_policy_or_exit(policy_path)
+    failed = 0
+    for f in files:
+        try:
+            req = validate_request_file(f, pol)
+        except RequestError as exc:
+            failed += 1
+            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)")
+            for e in exc.errors:
+                err_console.print(f"  {e}", markup=False, highlight=False)
+            continue
+        console.print(f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}, workload {req.workload}")
+    if failed:
+        sys.exit(2)
+
+
+@main.command("submit")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@policy_option
+@ledger_option
+def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | None) -> None:
+    """Validate and record requests in the ledger; print each request id.
+
+    Nothing is recorded unless every file is valid (exit 2 listing every problem).
+    """
+    pol = _load_policy_or_exit(policy_path)
+    valid, problems = [], 0
+    for f in files:
+        try:
+            valid.append(validate_request_file(f, pol))
+        except RequestError as exc:
+            problems += 1
+            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)")
+            for e in exc.errors:
+                err_console.print(f"  {e}", markup=False, highlight=False)
+    if problems:
+        sys.exit(2)
+    ledger = Ledger(ledger_url or default_ledger_url())
+    for req in valid:
+        click.echo(ledger.submit(req))
+
+
+@main.command("queue")
+@ledger_option
+@click.option("--all", "show_all", is_flag=True, help="Include finished, failed and rejected requests.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def queue(ledger_url: str | None, show_all: bool, fmt: str) -> None:
+    """Show pending and admitted requests by lane, with the reason each one waits."""
+    ledger = Ledger(ledger_url or default_ledger_url())
+    wanted = None if show_all else (*PENDING_STATES, "admitted", "preempted")
+    states = ledger.states(wanted)
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "request_id": s.request_id,
+                        "lane": s.request.lane,
+                        "team": s.request.team,
+                        "state": s.state,
+                        "reason": s.reason,
+                        "flavor": s.flavor,
+                        "gpus": s.request.gpu_count,
+                        "attempts": s.attempts,
+                        "position": s.details.get("position"),
+                        "updated_at": s.updated_at.isoformat(),
+                    }
+                    for s in states
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table(title="GPU queue")
+    for col in ("lane", "request", "team", "state", "GPUs", "flavor", "position", "reason"):
+        table.add_column(col, overflow="fold")
+    by_lane = sorted(states, key=lambda s: (s.request.lane or "", s.state != "admitted", s.seq))
+    for s in by_lane:
+        pos = s.details.get("position")
+        of = s.details.get("of")
+        table.add_row(
+            s.request.lane or "",
+            s.request_id,
+            s.request.team or "",
+            s.state,
+            str(s.request.gpu_count),
+            s.flavor or "",
+            f"{pos} of {of}" if pos else "",
+            s.reason,
+        )
+    console.print(table)
+    counts = Counter(s.state for s in states)
+    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "queue is empty")
+
+
+def _register_optional() -> None:
+    """Attach command groups that live beside their domain modules."""
+    from gpu_platform import cli_extensions
+
+    for cmd in cli_extensions.commands():
+        main.add_command(cmd)
+
+
+_register_optional()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+

@@ -1,0 +1,320 @@
+"""The request ledger: append-only tables of requests and their state changes (SQLAlchemy).
+
+A request is written once; every change of state (submitted, waiting, admitted, preempted,
+requeued, finished, failed, rejected) is a new row in `request_events` with its reason and time.
+SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
+(`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
+inserts are single transactions, request ids are unique by constraint, and a re-submitted request
+with the same id and the same content is answered with the existing id instead of a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from gpu_platform.requests import JobRequest
+
+Event = Literal["submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected"]
+EVENTS: tuple[str, ...] = Event.__args__
+ACTIVE_STATES = ("admitted",)
+PENDING_STATES = ("submitted", "waiting", "requeued")
+TERMINAL_STATES = ("finished", "failed", "rejected")
+
+
+class LedgerError(RuntimeError):
+    """A ledger operation that cannot be carried out (unknown request, conflicting resubmission)."""
+
+
+metadata = sa.MetaData()
+
+requests_table = sa.Table(
+    "gp_requests",
+    metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("request_id", sa.String(200), nullable=False, unique=True),
+    sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("lane", sa.String(64), nullable=False, index=True),
+    sa.Column("team", sa.String(64), nullable=False),
+    sa.Column("cost_center", sa.String(64), nullable=False),
+    sa.Column("owner", sa.String(200), nullable=False),
+    sa.Column("workload", sa.String(32), nullable=False),
+    sa.Column("gpu_type", sa.String(64), nullable=False),
+    sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+)
+
+events_table = sa.Table(
+    "gp_request_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("request_id", sa.String(200), sa.ForeignKey("gp_requests.request_id"), nullable=False, index=True),
+    sa.Column("event", sa.String(16), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("flavor", sa.String(64)),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("details", sa.Text),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestState:
+    """A request with its latest event. `attempts` counts admissions (1 for a first launch)."""
+
+    seq: int
+    request_id: str
+    request: JobRequest
+    state: str
+    reason: str
+    flavor: str | None
+    run_id: str | None
+    submitted_at: datetime
+    updated_at: datetime
+    attempts: int
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    request_id: str
+    event: str
+    at: datetime
+    reason: str
+    flavor: str | None
+    run_id: str | None
+    details: dict[str, Any]
+
+
+def new_request_id() -> str:
+    return f"req-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:10]}"
+
+
+def default_ledger_url(env: Mapping[str, str] | None = None) -> str:
+    """`GPU_PLATFORM_LEDGER_URL`, else a SQLite file under `GPU_PLATFORM_HOME` (default `./var`)."""
+    env = os.environ if env is None else env
+    if env.get("GPU_PLATFORM_LEDGER_URL"):
+        return env["GPU_PLATFORM_LEDGER_URL"]
+    home = Path(env.get("GPU_PLATFORM_HOME", "var")).resolve()
+    return f"sqlite:///{home / 'ledger.db'}"
+
+
+def _utc(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _make_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
+            cur = dbapi_conn.cursor()
+            cur.execute("pragma journal_mode=wal")
+            cur.execute("pragma busy_timeout=30000")
+            cur.execute("pragma foreign_keys=on")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Ledger:
+    """Append-only request ledger over one SQLAlchemy engine."""
+
+    def __init__(self, url: str | None = None, engine: sa.Engine | None = None):
+        self.url = url or default_ledger_url()
+        self.engine = engine or _make_engine(self.url)
+        self.metadata = metadata
+        metadata.create_all(self.engine, checkfirst=True)
+
+    def submit(self, request: JobRequest, at: datetime | None = None) -> str:
+        """Append a validated request and its `submitted` event; return its id.
+
+        A request that carries its own `request_id` is idempotent: submitting the same content
+        again returns the same id; different content under an existing id raises LedgerError.
+        """
+        request_id = request.request_id or new_request_id()
+        request = request.model_copy(update={"request_id": request_id})
+        payload = request.to_json()
+        now = _utc(at or datetime.now(UTC))
+        row = {
+            "request_id": request_id,
+            "submitted_at": now,
+            "lane": request.lane,
+            "team": request.team,
+            "cost_center": request.cost_center,
+            "owner": request.owner,
+            "workload": request.workload,
+            "gpu_type": request.gpu_type,
+            "gpu_count": request.gpu_count,
+            "payload": payload,
+        }
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(requests_table.insert().values(**row))
+                conn.execute(
+                    events_table.insert().values(request_id=request_id, event="submitted", at=now, reason="validated")
+                )
+        except IntegrityError as exc:
+            with self.engine.connect() as conn:
+                existing = conn.execute(
+                    sa.select(requests_table.c.payload).where(requests_table.c.request_id == request_id)
+                ).scalar_one_or_none()
+            if existing is None:
+                raise
+            if JobRequest.from_json(existing) != request:
+                raise LedgerError(f"request_id {request_id!r} already exists with different content") from exc
+        return request_id
+
+    def submit_many(self, requests: Iterable[JobRequest]) -> list[str]:
+        return [self.submit(r) for r in requests]
+
+    def record(
+        self,
+        request_id: str,
+        event: str,
+        reason: str = "",
+        *,
+        flavor: str | None = None,
+        run_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Append one state change. Unknown events and unknown requests raise LedgerError."""
+        self.record_many([(request_id, event, reason, flavor, run_id, details)], at=at)
+
+    def record_many(
+        self,
+        rows: Iterable[tuple[str, str, str, str | None, str | None, Mapping[str, Any] | None]],
+        at: datetime | None = None,
+    ) -> int:
+        """Append many state changes in one transaction: (request_id, event, reason, flavor, run_id, details)."""
+        now = _utc(at or datetime.now(UTC))
+        values = []
+        for request_id, event, reason, flavor, run_id, details in rows:
+            if event not in EVENTS:
+                raise LedgerError(f"unknown event {event!r} for {request_id} (one of: {', '.join(EVENTS)})")
+            values.append(
+                {
+                    "request_id": request_id,
+                    "event": event,
+                    "at": now,
+                    "reason": reason or "",
+                    "flavor": flavor,
+                    "run_id": run_id,
+                    "details": json.dumps(dict(details), sort_keys=True, default=str) if details else None,
+                }
+            )
+        if not values:
+            return 0
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(events_table.insert(), values)
+        except IntegrityError as exc:
+            raise LedgerError(f"cannot record events: unknown request id among {[v['request_id'] for v in values][:5]}") from exc
+        return len(values)
+
+    def get(self, request_id: str) -> JobRequest:
+        with self.engine.connect() as conn:
+            payload = conn.execute(
+                sa.select(requests_table.c.payload).where(requests_table.c.request_id == request_id)
+            ).scalar_one_or_none()
+        if payload is None:
+            raise LedgerError(f"unknown request id {request_id!r}")
+        return JobRequest.from_json(payload)
+
+    def events(self, request_id: str | None = None) -> list[EventRow]:
+        q = sa.select(events_table).order_by(events_table.c.id)
+        if request_id is not None:
+            q = q.where(events_table.c.request_id == request_id)
+        with self.engine.connect() as conn:
+            return [
+                EventRow(
+                    r.request_id, r.event, _utc(r.at), r.reason, r.flavor, r.run_id, json.loads(r.details) if r.details else {}
+                )
+                for r in conn.execute(q)
+            ]
+
+    def states(
+        self, states: Iterable[str] | None = None, lane: str | None = None, request_id: str | None = None
+    ) -> list[RequestState]:
+        """Every request with its latest event, in submission order; optionally filtered."""
+        e = events_table
+        latest = sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id")).group_by(e.c.request_id).subquery()
+        admits = (
+            sa.select(e.c.request_id, sa.func.count().label("n"))
+            .where(e.c.event == "admitted")
+            .group_by(e.c.request_id)
+            .subquery()
+        )
+        r = requests_table
+        q = (
+            sa.select(
+                r.c.seq,
+                r.c.request_id,
+                r.c.payload,
+                r.c.submitted_at,
+                e.c.event,
+                e.c.reason,
+                e.c.flavor,
+                e.c.run_id,
+                e.c.at,
+                e.c.details,
+                sa.func.coalesce(admits.c.n, 0).label("attempts"),
+            )
+            .join(latest, latest.c.request_id == r.c.request_id)
+            .join(e, e.c.id == latest.c.last_id)
+            .outerjoin(admits, admits.c.request_id == r.c.request_id)
+            .order_by(r.c.seq)
+        )
+        wanted = tuple(states) if states is not None else None
+        if wanted is not None:
+            q = q.where(e.c.event.in_(wanted))
+        if lane is not None:
+            q = q.where(r.c.lane == lane)
+        if request_id is not None:
+            q = q.where(r.c.request_id == request_id)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [
+            RequestState(
+                seq=row.seq,
+                request_id=row.request_id,
+                request=JobRequest.from_json(row.payload),
+                state=row.event,
+                reason=row.reason,
+                flavor=row.flavor,
+                run_id=row.run_id,
+                submitted_at=_utc(row.submitted_at),
+                updated_at=_utc(row.at),
+                attempts=row.attempts,
+                details=json.loads(row.details) if row.details else {},
+            )
+            for row in rows
+        ]
+
+    def state(self, request_id: str) -> RequestState:
+        found = self.states(request_id=request_id)
+        if found:
+            return found[0]
+        raise LedgerError(f"unknown request id {request_id!r}")
+
+    def count(self) -> tuple[int, int]:
+        """(requests, events) row counts."""
+        with self.engine.connect() as conn:
+            n_req = conn.execute(sa.select(sa.func.count()).select_from(requests_table)).scalar_one()
+            n_ev = conn.execute(sa.select(sa.func.count()).select_from(events_table)).scalar_one()
+        return n_req, n_ev

@@ -1,0 +1,107 @@
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpu_platform.cli import main
+from gpu_platform.policy import GPU, PolicyError, load_policy, parse_policy
+
+LANES = {
+    "research_best_effort",
+    "baseline_rebuild",
+    "candidate_train",
+    "release_eval",
+    "map_semantic_batch",
+    "labeler_batch",
+    "incident_response",
+    "platform_maintenance",
+}
+BROKEN = Path(__file__).parent / "fixtures" / "policies" / "broken.yaml"
+
+
+def test_default_policy_has_the_eight_lanes_in_priority_order(policy):
+    assert set(policy.lanes) == LANES
+    order = [lane.name for lane in policy.lanes_by_priority()]
+    assert order[0] == "incident_response"
+    assert order[-1] == "research_best_effort"
+    assert policy.lane("platform_maintenance").protected
+    assert policy.lane("release_eval").yields_to == ("incident_response",)
+
+
+def test_default_policy_nominal_quotas_fit_capacity(policy):
+    for flavor in policy.flavors:
+        total = sum(q.nominal_quota for lane in policy.lanes.values() for q in lane.quotas if q.flavor_name == flavor.name and q.resource == GPU)
+        assert total <= flavor.capacity[GPU], flavor.name
+
+
+def test_broken_policy_reports_every_error_with_its_path():
+    with pytest.raises(PolicyError) as exc:
+        load_policy(BROKEN)
+    errors = exc.value.errors
+    expected = [
+        "flavors: duplicate flavor name 'h100-ondemand'",
+        "flavors[1].node_pool:",
+        "lanes.release_eval.quotas[0].borrowing_limit: set but lane has no cohort_name",
+        "lanes.release_eval.quotas[1].flavor_name: unknown flavor 'b200-ondemand'",
+        "lanes.release_eval.quotas[1].nominal_quota: Input should be greater than or equal to 0",
+        "lanes.release_eval.yields_to[0]: unknown lane 'incident_respons'",
+        "lanes.research_best_effort.max_run_duration: not a duration: 'soon'",
+        "lanes: priority 800 is shared by release_eval, research_best_effort",
+        "more than the capacity 8",
+    ]
+    for fragment in expected:
+        assert any(fragment in e for e in errors), (fragment, errors)
+
+
+def _mutate(policy_dict, fn):
+    data = yaml.safe_load(yaml.safe_dump(policy_dict))
+    fn(data)
+    return data
+
+
+@pytest.fixture
+def raw_default():
+    return yaml.safe_load(Path(load_policy.__globals__["default_policy_path"]()).read_text())
+
+
+@pytest.mark.parametrize(
+    "mutation, fragment",
+    [
+        (lambda d: d["lanes"]["release_eval"]["quotas"][0].update(lending_limit=99), "lanes.release_eval.quotas[0].lending_limit: 99 exceeds nominal_quota 8"),
+        (lambda d: d["lanes"]["release_eval"].update(cohort_name="nope"), "lanes.release_eval.cohort_name: unknown cohort 'nope'"),
+        (lambda d: d["lanes"]["release_eval"]["quotas"].append(dict(d["lanes"]["release_eval"]["quotas"][0])), "duplicate quota for (h100-ondemand, nvidia.com/gpu)"),
+        (lambda d: d["lanes"]["platform_maintenance"].update(yields_to=["incident_response"]), "a protected lane is never preempted"),
+        (lambda d: d["lanes"]["release_eval"].update(priorty=3), "lanes.release_eval.priorty: Extra inputs are not permitted"),
+        (lambda d: d["teams"]["safety"].update(namespace="team-perception"), "namespace 'team-perception' used by 2 teams"),
+        (lambda d: d["flavors"][0]["capacity"].pop("nvidia.com/gpu"), "flavors[0].capacity: must declare nvidia.com/gpu"),
+    ],
+)
+def test_each_semantic_error_is_named(raw_default, mutation, fragment):
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(_mutate(raw_default, mutation))
+    assert any(fragment in e for e in exc.value.errors), exc.value.errors
+
+
+def test_policy_check_cli_prints_lanes_and_exits_0():
+    result = CliRunner().invoke(main, ["policy", "check"])
+    assert result.exit_code == 0, result.output
+    for lane in LANES:
+        assert lane in result.output
+    assert "8 lanes" in result.output
+
+
+def test_policy_check_cli_exits_2_with_all_errors():
+    result = CliRunner().invoke(main, ["policy", "check", str(BROKEN)])
+    assert result.exit_code == 2
+    assert "9 error(s)" in result.output
+    assert "lanes.release_eval.quotas[0].borrowing_limit: set but lane has no cohort_name" in result.output
+
+
+def test_unreadable_and_unparsable_files_are_named(tmp_path):
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lanes: [\n  a: b\n")
+    with pytest.raises(PolicyError, match=r"<yaml> line \d+"):
+        load_policy(bad)
