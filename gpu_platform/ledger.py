@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,6 +51,7 @@ requests_table = sa.Table(
     sa.Column("workload", sa.String(32), nullable=False),
     sa.Column("gpu_type", sa.String(64), nullable=False),
     sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("max_cost", sa.Numeric(18, 6), nullable=False),
     sa.Column("payload", sa.Text, nullable=False),
 )
 
@@ -160,6 +162,7 @@ class Ledger:
             "workload": request.workload,
             "gpu_type": request.gpu_type,
             "gpu_count": request.gpu_count,
+            "max_cost": request.max_cost,
             "payload": payload,
         }
         try:
@@ -311,6 +314,18 @@ class Ledger:
         if found:
             return found[0]
         raise LedgerError(f"unknown request id {request_id!r}")
+
+    def reserved_by_lane(self, since: datetime) -> dict[str, Decimal]:
+        """max_cost reserved per lane by requests admitted at least once since `since` (each counted once)."""
+        e, r = events_table, requests_table
+        admitted = sa.select(e.c.request_id).where(e.c.event == "admitted", e.c.at >= _utc(since)).distinct().subquery()
+        q = (
+            sa.select(r.c.lane, sa.func.sum(r.c.max_cost))
+            .join(admitted, admitted.c.request_id == r.c.request_id)
+            .group_by(r.c.lane)
+        )
+        with self.engine.connect() as conn:
+            return {lane: Decimal(str(total)) for lane, total in conn.execute(q)}
 
     def count(self) -> tuple[int, int]:
         """(requests, events) row counts."""

@@ -10,6 +10,7 @@ from typing import Any
 from gpu_platform.ledger import default_ledger_url
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
+from resources.settings import PlatformSettings
 
 ENVIRONMENTS = ("local", "test", "prod")
 
@@ -32,6 +33,7 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
     resources: dict[str, Any] = {
         "policy": PolicyResource(path=env.get("GPU_PLATFORM_POLICY", "")),
         "ledger": LedgerResource(url=default_ledger_url(env)),
+        "settings": PlatformSettings(home=str(home)),
     }
     resources.update(_optional_resources(name, env, home))
     return resources

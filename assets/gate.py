@@ -1,0 +1,147 @@
+"""The admission gate in Dagster: submit from the Launchpad, admit by sensor, launch workload runs.
+
+Thin by design: decisions come from `gpu_platform.gate` (pure), this module only reads the
+ledger and the instance's runs, records, launches and terminates.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+
+from assets.partitions import requests_partitions
+from gpu_platform.gate import (
+    TAG_ATTEMPT,
+    TAG_REQUEST_ID,
+    Launch,
+    RunInfo,
+    budget_period_start,
+    checkpoint_dir,
+    has_checkpoint,
+    plan_tick,
+    reconcile,
+    record_plan,
+)
+from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES
+from gpu_platform.policy.model import WORKLOAD_KINDS
+from gpu_platform.requests import RequestError, validate_request
+from resources.ledger import LedgerResource
+from resources.policy import PolicyResource
+from resources.settings import PlatformSettings
+
+WORKLOAD_JOB = "gpu_workload_job"
+
+gpu_workload_job = dg.define_asset_job(
+    WORKLOAD_JOB,
+    selection=dg.AssetSelection.assets(*WORKLOAD_KINDS),
+    partitions_def=requests_partitions,
+    description="Runs one admitted request's workload asset (launched by admission_sensor only).",
+)
+
+_STATUS = {
+    dg.DagsterRunStatus.SUCCESS: "success",
+    dg.DagsterRunStatus.FAILURE: "failure",
+    dg.DagsterRunStatus.CANCELED: "canceled",
+}
+
+
+@dg.op(config_schema=dg.Permissive({}), description="Validate a GPU job request (fail closed) and record it in the ledger.")
+def submit_request_op(context: dg.OpExecutionContext, ledger: LedgerResource, policy: PolicyResource) -> str:
+    raw: dict[str, Any] = dict(context.op_config)
+    try:
+        req = validate_request(raw, policy.load(), source="run config")
+    except RequestError as exc:
+        raise dg.Failure(
+            description=f"request refused: {len(exc.errors)} problem(s)\n" + "\n".join(exc.errors),
+            metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{e}`" for e in exc.errors))},
+        ) from exc
+    request_id = ledger.ledger().submit(req)
+    context.log.info(f"recorded {request_id} in lane {req.lane}; the admission sensor takes it from here")
+    context.add_output_metadata({"request_id": request_id, "lane": req.lane, "gpus": req.gpu_count})
+    return request_id
+
+
+@dg.job(description="Submit a GPU job request: paste the request (YAML fields) as this op's config in the Launchpad.")
+def submit_request():
+    submit_request_op()
+
+
+def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
+    if not request_ids:
+        return []
+    records = instance.get_runs(filters=dg.RunsFilter(job_name=WORKLOAD_JOB, tags={TAG_REQUEST_ID: sorted(request_ids)}))
+    out = []
+    for run in records:
+        rid = run.tags[TAG_REQUEST_ID]
+        status = _STATUS.get(run.status, "active")
+        out.append(RunInfo(run.run_id, rid, int(run.tags.get(TAG_ATTEMPT, "0")), status))
+    return out
+
+
+def _run_request(launch: Launch) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=launch.run_key,
+        partition_key=launch.request_id,
+        asset_selection=[dg.AssetKey(launch.workload)],
+        tags=dict(launch.tags),
+    )
+
+
+@dg.sensor(
+    job=gpu_workload_job,
+    minimum_interval_seconds=15,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Admits pending GPU requests by policy, launches them, and preempts per the engine.",
+)
+def admission_sensor(
+    context: dg.SensorEvaluationContext,
+    ledger: LedgerResource,
+    policy: PolicyResource,
+    settings: PlatformSettings,
+) -> dg.SensorResult | dg.SkipReason:
+    pol, led = policy.load(), ledger.ledger()
+    now = datetime.now(UTC)
+    states = led.states((*PENDING_STATES, *ACTIVE_STATES))
+    runs = _runs(context.instance, {s.request_id for s in states})
+    settled = reconcile(pol, states, runs)
+    if settled.events:
+        led.record_many(settled.events)
+        states = led.states((*PENDING_STATES, *ACTIVE_STATES))
+    for stale in settled.terminate:
+        context.log.info(f"terminating stale run {stale.run_id} of {stale.request_id} (attempt {stale.attempt})")
+        context.instance.run_coordinator.cancel_run(stale.run_id)
+
+    home = settings.home_path()
+    plan = plan_tick(
+        pol,
+        states,
+        now,
+        checkpointed=lambda rid: has_checkpoint(checkpoint_dir(home, rid)),
+        draining=settled.draining,
+        spent=led.reserved_by_lane(budget_period_start(pol.budget_period, now)),
+    )
+    record_plan(led, plan, states)
+    victims = {p.victim for p in plan.preemptions}
+    for run in runs:
+        if run.request_id in victims and run.status == "active":
+            context.log.info(f"preempting {run.request_id}: terminating run {run.run_id}")
+            context.instance.run_coordinator.cancel_run(run.run_id)
+
+    launches = settled.relaunch + plan.launches
+    if not launches and not plan.preemptions and not settled.events:
+        waiting = len(plan.waits)
+        return dg.SkipReason(
+            "nothing to admit: no pending requests"
+            if not waiting
+            else f"{waiting} request(s) wait; head of queue: {plan.waits[0].message}"
+        )
+    return dg.SensorResult(
+        run_requests=[_run_request(launch) for launch in launches],
+        dynamic_partitions_requests=[requests_partitions.build_add_request([launch.request_id for launch in launches])]
+        if launches
+        else [],
+    )
+
+
+gate_jobs = [submit_request, gpu_workload_job]
+gate_sensors = [admission_sensor]

@@ -1,0 +1,316 @@
+"""The admission gate's decisions for one sensor tick, free of Dagster.
+
+`plan_tick` turns the ledger's view (pending and admitted requests) into an admission state,
+runs admission cycles back to back until nothing more is admitted, and returns what to do:
+requests to launch (with their run key and tags), requests that wait (reason and position),
+running requests to preempt, and requests to reject. `record_plan` writes those decisions to the
+ledger, admissions first, so a crash after recording never loses a launch: the next tick
+re-emits a run request for every admitted request that has no run, and Dagster's run keys make
+that launch happen at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from gpu_platform.admission.engine import admit_until_stable
+from gpu_platform.admission.model import (
+    ClusterQueueSpec,
+    ClusterState,
+    CycleResult,
+    FlavorSpec,
+    PendingInfo,
+    Preemption,
+    Rejection,
+    ResourceQuota,
+    Workload,
+)
+from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.policy import GPU, Policy
+from gpu_platform.requests import JobRequest, matching_flavors
+
+TAG_REQUEST_ID = "gpu-platform/request-id"
+TAG_LANE = "gpu-platform/lane"
+TAG_TEAM = "gpu-platform/team"
+TAG_COST_CENTER = "gpu-platform/cost-center"
+TAG_FLAVOR = "gpu-platform/flavor"
+TAG_ATTEMPT = "gpu-platform/attempt"
+TAG_WORKLOAD = "gpu-platform/workload"
+TAG_PRIORITY = "dagster/priority"
+CHECKPOINT_GLOB = "ckpt-*"
+
+
+def checkpoint_dir(home: Path, request_id: str) -> Path:
+    """Where a request's checkpoints live; the same directory across attempts so a requeued job resumes."""
+    return Path(home) / "checkpoints" / request_id
+
+
+def has_checkpoint(path: Path) -> bool:
+    """A checkpoint is confirmed once a `ckpt-*` file exists (workloads write them atomically)."""
+    return path.is_dir() and any(path.glob(CHECKPOINT_GLOB))
+
+
+def run_key(request_id: str, attempt: int) -> str:
+    return f"{request_id}#{attempt}"
+
+
+def dagster_priority(policy: Policy, lane: str) -> int:
+    """Dagster run priority from the lane: the lane's rank, highest lane highest."""
+    ranked = [lane_.name for lane_ in sorted(policy.lanes.values(), key=lambda x: x.priority)]
+    return ranked.index(lane) if lane in ranked else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    request_id: str
+    attempt: int
+    flavor: str
+    workload: str
+    run_key: str
+    tags: Mapping[str, str]
+    message: str = ""
+
+
+@dataclass(slots=True)
+class TickPlan:
+    launches: list[Launch] = field(default_factory=list)
+    waits: list[PendingInfo] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    cycles: int = 0
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not (self.launches or self.preemptions or self.rejections)
+
+
+def _ts(dt: datetime) -> float:
+    return dt.timestamp()
+
+
+def budget_period_start(period: str, now: datetime) -> datetime:
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+def build_state(
+    policy: Policy,
+    states: Iterable[RequestState],
+    now: datetime,
+    checkpointed: Callable[[str], bool] = lambda _rid: False,
+    spent: Mapping[str, Decimal] | None = None,
+) -> ClusterState:
+    """The admission engine's input from the policy and the ledger's pending and admitted requests.
+
+    spent: budget already reserved per lane in the current period (`Ledger.reserved_by_lane`).
+    """
+    states = list(states)
+    spent = spent or {}
+    queues = []
+    for lane in policy.lanes.values():
+        p = lane.preemption
+        queues.append(
+            ClusterQueueSpec(
+                name=lane.name,
+                quotas=tuple(
+                    ResourceQuota(q.flavor_name, q.resource, q.nominal_quota, q.borrowing_limit, q.lending_limit)
+                    for q in lane.quotas
+                ),
+                cohort=lane.cohort_name,
+                queueing_strategy=lane.queueing_strategy,
+                within_cluster_queue=p.within_cluster_queue,
+                reclaim_within_cohort=p.reclaim_within_cohort,
+                borrow_within_cohort=p.borrow_within_cohort.policy,
+                max_priority_threshold=p.borrow_within_cohort.max_priority_threshold,
+                yields_to=lane.yields_to,
+                protected=lane.protected,
+                fair_sharing_weight=lane.fair_sharing_weight,
+                budget_remaining=float(lane.budget - spent.get(lane.name, Decimal(0))),
+                budget_total=float(lane.budget),
+            )
+        )
+    flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.capacity)) for f in policy.flavors)
+    admitted, pending = [], []
+    for s in states:
+        wl = _workload(policy, s, checkpointed)
+        if wl is None:
+            continue
+        if s.state in ACTIVE_STATES:
+            admitted.append(wl)
+        elif s.state in PENDING_STATES:
+            pending.append(wl)
+    return ClusterState(
+        cluster_queues=tuple(queues),
+        flavors=flavors,
+        admitted=tuple(admitted),
+        pending=tuple(pending),
+        cohorts=tuple(c.name for c in policy.cohorts),
+        fair_sharing=policy.fair_sharing.enabled,
+        now=_ts(now),
+    )
+
+
+def _workload(policy: Policy, s: RequestState, checkpointed: Callable[[str], bool]) -> Workload | None:
+    req: JobRequest = s.request
+    lane = policy.lanes.get(req.lane or "")
+    if lane is None:
+        return None
+    requests: dict[str, float] = {GPU: float(req.gpu_count or 0)}
+    if req.cpu:
+        requests["cpu"] = req.cpu
+    if req.memory_gib:
+        requests["memory"] = req.memory_gib
+    return Workload(
+        name=s.request_id,
+        cq=lane.name,
+        requests=requests,
+        priority=lane.priority,
+        created_at=_ts(s.submitted_at),
+        admitted_at=_ts(s.updated_at),
+        flavor=s.flavor if s.state in ACTIVE_STATES else None,
+        allowed_flavors=tuple(matching_flavors(policy, lane.name, req.gpu_type)),
+        evidence=lane.evidence,
+        checkpointed=checkpointed(s.request_id) if s.state in ACTIVE_STATES else False,
+        safety_approval=bool(req.safety_approval),
+        max_cost=float(req.max_cost) if req.max_cost is not None else None,
+        expected_duration_s=req.expected_duration.total_seconds() if req.expected_duration else None,
+    )
+
+
+def plan_tick(
+    policy: Policy,
+    states: list[RequestState],
+    now: datetime,
+    checkpointed: Callable[[str], bool] = lambda _rid: False,
+    max_cycles: int = 64,
+    draining: Iterable[str] = (),
+    spent: Mapping[str, Decimal] | None = None,
+) -> TickPlan:
+    """Run admission cycles until nothing more is admitted; return the tick's decisions.
+
+    draining: requests whose previous run is still stopping; they are not considered this tick.
+    """
+    skip = set(draining)
+    states = [s for s in states if s.request_id not in skip]
+    by_id = {s.request_id: s for s in states}
+    state = build_state(policy, states, now, checkpointed, spent)
+    result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
+    plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
+    plan.cycles = result.cycles
+    for adm in result.admitted:
+        s = by_id[adm.name]
+        attempt = s.attempts + 1
+        req = s.request
+        tags = {
+            TAG_REQUEST_ID: s.request_id,
+            TAG_LANE: req.lane or "",
+            TAG_TEAM: req.team or "",
+            TAG_COST_CENTER: req.cost_center or "",
+            TAG_FLAVOR: adm.flavor,
+            TAG_ATTEMPT: str(attempt),
+            TAG_WORKLOAD: req.workload or "",
+            TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
+        }
+        plan.launches.append(
+            Launch(s.request_id, attempt, adm.flavor, req.workload or "", run_key(s.request_id, attempt), tags, adm.message)
+        )
+    return plan
+
+
+def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState]) -> int:
+    """Write the tick's decisions to the ledger; waiting rows only when the reason or position changed."""
+    by_id = {s.request_id: s for s in states}
+    rows: list[tuple[str, str, str, str | None, str | None, Mapping[str, object] | None]] = []
+    for launch in plan.launches:
+        rows.append(
+            (launch.request_id, "admitted", launch.message or f"QuotaReserved on {launch.flavor}", launch.flavor, None,
+             {"run_key": launch.run_key, "attempt": launch.attempt})
+        )
+    for p in plan.preemptions:
+        reason = f"Preempted ({p.reason}): {p.message}"
+        rows.append((p.victim, "preempted", reason, None, None, {"by": p.preemptor, "kueue_reason": p.reason}))
+        rows.append((p.victim, "requeued", f"requeued in its original queue order after preemption by {p.preemptor}", None, None, None))
+    for r in plan.rejections:
+        rows.append((r.name, "rejected", f"{r.reason_code}: {r.message}", None, None, None))
+    for w in plan.waits:
+        prev = by_id.get(w.name)
+        details = {"position": w.position, "of": w.of, "reason_code": w.reason_code, "condition": w.condition}
+        if w.estimated_start is not None:
+            details["estimated_start"] = datetime.fromtimestamp(w.estimated_start, UTC).isoformat()
+        if prev is not None and prev.state == "waiting" and prev.reason == w.message and prev.details.get("position") == w.position:
+            continue
+        rows.append((w.name, "waiting", w.message, None, None, details))
+    return ledger.record_many(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A Dagster run of a request as the gate sees it. status: active | success | failure | canceled."""
+
+    run_id: str
+    request_id: str
+    attempt: int
+    status: str
+
+
+@dataclass(slots=True)
+class Reconciliation:
+    """What the ledger and the runs disagree on, and how the gate settles it."""
+
+    events: list[tuple[str, str, str, str | None, str | None, Mapping[str, object] | None]] = field(default_factory=list)
+    terminate: list[RunInfo] = field(default_factory=list)
+    relaunch: list[Launch] = field(default_factory=list)
+    draining: set[str] = field(default_factory=set)
+
+
+def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo]) -> Reconciliation:
+    """Settle the ledger against the runs that exist.
+
+    - an admitted request whose run finished: `finished` / `failed` (a run canceled without a
+      preemption on record also counts as failed);
+    - an admitted request with no run: launch it again under the same run key (a crash between
+      recording and launching; the run key makes this a no-op if the run was in fact created);
+    - a live run whose attempt is not the request's current admitted attempt (a preempted victim
+      whose termination was not carried out): terminate it; the request drains meanwhile and is
+      not relaunched until its old run has stopped.
+    """
+    out = Reconciliation()
+    by_req: dict[str, list[RunInfo]] = {}
+    for r in runs:
+        by_req.setdefault(r.request_id, []).append(r)
+    for s in states:
+        mine = by_req.get(s.request_id, [])
+        current = s.attempts if s.state in ACTIVE_STATES else None
+        for r in mine:
+            if r.status == "active" and r.attempt != current:
+                out.terminate.append(r)
+                out.draining.add(s.request_id)
+        if current is None:
+            continue
+        run = next((r for r in mine if r.attempt == current), None)
+        if run is None:
+            req = s.request
+            tags = {
+                TAG_REQUEST_ID: s.request_id,
+                TAG_LANE: req.lane or "",
+                TAG_TEAM: req.team or "",
+                TAG_COST_CENTER: req.cost_center or "",
+                TAG_FLAVOR: s.flavor or "",
+                TAG_ATTEMPT: str(current),
+                TAG_WORKLOAD: req.workload or "",
+                TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
+            }
+            out.relaunch.append(Launch(s.request_id, current, s.flavor or "", req.workload or "", run_key(s.request_id, current), tags))
+        elif run.status == "success":
+            out.events.append((s.request_id, "finished", f"run {run.run_id} succeeded", s.flavor, run.run_id, None))
+        elif run.status in ("failure", "canceled"):
+            out.events.append((s.request_id, "failed", f"run {run.run_id} ended: {run.status}", s.flavor, run.run_id, None))
+    return out

@@ -1,0 +1,18 @@
+"""Platform-wide settings as a Dagster resource."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+
+class PlatformSettings(dg.ConfigurableResource):
+    """home: local state directory (checkpoints, evidence, warehouse) — GPU_PLATFORM_HOME."""
+
+    home: str
+
+    def home_path(self) -> Path:
+        path = Path(self.home)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
