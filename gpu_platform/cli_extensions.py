@@ -6,4 +6,6 @@ import click
 
 
 def commands() -> list[click.Command]:
-    return []
+    from gpu_platform.k8s_cli import dagster_config, k8s
+
+    return [k8s, dagster_config]

@@ -1,0 +1,149 @@
+"""CLI commands `gpu-platform k8s render` and `gpu-platform dagster-config`.
+
+`gpu_platform.cli` adds them with `main.add_command(k8s)` and `main.add_command(dagster_config)`.
+The domain package must not import Dagster at import time, so `render` imports `resources.k8s`
+(which uses dagster-k8s) inside the command function only.
+
+Exit codes: 0 success, 2 invalid input (every problem is printed), 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import yaml
+
+from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
+from gpu_platform.policy import Policy, PolicyError, load_policy
+from gpu_platform.requests import RequestError, validate_request_file
+
+_policy_option = click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    envvar="GPU_PLATFORM_POLICY",
+    default=None,
+    help="Policy file (default: $GPU_PLATFORM_POLICY or the packaged default.yaml).",
+)
+
+
+def _fail(title: str, errors: list[str]) -> NoReturn:
+    click.echo(f"{title}: {len(errors)} problem(s)", err=True)
+    for e in errors:
+        click.echo(f"  {e}", err=True)
+    sys.exit(2)
+
+
+def _policy(path: str | None) -> Policy:
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        _fail(f"policy invalid: {exc.source}", exc.errors)
+
+
+@click.group()
+def k8s() -> None:
+    """Kubernetes: the Job a request's workload step becomes."""
+
+
+@k8s.command("render")
+@click.argument("request_file", type=click.Path(dir_okay=False))
+@_policy_option
+@click.option(
+    "--flavor", default=None, help="Flavor admitted for the request (default: first matching flavor)."
+)
+@click.option(
+    "--request-id",
+    default=None,
+    help="Request id for labels (default: the file's request_id, else req-render-<content hash>).",
+)
+@click.option(
+    "--run-id", default=None, help="Dagster run id the step Job belongs to (default: a placeholder)."
+)
+def render(
+    request_file: str, policy_path: str | None, flavor: str | None, request_id: str | None, run_id: str | None
+) -> None:
+    """Print the Job manifest (YAML) that k8s_job_executor would create for REQUEST_FILE.
+
+    Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
+    """
+    from gpu_platform.k8s import resolve_flavor
+    from resources.k8s import PREVIEW_RUN_ID, render_job_manifest
+
+    policy = _policy(policy_path)
+    try:
+        request = validate_request_file(request_file, policy)
+    except RequestError as exc:
+        _fail(f"request invalid: {exc.source}", exc.errors)
+    rid = request_id or request.request_id
+    if rid is None:
+        rid = "req-render-" + hashlib.sha256(Path(request_file).read_bytes()).hexdigest()[:12]
+    request = request.model_copy(update={"request_id": rid})
+    try:
+        chosen = resolve_flavor(request, policy, flavor).name
+        manifest = render_job_manifest(request, chosen, policy, run_id=run_id or PREVIEW_RUN_ID)
+    except ValueError as exc:
+        _fail(f"cannot render {request_file}", [str(exc)])
+    click.echo(f"# Job for request {rid} on flavor {chosen} (lane {request.lane}, team {request.team})")
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+@click.command("dagster-config")
+@_policy_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write dagster.yaml here (default: print to stdout).",
+)
+@click.option(
+    "--postgres", is_flag=True, help="Postgres storage from DAGSTER_PG_* env vars (default: SQLite)."
+)
+@click.option("--k8s", "use_k8s", is_flag=True, help="Add K8sRunLauncher (run pods on Kubernetes).")
+@click.option("--job-namespace", default="dagster", show_default=True, help="K8sRunLauncher job_namespace.")
+@click.option(
+    "--service-account-name",
+    default="dagster",
+    show_default=True,
+    help="K8sRunLauncher service_account_name.",
+)
+@click.option(
+    "--instance-config-map",
+    default="dagster-instance",
+    show_default=True,
+    help="ConfigMap holding this dagster.yaml, mounted into run pods.",
+)
+@click.option("--image-pull-policy", default="IfNotPresent", show_default=True)
+def dagster_config(
+    policy_path: str | None,
+    out: str | None,
+    postgres: bool,
+    use_k8s: bool,
+    job_namespace: str,
+    service_account_name: str,
+    instance_config_map: str,
+    image_pull_policy: str,
+) -> None:
+    """Write the Dagster instance dagster.yaml from the policy: per-lane run limits, lane pools,
+    storage (SQLite or Postgres) and, with --k8s, the K8sRunLauncher."""
+    policy = _policy(policy_path)
+    config = dagster_instance_yaml(
+        policy,
+        postgres=postgres,
+        k8s=use_k8s,
+        job_namespace=job_namespace,
+        service_account_name=service_account_name,
+        instance_config_map=instance_config_map,
+        image_pull_policy=image_pull_policy,
+    )
+    text = render_instance_yaml(config, policy)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text)
+    click.echo(f"wrote {out}", err=True)

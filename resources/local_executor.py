@@ -1,0 +1,200 @@
+"""Local GPU execution: a workload step runs the request's command as a dagster-pipes subprocess.
+
+One machine, no Kubernetes. GPUs come from NVML (`pynvml`) when it initializes, else from the
+configured inventory (`GPU_PLATFORM_LOCAL_GPUS`), and the step log says which. The step holds its
+GPUs through `LocalGpuAllocator` (a file lock), so concurrent steps never share a device. The
+request's timeout is enforced: the subprocess runs in its own process group, which is terminated
+(SIGTERM, then SIGKILL after a grace period) when the timeout passes, and the step fails with a
+`dg.Failure` naming the timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from gpu_platform.gpus import ENV_LOCAL_GPUS, GpusBusy, Inventory, LocalGpuAllocator, local_inventory
+from gpu_platform.k8s import ENV_CHECKPOINT_DIR, ENV_REQUEST_ID
+from gpu_platform.requests import JobRequest
+from gpu_platform.units import format_duration
+
+
+def _kill_group(process: subprocess.Popen, grace_seconds: float, first: int = signal.SIGTERM) -> None:
+    """Signal the whole process group, then SIGKILL whatever is left of it after the grace."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, first)
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
+    """`PipesSubprocessClient` whose subprocess runs in its own process group under a deadline.
+
+    The stock client waits without a limit and shares the orchestrator's process group; a GPU job
+    must not outlive its timeout, nor leave children behind.
+    """
+
+    def run_with_deadline(
+        self,
+        *,
+        context: dg.OpExecutionContext | dg.AssetExecutionContext,
+        command: Sequence[str],
+        timeout_seconds: float,
+        kill_grace_seconds: float = 10.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        extras: dict[str, Any] | None = None,
+        description: str = "command",
+    ) -> dg.PipesClientCompletedInvocation:
+        with dg.open_pipes_session(
+            context=context,
+            context_injector=self.context_injector,
+            message_reader=self.message_reader,
+            extras=extras,
+        ) as session:
+            process = subprocess.Popen(
+                list(command),
+                cwd=cwd or self.cwd,
+                env={**os.environ, **self.env, **(env or {}), **session.get_bootstrap_env_vars()},
+                start_new_session=True,
+            )
+            try:
+                returncode = process.wait(timeout=timeout_seconds)
+            except subprocess.TimeoutExpired:
+                context.log.error(
+                    f"{description}: timeout of {timeout_seconds:g}s passed; killing process group {process.pid}"
+                )
+                _kill_group(process, kill_grace_seconds)
+                raise dg.Failure(
+                    description=(
+                        f"{description} exceeded its timeout of {_human(timeout_seconds)}; "
+                        f"its process group {process.pid} was killed"
+                    ),
+                    metadata={"timeout_seconds": timeout_seconds, "pid": process.pid},
+                    allow_retries=False,
+                ) from None
+            except BaseException:
+                # Interrupted (run terminated) or anything else: never leave the job running.
+                if self.forward_termination:
+                    _kill_group(process, self.termination_timeout_seconds, first=signal.SIGINT)
+                raise
+            if returncode != 0:
+                raise dg.Failure(
+                    description=f"{description} exited with code {returncode}",
+                    metadata={"exit_code": returncode},
+                )
+        return dg.PipesClientCompletedInvocation(session)
+
+
+def _human(seconds: float) -> str:
+    if seconds >= 60 and seconds == int(seconds):
+        return f"{format_duration(timedelta(seconds=seconds))} ({seconds:g}s)"
+    return f"{seconds:g}s"
+
+
+class LocalGpuExecutor(dg.ConfigurableResource):
+    """Runs a request's command on this machine's GPUs through dagster-pipes.
+
+    The subprocess gets `CUDA_VISIBLE_DEVICES` (the allocated NVML indices, with
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers them as NVML does), `GPU_PLATFORM_REQUEST_ID`,
+    `GPU_PLATFORM_CHECKPOINT_DIR`, and the request's own `env`. The same values are in the pipes
+    extras (`request_id`, `gpu_indices`, `checkpoint_dir`).
+    """
+
+    state_dir: str | None = None
+    """Allocator state directory. None: `$GPU_PLATFORM_STATE_DIR/gpus` or a per-user temp dir."""
+    local_gpus: str | None = None
+    """Configured inventory used when NVML is unavailable. None: `$GPU_PLATFORM_LOCAL_GPUS`."""
+    use_nvml: bool = True
+    """False: never ask NVML; use the configured inventory."""
+    default_timeout_seconds: float = 6 * 3600
+    """Timeout for a request without one (requests validated by the policy always carry one)."""
+    kill_grace_seconds: float = 10.0
+    """After SIGTERM on timeout, how long the job gets to write a last checkpoint before SIGKILL."""
+    allocation_wait_seconds: float = 0.0
+    """How long a step waits for busy GPUs to free up before failing."""
+    cwd: str | None = None
+
+    def inventory(self, nvml_module: Any = None) -> Inventory:
+        """This machine's GPUs. `nvml_module`: a stand-in for `pynvml` (tests pass `FakeNvml`)."""
+        return local_inventory(nvml_module=nvml_module, configured=self.local_gpus, use_nvml=self.use_nvml)
+
+    def run(
+        self,
+        context: dg.OpExecutionContext | dg.AssetExecutionContext,
+        request: JobRequest,
+        checkpoint_dir: str | os.PathLike[str],
+        extras: Mapping[str, Any] | None = None,
+        *,
+        nvml_module: Any = None,
+    ) -> dg.PipesClientCompletedInvocation:
+        """Run `request.command` with its GPUs; raise `dg.Failure` on timeout, exit != 0, no GPUs."""
+        if not request.command:
+            raise dg.Failure(description=f"request {request.request_id}: no command to run")
+        request_id = request.request_id or context.run_id
+        inventory = self.inventory(nvml_module)
+        if inventory.source == "nvml":
+            context.log.info(inventory.detail)
+        else:
+            context.log.warning(inventory.detail)
+        gpu_count = request.gpu_count or 0
+        allocator = LocalGpuAllocator(inventory.indices, self.state_dir)
+        timeout = (
+            request.timeout.total_seconds() if request.timeout is not None else self.default_timeout_seconds
+        )
+        ckpt = Path(checkpoint_dir)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        try:
+            with allocator.allocated(
+                request_id, gpu_count, wait_seconds=self.allocation_wait_seconds
+            ) as devices:
+                visible = ",".join(str(i) for i in devices)
+                source = "NVML" if inventory.source == "nvml" else "configured inventory"
+                context.log.info(
+                    f"request {request_id}: CUDA_VISIBLE_DEVICES={visible or '(none)'} from {source}; "
+                    f"timeout {_human(timeout)}; checkpoints in {ckpt}"
+                )
+                env = {
+                    **request.env,
+                    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                    "CUDA_VISIBLE_DEVICES": visible,
+                    ENV_REQUEST_ID: request_id,
+                    ENV_CHECKPOINT_DIR: str(ckpt),
+                }
+                return DeadlinePipesSubprocessClient(cwd=self.cwd).run_with_deadline(
+                    context=context,
+                    command=request.command,
+                    timeout_seconds=timeout,
+                    kill_grace_seconds=self.kill_grace_seconds,
+                    env=env,
+                    extras={
+                        **(extras or {}),
+                        "request_id": request_id,
+                        "gpu_indices": list(devices),
+                        "gpu_source": inventory.source,
+                        "checkpoint_dir": str(ckpt),
+                    },
+                    description=f"request {request_id}",
+                )
+        except GpusBusy as exc:
+            hint = (
+                ""
+                if inventory.source == "nvml"
+                else f" (set {ENV_LOCAL_GPUS} to declare this machine's GPUs)"
+            )
+            raise dg.Failure(
+                description=f"request {request_id}: cannot get {gpu_count} GPU(s): {exc}{hint}"
+            ) from exc

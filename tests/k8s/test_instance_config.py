@@ -1,0 +1,84 @@
+"""`gpu-platform dagster-config` writes a dagster.yaml that Dagster's own validation accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from click.testing import CliRunner
+
+# Private Dagster modules are allowed in tests: they are Dagster's own instance-config checks.
+from dagster._config import validate_config
+from dagster._core.instance.config import dagster_instance_config
+from dagster_k8s import K8sRunLauncher
+
+from gpu_platform.instance_config import (
+    RUN_TAG_LANE,
+    dagster_instance_yaml,
+    pool_limit_commands,
+    pool_limits,
+    pool_name,
+)
+from gpu_platform.k8s_cli import dagster_config
+
+
+@pytest.mark.parametrize("postgres", [False, True], ids=["sqlite", "postgres"])
+@pytest.mark.parametrize("k8s", [False, True], ids=["local", "k8s"])
+def test_written_yaml_passes_dagster_validation(
+    tmp_path: Path, k8s_policy, postgres: bool, k8s: bool
+) -> None:
+    args = (
+        ["--out", str(tmp_path / "dagster.yaml")]
+        + (["--postgres"] if postgres else [])
+        + (["--k8s"] if k8s else [])
+    )
+    result = CliRunner().invoke(dagster_config, args)
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "dagster.yaml").read_text()
+    assert "dagster instance concurrency set gpu-release_eval 8" in text
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert set(config) >= {"run_coordinator", "concurrency", "storage"}
+    assert ("run_launcher" in config) is k8s
+    assert next(iter(config["storage"])) == ("postgres" if postgres else "sqlite")
+    if postgres:
+        db = config["storage"]["postgres"]["postgres_db"]
+        assert db["hostname"] == {"env": "DAGSTER_PG_HOST"}
+        assert db["scheme"] == "postgresql+psycopg2"
+    if k8s:
+        launcher = config["run_launcher"]
+        assert (launcher["module"], launcher["class"]) == ("dagster_k8s", "K8sRunLauncher")
+        checked = validate_config(K8sRunLauncher.config_type(), launcher["config"])
+        assert checked.success, checked.errors
+
+
+def test_lane_limits_reach_a_live_instance(k8s_policy) -> None:
+    config = dagster_instance_yaml(k8s_policy, postgres=False, k8s=False)
+    overrides = {k: config[k] for k in ("run_coordinator", "concurrency")}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        queue = instance.get_concurrency_config().run_queue_config
+        limits = {(t["key"], t["value"]): t["limit"] for t in queue.tag_concurrency_limits}
+        for lane in k8s_policy.lanes.values():
+            assert limits[(RUN_TAG_LANE, lane.name)] == lane.max_concurrent_runs
+        assert (
+            queue.max_concurrent_runs
+            == sum(lane.max_concurrent_runs for lane in k8s_policy.lanes.values()) + 10
+        )
+        # Pool limits live in the instance database: apply them as the header's commands would.
+        for pool, limit in pool_limits(k8s_policy).items():
+            instance.event_log_storage.set_concurrency_slots(pool, limit)
+        assert instance.event_log_storage.get_concurrency_info(pool_name("release_eval")).slot_count == 8
+
+
+def test_pool_commands_one_per_lane(k8s_policy) -> None:
+    commands = pool_limit_commands(k8s_policy)
+    assert len(commands) == len(k8s_policy.lanes)
+    assert "dagster instance concurrency set gpu-research_best_effort 16" in commands
+
+
+def test_stdout_is_the_yaml(k8s_policy) -> None:
+    result = CliRunner().invoke(dagster_config, [])
+    assert result.exit_code == 0
+    assert yaml.safe_load(result.stdout) == dagster_instance_yaml(k8s_policy, postgres=False, k8s=False)

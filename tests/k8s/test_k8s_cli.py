@@ -1,0 +1,48 @@
+"""`gpu-platform k8s render` prints a Job that validates; bad input exits 2 naming the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+from click.testing import CliRunner
+
+from gpu_platform.k8s import KUEUE_QUEUE_NAME, LABEL_REQUEST_ID
+from gpu_platform.k8s_cli import k8s
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "requests" / "labeler_batch.yaml"
+
+
+def test_render_prints_valid_job() -> None:
+    result = CliRunner().invoke(k8s, ["render", str(EXAMPLE), "--request-id", "req-20261129-cli"])
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(result.stdout)
+    kubernetes_validate.validate(manifest, "1.31.0", strict=True)
+    assert manifest["metadata"]["labels"][KUEUE_QUEUE_NAME] == "labeler-batch"
+    assert manifest["spec"]["template"]["metadata"]["labels"][LABEL_REQUEST_ID] == "req-20261129-cli"
+    assert manifest["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-L4"
+
+
+def test_render_default_request_id_is_stable() -> None:
+    runner = CliRunner()
+    first = yaml.safe_load(runner.invoke(k8s, ["render", str(EXAMPLE)]).stdout)
+    second = yaml.safe_load(runner.invoke(k8s, ["render", str(EXAMPLE)]).stdout)
+    rid = first["metadata"]["annotations"]["gpu-platform.io/request-id"]
+    assert rid.startswith("req-render-")
+    assert rid == second["metadata"]["annotations"]["gpu-platform.io/request-id"]
+
+
+def test_render_refuses_flavor_outside_quota() -> None:
+    result = CliRunner().invoke(k8s, ["render", str(EXAMPLE), "--flavor", "h100-ondemand"])
+    assert result.exit_code == 2
+    assert "does not fit request" in result.stderr
+
+
+def test_render_reports_invalid_request(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("gpu_count: 2", "gpu_count: -1"))
+    result = CliRunner().invoke(k8s, ["render", str(bad)])
+    assert result.exit_code == 2
+    assert "gpu_count" in result.stderr

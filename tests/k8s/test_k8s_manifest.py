@@ -1,0 +1,210 @@
+"""The step Job built by dagster-k8s's own code from each example request, validated strictly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import kubernetes_validate
+import pytest
+from dagster_k8s import k8s_job_executor
+from dagster_k8s.job import UserDefinedDagsterK8sConfig, get_user_defined_k8s_config
+
+from gpu_platform.k8s import (
+    ANNOTATION_REQUEST_ID,
+    KUEUE_PRIORITY_CLASS,
+    KUEUE_QUEUE_NAME,
+    LABEL_FLAVOR,
+    LABEL_GPU_PRODUCT,
+    LABEL_LANE,
+    LABEL_NODE_POOL,
+    LABEL_REQUEST_ID,
+    LABEL_TEAM,
+    k8s_config_for,
+    label_value,
+    resolve_flavor,
+)
+from resources.k8s import k8s_run_config, k8s_tags, render_job_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples" / "requests").glob("*.yaml"))
+K8S_VERSIONS = ("1.31.0", "latest")
+
+
+def _validate(manifest: dict) -> None:
+    for version in K8S_VERSIONS:
+        v = kubernetes_validate.utils.latest_version() if version == "latest" else version
+        kubernetes_validate.validate(manifest, v, strict=True)
+
+
+def test_kubernetes_validate_covers_1_31_or_newer() -> None:
+    assert tuple(int(x) for x in kubernetes_validate.utils.latest_version().split(".")[:2]) >= (1, 31)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_renders_valid_job(path: Path, k8s_policy, example_request) -> None:
+    req = example_request(path)
+    flavor = resolve_flavor(req, k8s_policy)
+    manifest = render_job_manifest(
+        req, flavor.name, k8s_policy, run_id="5f1c9a1e-1111-2222-3333-444455556666"
+    )
+    _validate(manifest)
+
+    team = k8s_policy.team(req.team)
+    lane_k8s = req.lane.replace("_", "-")
+    meta, spec = manifest["metadata"], manifest["spec"]
+    assert manifest["kind"] == "Job" and manifest["apiVersion"] == "batch/v1"
+    assert meta["namespace"] == team.namespace
+    assert meta["labels"][KUEUE_QUEUE_NAME] == lane_k8s
+    assert meta["labels"][KUEUE_PRIORITY_CLASS] == lane_k8s
+    assert meta["annotations"][ANNOTATION_REQUEST_ID] == req.request_id
+    assert spec["suspend"] is True
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == int(req.timeout.total_seconds())
+
+    pod = spec["template"]
+    assert pod["metadata"]["labels"][LABEL_TEAM] == req.team
+    assert pod["metadata"]["labels"][LABEL_LANE] == req.lane
+    assert pod["metadata"]["labels"][LABEL_REQUEST_ID] == req.request_id
+    assert pod["metadata"]["labels"][LABEL_FLAVOR] == flavor.name
+    assert pod["spec"]["nodeSelector"] == {
+        LABEL_GPU_PRODUCT: flavor.gpu_product,
+        LABEL_NODE_POOL: flavor.node_pool,
+    }
+    tolerations = pod["spec"]["tolerations"]
+    assert {
+        "key": "nvidia.com/gpu",
+        "operator": "Equal",
+        "value": "present",
+        "effect": "NoSchedule",
+    } in tolerations
+    assert len(tolerations) == len(flavor.taints)
+
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == req.image_ref
+    assert "@sha256:" in container["image"]
+    gpus = str(req.gpu_count)
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
+    assert {"name": "GPU_PLATFORM_REQUEST_ID", "value": req.request_id} in container["env"]
+
+
+@pytest.fixture
+def research(example_request):
+    """The research example with gpu_type `any`, so every flavor of its lane fits."""
+    path = ROOT / "examples" / "requests" / "research_best_effort.yaml"
+    return example_request(path).model_copy(update={"gpu_type": "any"})
+
+
+def test_spot_flavor_adds_spot_toleration(k8s_policy, research) -> None:
+    req = research
+    spot = render_job_manifest(req, "a100-spot", k8s_policy)
+    ondemand = render_job_manifest(req, "h100-ondemand", k8s_policy)
+    _validate(spot)
+    _validate(ondemand)
+    spot_tol = {
+        "key": "cloud.google.com/gke-spot",
+        "operator": "Equal",
+        "value": "true",
+        "effect": "NoSchedule",
+    }
+    assert spot_tol in spot["spec"]["template"]["spec"]["tolerations"]
+    assert spot_tol not in ondemand["spec"]["template"]["spec"]["tolerations"]
+    assert spot["spec"]["template"]["spec"]["nodeSelector"][LABEL_NODE_POOL] == "spot"
+    assert ondemand["spec"]["template"]["spec"]["nodeSelector"][LABEL_NODE_POOL] == "training"
+
+
+def test_flavor_outside_lane_quota_is_refused(k8s_policy, research) -> None:
+    req = research
+    with pytest.raises(ValueError, match="does not fit request"):
+        k8s_config_for(req, "l4-inference", k8s_policy)
+    with pytest.raises(ValueError, match="unknown flavor"):
+        k8s_config_for(req, "tpu-v5", k8s_policy)
+
+
+def test_request_without_id_or_digest_is_refused(k8s_policy, research) -> None:
+    req = research
+    with pytest.raises(ValueError, match="request_id"):
+        k8s_config_for(req.model_copy(update={"request_id": None}), "a100-spot", k8s_policy)
+    with pytest.raises(ValueError, match="container_digest"):
+        k8s_config_for(req.model_copy(update={"container_digest": None}), "a100-spot", k8s_policy)
+
+
+def test_cpu_memory_and_missing_timeout(k8s_policy, research) -> None:
+    req = research.model_copy(update={"cpu": 7.5, "memory_gib": 96, "timeout": None})
+    manifest = render_job_manifest(req, "a100-spot", k8s_policy)
+    _validate(manifest)
+    res = manifest["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"] == {"nvidia.com/gpu": "4", "cpu": "7500m", "memory": "96Gi"}
+    assert res["limits"] == {"nvidia.com/gpu": "4", "memory": "96Gi"}
+    lane_max = k8s_policy.lane("research_best_effort").max_run_duration.total_seconds()
+    assert manifest["spec"]["activeDeadlineSeconds"] == int(lane_max)
+
+
+def test_request_id_that_is_not_a_label_value(k8s_policy, research) -> None:
+    rid = "team/perception:" + "x" * 90
+    req = research.model_copy(update={"request_id": rid})
+    manifest = render_job_manifest(req, "a100-spot", k8s_policy)
+    _validate(manifest)
+    label = manifest["spec"]["template"]["metadata"]["labels"][LABEL_REQUEST_ID]
+    assert label == label_value(rid) and len(label) <= 63 and "/" not in label
+    assert label != label_value(rid + "y")
+    assert manifest["spec"]["template"]["metadata"]["annotations"][ANNOTATION_REQUEST_ID] == rid
+    assert label_value("req-20261129-abc") == "req-20261129-abc"
+
+
+def test_config_has_dagster_k8s_keys_and_parses_from_tags(k8s_policy, research) -> None:
+    req = research
+    cfg = k8s_config_for(req, "a100-spot", k8s_policy)
+    assert set(cfg) <= set(UserDefinedDagsterK8sConfig._fields)
+    parsed = get_user_defined_k8s_config(k8s_tags(req, "a100-spot", k8s_policy))
+    assert parsed.job_spec_config == {"suspend": True, "active_deadline_seconds": 21600, "backoff_limit": 0}
+    assert parsed.container_config["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert json.loads(json.dumps(cfg)) == cfg
+
+
+def test_run_config_validates_against_k8s_job_executor(k8s_policy, research) -> None:
+    @dg.op
+    def workload() -> None: ...
+
+    @dg.job(executor_def=k8s_job_executor)
+    def one_request() -> None:
+        workload()
+
+    req = research
+    run_config = k8s_run_config(req, "a100-spot", k8s_policy)
+    resolved = dg.validate_run_config(one_request, run_config)
+    k8s_cfg = resolved["execution"]["k8s"]
+    assert k8s_cfg["job_namespace"] == "team-perception"
+    assert k8s_cfg["step_k8s_config"]["job_spec_config"]["suspend"] is True
+
+
+def test_domain_modules_do_not_import_dagster() -> None:
+    code = (
+        "import sys, gpu_platform.k8s, gpu_platform.gpus, gpu_platform.instance_config, gpu_platform.k8s_cli\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'dagster_k8s', 'dagster_pipes'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.cluster
+def test_rendered_job_server_dry_run(k8s_policy, example_request) -> None:
+    if not os.environ.get("KUBECONFIG"):
+        message = "needs a Kubernetes cluster with Kueue; set KUBECONFIG and run: make test-cluster"
+        if os.environ.get("GPU_PLATFORM_REQUIRE_CLUSTER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from kubernetes import client, config
+
+    config.load_kube_config()
+    batch = client.BatchV1Api()
+    for path in EXAMPLES:
+        req = example_request(path)
+        manifest = render_job_manifest(req, resolve_flavor(req, k8s_policy).name, k8s_policy)
+        created = batch.create_namespaced_job(manifest["metadata"]["namespace"], manifest, dry_run="All")
+        assert created.spec.suspend is True

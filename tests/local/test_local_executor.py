@@ -1,0 +1,157 @@
+"""The local executor runs a real dagster-pipes subprocess inside `dg.materialize`."""
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from gpu_platform.gpus import FakeNvml, NvmlUnavailable, discover_gpus
+from resources.local_executor import LocalGpuExecutor
+
+# dagster-pipes itself (open_pipes_session) touches a preview API; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")
+
+
+def _materialize(executor: LocalGpuExecutor, request, checkpoint_dir: Path, nvml_module, instance):
+    @dg.asset
+    def training_run(context: dg.AssetExecutionContext, gpu_executor: LocalGpuExecutor):
+        invocation = gpu_executor.run(context, request, checkpoint_dir, nvml_module=nvml_module)
+        return invocation.get_materialize_result()
+
+    return dg.materialize(
+        [training_run], resources={"gpu_executor": executor}, instance=instance, raise_on_error=False
+    )
+
+
+def _metadata(result) -> dict[str, str]:
+    (mat,) = result.asset_materializations_for_node("training_run")
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def _messages(instance, result) -> list[str]:
+    return [e.user_message for e in instance.all_logs(result.run_id)]
+
+
+def test_gpus_from_fake_nvml(tmp_path: Path, make_request) -> None:
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="7")
+    with dg.instance_for_test() as instance:
+        result = _materialize(
+            executor, make_request(gpu_count=2), tmp_path / "ckpt", FakeNvml(count=4), instance
+        )
+        assert result.success
+        meta = _metadata(result)
+        assert meta["cuda_visible_devices"] == "0,1"
+        assert meta["extras_gpus"] == "0,1"
+        assert meta["cuda_device_order"] == "PCI_BUS_ID"
+        assert meta["checkpoint_dir"] == str(tmp_path / "ckpt")
+        assert meta["request_id"] == "req-20261129-local-report"
+        assert meta["own_env"] == "on"
+        assert (tmp_path / "ckpt").is_dir()
+        messages = _messages(instance, result)
+        assert any("NVML inventory: 4 GPU(s)" in m for m in messages)
+        assert not any("no NVML" in m for m in messages)
+    assert executor.inventory(FakeNvml(count=4)).source == "nvml"
+
+
+def test_gpus_from_configured_inventory_when_nvml_fails(tmp_path: Path, make_request) -> None:
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="2,3,5")
+    no_driver = FakeNvml(fail_init="NVML Shared Library Not Found")
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, make_request(gpu_count=2), tmp_path / "ckpt", no_driver, instance)
+        assert result.success
+        assert _metadata(result)["cuda_visible_devices"] == "2,3"
+        messages = _messages(instance, result)
+        assert any(
+            "no NVML (nvmlInit failed: NVML Shared Library Not Found): using configured inventory "
+            "GPU_PLATFORM_LOCAL_GPUS=2,3,5" in m
+            for m in messages
+        ), messages
+
+
+def test_configured_inventory_from_env(tmp_path: Path, make_request, monkeypatch) -> None:
+    monkeypatch.setenv("GPU_PLATFORM_LOCAL_GPUS", "1")
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), use_nvml=False)
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, make_request(gpu_count=1), tmp_path / "ckpt", None, instance)
+        assert result.success
+        assert _metadata(result)["cuda_visible_devices"] == "0"
+        assert any("GPU_PLATFORM_LOCAL_GPUS=1" in m for m in _messages(instance, result))
+
+
+def test_not_enough_gpus_fails_plainly(tmp_path: Path, make_request) -> None:
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="")
+    with dg.instance_for_test() as instance:
+        result = _materialize(
+            executor, make_request(gpu_count=1), tmp_path / "ckpt", FakeNvml(fail_init="x"), instance
+        )
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.is_step_failure]
+        text = failure.step_failure_data.error.message
+        assert "cannot get 1 GPU(s)" in text and "set GPU_PLATFORM_LOCAL_GPUS" in text
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def test_timeout_kills_process_group_and_fails_step(tmp_path: Path, make_request) -> None:
+    pid_file = tmp_path / "child.pid"
+    request = make_request("sleep", 1, timedelta(seconds=1), str(pid_file))
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), kill_grace_seconds=1.0)
+    started = time.monotonic()
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, request, tmp_path / "ckpt", FakeNvml(count=1), instance)
+    assert time.monotonic() - started < 20
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    text = failure.step_failure_data.error.message
+    assert "request req-20261129-local-sleep exceeded its timeout of 1s" in text
+    assert "process group" in text
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the job's child process outlived the timeout"
+    # The GPU went back to the pool.
+    assert executor.inventory(FakeNvml(count=1)).indices == (0,)
+    from gpu_platform.gpus import LocalGpuAllocator
+
+    assert LocalGpuAllocator([0], tmp_path / "state").allocations() == {}
+
+
+def test_nonzero_exit_fails_step(tmp_path: Path, make_request) -> None:
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"))
+    with dg.instance_for_test() as instance:
+        result = _materialize(
+            executor, make_request("fail", 1), tmp_path / "ckpt", FakeNvml(count=1), instance
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "exited with code 3" in failure.step_failure_data.error.message
+
+
+@pytest.mark.gpu
+def test_real_nvml_inventory_and_run(tmp_path: Path, make_request) -> None:
+    try:
+        devices = discover_gpus()
+    except NvmlUnavailable as exc:
+        message = "needs an NVIDIA GPU with a driver (NVML); run on a GPU node with: make test-gpu"
+        if os.environ.get("GPU_PLATFORM_REQUIRE_GPU"):
+            pytest.fail(f"{message} ({exc.reason})")
+        pytest.skip(message)
+    assert devices, "NVML initialized but reports no GPU"
+    assert [d.index for d in devices] == list(range(len(devices)))
+    assert all(d.uuid.startswith(("GPU-", "MIG-")) and d.memory_mib > 0 for d in devices)
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"))
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, make_request(gpu_count=1), tmp_path / "ckpt", None, instance)
+        assert result.success
+        assert _metadata(result)["cuda_visible_devices"] == "0"
+        assert any(m.startswith("NVML inventory:") for m in _messages(instance, result))
