@@ -31,12 +31,17 @@ from resources.settings import PlatformSettings
 
 WORKLOAD_JOB = "gpu_workload_job"
 
-gpu_workload_job = dg.define_asset_job(
-    WORKLOAD_JOB,
-    selection=dg.AssetSelection.assets(*WORKLOAD_KINDS),
-    partitions_def=requests_partitions,
-    description="Runs one admitted request's workload asset (launched by admission_sensor only).",
-)
+
+
+def make_workload_job(executor_def: dg.ExecutorDefinition | None = None):
+    """The job the gate launches, one run per admitted request (k8s_job_executor in production)."""
+    return dg.define_asset_job(
+        WORKLOAD_JOB,
+        selection=dg.AssetSelection.assets(*WORKLOAD_KINDS),
+        partitions_def=requests_partitions,
+        executor_def=executor_def,
+        description="Runs one admitted request's workload asset (launched by admission_sensor only).",
+    )
 
 _STATUS = {
     dg.DagsterRunStatus.SUCCESS: "success",
@@ -78,17 +83,18 @@ def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
     return out
 
 
-def _run_request(launch: Launch) -> dg.RunRequest:
+def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=launch.run_key,
         partition_key=launch.request_id,
         asset_selection=[dg.AssetKey(launch.workload)],
         tags=dict(launch.tags),
+        run_config=run_config or {},
     )
 
 
 @dg.sensor(
-    job=gpu_workload_job,
+    job_name=WORKLOAD_JOB,
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Admits pending GPU requests by policy, launches them, and preempts per the engine.",
@@ -135,13 +141,20 @@ def admission_sensor(
             if not waiting
             else f"{waiting} request(s) wait; head of queue: {plan.waits[0].message}"
         )
+    by_id = {s.request_id: s.request for s in states}
+    if settings.executor == "k8s":
+        from resources.k8s import k8s_run_config
+
+        run_requests = [_run_request(x, k8s_run_config(by_id[x.request_id], x.flavor, pol)) for x in launches]
+    else:
+        run_requests = [_run_request(x) for x in launches]
     return dg.SensorResult(
-        run_requests=[_run_request(launch) for launch in launches],
+        run_requests=run_requests,
         dynamic_partitions_requests=[requests_partitions.build_add_request([launch.request_id for launch in launches])]
         if launches
         else [],
     )
 
 
-gate_jobs = [submit_request, gpu_workload_job]
+gate_jobs = [submit_request]
 gate_sensors = [admission_sensor]
