@@ -6,6 +6,7 @@ import click
 
 
 def commands() -> list[click.Command]:
+    from gpu_platform.admission.cli import admit, kueue
     from gpu_platform.k8s_cli import dagster_config, k8s
 
-    return [k8s, dagster_config]
+    return [admit, kueue, k8s, dagster_config]

@@ -1,30 +1,59 @@
-"""Seed a realistic demo: requests for every lane in the ledger under GPU_PLATFORM_HOME.
+"""Seed a realistic demo under GPU_PLATFORM_HOME and DAGSTER_HOME.
 
-`python -m gpu_platform.demo seed` is what `make demo` runs before starting the UI. Seeding is
-idempotent: a ledger that already holds requests is left as it is.
+`python -m gpu_platform.demo seed` is what `make demo` runs before starting the UI:
+- writes `$DAGSTER_HOME/dagster.yaml` from the policy (queued runs limited per lane);
+- submits a request for every lane, plus a release chain, to the ledger; the admission sensor
+  (running in `dagster dev`'s daemon) admits and launches them as the policy allows;
+- loads demo DCGM telemetry and FOCUS billing for yesterday into the warehouse so the cost
+  assets have data to price.
+Seeding is idempotent: what is already there is left as it is.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
 from gpu_platform.ledger import Ledger, default_ledger_url
 from gpu_platform.policy import load_policy
 from gpu_platform.requests import validate_request_file
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "requests"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "requests"
 
 
-def seed(examples: Path = EXAMPLES) -> list[str]:
-    policy = load_policy()
+def write_instance_yaml(dagster_home: Path) -> Path:
+    policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    path = dagster_home / "dagster.yaml"
+    path.write_text(render_instance_yaml(dagster_instance_yaml(policy), policy))
+    return path
+
+
+def seed_ledger(examples: Path = EXAMPLES) -> list[str]:
+    policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
     ledger = Ledger(default_ledger_url())
     if ledger.count()[0]:
         print(f"demo: ledger {ledger.url} already seeded ({ledger.count()[0]} requests)")
         return []
-    ids = [ledger.submit(validate_request_file(p, policy)) for p in sorted(examples.glob("*.yaml"))]
+    files = sorted(examples.glob("*.yaml")) + sorted((examples / "release_chain").glob("*.yaml"))
+    ids = [ledger.submit(validate_request_file(p, policy)) for p in files]
     print(f"demo: submitted {len(ids)} requests to {ledger.url}")
     return ids
+
+
+def seed() -> None:
+    home = os.environ.get("DAGSTER_HOME")
+    if home:
+        print(f"demo: wrote {write_instance_yaml(Path(home))}")
+    seed_ledger()
+    try:
+        from gpu_platform.demo_costs import seed_costs
+    except ImportError:
+        return
+    seed_costs()
 
 
 def main(argv: list[str]) -> int:

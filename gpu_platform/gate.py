@@ -18,20 +18,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpu_platform.admission.engine import admit_until_stable
-from gpu_platform.admission.model import (
-    ClusterQueueSpec,
-    ClusterState,
-    CycleResult,
-    FlavorSpec,
-    PendingInfo,
-    Preemption,
-    Rejection,
-    ResourceQuota,
-    Workload,
-)
+from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
+from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
 from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
-from gpu_platform.policy import GPU, Policy
-from gpu_platform.requests import JobRequest, matching_flavors
+from gpu_platform.policy import Policy
 
 TAG_REQUEST_ID = "gpu-platform/request-id"
 TAG_LANE = "gpu-platform/lane"
@@ -111,78 +101,19 @@ def build_state(
     """The admission engine's input from the policy and the ledger's pending and admitted requests.
 
     spent: budget already reserved per lane in the current period (`Ledger.reserved_by_lane`).
+    Queue order is submission order (`submitted_at`), kept across preemption and requeue.
     """
-    states = list(states)
-    spent = spent or {}
-    queues = []
-    for lane in policy.lanes.values():
-        p = lane.preemption
-        queues.append(
-            ClusterQueueSpec(
-                name=lane.name,
-                quotas=tuple(
-                    ResourceQuota(q.flavor_name, q.resource, q.nominal_quota, q.borrowing_limit, q.lending_limit)
-                    for q in lane.quotas
-                ),
-                cohort=lane.cohort_name,
-                queueing_strategy=lane.queueing_strategy,
-                within_cluster_queue=p.within_cluster_queue,
-                reclaim_within_cohort=p.reclaim_within_cohort,
-                borrow_within_cohort=p.borrow_within_cohort.policy,
-                max_priority_threshold=p.borrow_within_cohort.max_priority_threshold,
-                yields_to=lane.yields_to,
-                protected=lane.protected,
-                fair_sharing_weight=lane.fair_sharing_weight,
-                budget_remaining=float(lane.budget - spent.get(lane.name, Decimal(0))),
-                budget_total=float(lane.budget),
-            )
-        )
-    flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.capacity)) for f in policy.flavors)
     admitted, pending = [], []
     for s in states:
-        wl = _workload(policy, s, checkpointed)
-        if wl is None:
+        if s.request.lane not in policy.lanes:
             continue
         if s.state in ACTIVE_STATES:
-            admitted.append(wl)
+            admitted.append(
+                AdmittedRequest(s.request, s.flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id)
+            )
         elif s.state in PENDING_STATES:
-            pending.append(wl)
-    return ClusterState(
-        cluster_queues=tuple(queues),
-        flavors=flavors,
-        admitted=tuple(admitted),
-        pending=tuple(pending),
-        cohorts=tuple(c.name for c in policy.cohorts),
-        fair_sharing=policy.fair_sharing.enabled,
-        now=_ts(now),
-    )
-
-
-def _workload(policy: Policy, s: RequestState, checkpointed: Callable[[str], bool]) -> Workload | None:
-    req: JobRequest = s.request
-    lane = policy.lanes.get(req.lane or "")
-    if lane is None:
-        return None
-    requests: dict[str, float] = {GPU: float(req.gpu_count or 0)}
-    if req.cpu:
-        requests["cpu"] = req.cpu
-    if req.memory_gib:
-        requests["memory"] = req.memory_gib
-    return Workload(
-        name=s.request_id,
-        cq=lane.name,
-        requests=requests,
-        priority=lane.priority,
-        created_at=_ts(s.submitted_at),
-        admitted_at=_ts(s.updated_at),
-        flavor=s.flavor if s.state in ACTIVE_STATES else None,
-        allowed_flavors=tuple(matching_flavors(policy, lane.name, req.gpu_type)),
-        evidence=lane.evidence,
-        checkpointed=checkpointed(s.request_id) if s.state in ACTIVE_STATES else False,
-        safety_approval=bool(req.safety_approval),
-        max_cost=float(req.max_cost) if req.max_cost is not None else None,
-        expected_duration_s=req.expected_duration.total_seconds() if req.expected_duration else None,
-    )
+            pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id))
+    return from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
 
 
 def plan_tick(

@@ -1,0 +1,47 @@
+"""Admission engine: Kueue's quota and preemption semantics, the platform's lane rules, readable
+reasons with queue positions, and the policy exported as Kueue manifests. Pure Python (no Dagster).
+
+`schedule_cycle(state)` runs one cycle; `admit_until_stable(state)` runs cycles back to back (the
+gate); `preemption_targets(state, preemptor, flavor)` picks victims; `from_policy(...)` builds the
+state from the policy and job requests.
+"""
+
+from __future__ import annotations
+
+from gpu_platform.admission.engine import admit_until_stable, apply_result, preemption_targets, schedule_cycle
+from gpu_platform.admission.model import (
+    Admission,
+    ClusterQueueSpec,
+    ClusterState,
+    CycleResult,
+    FlavorFungibility,
+    FlavorSpec,
+    PendingInfo,
+    Preemption,
+    Rejection,
+    ResourceQuota,
+    Workload,
+)
+from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy, workload_for
+
+__all__ = [
+    "Admission",
+    "AdmittedRequest",
+    "ClusterQueueSpec",
+    "ClusterState",
+    "CycleResult",
+    "FlavorFungibility",
+    "FlavorSpec",
+    "PendingInfo",
+    "PendingRequest",
+    "Preemption",
+    "Rejection",
+    "ResourceQuota",
+    "Workload",
+    "admit_until_stable",
+    "apply_result",
+    "from_policy",
+    "preemption_targets",
+    "schedule_cycle",
+    "workload_for",
+]

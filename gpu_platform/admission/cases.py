@@ -1,0 +1,233 @@
+"""Case files (tests/fixtures/admission/*.yaml): load, run, and check expectations.
+
+Format and contract: /work/shared/reference/admission-cases/README.md (copied beside the fixtures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpu_platform.admission.engine import admit_until_stable, preemption_targets, schedule_cycle
+from gpu_platform.admission.model import (
+    INADMISSIBLE,
+    ClusterQueueSpec,
+    ClusterState,
+    FlavorFungibility,
+    FlavorSpec,
+    ResourceQuota,
+    Workload,
+)
+
+
+def _flavor(raw: Any) -> FlavorSpec:
+    if isinstance(raw, str):
+        return FlavorSpec(raw)
+    return FlavorSpec(str(raw["name"]), bool(raw.get("spot", False)), raw.get("capacity"))
+
+
+def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
+    pre = raw.get("preemption") or {}
+    bwc = pre.get("borrowWithinCohort") or {}
+    quotas = tuple(
+        ResourceQuota(
+            str(q["flavor"]),
+            str(q["resource"]),
+            float(q.get("nominal", 0)),
+            None if q.get("borrowingLimit") is None else float(q["borrowingLimit"]),
+            None if q.get("lendingLimit") is None else float(q["lendingLimit"]),
+        )
+        for q in raw.get("quotas") or []
+    )
+    yt = raw.get("yields_to")
+    return ClusterQueueSpec(
+        name=str(raw["name"]),
+        quotas=quotas,
+        cohort=raw.get("cohort"),
+        queueing_strategy=raw.get("queueingStrategy", "BestEffortFIFO"),
+        within_cluster_queue=pre.get("withinClusterQueue", "Never"),
+        reclaim_within_cohort=pre.get("reclaimWithinCohort", "Never"),
+        borrow_within_cohort=bwc.get("policy", "Never"),
+        max_priority_threshold=bwc.get("maxPriorityThreshold"),
+        yields_to=None if yt is None else tuple(yt),
+        protected=bool(raw.get("protected", False)),
+        fair_sharing_weight=float((raw.get("fairSharing") or {}).get("weight", raw.get("weight", 1.0))),
+        budget_remaining=raw.get("budget_remaining"),
+        budget_total=raw.get("budget_total"),
+    )
+
+
+def _wl(raw: Mapping[str, Any]) -> Workload:
+    allowed = raw.get("allowed_flavors")
+    return Workload(
+        name=str(raw["name"]),
+        cq=str(raw["cq"]),
+        requests={str(k): float(v) for k, v in (raw.get("requests") or {}).items()},
+        priority=int(raw.get("priority", 0)),
+        created_at=float(raw.get("created_at", 0)),
+        admitted_at=float(raw.get("admitted_at", 0)),
+        flavor=raw.get("flavor"),
+        allowed_flavors=None if allowed is None else tuple(allowed),
+        evidence=bool(raw.get("evidence", False)),
+        checkpointed=bool(raw.get("checkpointed", False)),
+        safety_approval=bool(raw.get("safety_approval", False)),
+        max_cost=None if raw.get("max_cost") is None else float(raw["max_cost"]),
+        expected_duration_s=None
+        if raw.get("expected_duration_s") is None
+        else float(raw["expected_duration_s"]),
+    )
+
+
+def state_from_case(case: Mapping[str, Any]) -> ClusterState:
+    cohorts = []
+    for c in case.get("cohorts") or []:
+        cohorts.append(c if isinstance(c, str) else str(c["name"]))
+    ff = case.get("flavor_fungibility") or {}
+    fs = case.get("fair_sharing")
+    fair = bool(fs.get("enabled", True)) if isinstance(fs, dict) else bool(fs)
+    return ClusterState(
+        cluster_queues=tuple(_cq(c) for c in case.get("cluster_queues") or []),
+        flavors=tuple(_flavor(f) for f in case.get("flavors") or []),
+        admitted=tuple(_wl(w) for w in case.get("admitted") or []),
+        pending=tuple(_wl(w) for w in case.get("pending") or []),
+        cohorts=tuple(cohorts),
+        fair_sharing=fair,
+        flavor_fungibility=FlavorFungibility(
+            ff.get("whenCanBorrow", "MayStopSearch"), ff.get("whenCanPreempt", "TryNextFlavor")
+        ),
+        now=float(case.get("now", 0)),
+    )
+
+
+@dataclass
+class CaseOutcome:
+    id: str
+    output: dict[str, Any]
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def run_case(case: Mapping[str, Any]) -> CaseOutcome:
+    state = state_from_case(case)
+    kind = case.get("kind", "schedule_cycle")
+    cid = str(case.get("id"))
+    if kind == "preemption_targets":
+        preempted = []
+        for p in state.pending:
+            flavor = p.flavor or next(
+                iter(q.flavor for c in state.cluster_queues if c.name == p.cq for q in c.quotas)
+            )
+            preempted += preemption_targets(state, p, flavor)
+        out = {
+            "id": cid,
+            "admitted": [],
+            "preempted": [{"name": p.victim, "reason": p.reason} for p in preempted],
+            "pending": [
+                {"name": p.name, "reason": "PendingPreemption" if preempted else INADMISSIBLE}
+                for p in state.pending
+            ],
+        }
+        pending_by_cq: dict[str, set[str]] = {}
+        inadmissible: dict[str, set[str]] = {}
+    elif kind in ("schedule_cycle", "admit_until_stable"):
+        res = schedule_cycle(state) if kind == "schedule_cycle" else admit_until_stable(state)
+        out = {
+            "id": cid,
+            "admitted": [a.name for a in res.admitted],
+            "admitted_flavors": {a.name: a.flavor for a in res.admitted},
+            "preempted": [
+                {"name": p.victim, "reason": p.reason, "message": p.message} for p in res.preempted
+            ],
+            "pending": [
+                {
+                    "name": p.name,
+                    "cq": p.cq,
+                    "reason": p.reason_code,
+                    "message": p.message,
+                    "position": p.position,
+                    "of": p.of,
+                    "estimated_start": p.estimated_start,
+                }
+                for p in res.pending
+            ],
+            "rejected": [
+                {"name": r.name, "reason": r.reason_code, "message": r.message} for r in res.rejected
+            ],
+        }
+        pending_by_cq = {}
+        inadmissible = {}
+        for p in res.pending:
+            pending_by_cq.setdefault(p.cq, set()).add(p.name)
+            if p.reason_code == INADMISSIBLE:
+                inadmissible.setdefault(p.cq, set()).add(p.name)
+    else:
+        return CaseOutcome(cid, {"id": cid}, [f"unknown kind {kind!r}"])
+    outcome = CaseOutcome(cid, out)
+    _check(case.get("expected") or {}, out, pending_by_cq, inadmissible, outcome.failures, kind)
+    return outcome
+
+
+def _check(exp, out, pending_by_cq, inadmissible, failures: list[str], kind: str) -> None:
+    got_pre = {p["name"]: p["reason"] for p in out["preempted"]}
+    if "preempted" in exp:
+        want = {p["name"]: p.get("reason") for p in exp["preempted"] or []}
+        if set(want) != set(got_pre):
+            failures.append(f"preempted: expected {sorted(want)}, got {sorted(got_pre)}")
+        for name, reason in want.items():
+            if reason is not None and name in got_pre and got_pre[name] != reason:
+                failures.append(f"preempted[{name}].reason: expected {reason}, got {got_pre[name]}")
+    for name in exp.get("not_preempted") or []:
+        if name in got_pre:
+            failures.append(f"not_preempted: {name} was preempted ({got_pre[name]})")
+    if "admitted_this_cycle" in exp:
+        want = sorted(exp["admitted_this_cycle"] or [])
+        if want != sorted(out["admitted"]):
+            failures.append(f"admitted_this_cycle: expected {want}, got {sorted(out['admitted'])}")
+    if exp.get("pending_admitted") is False and out["admitted"]:
+        failures.append(f"pending_admitted: expected none admitted, got {out['admitted']}")
+    for name, flavor in (exp.get("admitted_flavors") or {}).items():
+        got = out.get("admitted_flavors", {}).get(name)
+        if got != flavor:
+            failures.append(f"admitted_flavors[{name}]: expected {flavor}, got {got}")
+    for key, got_map in (("left_pending", pending_by_cq), ("left_inadmissible", inadmissible)):
+        for cq, names in (exp.get(key) or {}).items():
+            if kind == "preemption_targets":
+                continue
+            if set(names or []) != got_map.get(cq, set()):
+                failures.append(
+                    f"{key}[{cq}]: expected {sorted(names or [])}, got {sorted(got_map.get(cq, set()))}"
+                )
+    if "rejected" in exp:
+        want = sorted(exp["rejected"] or [])
+        got = sorted(r["name"] for r in out.get("rejected", []))
+        if want != got:
+            failures.append(f"rejected: expected {want}, got {got}")
+    reasons = {p["name"]: p for p in out["pending"]}
+    for name, spec in (exp.get("pending_reasons") or {}).items():
+        got = reasons.get(name)
+        if got is None:
+            failures.append(f"pending_reasons[{name}]: not pending")
+            continue
+        if isinstance(spec, str):
+            spec = {"reason": spec}
+        for k, v in spec.items():
+            if k == "message_contains":
+                for part in [v] if isinstance(v, str) else v:
+                    if part not in got.get("message", ""):
+                        failures.append(
+                            f"pending_reasons[{name}].message: {part!r} not in {got.get('message')!r}"
+                        )
+            elif got.get(k) != v:
+                failures.append(f"pending_reasons[{name}].{k}: expected {v!r}, got {got.get(k)!r}")
+
+
+def load_cases(path: str | Path) -> list[dict[str, Any]]:
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    return list(raw.get("cases") or [])

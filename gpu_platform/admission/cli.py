@@ -1,0 +1,93 @@
+"""Click commands for the admission engine; the main CLI adds them with `main.add_command(...)`.
+
+`gpu-platform admit --cases FILE` runs a case file (contract: tests/fixtures/admission/README.md)
+and prints one JSON object per case; it exits 1 when any case's expectation is not met.
+`gpu-platform kueue export [--policy FILE] --out DIR` writes the policy as Kueue manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpu_platform.admission.cases import load_cases, run_case
+
+
+@click.command("admit")
+@click.option(
+    "--cases",
+    "case_files",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Admission case file (YAML); repeat for several.",
+)
+@click.option("--only", default=None, help="Run only the case with this id.")
+@click.option("--summary/--no-summary", default=False, help="Print a table of results to stderr.")
+def admit(case_files: tuple[str, ...], only: str | None, summary: bool) -> None:
+    """Run admission cases and check their expectations."""
+    failed = 0
+    rows = []
+    for path in case_files:
+        for case in load_cases(path):
+            if only is not None and case.get("id") != only:
+                continue
+            outcome = run_case(case)
+            click.echo(json.dumps(outcome.output, sort_keys=False))
+            if not outcome.ok:
+                failed += 1
+                for f in outcome.failures:
+                    click.echo(f"FAIL {outcome.id}: {f}", err=True)
+            rows.append((path, outcome.id, "ok" if outcome.ok else "FAIL"))
+    if summary:
+        table = Table(title="admission cases")
+        for col in ("file", "case", "result"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(*r)
+        Console(file=sys.stderr).print(table)
+    if not rows:
+        raise click.ClickException("no cases matched")
+    if failed:
+        click.echo(f"{failed} of {len(rows)} case(s) failed", err=True)
+        sys.exit(1)
+    click.echo(f"{len(rows)} case(s) passed", err=True)
+
+
+@click.group("kueue")
+def kueue() -> None:
+    """Kueue manifests generated from the policy."""
+
+
+@kueue.command("export")
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Policy file (default: the packaged default policy).",
+)
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory to write into."
+)
+def export(policy_file: str | None, out_dir: str) -> None:
+    """Write ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests."""
+    from gpu_platform.admission.kueue_export import write_manifests
+    from gpu_platform.policy import PolicyError, load_policy
+
+    try:
+        policy = load_policy(policy_file)
+    except PolicyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    paths = write_manifests(policy, out_dir)
+    kinds = Counter(p.name.split("-", 1)[0] for p in paths)
+    click.echo(
+        f"wrote {len(paths)} manifests to {out_dir} ("
+        + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        + ")"
+    )

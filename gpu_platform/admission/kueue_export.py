@@ -1,0 +1,164 @@
+"""The policy as Kueue manifests (kueue.x-k8s.io/v1beta2), so cluster and platform agree.
+
+One ResourceFlavor per flavor, one Cohort per cohort, one ClusterQueue per lane, one LocalQueue per
+(team namespace, lane), one WorkloadPriorityClass per lane. Kubernetes names cannot hold `_`, so
+lane `release_eval` becomes ClusterQueue `release-eval`. Lane rules Kueue cannot express
+(protected, yields_to, evidence, budget) travel as `gpu-platform.io/*` annotations; the admission
+gate enforces them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpu_platform.policy import GPU, Lane, Policy
+
+API = "kueue.x-k8s.io/v1beta2"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+POOL_LABEL = "gpu-platform.io/node-pool"
+_MANAGED = {"app.kubernetes.io/managed-by": "gpu-platform"}
+
+
+def k8s_name(name: str) -> str:
+    return name.replace("_", "-").lower()
+
+
+def priority_class_name(lane: str) -> str:
+    return f"gpu-platform-{k8s_name(lane)}"
+
+
+def quantity(resource: str, amount: float) -> int | str:
+    """Quota amounts as Kubernetes quantities: memory (GiB in the policy) as `<n>Gi`."""
+    if resource == "memory":
+        return f"{amount:g}Gi"
+    if float(amount).is_integer():
+        return int(amount)
+    if resource == "cpu":
+        return f"{round(amount * 1000)}m"
+    return f"{amount:g}"
+
+
+def _meta(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "labels": dict(_MANAGED), **extra}
+
+
+def resource_flavor(policy: Policy, name: str) -> dict[str, Any]:
+    f = policy.flavor(name)
+    labels = {PRODUCT_LABEL: f.gpu_product, POOL_LABEL: f.node_pool, **f.node_labels}
+    spec: dict[str, Any] = {"nodeLabels": labels}
+    if f.taints:
+        spec["tolerations"] = [
+            {"key": t.key, "operator": "Equal" if t.value is not None else "Exists", "effect": t.effect}
+            | ({"value": t.value} if t.value is not None else {})
+            for t in f.taints
+        ]
+    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": _meta(f.name), "spec": spec}
+
+
+def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
+    resources = list(
+        dict.fromkeys([GPU] * any(q.resource == GPU for q in lane.quotas) + [q.resource for q in lane.quotas])
+    )
+    flavors = []
+    for fname in lane.flavor_names:
+        entries = []
+        for r in resources:
+            q = lane.quota(fname, r)
+            entry: dict[str, Any] = {"name": r, "nominalQuota": quantity(r, q.nominal_quota if q else 0)}
+            if q is not None and q.borrowing_limit is not None:
+                entry["borrowingLimit"] = quantity(r, q.borrowing_limit)
+            if q is not None and q.lending_limit is not None:
+                entry["lendingLimit"] = quantity(r, q.lending_limit)
+            entries.append(entry)
+        flavors.append({"name": fname, "resources": entries})
+    pre = lane.preemption
+    preemption: dict[str, Any] = {
+        "withinClusterQueue": pre.within_cluster_queue,
+        "reclaimWithinCohort": pre.reclaim_within_cohort,
+    }
+    if pre.borrow_within_cohort.policy != "Never":
+        bwc: dict[str, Any] = {"policy": pre.borrow_within_cohort.policy}
+        if pre.borrow_within_cohort.max_priority_threshold is not None:
+            bwc["maxPriorityThreshold"] = pre.borrow_within_cohort.max_priority_threshold
+        preemption["borrowWithinCohort"] = bwc
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "queueingStrategy": lane.queueing_strategy,
+        "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
+        "preemption": preemption,
+    }
+    if lane.cohort_name is not None:
+        spec["cohortName"] = lane.cohort_name
+    if policy.fair_sharing.enabled:
+        spec["fairSharing"] = {"weight": quantity("weight", lane.fair_sharing_weight)}
+    annotations = {
+        "gpu-platform.io/lane": lane.name,
+        "gpu-platform.io/priority": str(lane.priority),
+        "gpu-platform.io/protected": str(lane.protected).lower(),
+        "gpu-platform.io/evidence": str(lane.evidence).lower(),
+        "gpu-platform.io/budget": f"{lane.budget} {policy.currency}/{policy.budget_period}",
+    }
+    if lane.yields_to is not None:
+        annotations["gpu-platform.io/yields-to"] = ",".join(lane.yields_to)
+    return {
+        "apiVersion": API,
+        "kind": "ClusterQueue",
+        "metadata": _meta(k8s_name(lane.name), annotations=annotations),
+        "spec": spec,
+    }
+
+
+def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
+    """Every manifest, in apply order: flavors, cohorts, priority classes, cluster queues, local queues."""
+    out: list[dict[str, Any]] = [resource_flavor(policy, f.name) for f in policy.flavors]
+    for c in policy.cohorts:
+        meta = _meta(c.name)
+        if c.description:
+            meta["annotations"] = {"gpu-platform.io/description": c.description}
+        out.append({"apiVersion": API, "kind": "Cohort", "metadata": meta, "spec": {}})
+    lanes = policy.lanes_by_priority()
+    for lane in lanes:
+        out.append(
+            {
+                "apiVersion": API,
+                "kind": "WorkloadPriorityClass",
+                "metadata": _meta(priority_class_name(lane.name)),
+                "value": lane.priority,
+                "description": f"gpu-platform lane {lane.name}",
+            }
+        )
+    out += [cluster_queue(policy, lane) for lane in lanes]
+    for team in policy.teams.values():
+        for lane in lanes:
+            out.append(
+                {
+                    "apiVersion": API,
+                    "kind": "LocalQueue",
+                    "metadata": _meta(k8s_name(lane.name), namespace=team.namespace),
+                    "spec": {"clusterQueue": k8s_name(lane.name)},
+                }
+            )
+    return out
+
+
+def manifest_filename(m: dict[str, Any]) -> str:
+    meta = m["metadata"]
+    ns = f"{meta['namespace']}-" if "namespace" in meta else ""
+    return f"{m['kind'].lower()}-{ns}{meta['name']}.yaml"
+
+
+def write_manifests(policy: Policy, out_dir: str | Path) -> list[Path]:
+    """Write one YAML file per manifest (plus `all.yaml`, every manifest in apply order)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifests = kueue_manifests(policy)
+    paths = []
+    for m in manifests:
+        p = out / manifest_filename(m)
+        p.write_text(yaml.safe_dump(m, sort_keys=False))
+        paths.append(p)
+    (out / "all.yaml").write_text(yaml.safe_dump_all(manifests, sort_keys=False))
+    return paths

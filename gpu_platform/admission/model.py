@@ -1,0 +1,199 @@
+"""Admission engine data model: frozen dataclasses in Kueue's words.
+
+Amounts are plain numbers in the resource's unit (`nvidia.com/gpu` in GPUs, `cpu` in cores,
+`memory` in GiB). Times are seconds on one clock (`created_at`, `admitted_at`, `now`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+NEVER = "Never"
+LOWER_PRIORITY = "LowerPriority"
+LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
+ANY = "Any"
+
+STRICT_FIFO = "StrictFIFO"
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+# Kueue condition types and reasons.
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+INADMISSIBLE = "Inadmissible"
+PREEMPTED = "Preempted"
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+
+# Our reason codes for pending workloads (condition QuotaReserved=False).
+PENDING = "Pending"
+PENDING_PREEMPTION = "PendingPreemption"
+BUDGET_EXHAUSTED = "BudgetExhausted"
+BUDGET_EXCEEDED = "BudgetExceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuota:
+    """Quota of one cluster queue for one (flavor, resource).
+
+    borrowing_limit=None: no limit on borrowing from the cohort (ignored without a cohort).
+    lending_limit=None: all of the nominal quota may be lent to the cohort.
+    """
+
+    flavor: str
+    resource: str
+    nominal: float
+    borrowing_limit: float | None = None
+    lending_limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorSpec:
+    """A ResourceFlavor. capacity=None: no physical ceiling beyond the quotas (Kueue's view)."""
+
+    name: str
+    spot: bool = False
+    capacity: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueSpec:
+    """A Kueue ClusterQueue plus the platform's lane rules.
+
+    Flavors are tried in the order of their first quota entry.
+    max_priority_threshold=None: borrow_within_cohort may preempt any priority below the preemptor's.
+    yields_to=None: plain Kueue rules decide who may preempt this queue's workloads; a tuple: only
+    preemptors from those queues, or carrying a safety approval, may.
+    protected: this queue's workloads are never preemption victims.
+    budget_remaining=None: no budget cap; budget_total=None: no lifetime cap (nothing is rejected).
+    """
+
+    name: str
+    quotas: tuple[ResourceQuota, ...]
+    cohort: str | None = None
+    queueing_strategy: str = BEST_EFFORT_FIFO
+    within_cluster_queue: str = NEVER
+    reclaim_within_cohort: str = NEVER
+    borrow_within_cohort: str = NEVER
+    max_priority_threshold: int | None = None
+    yields_to: tuple[str, ...] | None = None
+    protected: bool = False
+    fair_sharing_weight: float = 1.0
+    budget_remaining: float | None = None
+    budget_total: float | None = None
+
+    @property
+    def flavors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(q.flavor for q in self.quotas))
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One GPU job, pending or admitted.
+
+    flavor: the flavor an admitted workload holds quota on; on a pending one, fixes its flavor.
+    allowed_flavors=None: any flavor of its cluster queue.
+    evidence/checkpointed: an evidence-producing job is a preemption candidate only when
+    checkpointed (a resumable checkpoint and immutable logs exist).
+    max_cost=None: no cost cap checked. expected_duration_s=None: unknown (no estimate from it).
+    """
+
+    name: str
+    cq: str
+    requests: Mapping[str, float]
+    priority: int = 0
+    created_at: float = 0.0
+    admitted_at: float = 0.0
+    flavor: str | None = None
+    allowed_flavors: tuple[str, ...] | None = None
+    evidence: bool = False
+    checkpointed: bool = False
+    safety_approval: bool = False
+    max_cost: float | None = None
+    expected_duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorFungibility:
+    """Kueue's flavorFungibility (v1beta2 words): MayStopSearch | TryNextFlavor."""
+
+    when_can_borrow: str = "MayStopSearch"
+    when_can_preempt: str = "TryNextFlavor"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Everything one admission cycle looks at."""
+
+    cluster_queues: tuple[ClusterQueueSpec, ...]
+    flavors: tuple[FlavorSpec, ...]
+    admitted: tuple[Workload, ...] = ()
+    pending: tuple[Workload, ...] = ()
+    cohorts: tuple[str, ...] = ()
+    fair_sharing: bool = False
+    flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A workload that got quota this cycle (conditions QuotaReserved and Admitted)."""
+
+    name: str
+    cq: str
+    flavor: str
+    borrowing: bool
+    condition: str = ADMITTED
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running workload to evict. reason: InClusterQueue | InCohortReclamation |
+    InCohortReclaimWhileBorrowing | InCohortFairSharing."""
+
+    victim: str
+    victim_cq: str
+    preemptor: str
+    preemptor_cq: str
+    reason: str
+    message: str
+    condition: str = PREEMPTED
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    """Why a workload still waits. condition is Kueue's (QuotaReserved=False); reason_code one of
+    Inadmissible, PendingPreemption, Pending, BudgetExhausted. position is 1-based in its queue
+    (priority desc, then created_at asc). estimated_start=None: no estimate possible."""
+
+    name: str
+    cq: str
+    reason_code: str
+    condition: str
+    message: str
+    position: int
+    of: int
+    estimated_start: float | None = None
+    flavor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A workload that can never be admitted as submitted (e.g. max_cost above the lane's budget)."""
+
+    name: str
+    cq: str
+    reason_code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    admitted: list[Admission]
+    preempted: list[Preemption]
+    pending: list[PendingInfo]
+    rejected: list[Rejection]
+    cycles: int = 1

@@ -1,0 +1,158 @@
+"""Build the engine's ClusterState from the policy file and job requests.
+
+Lanes become cluster queues (quotas, cohort, preemption, yields_to, protected, budget); flavors
+keep their capacity as a physical ceiling on top of the quotas; requests become workloads whose
+flavors are restricted by `matching_flavors` and whose lane rules come from the lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gpu_platform.admission.model import (
+    ClusterQueueSpec,
+    ClusterState,
+    FlavorSpec,
+    ResourceQuota,
+    Workload,
+)
+from gpu_platform.policy import GPU, Lane, Policy
+from gpu_platform.requests import JobRequest, matching_flavors
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedRequest:
+    """A running request: the flavor it holds, when it was admitted, and whether it is checkpointed
+    with immutable logs (only then may an evidence job be preempted). name=None: request_id."""
+
+    request: JobRequest
+    flavor: str
+    admitted_at: float = 0.0
+    checkpointed: bool = False
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A waiting request and when it was submitted. name=None: request_id."""
+
+    request: JobRequest
+    created_at: float = 0.0
+    name: str | None = None
+
+
+def cluster_queue_for(lane: Lane, spent: float = 0.0) -> ClusterQueueSpec:
+    pre = lane.preemption
+    return ClusterQueueSpec(
+        name=lane.name,
+        quotas=tuple(
+            ResourceQuota(q.flavor_name, q.resource, q.nominal_quota, q.borrowing_limit, q.lending_limit)
+            for q in lane.quotas
+        ),
+        cohort=lane.cohort_name,
+        queueing_strategy=lane.queueing_strategy,
+        within_cluster_queue=pre.within_cluster_queue,
+        reclaim_within_cohort=pre.reclaim_within_cohort,
+        borrow_within_cohort=pre.borrow_within_cohort.policy,
+        max_priority_threshold=pre.borrow_within_cohort.max_priority_threshold,
+        yields_to=lane.yields_to,
+        protected=lane.protected,
+        fair_sharing_weight=lane.fair_sharing_weight,
+        budget_remaining=float(lane.budget) - spent,
+        budget_total=float(lane.budget),
+    )
+
+
+def workload_for(
+    policy: Policy,
+    req: JobRequest,
+    name: str,
+    *,
+    created_at: float = 0.0,
+    admitted_at: float = 0.0,
+    flavor: str | None = None,
+    checkpointed: bool = False,
+) -> Workload:
+    """One request as a workload: lane priority, GPU count (plus cpu/memory where the lane has quota)."""
+    lane = policy.lane(req.lane or "")
+    resources = {q.resource for q in lane.quotas}
+    requests: dict[str, float] = {GPU: float(req.gpu_count or 0)}
+    if req.cpu is not None and "cpu" in resources:
+        requests["cpu"] = float(req.cpu)
+    if req.memory_gib is not None and "memory" in resources:
+        requests["memory"] = float(req.memory_gib)
+    allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type))
+    return Workload(
+        name=name,
+        cq=lane.name,
+        requests=requests,
+        priority=lane.priority,
+        created_at=created_at,
+        admitted_at=admitted_at,
+        flavor=flavor,
+        allowed_flavors=allowed,
+        evidence=lane.evidence,
+        checkpointed=checkpointed,
+        safety_approval=bool(req.safety_approval),
+        max_cost=None if req.max_cost is None else float(req.max_cost),
+        expected_duration_s=None if req.expected_duration is None else req.expected_duration.total_seconds(),
+    )
+
+
+def from_policy(
+    policy: Policy,
+    admitted: Iterable[AdmittedRequest | Workload] = (),
+    pending: Iterable[PendingRequest | JobRequest | Workload] = (),
+    budget_spent: Mapping[str, Decimal | float] | None = None,
+    now: float = 0.0,
+) -> ClusterState:
+    """The engine's view of the policy plus running and waiting requests.
+
+    budget_spent: spend so far this budget period per lane (absent lane = 0). A bare JobRequest in
+    `pending` is created at its index (submission order); names default to request_id.
+    """
+    spent = {k: float(v) for k, v in (budget_spent or {}).items()}
+    cqs = tuple(cluster_queue_for(lane, spent.get(lane.name, 0.0)) for lane in policy.lanes_by_priority())
+    flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.capacity)) for f in policy.flavors)
+    adm: list[Workload] = []
+    for i, a in enumerate(admitted):
+        if isinstance(a, Workload):
+            adm.append(a)
+            continue
+        name = a.name or a.request.request_id or f"admitted-{i}"
+        adm.append(
+            workload_for(
+                policy,
+                a.request,
+                name,
+                admitted_at=a.admitted_at,
+                flavor=a.flavor,
+                checkpointed=a.checkpointed,
+            )
+        )
+    pend: list[Workload] = []
+    for i, p in enumerate(pending):
+        if isinstance(p, Workload):
+            pend.append(p)
+        elif isinstance(p, PendingRequest):
+            pend.append(
+                workload_for(
+                    policy,
+                    p.request,
+                    p.name or p.request.request_id or f"pending-{i}",
+                    created_at=p.created_at,
+                )
+            )
+        else:
+            pend.append(workload_for(policy, p, p.request_id or f"pending-{i}", created_at=float(i)))
+    return ClusterState(
+        cluster_queues=cqs,
+        flavors=flavors,
+        admitted=tuple(adm),
+        pending=tuple(pend),
+        cohorts=tuple(c.name for c in policy.cohorts),
+        fair_sharing=policy.fair_sharing.enabled,
+        now=now,
+    )

@@ -1,0 +1,247 @@
+"""The engine on the default policy: lanes as cluster queues, requests as workloads, lane rules,
+reasons, positions, estimated starts, budgets, spot, protected lanes, fair sharing, speed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from gpu_platform.admission import (
+    AdmittedRequest,
+    PendingRequest,
+    Workload,
+    admit_until_stable,
+    apply_result,
+    from_policy,
+    preemption_targets,
+    schedule_cycle,
+)
+from gpu_platform.admission.synthetic import synthetic_state
+from gpu_platform.policy import GPU, Policy, load_policy, parse_policy
+from gpu_platform.policy.model import default_policy_path
+from gpu_platform.requests import JobRequest
+
+
+@pytest.fixture(scope="module")
+def pol() -> Policy:
+    return load_policy()
+
+
+def req(rid: str, lane: str, gpus: int, gpu_type: str = "any", **kw) -> JobRequest:
+    return JobRequest(request_id=rid, lane=lane, gpu_count=gpus, gpu_type=gpu_type, **kw)
+
+
+def running(
+    rid: str, lane: str, gpus: int, flavor: str, at: float = 0.0, checkpointed: bool = False, **kw
+) -> AdmittedRequest:
+    return AdmittedRequest(req(rid, lane, gpus, **kw), flavor, admitted_at=at, checkpointed=checkpointed)
+
+
+def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
+    state = from_policy(pol, budget_spent={"release_eval": Decimal("1000")})
+    assert len(state.cluster_queues) == 8 and len(state.flavors) == 3
+    assert state.cohorts == ("gpu-pool",)
+    cqs = {c.name: c for c in state.cluster_queues}
+    re = cqs["release_eval"]
+    assert re.cohort == "gpu-pool" and re.queueing_strategy == "StrictFIFO"
+    assert re.yields_to == ("incident_response",) and re.reclaim_within_cohort == "Any"
+    assert re.budget_total == 60000 and re.budget_remaining == 59000
+    assert cqs["platform_maintenance"].protected
+    assert cqs["candidate_train"].borrow_within_cohort == "LowerPriority"
+    assert cqs["candidate_train"].max_priority_threshold == 200
+    q = next(q for q in cqs["candidate_train"].quotas if q.flavor == "h100-ondemand")
+    assert (q.nominal, q.borrowing_limit, q.lending_limit) == (12, 8, 6)
+    caps = {f.name: f.capacity[GPU] for f in state.flavors}
+    assert caps == {"h100-ondemand": 32, "l4-inference": 16, "a100-spot": 16}
+    assert {f.name for f in state.flavors if f.spot} == {"a100-spot"}
+
+
+def test_request_becomes_workload_with_lane_rules(pol: Policy) -> None:
+    state = from_policy(
+        pol,
+        admitted=[running("c1", "candidate_train", 4, "h100-ondemand", at=5, checkpointed=True)],
+        pending=[
+            PendingRequest(
+                req("r1", "release_eval", 2, "NVIDIA-L4", max_cost=Decimal("10"), safety_approval="SO-1"),
+                created_at=7,
+            ),
+            req("r2", "research_best_effort", 1, expected_duration="2h"),
+        ],
+    )
+    c1 = state.admitted[0]
+    assert (c1.cq, c1.priority, c1.evidence, c1.checkpointed, c1.flavor, c1.admitted_at) == (
+        "candidate_train",
+        600,
+        True,
+        True,
+        "h100-ondemand",
+        5,
+    )
+    r1, r2 = state.pending
+    assert r1.allowed_flavors == ("l4-inference",) and r1.safety_approval and r1.max_cost == 10.0
+    assert r1.created_at == 7 and r1.requests == {GPU: 2.0}
+    assert r2.allowed_flavors == ("h100-ondemand", "a100-spot") and r2.expected_duration_s == 7200
+    res = schedule_cycle(state)
+    assert {a.name: a.flavor for a in res.admitted} == {"r1": "l4-inference", "r2": "h100-ondemand"}
+
+
+def _full_h100_by_research(pol: Policy, extra=()):
+    # research borrows the whole h100 pool beyond its own 2 (limit 16): 18 GPUs, plus others' nominal.
+    adm = [running(f"sweep-{i}", "research_best_effort", 2, "h100-ondemand", at=i) for i in range(9)]
+    adm += [
+        running(f"cand-{i}", "candidate_train", 4, "h100-ondemand", at=i, checkpointed=i == 0)
+        for i in range(3)
+    ]
+    adm += [running("burn", "platform_maintenance", 2, "h100-ondemand", at=1)]
+    return list(adm) + list(extra)
+
+
+def test_release_eval_reclaims_from_research_on_the_default_policy(pol: Policy) -> None:
+    state = from_policy(
+        pol, admitted=_full_h100_by_research(pol), pending=[req("replay", "release_eval", 4, "h100-ondemand")]
+    )
+    res = schedule_cycle(state)
+    assert res.admitted == []
+    victims = {p.victim for p in res.preempted}
+    assert victims and all(v.startswith("sweep-") for v in victims)
+    assert sum(2 for _ in victims) == 4
+    assert {p.reason for p in res.preempted} == {"InCohortReclamation"}
+    assert "burn" not in victims
+    (info,) = [p for p in res.pending if p.name == "replay"]
+    assert info.reason_code == "PendingPreemption" and info.estimated_start == state.now
+    # The most recently admitted research jobs go first.
+    assert victims == {"sweep-8", "sweep-7"}
+    nxt = apply_result(state, res)
+    res2 = schedule_cycle(nxt)
+    assert [a.name for a in res2.admitted] == ["replay"]
+
+
+def test_protected_and_uncheckpointed_evidence_are_never_victims(pol: Policy) -> None:
+    adm = [running("burn", "platform_maintenance", 2, "h100-ondemand")]
+    adm += [running(f"cand-{i}", "candidate_train", 10, "h100-ondemand", at=i) for i in range(3)]
+    state = from_policy(pol, admitted=adm, pending=[req("inc", "incident_response", 4)])
+    res = schedule_cycle(state)
+    assert res.preempted == []
+    (info,) = res.pending
+    assert info.reason_code == "Inadmissible"
+    assert "evidence job not checkpointed: 3" in info.message
+    assert info.message.startswith(
+        "Inadmissible: incident_response needs 4 nvidia.com/gpu on h100-ondemand; lane uses 0/4"
+    )
+    assert info.message.endswith("position 1 of 1")
+    # Once checkpointed, the incident may take one.
+    adm2 = [replace(a, checkpointed=True) if a.request.request_id == "cand-2" else a for a in adm]
+    res2 = schedule_cycle(from_policy(pol, admitted=adm2, pending=[req("inc", "incident_response", 4)]))
+    # borrowWithinCohort is on for incident_response, so Kueue names the reason ReclaimWhileBorrowing.
+    assert [(p.victim, p.reason) for p in res2.preempted] == [("cand-2", "InCohortReclaimWhileBorrowing")]
+
+
+def test_preemption_targets_api(pol: Policy) -> None:
+    state = from_policy(pol, admitted=_full_h100_by_research(pol))
+    pre = Workload("x", "release_eval", {GPU: 6}, priority=800)
+    targets = preemption_targets(state, pre, "h100-ondemand")
+    assert [t.victim for t in targets] == ["sweep-8", "sweep-7", "sweep-6"]
+    assert all(t.preemptor == "x" and t.reason == "InCohortReclamation" for t in targets)
+
+
+def test_budget_exhausted_waits_and_never_fitting_is_rejected(pol: Policy) -> None:
+    pending = [
+        PendingRequest(req("big", "release_eval", 1, max_cost=Decimal("500")), created_at=1),
+        PendingRequest(req("ok", "release_eval", 1, max_cost=Decimal("50")), created_at=2),
+        PendingRequest(req("huge", "release_eval", 1, max_cost=Decimal("70000")), created_at=3),
+    ]
+    res = schedule_cycle(from_policy(pol, pending=pending, budget_spent={"release_eval": 59900}))
+    assert [a.name for a in res.admitted] == ["ok"]
+    assert [(r.name, r.reason_code) for r in res.rejected] == [("huge", "BudgetExceeded")]
+    (big,) = res.pending
+    assert big.reason_code == "BudgetExhausted" and big.estimated_start is None
+    assert "remaining budget 100" in big.message
+    # Admissions in one gate tick draw the budget down.
+    many = [
+        PendingRequest(req(f"j{i}", "release_eval", 1, max_cost=Decimal("40")), created_at=i)
+        for i in range(4)
+    ]
+    res = admit_until_stable(from_policy(pol, pending=many, budget_spent={"release_eval": 59900}))
+    assert [a.name for a in res.admitted] == ["j0", "j1"]
+    assert {p.reason_code for p in res.pending} == {"BudgetExhausted"}
+
+
+def test_spot_only_for_lanes_with_quota_on_it(pol: Policy) -> None:
+    # release_eval has no a100-spot quota: an A100 request cannot match any of its flavors.
+    state = from_policy(
+        pol,
+        pending=[
+            req("a", "release_eval", 2, "NVIDIA-A100-SXM4-40GB"),
+            req("b", "labeler_batch", 2, "a100-spot"),
+        ],
+    )
+    res = schedule_cycle(state)
+    assert {a.name: a.flavor for a in res.admitted} == {"b": "a100-spot"}
+    (a,) = res.pending
+    assert a.reason_code == "Inadmissible" and "no usable flavor" in a.message
+
+
+def test_admit_until_stable_fills_lanes_and_reports_positions(pol: Policy) -> None:
+    pending = [
+        PendingRequest(
+            req(f"s{i}", "research_best_effort", 2, "a100-spot", expected_duration="1h"), created_at=i
+        )
+        for i in range(12)
+    ]
+    res = admit_until_stable(from_policy(pol, pending=pending))
+    # research may use 8 nominal + 8 borrowed a100-spot GPUs = the whole 16-GPU pool.
+    assert [a.name for a in res.admitted] == [f"s{i}" for i in range(8)]
+    assert res.cycles >= 8
+    assert [(p.name, p.position, p.of) for p in res.pending] == [(f"s{i}", i - 7, 4) for i in range(8, 12)]
+    # BestEffortFIFO: each head that cannot fit is set aside; the ones behind that need no less
+    # are inadmissible for the same reason without being retried.
+    assert all(p.reason_code == "Inadmissible" for p in res.pending)
+    assert "needs at least what s8 ahead of it needs" in res.pending[1].message
+    assert res.cycles <= 10
+
+
+def test_estimated_start_uses_running_durations(pol: Policy) -> None:
+    adm = [
+        AdmittedRequest(
+            req(f"r{i}", "research_best_effort", 4, expected_duration=f"{i + 1}h"), "a100-spot", admitted_at=0
+        )
+        for i in range(4)
+    ]
+    pending = [
+        PendingRequest(req(f"p{i}", "research_best_effort", 4, "a100-spot"), created_at=i) for i in range(3)
+    ]
+    res = schedule_cycle(from_policy(pol, admitted=adm, pending=pending, now=600))
+    assert [p.estimated_start for p in res.pending] == [3600, 7200, 10800]
+
+
+def test_fair_sharing_follows_the_policy(pol: Policy) -> None:
+    raw = __import__("yaml").safe_load(default_policy_path().read_text())
+    raw["fair_sharing"] = {"enabled": True}
+    fair = parse_policy(raw)
+    adm = [running(f"lab-{i}", "labeler_batch", 4, "l4-inference", at=i) for i in range(2)]
+    adm += [running(f"map-{i}", "map_semantic_batch", 4, "l4-inference", at=10 + i) for i in range(2)]
+    state = from_policy(fair, admitted=adm, pending=[req("ev", "release_eval", 4, "l4-inference")])
+    assert state.fair_sharing
+    res = schedule_cycle(state)
+    # labeler borrows 4 of the pool (share 250), map 4 (share 250 too): tie broken by name, then fill-back.
+    assert len(res.preempted) == 1 and res.preempted[0].reason == "InCohortFairSharing"
+
+
+def test_heads_only_and_no_rescans_10k_pending_is_fast() -> None:
+    state = synthetic_state(10_000, 2_000, seed=3)
+    schedule_cycle(state)
+    t0 = time.perf_counter()
+    res = schedule_cycle(state)
+    elapsed = time.perf_counter() - t0
+    assert len(res.pending) + len(res.admitted) + len(res.rejected) == 10_000
+    assert elapsed < 1.0, elapsed
+
+
+def test_resources_a_lane_has_no_quota_for_are_not_governed(pol: Policy) -> None:
+    state = from_policy(pol)
+    w = Workload("cpu-too", "release_eval", {GPU: 2, "cpu": 16, "memory": 64}, priority=800)
+    res = schedule_cycle(replace(state, pending=(w,)))
+    assert [(a.name, a.flavor) for a in res.admitted] == [("cpu-too", "h100-ondemand")]

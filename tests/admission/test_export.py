@@ -1,0 +1,198 @@
+"""Exported Kueue manifests validate against the v1beta2 CRD schemas and match the policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpu_platform.admission.cli import kueue
+from gpu_platform.admission.kueue_export import (
+    POOL_LABEL,
+    PRODUCT_LABEL,
+    k8s_name,
+    kueue_manifests,
+    priority_class_name,
+    quantity,
+)
+from gpu_platform.policy import GPU, load_policy, parse_policy
+from gpu_platform.policy.model import default_policy_path
+
+CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "kueue-crds"
+KINDS = {
+    "ClusterQueue": "kueue.x-k8s.io_clusterqueues.yaml",
+    "Cohort": "kueue.x-k8s.io_cohorts.yaml",
+    "LocalQueue": "kueue.x-k8s.io_localqueues.yaml",
+    "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
+    "WorkloadPriorityClass": "kueue.x-k8s.io_workloadpriorityclasses.yaml",
+}
+DNS1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def _schema(kind: str) -> dict:
+    crd = yaml.safe_load((CRDS / KINDS[kind]).read_text())
+    assert crd["spec"]["names"]["kind"] == kind
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+SCHEMAS = {kind: _schema(kind) for kind in KINDS}
+
+
+def _validate(m: dict) -> None:
+    jsonschema.Draft7Validator(SCHEMAS[m["kind"]]).validate(m)
+    assert m["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert jsonschema.Draft7Validator({"pattern": DNS1123}).is_valid(m["metadata"]["name"])
+
+
+def _cel_rules(cq: dict) -> None:
+    """The CRD's x-kubernetes-validations that jsonschema does not run, checked by hand."""
+    spec = cq["spec"]
+    if "cohortName" not in spec:
+        for rg in spec["resourceGroups"]:
+            for f in rg["flavors"]:
+                assert all("borrowingLimit" not in r for r in f["resources"])
+    pre = spec["preemption"]
+    assert not (
+        pre["reclaimWithinCohort"] == "Never"
+        and pre.get("borrowWithinCohort", {}).get("policy", "Never") != "Never"
+    )
+    for rg in spec["resourceGroups"]:
+        for f in rg["flavors"]:
+            assert [r["name"] for r in f["resources"]] == rg["coveredResources"]
+
+
+@pytest.fixture(scope="module")
+def manifests() -> list[dict]:
+    return kueue_manifests(load_policy())
+
+
+def test_every_manifest_validates(manifests: list[dict]) -> None:
+    for m in manifests:
+        _validate(m)
+        if m["kind"] == "ClusterQueue":
+            _cel_rules(m)
+
+
+def test_kinds_and_counts(manifests: list[dict]) -> None:
+    policy = load_policy()
+    kinds: dict[str, int] = {}
+    for m in manifests:
+        kinds[m["kind"]] = kinds.get(m["kind"], 0) + 1
+    assert kinds == {
+        "ResourceFlavor": len(policy.flavors),
+        "Cohort": len(policy.cohorts),
+        "WorkloadPriorityClass": len(policy.lanes),
+        "ClusterQueue": len(policy.lanes),
+        "LocalQueue": len(policy.lanes) * len(policy.teams),
+    }
+
+
+def test_cluster_queues_match_policy(manifests: list[dict]) -> None:
+    policy = load_policy()
+    cqs = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "ClusterQueue"}
+    for lane in policy.lanes.values():
+        cq = cqs[k8s_name(lane.name)]
+        spec = cq["spec"]
+        assert spec.get("cohortName") == lane.cohort_name
+        assert spec["queueingStrategy"] == lane.queueing_strategy
+        pre = spec["preemption"]
+        assert pre["withinClusterQueue"] == lane.preemption.within_cluster_queue
+        assert pre["reclaimWithinCohort"] == lane.preemption.reclaim_within_cohort
+        bwc = lane.preemption.borrow_within_cohort
+        assert pre.get("borrowWithinCohort", {}).get("policy", "Never") == bwc.policy
+        assert pre.get("borrowWithinCohort", {}).get("maxPriorityThreshold") == bwc.max_priority_threshold
+        seen = set()
+        for rg in spec["resourceGroups"]:
+            for f in rg["flavors"]:
+                for r in f["resources"]:
+                    q = lane.quota(f["name"], r["name"])
+                    assert q is not None
+                    seen.add((f["name"], r["name"]))
+                    assert r["nominalQuota"] == quantity(r["name"], q.nominal_quota)
+                    assert r.get("borrowingLimit") == (
+                        None if q.borrowing_limit is None else quantity(r["name"], q.borrowing_limit)
+                    )
+                    assert r.get("lendingLimit") == (
+                        None if q.lending_limit is None else quantity(r["name"], q.lending_limit)
+                    )
+        assert seen == {(q.flavor_name, q.resource) for q in lane.quotas}
+        ann = cq["metadata"]["annotations"]
+        assert ann["gpu-platform.io/protected"] == str(lane.protected).lower()
+        if lane.yields_to:
+            assert ann["gpu-platform.io/yields-to"] == ",".join(lane.yields_to)
+
+
+def test_flavors_priority_classes_local_queues(manifests: list[dict]) -> None:
+    policy = load_policy()
+    rfs = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "ResourceFlavor"}
+    for f in policy.flavors:
+        spec = rfs[f.name]["spec"]
+        assert spec["nodeLabels"][PRODUCT_LABEL] == f.gpu_product
+        assert spec["nodeLabels"][POOL_LABEL] == f.node_pool
+        assert [(t["key"], t.get("value"), t["effect"]) for t in spec["tolerations"]] == [
+            (t.key, t.value, t.effect) for t in f.taints
+        ]
+    wpcs = {m["metadata"]["name"]: m["value"] for m in manifests if m["kind"] == "WorkloadPriorityClass"}
+    assert wpcs == {priority_class_name(lane.name): lane.priority for lane in policy.lanes.values()}
+    lqs = {
+        (m["metadata"]["namespace"], m["metadata"]["name"]): m["spec"]["clusterQueue"]
+        for m in manifests
+        if m["kind"] == "LocalQueue"
+    }
+    for team in policy.teams.values():
+        for lane in policy.lanes.values():
+            assert lqs[(team.namespace, k8s_name(lane.name))] == k8s_name(lane.name)
+
+
+def test_memory_and_cpu_quotas_render_as_quantities() -> None:
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["research_best_effort"]["quotas"] += [
+        {"flavor_name": "h100-ondemand", "resource": "memory", "nominal_quota": 256, "borrowing_limit": 512},
+        {"flavor_name": "h100-ondemand", "resource": "cpu", "nominal_quota": 2.5},
+    ]
+    raw["fair_sharing"] = {"enabled": True}
+    policy = parse_policy(raw)
+    ms = kueue_manifests(policy)
+    for m in ms:
+        _validate(m)
+    cq = next(
+        m for m in ms if m["kind"] == "ClusterQueue" and m["metadata"]["name"] == "research-best-effort"
+    )
+    _cel_rules(cq)
+    rg = cq["spec"]["resourceGroups"][0]
+    assert rg["coveredResources"] == [GPU, "memory", "cpu"]
+    h100 = next(f for f in rg["flavors"] if f["name"] == "h100-ondemand")
+    res = {r["name"]: r for r in h100["resources"]}
+    assert res["memory"]["nominalQuota"] == "256Gi" and res["memory"]["borrowingLimit"] == "512Gi"
+    assert res["cpu"]["nominalQuota"] == "2500m"
+    spot = next(f for f in rg["flavors"] if f["name"] == "a100-spot")
+    assert {r["name"]: r["nominalQuota"] for r in spot["resources"]} == {GPU: 8, "memory": "0Gi", "cpu": 0}
+    assert cq["spec"]["fairSharing"] == {"weight": 1}
+
+
+def test_schema_rejects_a_broken_manifest(manifests: list[dict]) -> None:
+    cq = next(m for m in manifests if m["kind"] == "ClusterQueue")
+    bad = {**cq, "spec": {**cq["spec"], "queueingStrategy": "Lottery"}}
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(bad)
+
+
+def test_cli_export(tmp_path: Path) -> None:
+    res = CliRunner().invoke(kueue, ["export", "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    files = sorted((tmp_path / "k").glob("*.yaml"))
+    docs = [yaml.safe_load(p.read_text()) for p in files if p.name != "all.yaml"]
+    assert len(docs) == len(kueue_manifests(load_policy()))
+    for d in docs:
+        _validate(d)
+    assert len(list(yaml.safe_load_all((tmp_path / "k" / "all.yaml").read_text()))) == len(docs)
+
+
+def test_cli_export_reports_a_bad_policy(tmp_path: Path) -> None:
+    bad = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "broken.yaml"
+    res = CliRunner().invoke(kueue, ["export", "--policy", str(bad), "--out", str(tmp_path)])
+    assert res.exit_code != 0
