@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from assets.partitions import requests_partitions
+from assets.workloads import ASSETS_FOR_WORKLOAD
 from gpu_platform.gate import (
     TAG_ATTEMPT,
     TAG_REQUEST_ID,
@@ -87,7 +88,7 @@ def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg
     return dg.RunRequest(
         run_key=launch.run_key,
         partition_key=launch.request_id,
-        asset_selection=[dg.AssetKey(launch.workload)],
+        asset_selection=[dg.AssetKey(k) for k in ASSETS_FOR_WORKLOAD[launch.workload]],
         tags=dict(launch.tags),
         run_config=run_config or {},
     )

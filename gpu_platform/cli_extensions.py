@@ -8,5 +8,6 @@ import click
 def commands() -> list[click.Command]:
     from gpu_platform.admission.cli import admit, kueue
     from gpu_platform.k8s_cli import dagster_config, k8s
+    from gpu_platform.lineage_cli import lineage, retention
 
-    return [admit, kueue, k8s, dagster_config]
+    return [admit, kueue, k8s, dagster_config, lineage, retention]

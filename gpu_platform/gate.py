@@ -34,14 +34,25 @@ TAG_PRIORITY = "dagster/priority"
 CHECKPOINT_GLOB = "ckpt-*"
 
 
+def safe_name(request_id: str) -> str:
+    """A request id as one path component."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in request_id)
+
+
+def work_dir(home: Path, request_id: str) -> Path:
+    """A request's working directory under GPU_PLATFORM_HOME, kept across attempts."""
+    return Path(home) / "work" / safe_name(request_id)
+
+
 def checkpoint_dir(home: Path, request_id: str) -> Path:
-    """Where a request's checkpoints live; the same directory across attempts so a requeued job resumes."""
-    return Path(home) / "checkpoints" / request_id
+    """Where a request's checkpoints live (one subdirectory per workload kind); the same across
+    attempts, so a requeued job resumes."""
+    return work_dir(home, request_id) / "checkpoints"
 
 
 def has_checkpoint(path: Path) -> bool:
-    """A checkpoint is confirmed once a `ckpt-*` file exists (workloads write them atomically)."""
-    return path.is_dir() and any(path.glob(CHECKPOINT_GLOB))
+    """A checkpoint is confirmed once a `ckpt-*` file exists under `path` (workloads write them atomically)."""
+    return path.is_dir() and any(path.rglob(CHECKPOINT_GLOB))
 
 
 def run_key(request_id: str, attempt: int) -> str:
@@ -116,6 +127,38 @@ def build_state(
     return from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
 
 
+def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInfo]:
+    """Pending requests whose inputs are outputs of requests not yet finished (pending or running).
+
+    They wait with reason `WaitingForUpstream` instead of taking quota for work that cannot start;
+    a producer that failed is not waited for (the release checks then refuse the gap).
+    """
+    states = list(states)
+    producers: dict[str, RequestState] = {}
+    for s in states:
+        for out in s.request.output_artifact_ids:
+            producers[out] = s
+    blocked: dict[str, PendingInfo] = {}
+    for s in states:
+        if s.state not in PENDING_STATES:
+            continue
+        waits_on = [
+            (i, producers[i]) for i in s.request.input_ids if i in producers and producers[i].request_id != s.request_id
+        ]
+        if waits_on:
+            what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
+            blocked[s.request_id] = PendingInfo(
+                name=s.request_id,
+                cq=s.request.lane or "",
+                reason_code="WaitingForUpstream",
+                condition="QuotaReserved",
+                message=f"WaitingForUpstream: needs {what}",
+                position=0,
+                of=0,
+            )
+    return blocked
+
+
 def plan_tick(
     policy: Policy,
     states: list[RequestState],
@@ -130,11 +173,13 @@ def plan_tick(
     draining: requests whose previous run is still stopping; they are not considered this tick.
     """
     skip = set(draining)
-    states = [s for s in states if s.request_id not in skip]
+    upstream = waiting_for_upstream(states)
+    states = [s for s in states if s.request_id not in skip and s.request_id not in upstream]
     by_id = {s.request_id: s for s in states}
     state = build_state(policy, states, now, checkpointed, spent)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
     plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
+    plan.waits.extend(upstream.values())
     plan.cycles = result.cycles
     for adm in result.admitted:
         s = by_id[adm.name]

@@ -7,10 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpu_platform.evidence import default_evidence_root
 from gpu_platform.ledger import default_ledger_url
+from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
+from resources.local_executor import LocalGpuExecutor
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
+from resources.warehouse import Warehouse
 
 ENVIRONMENTS = ("local", "test", "prod")
 
@@ -20,8 +24,9 @@ def platform_home(env: Mapping[str, str]) -> Path:
 
 
 def build_resources(name: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Resources for `local` (one machine: SQLite ledger, DuckDB, local GPU executor), `test`
-    (same parts under a temporary GPU_PLATFORM_HOME) or `prod` (Postgres ledger, Kubernetes).
+    """Resources for `local` (one machine: SQLite ledger, DuckDB warehouse, local GPU executor),
+    `test` (the same parts; tests point GPU_PLATFORM_HOME at a temp dir) or `prod` (ledger on
+    Postgres via GPU_PLATFORM_LEDGER_URL, workloads as Kubernetes Jobs).
 
     name=None: `GPU_PLATFORM_ENV`, default `local`.
     """
@@ -29,15 +34,17 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
     name = name or env.get("GPU_PLATFORM_ENV", "local")
     if name not in ENVIRONMENTS:
         raise ValueError(f"GPU_PLATFORM_ENV={name!r}: expected one of {', '.join(ENVIRONMENTS)}")
+    if name == "prod" and not env.get("GPU_PLATFORM_LEDGER_URL"):
+        raise ValueError("GPU_PLATFORM_ENV=prod needs GPU_PLATFORM_LEDGER_URL (the ledger on PostgreSQL)")
     home = platform_home(env)
-    resources: dict[str, Any] = {
+    return {
         "policy": PolicyResource(path=env.get("GPU_PLATFORM_POLICY", "")),
         "ledger": LedgerResource(url=default_ledger_url(env)),
-        "settings": PlatformSettings(home=str(home)),
+        "settings": PlatformSettings(home=str(home), executor="k8s" if name == "prod" else "local"),
+        "evidence": EvidenceStoreResource(root=default_evidence_root(dict(env)), work_root=str(home / "work")),
+        "executor": LocalGpuExecutor(
+            state_dir=str(home / "gpus"),
+            local_gpus=env.get("GPU_PLATFORM_LOCAL_GPUS") or None,
+        ),
+        "warehouse": Warehouse(path=env.get("GPU_PLATFORM_WAREHOUSE", str(home / "warehouse.duckdb"))),
     }
-    resources.update(_optional_resources(name, env, home))
-    return resources
-
-
-def _optional_resources(name: str, env: Mapping[str, str], home: Path) -> dict[str, Any]:
-    return {}

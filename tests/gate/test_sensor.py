@@ -79,7 +79,7 @@ def test_mixed_requests_are_admitted_as_the_engine_says(env, policy):
         rid = rr.tags[TAG_REQUEST_ID]
         assert rr.partition_key == rid
         assert rr.tags["dagster/priority"].isdigit()
-        assert rr.asset_selection == [dg.AssetKey(ledger.get(rid).workload)]
+        assert dg.AssetKey(ledger.get(rid).workload) in rr.asset_selection
         assert ledger.state(rid).state == "admitted"
     assert result.dynamic_partitions_requests[0].partition_keys == [r.partition_key for r in result.run_requests]
     waiting = ledger.states(["waiting"])
@@ -192,3 +192,18 @@ def test_submit_request_job_records_valid_and_refuses_invalid(env, policy):
     assert "release_packet_id: required by lane release_eval" in failure.description
     assert "owner: required" in failure.description
     assert ledger.count()[0] == 1
+
+
+def test_request_waits_for_its_upstream_producer(env, policy):
+    instance, ledger, resources, _ = env
+    labels = _submit(ledger, policy, "labeler_batch")  # produces lbl-batch-2026-11-28
+    train = _submit(ledger, policy, "candidate_train")  # consumes lbl-batch-2026-11-28
+    _tick(instance, resources)
+    assert ledger.state(labels).state == "admitted"
+    state = ledger.state(train)
+    assert state.state == "waiting"
+    assert state.reason.startswith("WaitingForUpstream: needs lbl-batch-2026-11-28 from " + labels)
+    _add_run(instance, labels, 1, dg.DagsterRunStatus.SUCCESS, lane="labeler_batch")
+    result = _tick(instance, resources)
+    assert ledger.state(labels).state == "finished"
+    assert [r.tags[TAG_REQUEST_ID] for r in result.run_requests] == [train]

@@ -1,0 +1,399 @@
+"""Content-addressed, write-once evidence store with holds and retention.
+
+Layout under `root` (a local directory; see docs/lineage-and-evidence.md for the object-store
+layout used in production, which is the same keys under `s3://bucket/prefix/`):
+
+    objects/sha256/<hex[:2]>/<hex>            the bytes, read-only (0o444), never overwritten
+    refs/<request_id>/<kind>-<hex[:16]>.json   one reference: who stored it, why, until when
+    holds/<request_id>/<holder>.json           an evidence hold on every object the request references
+
+The index is plain files rather than a database table so that a store is self-describing
+(copying the directory copies the evidence and its holds) and so that concurrent writers from
+many runs need no lock: every file is created once with an atomic rename or link.
+
+An object is deleted by `sweep` only when every reference to it has expired and no reference
+is held, neither by its own `hold` flag nor by a hold on its request. Anything ambiguous (an
+unreadable ref, an object without refs) is kept and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_CHUNK = 1 << 20
+
+
+class EvidenceError(RuntimeError):
+    """An evidence operation that cannot be carried out (unknown digest, corrupt object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceRef:
+    """A stored object: `digest` is `sha256:<hex>`, `uri` where it lives, `size` in bytes."""
+
+    digest: str
+    uri: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefRecord:
+    """One reference to an object. retention_until=None: no expiry (kept by every sweep)."""
+
+    digest: str
+    request_id: str
+    kind: str
+    retention_until: datetime | None
+    hold: bool
+    stored_at: datetime
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    request_id: str
+    holder: str
+    reason: str
+    set_at: datetime
+
+
+@dataclass
+class SweepReport:
+    """deleted: digests removed (or that would be, on a dry run); kept: (digest, reason)."""
+
+    now: datetime
+    dry_run: bool
+    deleted: list[str] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)
+    freed_bytes: int = 0
+
+    def summary(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        return f"{verb} {len(self.deleted)} object(s) ({self.freed_bytes} bytes), kept {len(self.kept)}"
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def _hex(digest: str) -> str:
+    m = _DIGEST.match(digest)
+    if not m:
+        raise EvidenceError(f"not a sha256 digest: {digest!r} (expected 'sha256:' + 64 hex characters)")
+    return m.group(1)
+
+
+def _utc(dt: datetime | None) -> datetime | None:
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _safe(name: str) -> str:
+    return _SAFE.sub("_", name) or "_"
+
+
+def _write_once(path: Path, data: bytes) -> bool:
+    """Create `path` with `data` atomically; return False (touching nothing) when it exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        os.unlink(tmp)
+
+
+class EvidenceStore:
+    """Write-once store rooted at a local directory (created on first use)."""
+
+    def __init__(self, root: str | Path):
+        root = str(root)
+        if root.startswith("file://"):
+            root = root.removeprefix("file://")
+        if "://" in root:
+            raise EvidenceError(
+                f"evidence root {root!r}: only local directories are implemented; "
+                "mount the object store (see docs/lineage-and-evidence.md)"
+            )
+        self.root = Path(root).resolve()
+        self.objects = self.root / "objects" / "sha256"
+        self.refs_dir = self.root / "refs"
+        self.holds_dir = self.root / "holds"
+
+    # objects ---------------------------------------------------------------------------------
+
+    def path(self, digest: str) -> Path:
+        hexd = _hex(digest)
+        return self.objects / hexd[:2] / hexd
+
+    def uri(self, digest: str) -> str:
+        return self.path(digest).as_uri()
+
+    def exists(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def put(
+        self,
+        data: bytes | str | Path,
+        request_id: str,
+        kind: str,
+        retention_until: datetime | None = None,
+        hold: bool = False,
+        name: str = "",
+    ) -> EvidenceRef:
+        """Store bytes (or a file's bytes: pass a Path) and reference them from `request_id`.
+
+        The same content is stored once; an existing object is never rewritten. Each call adds a
+        reference (kind, retention, hold) for the request; a repeated identical call is a no-op.
+        """
+        with self._lock(fcntl.LOCK_SH):
+            if isinstance(data, Path):
+                digest, size = self._put_file(data)
+                name = name or data.name
+            else:
+                content = data.encode() if isinstance(data, str) else bytes(data)
+                digest, size = sha256_bytes(content), len(content)
+                target = self.path(digest)
+                if not target.exists():
+                    _write_once(target, content)
+                elif sha256_file(target) != digest:
+                    raise EvidenceError(
+                        f"{digest}: stored object is corrupt; refusing to overwrite (investigate {target})"
+                    )
+            record = {
+                "digest": digest,
+                "request_id": request_id,
+                "kind": kind,
+                "retention_until": _utc(retention_until).isoformat() if retention_until else None,
+                "hold": bool(hold),
+                "stored_at": datetime.now(UTC).isoformat(),
+                "name": name,
+            }
+            # The digest prefix leads the name so a sweep can protect an object even when its
+            # reference file cannot be parsed.
+            until = _safe(record["retention_until"] or "none")
+            ref_name = f"{digest[7:23]}-{_safe(kind)}-{'held' if hold else 'r'}-{until}.json"
+            _write_once(self.refs_dir / _safe(request_id) / ref_name, json.dumps(record, sort_keys=True).encode())
+        return EvidenceRef(digest=digest, uri=self.path(digest).as_uri(), size=size)
+
+    def _put_file(self, src: Path) -> tuple[str, int]:
+        """Stream a file into the store (hashing while copying), so large outputs never sit in memory."""
+        self.objects.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256()
+        size = 0
+        fd, tmp = tempfile.mkstemp(dir=self.objects, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            digest = f"sha256:{h.hexdigest()}"
+            target = self.path(digest)
+            if target.exists():
+                if sha256_file(target) != digest:
+                    raise EvidenceError(
+                        f"{digest}: stored object is corrupt; refusing to overwrite (investigate {target})"
+                    )
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, target)
+            return digest, size
+        finally:
+            os.unlink(tmp)
+
+    @contextlib.contextmanager
+    def _lock(self, mode: int) -> Iterator[None]:
+        """Writers share the lock; a sweep takes it exclusively, so no object is deleted while a
+        new reference to it is being written (local filesystems; see the docs for object stores)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a") as f:
+            fcntl.flock(f.fileno(), mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def read(self, digest: str) -> bytes:
+        if not self.exists(digest):
+            raise EvidenceError(f"{digest}: not in the evidence store at {self.root}")
+        data = self.path(digest).read_bytes()
+        if sha256_bytes(data) != digest:
+            raise EvidenceError(f"{digest}: content does not match its digest")
+        return data
+
+    def verify(self, digest: str) -> bool:
+        """True when the object exists and its bytes hash to its digest."""
+        p = self.path(digest)
+        return p.is_file() and sha256_file(p) == digest
+
+    # references and holds ------------------------------------------------------------------
+
+    def refs(self, request_id: str | None = None) -> list[RefRecord]:
+        base = self.refs_dir / _safe(request_id) if request_id is not None else self.refs_dir
+        pattern = "*.json" if request_id is not None else "*/*.json"
+        out = []
+        for p in sorted(base.glob(pattern)) if base.exists() else []:
+            try:
+                out.append(_load_ref(p))
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+    def set_hold(self, request_id: str, holder: str = "manual", reason: str = "") -> Hold:
+        """Place an evidence hold on everything `request_id` references; idempotent per holder."""
+        hold = Hold(request_id, holder, reason, datetime.now(UTC))
+        body = {"request_id": request_id, "holder": holder, "reason": reason, "set_at": hold.set_at.isoformat()}
+        with self._lock(fcntl.LOCK_SH):
+            _write_once(self.holds_dir / _safe(request_id) / f"{_safe(holder)}.json", json.dumps(body).encode())
+        return hold
+
+    def release_hold(self, request_id: str, holder: str = "manual") -> bool:
+        """Remove one holder's hold; other holders' holds on the same request stay."""
+        p = self.holds_dir / _safe(request_id) / f"{_safe(holder)}.json"
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def holds(self, request_id: str | None = None) -> list[Hold]:
+        base = self.holds_dir / _safe(request_id) if request_id is not None else self.holds_dir
+        pattern = "*.json" if request_id is not None else "*/*.json"
+        out = []
+        for p in sorted(base.glob(pattern)) if base.exists() else []:
+            try:
+                raw = json.loads(p.read_text())
+                out.append(Hold(raw["request_id"], raw["holder"], raw.get("reason", ""), datetime.fromisoformat(raw["set_at"])))
+            except (OSError, ValueError, KeyError):
+                out.append(Hold(p.parent.name, p.stem, "unreadable hold file (kept as a hold)", datetime.now(UTC)))
+        return out
+
+    def held_digests(self) -> set[str]:
+        """Every digest that a sweep must keep because of a hold."""
+        held_requests = {_safe(h.request_id) for h in self.holds()}
+        return {r.digest for r in self.refs() if r.hold or _safe(r.request_id) in held_requests}
+
+    def is_held(self, digest: str) -> bool:
+        return digest in self.held_digests()
+
+    # retention -------------------------------------------------------------------------------
+
+    def sweep(self, now: datetime | None = None, dry_run: bool = False) -> SweepReport:
+        """Delete objects whose every reference has expired and none is held; report the rest.
+
+        Never deletes an object with any held reference or referenced by a held request.
+        """
+        now = _utc(now) or datetime.now(UTC)
+        with self._lock(fcntl.LOCK_EX):
+            return self._sweep(now, dry_run)
+
+    def _sweep(self, now: datetime, dry_run: bool) -> SweepReport:
+        report = SweepReport(now=now, dry_run=dry_run)
+        held_by: dict[str, list[Hold]] = defaultdict(list)
+        for h in self.holds():
+            held_by[_safe(h.request_id)].append(h)
+        refs_by_digest: dict[str, list[tuple[Path, RefRecord]]] = defaultdict(list)
+        unreadable: dict[str, str] = {}
+        if self.refs_dir.exists():
+            for p in sorted(self.refs_dir.glob("*/*.json")):
+                try:
+                    rec = _load_ref(p)
+                except (OSError, ValueError, KeyError):
+                    unreadable[p.name[:16]] = f"{p.parent.name}/{p.name}"
+                    continue
+                refs_by_digest[rec.digest].append((p, rec))
+        stored = sorted(self.objects.glob("*/*")) if self.objects.exists() else []
+        for obj in stored:
+            if obj.name.startswith(".tmp-"):
+                continue
+            digest = f"sha256:{obj.name}"
+            refs = [r for _, r in refs_by_digest.get(digest, [])]
+            reason = _keep_reason(refs, held_by, now)
+            if obj.name[:16] in unreadable:
+                reason = f"unreadable reference {unreadable[obj.name[:16]]}; kept for a person to review"
+            if reason:
+                report.kept.append((digest, reason))
+                continue
+            report.deleted.append(digest)
+            report.freed_bytes += obj.stat().st_size
+            if not dry_run:
+                obj.chmod(stat.S_IRUSR | stat.S_IWUSR)
+                obj.unlink()
+                for p, _ in refs_by_digest.get(digest, []):
+                    p.unlink(missing_ok=True)
+        return report
+
+
+def _keep_reason(refs: list[RefRecord], held_by: dict[str, list[Hold]], now: datetime) -> str:
+    if not refs:
+        return "no reference records; kept for a person to review"
+    for r in refs:
+        if r.hold:
+            return f"held: stored under evidence hold by {r.request_id} ({r.kind})"
+        if held_by.get(_safe(r.request_id)):
+            h = held_by[_safe(r.request_id)][0]
+            return f"held: request {r.request_id} under hold by {h.holder}" + (f" ({h.reason})" if h.reason else "")
+    live = [r for r in refs if r.retention_until is None or r.retention_until > now]
+    if live:
+        r = max(live, key=lambda x: x.retention_until or datetime.max.replace(tzinfo=UTC))
+        until = r.retention_until.isoformat() if r.retention_until else "no expiry"
+        return f"retained: {r.request_id} ({r.kind}) until {until}"
+    return ""
+
+
+def _load_ref(p: Path) -> RefRecord:
+    raw = json.loads(p.read_text())
+    until = raw.get("retention_until")
+    return RefRecord(
+        digest=raw["digest"],
+        request_id=raw["request_id"],
+        kind=raw["kind"],
+        retention_until=_utc(datetime.fromisoformat(until)) if until else None,
+        hold=bool(raw.get("hold", False)),
+        stored_at=datetime.fromisoformat(raw["stored_at"]),
+        name=raw.get("name", ""),
+    )
+
+
+def default_evidence_root(env: dict[str, str] | None = None) -> str:
+    """`GPU_PLATFORM_EVIDENCE_ROOT`, else `evidence/` under `GPU_PLATFORM_HOME` (default `./var`)."""
+    env = dict(os.environ) if env is None else env
+    if env.get("GPU_PLATFORM_EVIDENCE_ROOT"):
+        return env["GPU_PLATFORM_EVIDENCE_ROOT"]
+    return str(Path(env.get("GPU_PLATFORM_HOME", "var")).resolve() / "evidence")

@@ -1,0 +1,190 @@
+"""Write parsed feed batches into the DuckDB warehouse, one (source, day) at a time.
+
+A load deletes the rows of its (source, day) from the raw table and from its quarantine
+table, then inserts the batch, in one transaction: re-running a day gives the same rows.
+Table names come from a fixed allowlist; every user value travels as a query parameter.
+
+Every table has a ``day DATE`` column: the partition day the rows were loaded under (UTC).
+It is what makes a quarantined line, which may have no readable timestamp, belong to one
+partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+import polars as pl
+
+from gpu_platform.feeds.focus import FOCUS_TABLE_SCHEMA
+from gpu_platform.feeds.schemas import (
+    DCGM_QUARANTINE_SCHEMA,
+    DCGM_SAMPLE_SCHEMA,
+    FOCUS_QUARANTINE_SCHEMA,
+    RAW_DCGM_QUARANTINE,
+    RAW_DCGM_SAMPLES,
+    RAW_FOCUS_BILLING,
+    RAW_FOCUS_QUARANTINE,
+    FeedBatch,
+)
+
+Feed = Literal["dcgm", "focus"]
+
+
+@dataclass(frozen=True)
+class LoadStats:
+    """Counts of one load: ``rows_in == accepted + quarantined``."""
+
+    rows_in: int
+    accepted: int
+    quarantined: int
+
+
+def _duckdb_type(dtype: pl.DataType) -> str:
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMP"
+    if isinstance(dtype, pl.Decimal):
+        return f"DECIMAL({dtype.precision}, {dtype.scale})"
+    mapping = {
+        pl.String: "VARCHAR",
+        pl.Float64: "DOUBLE",
+        pl.Int32: "INTEGER",
+        pl.Int64: "BIGINT",
+        pl.Date: "DATE",
+    }
+    for pl_type, sql in mapping.items():
+        if isinstance(dtype, pl_type):
+            return sql
+    raise TypeError(f"no DuckDB type for {dtype}")
+
+
+_TABLES: dict[str, dict[str, pl.DataType]] = {
+    RAW_DCGM_SAMPLES: DCGM_SAMPLE_SCHEMA,
+    RAW_DCGM_QUARANTINE: DCGM_QUARANTINE_SCHEMA,
+    RAW_FOCUS_BILLING: FOCUS_TABLE_SCHEMA,
+    RAW_FOCUS_QUARANTINE: FOCUS_QUARANTINE_SCHEMA,
+}
+_FEEDS: dict[str, tuple[str, str]] = {
+    "dcgm": (RAW_DCGM_SAMPLES, RAW_DCGM_QUARANTINE),
+    "focus": (RAW_FOCUS_BILLING, RAW_FOCUS_QUARANTINE),
+}
+_NOT_NULL = {
+    RAW_DCGM_SAMPLES: {"ts", "metric", "value", "source", "source_line"},
+    RAW_DCGM_QUARANTINE: {"source", "reason"},
+    RAW_FOCUS_BILLING: {"source", "source_row", "focus_version"},
+    RAW_FOCUS_QUARANTINE: {"source", "reason"},
+}
+
+
+def table_ddl(table: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for one allowlisted raw table (its columns plus ``day``)."""
+    schema = _TABLES[table]
+    cols = [
+        f'"{name}" {_duckdb_type(dtype)}{" NOT NULL" if name in _NOT_NULL[table] else ""}'
+        for name, dtype in schema.items()
+    ]
+    cols.append('"day" DATE NOT NULL')
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols)})"
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the four raw tables when missing; add columns a table created elsewhere lacks.
+
+    A table made first by another writer with the agreed columns only (``extra_labels``,
+    ``day`` or FOCUS columns missing) gets the missing ones as nullable columns; existing
+    columns keep their types (a DECIMAL(18, 6) there rounds our DECIMAL(38, 15) on insert).
+    """
+    for table, schema in _TABLES.items():
+        con.execute(table_ddl(table))
+        present = {
+            row[0]
+            for row in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
+                [table],
+            ).fetchall()
+        }
+        wanted = {**{name: _duckdb_type(dtype) for name, dtype in schema.items()}, "day": "DATE"}
+        for name, sql_type in wanted.items():
+            if name not in present:
+                con.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {sql_type}')
+
+
+@contextlib.contextmanager
+def _connection(database: str | Path | duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        yield database
+        return
+    con = duckdb.connect(str(database))
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _for_duckdb(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Cast to the table schema; UTC timestamps become naive UTC (DuckDB ``TIMESTAMP``)."""
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise ValueError(f"batch lacks column(s) {missing}")
+    out = df.select([pl.col(c).cast(t) for c, t in schema.items()])
+    return out.with_columns(
+        [pl.col(c).dt.replace_time_zone(None) for c, t in schema.items() if isinstance(t, pl.Datetime)]
+    )
+
+
+def load_batch(
+    database: str | Path | duckdb.DuckDBPyConnection,
+    feed: Feed,
+    batch: FeedBatch,
+    *,
+    source: str,
+    day: date,
+) -> LoadStats:
+    """Replace the (``source``, ``day``) partition of ``feed``'s raw and quarantine tables.
+
+    ``database``: a DuckDB file path (opened and closed here) or an open connection. Every row
+    of ``batch`` must carry ``source``; a batch with rows of another source, or whose counts
+    do not add up, raises ``ValueError`` before anything is written. Tables are created when
+    missing (see :func:`ensure_tables`).
+    """
+    if feed not in _FEEDS:
+        raise ValueError(f"unknown feed {feed!r}; expected one of {sorted(_FEEDS)}")
+    raw_table, q_table = _FEEDS[feed]
+    for frame in (batch.rows, batch.quarantine):
+        others = set(frame["source"].unique().to_list()) - {source} if frame.height else set()
+        if others:
+            raise ValueError(f"batch has rows of source(s) {sorted(others)}, not only {source!r}")
+    if batch.rows_in != batch.accepted + batch.quarantined:
+        raise ValueError(
+            f"batch of {source!r} is inconsistent: rows_in={batch.rows_in} but "
+            f"accepted={batch.accepted} + quarantined={batch.quarantined}"
+        )
+    rows = _for_duckdb(batch.rows, _TABLES[raw_table])
+    quarantine = _for_duckdb(batch.quarantine, _TABLES[q_table])
+    with _connection(database) as con:
+        ensure_tables(con)
+        staged = {"_incoming_rows": (raw_table, rows), "_incoming_quarantine": (q_table, quarantine)}
+        for view, (_, frame) in staged.items():
+            con.register(view, frame.to_arrow())
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for view, (table, frame) in staged.items():
+                    con.execute(f"DELETE FROM {table} WHERE source = ? AND day = ?", [source, day])
+                    cols = ", ".join(f'"{c}"' for c in frame.columns)
+                    con.execute(
+                        f"INSERT INTO {table} ({cols}, day) SELECT {cols}, ?::DATE FROM {view}", [day]
+                    )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        finally:
+            for view in staged:
+                con.unregister(view)
+    return LoadStats(rows_in=batch.rows_in, accepted=rows.height, quarantined=quarantine.height)

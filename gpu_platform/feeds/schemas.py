@@ -1,0 +1,89 @@
+"""Table schemas shared by the feed parsers and the DuckDB loader.
+
+Every parser returns a :class:`FeedBatch`: accepted rows in the raw table's schema plus
+quarantined rows with a reason, and the count of input rows so that
+``rows_in == accepted + quarantined`` can be checked by callers and tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+RAW_DCGM_SAMPLES = "raw_dcgm_samples"
+RAW_DCGM_QUARANTINE = "raw_dcgm_quarantine"
+RAW_FOCUS_BILLING = "raw_focus_billing"
+RAW_FOCUS_QUARANTINE = "raw_focus_quarantine"
+
+UTC_TS = pl.Datetime("us", "UTC")
+
+DCGM_SAMPLE_SCHEMA: dict[str, pl.DataType] = {
+    "ts": UTC_TS,
+    "metric": pl.String(),
+    "value": pl.Float64(),
+    "hostname": pl.String(),
+    "gpu": pl.Int32(),
+    "uuid": pl.String(),
+    "model_name": pl.String(),
+    "pci_bus_id": pl.String(),
+    "device": pl.String(),
+    "gpu_instance_profile": pl.String(),
+    "gpu_instance_id": pl.String(),
+    "namespace": pl.String(),
+    "pod": pl.String(),
+    "container": pl.String(),
+    "source": pl.String(),
+    "source_line": pl.Int32(),
+    "extra_labels": pl.String(),
+}
+"""Columns of ``raw_dcgm_samples`` in order.
+
+Label columns are NULL when the exporter did not report the label or reported it empty
+(dcgm-exporter writes ``pod=""`` for a GPU no pod holds). ``extra_labels`` is a JSON object
+(sorted keys) of every label without a column of its own (``DCGM_FI_DRIVER_VERSION``,
+``pod_uid``, ``err_code``, ...), NULL when there are none.
+"""
+
+DCGM_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String(),
+    "source_line": pl.Int32(),
+    "raw": pl.String(),
+    "reason": pl.String(),
+}
+
+FOCUS_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String(),
+    "source_row": pl.Int32(),
+    "raw": pl.String(),
+    "reason": pl.String(),
+}
+
+
+class FeedSchemaError(ValueError):
+    """An input lacks required columns; ``missing`` lists every one of them."""
+
+    def __init__(self, what: str, missing: list[str]) -> None:
+        self.missing = sorted(missing)
+        super().__init__(f"{what}: missing required column(s): {', '.join(self.missing)}")
+
+
+@dataclass(frozen=True)
+class FeedBatch:
+    """One parsed input: accepted ``rows``, ``quarantine`` rows, and ``rows_in``.
+
+    ``rows_in`` counts the input's data rows (for text exposition: every non-blank,
+    non-comment line); each one is either in ``rows`` or in ``quarantine``.
+    """
+
+    rows: pl.DataFrame
+    quarantine: pl.DataFrame
+    rows_in: int
+
+    @property
+    def accepted(self) -> int:
+        return self.rows.height
+
+    @property
+    def quarantined(self) -> int:
+        return self.quarantine.height

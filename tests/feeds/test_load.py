@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from gpu_platform.feeds.dcgm import parse_file, parse_text
+from gpu_platform.feeds.focus import load_focus
+from gpu_platform.feeds.load import LoadStats, load_batch, table_ddl
+from gpu_platform.feeds.schemas import FeedBatch
+
+DAY = date(2024, 9, 18)
+
+
+def _dcgm(fixtures: Path, scraped_at: datetime) -> FeedBatch:
+    return parse_file(fixtures / "dcgm-metrics-k8s-unassigned.txt", source="node-1", scraped_at=scraped_at)
+
+
+def _count(db: Path, sql: str, params: list | None = None) -> tuple:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql, params or []).fetchone()
+
+
+def test_load_dcgm_creates_tables_and_counts(tmp_path: Path, fixtures: Path, scraped_at: datetime) -> None:
+    db = tmp_path / "wh.duckdb"
+    stats = load_batch(db, "dcgm", _dcgm(fixtures, scraped_at), source="node-1", day=DAY)
+    assert stats == LoadStats(rows_in=3, accepted=2, quarantined=1)
+    assert _count(db, "select count(*), min(ts), min(day) from raw_dcgm_samples") == (
+        2,
+        datetime(2024, 9, 18, 12),
+        DAY,
+    )
+    assert _count(db, "select source_line, reason from raw_dcgm_quarantine") == (
+        7,
+        "line 7: value 9223372036854775794 is a DCGM blank sentinel (>= 9.2e18, no data)",
+    )
+    with duckdb.connect(str(db), read_only=True) as con:
+        types = dict(
+            con.execute(
+                "select column_name, data_type from information_schema.columns where table_name = 'raw_dcgm_samples'"
+            ).fetchall()
+        )
+    assert types["ts"] == "TIMESTAMP" and types["gpu"] == "INTEGER" and types["value"] == "DOUBLE"
+    assert types["source_line"] == "INTEGER" and types["pod"] == "VARCHAR"
+
+
+def test_reload_is_idempotent_and_other_partitions_survive(
+    tmp_path: Path, fixtures: Path, scraped_at: datetime
+) -> None:
+    db = tmp_path / "wh.duckdb"
+    batch = _dcgm(fixtures, scraped_at)
+    load_batch(db, "dcgm", batch, source="node-1", day=DAY)
+    other = parse_file(fixtures / "dcgm-metrics-baremetal.txt", source="node-2", scraped_at=scraped_at)
+    load_batch(db, "dcgm", other, source="node-2", day=DAY)
+    next_day = parse_file(
+        fixtures / "dcgm-metrics-k8s-unassigned.txt",
+        source="node-1",
+        scraped_at=datetime(2024, 9, 19, tzinfo=UTC),
+    )
+    load_batch(db, "dcgm", next_day, source="node-1", day=date(2024, 9, 19))
+    before = _count(db, "select count(*), sum(value) from raw_dcgm_samples")
+    for _ in range(3):
+        load_batch(db, "dcgm", batch, source="node-1", day=DAY)
+    assert _count(db, "select count(*), sum(value) from raw_dcgm_samples") == before == (6, 3 * (139 + 405.0))
+    assert _count(db, "select count(*) from raw_dcgm_quarantine") == (3,)
+    fewer = parse_text('DCGM_FI_DEV_SM_CLOCK{gpu="0"} 1\n', source="node-1", scraped_at=scraped_at)
+    load_batch(db, "dcgm", fewer, source="node-1", day=DAY)
+    assert _count(db, "select count(*) from raw_dcgm_samples where source = 'node-1' and day = ?", [DAY]) == (
+        1,
+    )
+    assert _count(
+        db, "select count(*) from raw_dcgm_quarantine where source = 'node-1' and day = ?", [DAY]
+    ) == (0,)
+    assert _count(db, "select count(*) from raw_dcgm_samples") == (5,)
+
+
+def test_failed_load_rolls_back(tmp_path: Path, fixtures: Path, scraped_at: datetime) -> None:
+    db = tmp_path / "wh.duckdb"
+    load_batch(db, "dcgm", _dcgm(fixtures, scraped_at), source="node-1", day=DAY)
+    good = _dcgm(fixtures, scraped_at)
+    broken = FeedBatch(
+        rows=good.rows.with_columns(metric=pl.lit(None, dtype=pl.String)),
+        quarantine=good.quarantine,
+        rows_in=good.rows_in,
+    )
+    with pytest.raises(duckdb.ConstraintException):
+        load_batch(db, "dcgm", broken, source="node-1", day=DAY)
+    assert _count(db, "select count(*) from raw_dcgm_samples") == (2,)
+    assert _count(db, "select count(*) from raw_dcgm_quarantine") == (1,)
+
+
+def test_wrong_source_and_unknown_feed_are_refused(
+    tmp_path: Path, fixtures: Path, scraped_at: datetime
+) -> None:
+    db = tmp_path / "wh.duckdb"
+    with pytest.raises(ValueError, match="node-1"):
+        load_batch(db, "dcgm", _dcgm(fixtures, scraped_at), source="node-9", day=DAY)
+    with pytest.raises(ValueError, match="unknown feed"):
+        load_batch(
+            db,
+            "raw_dcgm_samples; drop table x",
+            _dcgm(fixtures, scraped_at),  # type: ignore[arg-type]
+            source="node-1",
+            day=DAY,
+        )
+    lost = _dcgm(fixtures, scraped_at)
+    with pytest.raises(ValueError, match="rows_in=4 but accepted=2 [+] quarantined=1"):
+        load_batch(db, "dcgm", FeedBatch(lost.rows, lost.quarantine, rows_in=4), source="node-1", day=DAY)
+    assert not db.exists()
+
+
+def test_source_values_travel_as_parameters(tmp_path: Path, scraped_at: datetime) -> None:
+    db = tmp_path / "wh.duckdb"
+    source = "x'; drop table raw_dcgm_samples; --"
+    batch = parse_text('m{gpu="0"} 1\n', source=source, scraped_at=scraped_at)
+    load_batch(db, "dcgm", batch, source=source, day=DAY)
+    load_batch(db, "dcgm", batch, source=source, day=DAY)
+    assert _count(db, "select count(*), min(source) from raw_dcgm_samples") == (1, source)
+
+
+def test_load_focus_with_decimals(tmp_path: Path, fixtures: Path) -> None:
+    db = tmp_path / "wh.duckdb"
+    batch = load_focus(fixtures / "focus-1.0-sample.csv", source="focus-2024-09")
+    stats = load_batch(db, "focus", batch, source="focus-2024-09", day=DAY)
+    assert stats == LoadStats(1000, 993, 7)
+    load_batch(db, "focus", batch, source="focus-2024-09", day=DAY)
+    total, kind = _count(db, 'select sum("BilledCost"), typeof(sum("BilledCost")) from raw_focus_billing')
+    assert isinstance(total, Decimal) and kind.startswith("DECIMAL(38")
+    assert total == batch.rows["BilledCost"].sum()
+    assert _count(db, "select count(*) from raw_focus_quarantine") == (7,)
+    assert _count(db, "select count(*) from raw_focus_billing where \"ChargeCategory\" = 'Credit'") == (1,)
+
+
+def test_ddl_is_from_the_allowlist() -> None:
+    assert table_ddl("raw_dcgm_quarantine") == (
+        'CREATE TABLE IF NOT EXISTS raw_dcgm_quarantine ("source" VARCHAR NOT NULL, "source_line" INTEGER, '
+        '"raw" VARCHAR, "reason" VARCHAR NOT NULL, "day" DATE NOT NULL)'
+    )
+    with pytest.raises(KeyError):
+        table_ddl("users")
+
+
+def test_tables_created_elsewhere_with_the_agreed_columns_get_ours_added(
+    tmp_path: Path, fixtures: Path, scraped_at: datetime
+) -> None:
+    db = tmp_path / "wh.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "create table raw_dcgm_samples (ts timestamp, metric varchar, value double, hostname varchar, "
+            "gpu integer, uuid varchar, model_name varchar, pci_bus_id varchar, device varchar, "
+            "gpu_instance_profile varchar, gpu_instance_id varchar, namespace varchar, pod varchar, "
+            "container varchar, source varchar, source_line integer)"
+        )
+        con.execute(
+            "create table raw_focus_billing (BilledCost decimal(18, 6), BillingCurrency varchar, "
+            "ChargePeriodStart timestamp, source varchar, source_row integer, focus_version varchar)"
+        )
+    assert load_batch(db, "dcgm", _dcgm(fixtures, scraped_at), source="node-1", day=DAY).accepted == 2
+    focus = load_focus(fixtures / "focus-1.0-sample.csv", source="f")
+    assert load_batch(db, "focus", focus, source="f", day=DAY).accepted == 993
+    assert _count(db, "select count(*), count(day), count(extra_labels) from raw_dcgm_samples") == (2, 2, 0)
+    assert _count(db, 'select count(*), count("ServiceName") from raw_focus_billing') == (993, 993)

@@ -1,0 +1,65 @@
+"""Fixtures for the workload assets: a real SQLite ledger, a real evidence store and the real
+demo programs run by the local executor (CPU only; the executor gets a configured inventory of
+GPU indices because these tests need no GPU)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from gpu_platform.ledger import Ledger
+from gpu_platform.lineage import LineageStore
+from gpu_platform.policy import load_policy
+from gpu_platform.requests import JobRequest, validate_request_file
+from resources.evidence import EvidenceStoreResource
+from resources.ledger import LedgerResource
+from resources.local_executor import LocalGpuExecutor
+from resources.policy import PolicyResource
+from resources.warehouse import Warehouse
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "requests"
+CHAIN = EXAMPLES / "release_chain"
+
+
+@dataclass
+class Platform:
+    tmp: Path
+    ledger: Ledger
+    resources: dict[str, Any]
+
+    @property
+    def lineage(self) -> LineageStore:
+        return LineageStore(self.ledger.engine)
+
+    @property
+    def store(self):
+        return self.resources["evidence"].store()
+
+    def submit(self, path: Path, request_id: str | None = None, **changes: Any) -> str:
+        req = validate_request_file(path, load_policy())
+        req = req.model_copy(update={"request_id": request_id or f"req-{path.stem.replace('_', '-')}", **changes})
+        return self.ledger.submit(JobRequest.model_validate(req.model_dump()))
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Platform:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    resources = {
+        "ledger": LedgerResource(url=url),
+        "policy": PolicyResource(),
+        "evidence": EvidenceStoreResource(root=str(tmp_path / "evidence"), work_root=str(tmp_path / "work")),
+        "executor": LocalGpuExecutor(use_nvml=False, local_gpus="8", state_dir=str(tmp_path / "gpus")),
+        "warehouse": Warehouse(path=str(tmp_path / "warehouse.duckdb")),
+    }
+    return Platform(tmp_path, Ledger(url), resources)
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst

@@ -1,0 +1,326 @@
+"""The workload assets end to end: real SQLite ledger, real evidence store, real demo programs run
+through the local executor and dagster-pipes, on a test Dagster instance."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner
+
+from assets.workloads import (
+    JOB_FOR_WORKLOAD,
+    release_job,
+    retention_sweep,
+    workload_assets,
+    workload_checks,
+    workload_jobs,
+    workload_schedules,
+)
+from gpu_platform.ledger import Ledger
+from gpu_platform.lineage import LineageStore
+from gpu_platform.lineage_cli import lineage
+from resources.evidence import EvidenceStoreResource
+from resources.ledger import LedgerResource
+from resources.local_executor import LocalGpuExecutor
+from resources.policy import PolicyResource
+from resources.warehouse import Warehouse
+
+from .conftest import CHAIN, EXAMPLES, Platform
+
+REQUIRED_METADATA = {
+    "request_id", "lane", "team", "source_commit", "container_digest", "dataset_ids", "map_ids", "taxonomy_ids",
+    "checkpoint_uri", "log_digest", "output_artifact_ids", "gpu_hours", "attempts", "exit_status", "upstream",
+}
+
+
+def materialize(p: Platform, instance, selection: list[str], partition: str) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [*workload_assets, *workload_checks],
+        selection=dg.AssetSelection.assets(*selection),
+        partition_key=partition,
+        instance=instance,
+        resources=p.resources,
+        raise_on_error=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """Label batch -> training run -> replay, and map segmentation -> map replay, materialized once."""
+    tmp = tmp_path_factory.mktemp("chain")
+    url = f"sqlite:///{tmp / 'ledger.db'}"
+    resources = {
+        "ledger": LedgerResource(url=url),
+        "policy": PolicyResource(),
+        "evidence": EvidenceStoreResource(root=str(tmp / "evidence"), work_root=str(tmp / "work")),
+        "executor": LocalGpuExecutor(use_nvml=False, local_gpus="8", state_dir=str(tmp / "gpus")),
+        "warehouse": Warehouse(path=str(tmp / "warehouse.duckdb")),
+    }
+    p = Platform(tmp, Ledger(url), resources)
+    ids = {
+        "label_batch": p.submit(EXAMPLES / "labeler_batch.yaml", "req-label", env={"DEMO_FRAMES": "200"}),
+        "training_run": p.submit(EXAMPLES / "candidate_train.yaml", "req-train", env={"DEMO_STEPS": "60"}),
+        "replay": p.submit(EXAMPLES / "release_eval.yaml", "req-replay"),
+        "map_segmentation": p.submit(EXAMPLES / "map_semantic_batch.yaml", "req-map"),
+        "replay_map": p.submit(CHAIN / "replay_map.yaml", "req-replay-map"),
+    }
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("requests", list(ids.values()))
+        results = {}
+        for key, rid in ids.items():
+            kind = "replay" if key == "replay_map" else key
+            results[key] = materialize(p, instance, [kind], rid)
+            assert results[key].success, key
+        yield p, instance, ids, results
+
+
+def test_program_assets_record_the_metadata_and_lineage(chain):
+    p, _, ids, results = chain
+    for key in ("label_batch", "training_run", "replay", "map_segmentation"):
+        kind = key
+        mat = results[key].asset_materializations_for_node(kind)[0]
+        assert mat.partition == ids[key]
+        assert REQUIRED_METADATA <= set(mat.metadata), REQUIRED_METADATA - set(mat.metadata)
+        assert mat.metadata["exit_status"].value == 0
+        assert mat.metadata["log_digest"].value.startswith("sha256:")
+        assert p.store.verify(mat.metadata["log_digest"].value)
+    train = results["training_run"].asset_materializations_for_node("training_run")[0].metadata
+    assert train["upstream"].value == [{"request_id": "req-label", "kind": "label_batch", "via_id": "lbl-batch-2026-11-28"}]
+    assert train["checkpoint_uri"].value.endswith("ckpt-00000060.npz")
+    assert train["steps_done"].value == 60, "the program's own pipes-reported metadata is kept"
+    label = results["label_batch"].asset_materializations_for_node("label_batch")[0].metadata
+    assert label["accepted"].value + label["rejected"].value == 200
+    replay = p.lineage.latest_run("req-replay", "replay")
+    assert replay.results["suites"]["eval-scenario-suite-v7"]["status"] == "passed"
+    assert replay.odd_cell == "odd-urban-day"
+
+
+def test_complete_release_materializes_with_every_check_passing_and_lineage_prints(chain):
+    p, instance, _, _ = chain
+    rid = p.submit(CHAIN / "released_model.yaml", "req-release")
+    instance.add_dynamic_partitions("requests", [rid])
+    res = materialize(p, instance, ["evidence_pack", "released_model"], rid)
+    assert res.success
+    evals = {(e.asset_key.to_user_string(), e.check_name): e for e in res.get_asset_check_evaluations()}
+    assert len(evals) == 10
+    assert all(e.passed for e in evals.values()), {k: e.description for k, e in evals.items() if not e.passed}
+    assert instance.get_latest_materialization_event(dg.AssetKey("released_model")) is not None
+    # the pack put every upstream log under hold: a sweep far in the future keeps all of them
+    report = p.store.sweep(datetime.now(UTC) + timedelta(days=36500), dry_run=True)
+    held = p.store.held_digests()
+    for n in LineageStore(p.ledger.engine).tree(rid).unique():
+        assert n.run.log_digest in held
+        assert n.run.log_digest not in report.deleted
+    out = CliRunner().invoke(lineage, ["release-perception-2026.12", "--ledger", p.resources["ledger"].url, "--strict"])
+    assert out.exit_code == 0, out.output
+    for needle in ("released_model req-release", "evidence_pack req-release", "replay req-replay",
+                   "training_run req-train", "label_batch req-label", "ds-frames-2026-11"):
+        assert needle in out.output
+
+
+def test_incomplete_evidence_pack_blocks_the_release_in_the_same_run(chain):
+    p, instance, _, _ = chain
+    rid = p.submit(
+        CHAIN / "released_model.yaml",
+        "req-release-night",
+        evaluator_ids=("eval-scenario-suite-v7", "eval-night-cutins-v2"),
+        output_artifact_ids=("release-perception-2026.12-night",),
+    )
+    instance.add_dynamic_partitions("requests", [rid])
+    res = materialize(p, instance, ["evidence_pack", "released_model"], rid)
+    assert not res.success
+    assert [m.partition for m in res.asset_materializations_for_node("evidence_pack")] == [rid]
+    assert res.asset_materializations_for_node("released_model") == []
+    assert not [e for e in res.all_events if e.step_key == "released_model" and e.event_type_value == "STEP_START"]
+    failing = [e for e in res.get_asset_check_evaluations() if not e.passed]
+    assert [(e.asset_key.to_user_string(), e.check_name) for e in failing] == [("evidence_pack", "replay_coverage")]
+    assert failing[0].severity == dg.AssetCheckSeverity.ERROR
+    assert "suite eval-night-cutins-v2 for ODD cell odd-urban-day: not replayed" in failing[0].description
+    latest = instance.get_latest_materialization_event(dg.AssetKey("released_model"))
+    assert latest is None or latest.dagster_event.partition != rid
+
+
+def test_cost_check_warns_until_enforced_and_then_names_unpriced_requests(chain, tmp_path: Path):
+    import duckdb
+
+    p, instance, _, _ = chain
+    rid = p.submit(CHAIN / "evidence_pack.yaml", "req-pack-cost")
+    instance.add_dynamic_partitions("requests", [rid])
+    wh = tmp_path / "wh.duckdb"
+    with duckdb.connect(str(wh)) as con:
+        con.execute("create table fct_gpu_cost_by_request (request_id varchar, allocated_cost decimal(18, 6))")
+        con.execute("insert into fct_gpu_cost_by_request values ('req-train', 12.5), ('req-label', 1.25)")
+    resources = {**p.resources, "warehouse": Warehouse(path=str(wh))}
+    res = dg.materialize(
+        [*workload_assets, *workload_checks],
+        selection=dg.AssetSelection.assets("evidence_pack"),
+        partition_key=rid,
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+        run_config={"ops": {"evidence_pack_cost_attributed": {"config": {"enforce": True}}}},
+    )
+    cost = next(e for e in res.get_asset_check_evaluations() if e.check_name == "cost_attributed")
+    assert not cost.passed and cost.severity == dg.AssetCheckSeverity.ERROR
+    assert "replay req-replay: no priced cost in the cost models" in cost.description
+    assert "req-train" not in cost.description
+
+
+def test_map_release_via_its_job_definition(chain):
+    p, instance, _, _ = chain
+    rid = p.submit(CHAIN / "released_map.yaml", "req-release-map")
+    instance.add_dynamic_partitions("requests", [rid])
+    defs = dg.Definitions(assets=workload_assets, asset_checks=workload_checks, jobs=workload_jobs, resources=p.resources)
+    job = defs.resolve_job_def(JOB_FOR_WORKLOAD["released_map"])
+    res = job.execute_in_process(instance=instance, partition_key=rid, raise_on_error=False)
+    assert res.success
+    assert all(e.passed for e in res.get_asset_check_evaluations())
+    kinds = {(n.kind, n.request_id) for n in p.lineage.tree(rid).unique()}
+    assert {("released_map", rid), ("evidence_pack", rid), ("replay", "req-replay-map"), ("map_segmentation", "req-map")} <= kinds
+
+
+def test_failed_upstream_is_recorded_and_named_by_the_lineage_check(tmp_path: Path, platform: Platform, instance):
+    broken = platform.submit(
+        EXAMPLES / "release_eval.yaml", "req-replay-broken",
+        command=(sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"),
+    )
+    pack = platform.submit(CHAIN / "evidence_pack.yaml", "req-pack")
+    instance.add_dynamic_partitions("requests", [broken, pack])
+    res = materialize(platform, instance, ["replay"], broken)
+    assert not res.success
+    run = platform.lineage.latest_run(broken, "replay")
+    assert (run.status, run.exit_status) == ("failed", 3)
+    res = materialize(platform, instance, ["evidence_pack"], pack)
+    failing = {e.check_name: e.description for e in res.get_asset_check_evaluations() if not e.passed}
+    assert "replay req-replay-broken (via replay-rel-2026.12-urban-day): failed (exit status 3)" in failing["lineage_complete"]
+    assert "suite eval-scenario-suite-v7 for ODD cell odd-urban-day: not replayed" in failing["replay_coverage"]
+    assert "cost_attributed" not in failing
+
+
+def test_a_partition_of_another_kind_is_refused(platform: Platform, instance):
+    rid = platform.submit(EXAMPLES / "labeler_batch.yaml", "req-label-only")
+    instance.add_dynamic_partitions("requests", [rid])
+    res = materialize(platform, instance, ["training_run"], rid)
+    assert not res.success
+    failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "req-label-only is a label_batch request" in failure.event_specific_data.error.message + str(
+        failure.event_specific_data.user_failure_data
+    )
+
+
+def test_retention_sweep_job_reports_and_never_touches_held_evidence(platform: Platform, instance):
+    store = platform.store
+    old = datetime.now(UTC) - timedelta(days=1)
+    gone = store.put(b"expired scratch", "req-x", "log", old)
+    kept = store.put(b"incident log", "req-inc", "log", old)
+    store.set_hold("req-inc", "incident", "INC-2026-1127-04")
+    job = dg.Definitions(jobs=[retention_sweep], resources=platform.resources).resolve_job_def("retention_sweep")
+    dry = job.execute_in_process(instance=instance, run_config={"ops": {"sweep_evidence": {"config": {"dry_run": True}}}})
+    assert dry.output_for_node("sweep_evidence")["deleted"] == [gone.digest]
+    assert store.exists(gone.digest)
+    res = job.execute_in_process(instance=instance)
+    out = res.output_for_node("sweep_evidence")
+    assert out["deleted"] == [gone.digest]
+    assert dict(out["kept"])[kept.digest].startswith("held: request req-inc under hold by incident")
+    assert store.verify(kept.digest) and not store.exists(gone.digest)
+
+
+def test_definitions_snapshot(platform: Platform):
+    defs = dg.Definitions(
+        assets=workload_assets,
+        asset_checks=workload_checks,
+        jobs=workload_jobs,
+        schedules=workload_schedules,
+        resources=platform.resources,
+    )
+    defs.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {"label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map"}
+    deps = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
+    assert deps["released_model"] == {"evidence_pack"} and deps["training_run"] == {"label_batch"}
+    assert deps["released_map"] == {"map_segmentation", "evidence_pack"}
+    checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
+    assert len(checks) == 15
+    for spec in (c for a in workload_checks for c in a.check_specs):
+        assert spec.blocking
+    assert {j.name for j in workload_jobs} == set(JOB_FOR_WORKLOAD.values()) | {"retention_sweep"}
+    assert release_job.name == "release_model_job"
+
+
+def _preempt_when_checkpointed(work: Path, at_step: int, done: list) -> None:
+    """Play the preemptor: SIGTERM the training process once it has checkpointed `at_step`."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        logs = list(work.glob("out/*/logs/train-*.log"))
+        steps = [int(p.stem.split("-")[1]) for p in work.glob("checkpoints/training_run/ckpt-*.npz")]
+        if logs and steps and max(steps) >= at_step:
+            pid = int(logs[0].stem.rsplit("-", 1)[1])
+            os.kill(pid, signal.SIGTERM)
+            done.append(pid)
+            return
+        time.sleep(0.01)
+
+
+def test_preempted_training_asset_resumes_from_its_checkpoint(platform: Platform, instance):
+    """SIGTERM (what a preemption sends) mid-run: the program checkpoints and exits 143, the stage
+    is recorded as preempted, and the next attempt resumes from that step."""
+    label = platform.submit(EXAMPLES / "labeler_batch.yaml", "req-label-p")
+    rid = platform.submit(
+        EXAMPLES / "candidate_train.yaml",
+        "req-train-p",
+        env={"DEMO_STEPS": "300", "DEMO_CHECKPOINT_EVERY": "25", "DEMO_STEP_SECONDS": "0.01"},
+    )
+    instance.add_dynamic_partitions("requests", [label, rid])
+    killed: list[int] = []
+    preemptor = threading.Thread(
+        target=_preempt_when_checkpointed, args=(platform.resources["evidence"].work_dir(rid), 50, killed)
+    )
+    preemptor.start()
+    first = materialize(platform, instance, ["training_run"], rid)
+    preemptor.join()
+    assert killed and not first.success
+    preempted = platform.lineage.latest_run(rid, "training_run")
+    assert (preempted.status, preempted.exit_status) == ("preempted", 143)
+    assert preempted.log_digest and platform.store.verify(preempted.log_digest)
+    reached = preempted.results["steps_done"]
+    assert 50 <= reached < 300
+
+    second = materialize(platform, instance, ["training_run"], rid)
+    assert second.success
+    md = second.asset_materializations_for_node("training_run")[0].metadata
+    assert md["resumed_from_step"].value == reached, "nothing lost: SIGTERM checkpointed the current step"
+    assert md["attempts"].value == 2
+    assert md["steps_done"].value == 300
+
+
+def test_a_release_launched_without_its_evidence_step_is_refused(chain):
+    """Defence in depth: released_model alone (no evidence_pack step in the run) re-checks the
+    evidence itself and refuses, naming the gap."""
+    p, instance, _, _ = chain
+    rid = p.submit(
+        CHAIN / "released_model.yaml",
+        "req-release-alone",
+        evaluator_ids=("eval-scenario-suite-v7", "eval-rain-v1"),
+        output_artifact_ids=("release-perception-2026.12-rain",),
+    )
+    instance.add_dynamic_partitions("requests", [rid])
+    res = materialize(p, instance, ["released_model"], rid)
+    assert not res.success
+    failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "no evidence pack; run release_model_job" in str(failure.event_specific_data.user_failure_data)
+    materialize(p, instance, ["evidence_pack"], rid)  # its blocking check fails, but the pack exists
+    res = materialize(p, instance, ["released_model"], rid)
+    assert not res.success
+    failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "suite eval-rain-v1 for ODD cell odd-urban-day: not replayed" in str(
+        failure.event_specific_data.user_failure_data
+    )
