@@ -3,8 +3,11 @@
 Inventory comes from NVML (`pynvml`) when it initializes; otherwise from the configured
 inventory in `GPU_PLATFORM_LOCAL_GPUS`, and `local_inventory` says so in `detail`.
 `LocalGpuAllocator` hands device indices to request ids under a file lock in a state directory,
-so concurrent steps (threads or processes) never get the same GPU. NVML *sampling* lives in
-`gpu_platform.feeds.nvml`; this module only lists and allocates devices.
+so concurrent steps (threads or processes) never get the same GPU.
+
+This is the one NVML adapter of the package: `NvmlUnavailable`, `nvml_session` (import, init,
+shutdown), `discover_gpus`, and the `FakeNvml` test double. NVML *sampling* into the DCGM sample
+schema (`gpu_platform.feeds.nvml.NvmlSampler`) builds on these.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 ENV_LOCAL_GPUS = "GPU_PLATFORM_LOCAL_GPUS"
 ENV_STATE_DIR = "GPU_PLATFORM_STATE_DIR"
+_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,15 @@ class InventoryError(ValueError):
     """A configured inventory (`GPU_PLATFORM_LOCAL_GPUS`) that does not parse."""
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """An NVML string (older pynvml returns bytes) as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def discover_gpus(nvml_module: Any = None) -> list[GpuDevice]:
-    """List GPUs through NVML. `nvml_module=None` imports `pynvml`; pass a `FakeNvml` in tests.
+@contextlib.contextmanager
+def nvml_session(nvml_module: Any = None) -> Iterator[Any]:
+    """Initialised NVML for the block, shut down after. `nvml_module=None` imports `pynvml`;
+    tests pass a `FakeNvml`. NVML reference-counts `nvmlInit`, so sessions may nest.
 
     Raises NvmlUnavailable(reason) when pynvml is missing or NVML cannot initialize.
     """
@@ -62,27 +69,43 @@ def discover_gpus(nvml_module: Any = None) -> list[GpuDevice]:
         try:
             import pynvml as nvml
         except ImportError as exc:
-            raise NvmlUnavailable(f"pynvml is not installed ({exc})") from exc
+            raise NvmlUnavailable(f"pynvml (nvidia-ml-py) is not installed ({exc})") from exc
     try:
         nvml.nvmlInit()
     except Exception as exc:  # pynvml raises NVMLError subclasses; a fake may raise anything
         raise NvmlUnavailable(f"nvmlInit failed: {exc}") from exc
     try:
-        devices = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            devices.append(
-                GpuDevice(
-                    index=i,
-                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(nvml.nvmlDeviceGetName(handle)),
-                    memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
-                )
-            )
-        return devices
+        yield nvml
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
+
+
+def nvml_handles(nvml: Any) -> list[tuple[int, Any]]:
+    """(index, handle) of every GPU, in NVML index order; call inside `nvml_session`."""
+    return [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+
+
+def discover_gpus(nvml_module: Any = None) -> list[GpuDevice]:
+    """List GPUs through NVML. `nvml_module=None` imports `pynvml`; pass a `FakeNvml` in tests.
+
+    Raises NvmlUnavailable(reason) when pynvml is missing or NVML cannot initialize.
+    """
+    with nvml_session(nvml_module) as nvml:
+        return [
+            GpuDevice(
+                index=i,
+                uuid=nvml_text(nvml.nvmlDeviceGetUUID(handle)),
+                name=nvml_text(nvml.nvmlDeviceGetName(handle)),
+                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
+            )
+            for i, handle in nvml_handles(nvml)
+        ]
+
+
+def cuda_visible_devices(devices: Iterable[GpuDevice]) -> str:
+    """`CUDA_VISIBLE_DEVICES` value naming `devices` by UUID (stable across reboots, unlike indexes)."""
+    return ",".join(d.uuid for d in devices)
 
 
 class ConfiguredInventory:
@@ -301,68 +324,137 @@ class LocalGpuAllocator:
             self.release(request_id)
 
 
-class _FakeMemory:
-    def __init__(self, total: int):
-        self.total = total
-        self.free = total
-        self.used = 0
+@dataclass
+class FakeGpu:
+    """One simulated GPU for `FakeNvml`; memory in bytes, as NVML reports it.
+    `unsupported` names NVML calls that fail with "Not Supported" on this device."""
+
+    uuid: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory_total: int = 80 * 1024 * _MIB
+    memory_used: int = 0
+    util_gpu: int = 0
+    util_memory: int = 0
+    power_mw: int = 70_000
+    temperature_c: int = 35
+    bus_id: str = "00000000:18:00.0"
+    minor: int = 0
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    unsupported: frozenset[str] = frozenset()
 
 
-class FakeNvmlError(Exception):
-    """Raised by FakeNvml where pynvml would raise an NVMLError."""
+class _Struct:
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
 
 
 class FakeNvml:
     """TEST DOUBLE for the `pynvml` module: exists because no GPU (and no NVML driver) is present
-    on CI. Mimics exactly the pynvml functions `discover_gpus` uses: nvmlInit, nvmlShutdown,
+    on CI. Mimics exactly the pynvml functions this package uses: nvmlInit, nvmlShutdown,
     nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetUUID, nvmlDeviceGetName,
-    nvmlDeviceGetMemoryInfo. `fail_init="reason"` makes nvmlInit fail like a machine without a
-    driver. The real path is covered by the `gpu`-marked test (`make test-gpu`).
+    nvmlDeviceGetMemoryInfo (`discover_gpus`), plus nvmlDeviceGetUtilizationRates,
+    nvmlDeviceGetPowerUsage, nvmlDeviceGetTemperature, nvmlDeviceGetPciInfo,
+    nvmlDeviceGetMinorNumber and nvmlDeviceGetComputeRunningProcesses (`NvmlSampler`), and the
+    `NVMLError` / `NVML_TEMPERATURE_GPU` names. The real path is covered by the `gpu`-marked tests
+    (`make test-gpu`).
+
+    `gpus=[FakeGpu(...), ...]` describes each device; without it, `count` identical devices named
+    `name` with `memory_mib` each. `fail_init="reason"` makes nvmlInit fail like a machine without a
+    driver. `init_count` tracks nvmlInit/nvmlShutdown balance (`initialized` while above zero).
     """
+
+    class NVMLError(Exception):  # noqa: N818 (pynvml's name)
+        """Raised by FakeNvml where pynvml would raise an NVMLError."""
+
+    NVML_TEMPERATURE_GPU = 0
 
     def __init__(
         self,
+        gpus: Sequence[FakeGpu] | None = None,
+        *,
         count: int = 4,
         name: str = "NVIDIA H100 80GB HBM3",
         memory_mib: int = 81559,
         fail_init: str | None = None,
     ):
-        self.count = count
-        self.name = name
-        self.memory_mib = memory_mib
+        if gpus is None:
+            gpus = [
+                FakeGpu(
+                    uuid=f"GPU-00000000-0000-0000-0000-{i:012d}",
+                    name=name,
+                    memory_total=memory_mib * _MIB,
+                    bus_id=f"00000000:{0x18 + i:02X}:00.0",
+                    minor=i,
+                )
+                for i in range(count)
+            ]
+        self.gpus = list(gpus)
         self.fail_init = fail_init
-        self.initialized = False
+        self.init_count = 0
 
-    def nvmlInit(self) -> None:
+    @property
+    def initialized(self) -> bool:
+        return self.init_count > 0
+
+    def nvmlInit(self) -> None:  # noqa: N802
         if self.fail_init is not None:
-            raise FakeNvmlError(self.fail_init)
-        self.initialized = True
+            raise self.NVMLError(self.fail_init)
+        self.init_count += 1
 
-    def nvmlShutdown(self) -> None:
-        self.initialized = False
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        if self.init_count <= 0:
+            raise self.NVMLError("Uninitialized")
+        self.init_count -= 1
 
     def _check(self) -> None:
-        if not self.initialized:
-            raise FakeNvmlError("Uninitialized")
+        if self.init_count <= 0:
+            raise self.NVMLError("Uninitialized")
 
-    def nvmlDeviceGetCount(self) -> int:
+    def _gpu(self, handle: FakeGpu, call: str) -> FakeGpu:
         self._check()
-        return self.count
+        if call in handle.unsupported:
+            raise self.NVMLError("Not Supported")
+        return handle
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
         self._check()
-        if not 0 <= index < self.count:
-            raise FakeNvmlError("Invalid Argument")
-        return index
+        return len(self.gpus)
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:  # noqa: N802
         self._check()
-        return f"GPU-00000000-0000-0000-0000-{handle:012d}"
+        if not 0 <= index < len(self.gpus):
+            raise self.NVMLError("Invalid Argument")
+        return self.gpus[index]
 
-    def nvmlDeviceGetName(self, handle: int) -> str:
-        self._check()
-        return self.name
+    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetUUID").uuid
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _FakeMemory:
-        self._check()
-        return _FakeMemory(self.memory_mib * 1024 * 1024)
+    def nvmlDeviceGetName(self, h: FakeGpu) -> str:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetName").name
+
+    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> Any:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
+        return _Struct(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
+
+    def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> Any:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
+        return _Struct(gpu=g.util_gpu, memory=g.util_memory)
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetTemperature").temperature_c
+
+    def nvmlDeviceGetPciInfo(self, h: FakeGpu) -> Any:  # noqa: N802
+        return _Struct(busId=self._gpu(h, "nvmlDeviceGetPciInfo").bus_id.encode())
+
+    def nvmlDeviceGetMinorNumber(self, h: FakeGpu) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetMinorNumber").minor
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[Any]:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
+        return [_Struct(pid=pid, usedGpuMemory=used) for pid, used in g.processes]
+
+
+FakeNvmlError = FakeNvml.NVMLError

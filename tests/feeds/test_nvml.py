@@ -4,18 +4,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpu_platform.feeds.nvml import (
+from gpu_platform.feeds.nvml import GpuInventory, GpuProcess, NvmlSampler
+from gpu_platform.feeds.schemas import DCGM_QUARANTINE_SCHEMA, DCGM_SAMPLE_SCHEMA
+from gpu_platform.gpus import (
     FakeGpu,
     FakeNvml,
-    GpuInfo,
-    GpuInventory,
-    GpuProcess,
-    NvmlSampler,
+    GpuDevice,
     NvmlUnavailable,
     cuda_visible_devices,
-    list_gpus,
+    discover_gpus,
 )
-from gpu_platform.feeds.schemas import DCGM_QUARANTINE_SCHEMA, DCGM_SAMPLE_SCHEMA
 
 AT = datetime(2024, 9, 18, 12, tzinfo=UTC)
 MIB = 1024 * 1024
@@ -51,12 +49,13 @@ def test_sampler_is_a_gpu_inventory() -> None:
     assert isinstance(sampler.list_gpus(), list)
 
 
-def test_list_gpus_and_cuda_visible_devices() -> None:
-    gpus = list_gpus(_node())
+def test_discover_gpus_and_cuda_visible_devices() -> None:
+    gpus = discover_gpus(_node())
     assert gpus == [
-        GpuInfo(0, "GPU-aaaa", "NVIDIA H100 80GB HBM3", 80 * 1024 * MIB),
-        GpuInfo(1, "GPU-bbbb", "NVIDIA L4", 23_034 * MIB),
+        GpuDevice(0, "GPU-aaaa", "NVIDIA H100 80GB HBM3", 80 * 1024),
+        GpuDevice(1, "GPU-bbbb", "NVIDIA L4", 23_034),
     ]
+    assert NvmlSampler(_node()).list_gpus() == gpus
     assert cuda_visible_devices(gpus) == "GPU-aaaa,GPU-bbbb"
     assert cuda_visible_devices([]) == ""
 
@@ -102,11 +101,11 @@ def test_processes() -> None:
 
 
 def test_no_driver_raises_typed_error_with_reason() -> None:
-    sampler = NvmlSampler(FakeNvml([], init_error="Driver Not Loaded"))
+    sampler = NvmlSampler(FakeNvml([], fail_init="Driver Not Loaded"))
     for call in (sampler.list_gpus, sampler.sample, sampler.processes):
         with pytest.raises(NvmlUnavailable) as info:
             call()
-        assert info.value.reason == "Driver Not Loaded"
+        assert info.value.reason == "nvmlInit failed: Driver Not Loaded"
 
 
 def test_naive_sample_time_is_refused() -> None:
@@ -117,13 +116,13 @@ def test_naive_sample_time_is_refused() -> None:
 @pytest.mark.gpu
 def test_real_nvml_lists_and_samples_gpus() -> None:
     try:
-        gpus = list_gpus()
+        gpus = discover_gpus()
     except NvmlUnavailable as exc:
         pytest.skip(
             f"needs an NVIDIA GPU with a driver (NVML); run on a GPU node with: make test-gpu ({exc.reason})"
         )
     assert gpus, "NVML initialised but reported no GPU"
-    assert all(g.uuid.startswith(("GPU-", "MIG-")) and g.memory_total > 0 for g in gpus)
+    assert all(g.uuid.startswith(("GPU-", "MIG-")) and g.memory_mib > 0 for g in gpus)
     batch = NvmlSampler().sample()
     assert batch.rows_in == len(gpus) * 6 == batch.accepted + batch.quarantined
     assert batch.rows.filter(batch.rows["metric"] == "DCGM_FI_DEV_FB_FREE").height == len(gpus)
