@@ -5,14 +5,29 @@ Built by a function so the environment is read when Dagster loads the code, not 
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
+from assets.finops import finops_assets, finops_jobs, finops_schedules
+from assets.gate import gate_jobs, gate_sensors, make_workload_job
+from assets.workloads import workload_assets, workload_checks, workload_jobs, workload_schedules
 from resources.build import build_resources
 
 
 def build_definitions(env_name: str | None = None) -> dg.Definitions:
+    env_name = env_name or os.environ.get("GPU_PLATFORM_ENV", "local")
+    executor = None
+    if env_name == "prod":
+        from dagster_k8s import k8s_job_executor
+
+        executor = k8s_job_executor
     return dg.Definitions(
-        assets=[],
+        assets=[*workload_assets, *finops_assets],
+        asset_checks=[*workload_checks],
+        jobs=[*gate_jobs, make_workload_job(executor), *workload_jobs, *finops_jobs],
+        sensors=[*gate_sensors],
+        schedules=[*workload_schedules, *finops_schedules],
         resources=build_resources(env_name),
     )
 

@@ -1,0 +1,134 @@
+"""FinOps assets: one Dagster asset per dbt_like_sql model, one asset check per data test.
+
+Thin by design: each asset asks the `warehouse` resource to build its model for the partition
+and reports rows, GPU-hours, utilization and cost as metadata. Dependencies come from the
+models' `ref()`s; staging models depend on the raw ingestion assets (`raw_dcgm_samples`,
+`raw_focus_billing`, `raw_ledger_snapshot`) named in dbt_like_sql/project.yml.
+"""
+
+import warnings
+
+import dagster as dg
+
+from gpu_platform.sqlmodels import Model, Project, default_project_path
+from resources.warehouse import Warehouse
+
+FINOPS_GROUP = "finops"
+WAREHOUSE_POOL = "duckdb_warehouse"
+"""Every cost asset shares this pool; its limit of 1 (instance config) keeps DuckDB to one writer."""
+
+finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC")
+
+
+def _check_name(model: Model, test_name: str, asset: str) -> str:
+    # an ephemeral model's tests run on its child's asset, named after the model they test
+    return test_name if model.name == asset else f"{model.name}__{test_name}"
+
+
+def _check_specs(model: Model, asset: str) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(name=_check_name(model, t.name, asset), asset=dg.AssetKey([asset]),
+                          description=f"{model.name}: {t.kind} (failing rows = 0)\n\n{t.sql}")
+        for t in model.tests
+    ]
+
+
+def _ephemeral_owner(project: Project) -> dict[str, str]:
+    """Ephemeral model -> the asset that runs its tests: its first stored child in build order."""
+    owner: dict[str, str] = {}
+    for name in project.order:
+        m = project.models[name]
+        if m.is_ephemeral:
+            continue
+        for r in m.refs:
+            if project.models[r].is_ephemeral:
+                owner.setdefault(r, name)
+    return owner
+
+
+def _upstream_keys(model: Model, project: Project) -> list[dg.AssetKey]:
+    """Asset keys a model reads: stored refs, relationship-test parents, raw sources; through
+    ephemeral models to what they read."""
+    keys: list[dg.AssetKey] = []
+    for r in model.refs + model.test_refs:
+        parent = project.models[r]
+        keys += _upstream_keys(parent, project) if parent.is_ephemeral else [dg.AssetKey([r])]
+    keys += [dg.AssetKey([project.sources.get(s, s)]) for s in model.sources]
+    return list(dict.fromkeys(keys))
+
+
+def _metadata(build) -> dict[str, dg.MetadataValue]:
+    md: dict[str, dg.MetadataValue] = {
+        "rows": dg.MetadataValue.int(build.rows),
+        "seconds": dg.MetadataValue.float(round(build.result.seconds, 3)),
+    }
+    for key, value in build.metrics.items():
+        md[key] = dg.MetadataValue.md(value) if key.endswith("_md") else dg.MetadataValue.float(float(value))
+    return md
+
+
+def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, ...] = ()) -> dg.AssetsDefinition:
+    """The asset for one model: daily-partitioned when the model is `partition_by: day`, built
+    for a whole partition range in one step on backfills. `ephemeral`: inlined models whose
+    tests this asset runs."""
+    partitioned = model.partition_by is not None
+    specs = _check_specs(model, model.name) + [s for e in ephemeral for s in _check_specs(e, model.name)]
+    names = {(e.name, t.name): _check_name(e, t.name, model.name) for e in (model, *ephemeral) for t in e.tests}
+
+    def _asset(context: dg.AssetExecutionContext, warehouse: Warehouse):
+        days = None
+        if partitioned:
+            keys = context.partition_key_range
+            days = (keys.start, keys.end)
+        build = warehouse.build_partition(model.name, days=days, with_tests_of=tuple(e.name for e in ephemeral))
+        yield dg.MaterializeResult(metadata=_metadata(build))
+        for t in build.tests:
+            yield dg.AssetCheckResult(
+                check_name=names[(t.model, t.test_name)],
+                passed=t.passed,
+                metadata={"failing_rows": dg.MetadataValue.int(t.failures), "sql": dg.MetadataValue.md(f"```sql\n{t.sql}\n```")},
+            )
+
+    with warnings.catch_warnings():
+        # BackfillPolicy is beta in this Dagster; single-run backfills are what DuckDB wants
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.asset(
+            name=model.name,
+            deps=_upstream_keys(model, project),
+            partitions_def=finops_daily_partitions if partitioned else None,
+            backfill_policy=dg.BackfillPolicy.single_run() if partitioned else None,
+            group_name=FINOPS_GROUP,
+            kinds={"duckdb"},
+            pool=WAREHOUSE_POOL,
+            description=f"{model.description}\n\nGrain: {model.grain}.",
+            check_specs=specs,
+            metadata={"grain": model.grain, "sql_path": str(model.path.relative_to(project.path.parent))},
+        )(_asset)
+
+
+def build_finops_definitions(project: Project | None = None):
+    """(assets, check specs, jobs, schedules) for a project (default: the repository's dbt_like_sql)."""
+    project = project or Project.load(default_project_path())
+    owner = _ephemeral_owner(project)
+    assets = [
+        build_finops_asset(
+            project.models[name], project,
+            tuple(project.models[e] for e, child in owner.items() if child == name),
+        )
+        for name in project.order if not project.models[name].is_ephemeral
+    ]
+    checks = [spec for a in assets for spec in a.check_specs]
+    job = dg.define_asset_job(
+        "finops_daily",
+        selection=dg.AssetSelection.assets(*assets),
+        partitions_def=finops_daily_partitions,
+        description="Rebuild every cost model for one day (unpartitioned marts are rebuilt in full).",
+    )
+    # 02:00 UTC each day, for the partition that just ended (yesterday).
+    schedule = dg.build_schedule_from_partitioned_job(job, name="finops_daily_schedule", hour_of_day=2, minute_of_hour=0)
+    return assets, checks, [job], [schedule]
+
+
+finops_assets, finops_checks, finops_jobs, finops_schedules = build_finops_definitions()
+"""finops_checks holds the AssetCheckSpecs already attached to finops_assets (they run with each
+build); pass finops_assets to Definitions(assets=...), not finops_checks to asset_checks=."""

@@ -1,0 +1,116 @@
+-- Per pod and day: allocated GPU-hours (pod window x GPUs), used GPU-hours (busy samples), cost.
+with days as (
+
+    select
+        cast(d as date) as day,
+        cast(d as timestamp) as day_start,
+        cast(d as timestamp) + interval 1 day as day_end
+    from unnest(generate_series(
+        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
+    )) as t(d)
+
+),
+
+pods as (
+
+    select * from {{ ref('stg_pod_requests') }}
+
+),
+
+requests as (
+
+    select request_id, gpu_count from {{ ref('stg_requests') }}
+
+),
+
+windows as (
+
+    -- a running pod (ended_at null) is counted to the end of the day
+    select
+        d.day,
+        p.*,
+        coalesce(p.assigned_gpus, r.gpu_count) as pod_gpus,
+        greatest(p.started_at, d.day_start) as window_start,
+        least(coalesce(p.ended_at, d.day_end), d.day_end) as window_end
+    from pods as p
+    inner join requests as r on r.request_id = p.request_id
+    inner join days as d
+        on p.started_at < d.day_end and coalesce(p.ended_at, d.day_end) > d.day_start
+
+),
+
+gpu_busy as (
+
+    select * from {{ ref('int_gpu_busy') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+
+),
+
+preferred as (
+
+    -- engine-active wins for a GPU that reported it at all that day; else GPU_UTIL/100
+    select
+        *,
+        bool_or(metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE')
+            over (partition by day, hostname, gpu, gpu_instance_id) as has_engine_active
+    from gpu_busy
+
+),
+
+busy as (
+
+    -- each sample stands for one collect interval (15 s): busy GPU-hours = sum(busy) x interval
+    select
+        day,
+        namespace,
+        pod,
+        cast(sum(busy_samples) as double) * {{ var('sample_interval_s') }} / 3600.0 as used_gpu_hours
+    from preferred
+    where pod is not null
+      and metric = case when has_engine_active then 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' else 'DCGM_FI_DEV_GPU_UTIL' end
+    group by day, namespace, pod
+
+),
+
+prices as (
+
+    select * from {{ ref('int_node_hour_prices') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+
+),
+
+hours as (
+
+    select
+        w.day,
+        w.namespace,
+        w.pod,
+        w.request_id,
+        w.attempt,
+        w.flavor_name,
+        w.hostname,
+        w.exit_status,
+        w.failed,
+        w.pod_gpus,
+        epoch(w.window_end - w.window_start) / 3600.0 * w.pod_gpus as allocated_gpu_hours,
+        coalesce(b.used_gpu_hours, 0.0) as used_gpu_hours
+    from windows as w
+    left join busy as b on b.day = w.day and b.namespace = w.namespace and b.pod = w.pod
+
+),
+
+final as (
+
+    select
+        h.*,
+        p.currency,
+        p.price_source,
+        -- cost = hours x node_cost / capacity, rounded once to 1e-6; idle takes the remainder
+        cast(round(h.allocated_gpu_hours * cast(p.node_cost as double) / p.capacity_gpu_hours, 6)
+            as decimal(18, 6)) as allocated_cost
+    from hours as h
+    left join prices as p on p.day = h.day and p.hostname = h.hostname
+
+)
+
+select * from final

@@ -1,0 +1,203 @@
+-- Chargeback per team, cost center, site and lane: direct cost + distributed idle and shared cost.
+-- Policies (vars idle_policy / shared_policy), applied per day and within one currency only:
+--   proportional: by share of the day's allocated cost (OpenCost "weighted")
+--   even:         equal share per team, split inside a team by allocated cost
+--   none:         not distributed; shown on an '(unallocated)' row
+with policy_check as (
+
+    select
+        case
+            when {{ var('idle_policy') }} not in ('proportional', 'even', 'none')
+                then error('unknown idle_policy: ' || {{ var('idle_policy') }})
+            when {{ var('shared_policy') }} not in ('proportional', 'even', 'none')
+                then error('unknown shared_policy: ' || {{ var('shared_policy') }})
+            else true
+        end as ok
+
+),
+
+allocated as (
+
+    select
+        day,
+        team,
+        cost_center,
+        site,
+        lane,
+        currency,
+        sum(allocated_gpu_hours) as allocated_gpu_hours,
+        sum(used_gpu_hours) as used_gpu_hours,
+        sum(allocated_cost) as allocated_cost
+    from {{ ref('fct_gpu_cost_by_request') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by all
+
+),
+
+idle as (
+
+    select day, currency, sum(idle_cost) as pool
+    from {{ ref('int_idle_capacity') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, currency
+
+),
+
+shared as (
+
+    select day, currency, sum(shared_cost) as pool
+    from {{ ref('int_shared_cost') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, currency
+
+),
+
+pools as (
+
+    select
+        coalesce(i.day, s.day) as day,
+        coalesce(i.currency, s.currency) as currency,
+        coalesce(i.pool, 0) as idle_pool,
+        coalesce(s.pool, 0) as shared_pool
+    from idle as i
+    full outer join shared as s on s.day = i.day and s.currency = i.currency
+
+),
+
+team_totals as (
+
+    select
+        day,
+        currency,
+        team,
+        sum(allocated_cost) as team_cost,
+        count(*) as team_rows
+    from allocated
+    group by day, currency, team
+
+),
+
+currency_totals as (
+
+    select
+        day,
+        currency,
+        sum(allocated_cost) as currency_cost,
+        count(distinct team) as teams
+    from allocated
+    group by day, currency
+
+),
+
+weights as (
+
+    select
+        a.*,
+        case when c.currency_cost > 0 then cast(a.allocated_cost as double) / cast(c.currency_cost as double)
+             else 0.0 end as w_proportional,
+        (1.0 / c.teams) * case when t.team_cost > 0
+            then cast(a.allocated_cost as double) / cast(t.team_cost as double)
+            else 1.0 / t.team_rows end as w_even,
+        row_number() over (
+            partition by a.day, a.currency order by a.allocated_cost desc, a.team, a.cost_center, a.site, a.lane
+        ) as rank_in_currency
+    from allocated as a
+    inner join currency_totals as c on c.day = a.day and c.currency = a.currency
+    inner join team_totals as t on t.day = a.day and t.currency = a.currency and t.team = a.team
+
+),
+
+shares as (
+
+    select
+        w.*,
+        coalesce(p.idle_pool, 0) as idle_pool,
+        coalesce(p.shared_pool, 0) as shared_pool,
+        case {{ var('idle_policy') }} when 'proportional' then w_proportional when 'even' then w_even else 0.0 end
+            as w_idle,
+        case {{ var('shared_policy') }} when 'proportional' then w_proportional when 'even' then w_even else 0.0 end
+            as w_shared
+    from weights as w
+    left join pools as p on p.day = w.day and p.currency = w.currency
+
+),
+
+rounded as (
+
+    select
+        *,
+        cast(round(cast(idle_pool as double) * w_idle, 6) as decimal(18, 6)) as idle_raw,
+        cast(round(cast(shared_pool as double) * w_shared, 6) as decimal(18, 6)) as shared_raw
+    from shares
+
+),
+
+distributed as (
+
+    -- the largest row of each day and currency absorbs the rounding remainder: shares sum to the pool
+    select
+        day, team, cost_center, site, lane, currency,
+        allocated_gpu_hours, used_gpu_hours, allocated_cost,
+        idle_raw + case when rank_in_currency = 1 and sum(w_idle) over (partition by day, currency) > 0
+            then idle_pool - sum(idle_raw) over (partition by day, currency) else 0 end as idle_cost,
+        shared_raw + case when rank_in_currency = 1 and sum(w_shared) over (partition by day, currency) > 0
+            then shared_pool - sum(shared_raw) over (partition by day, currency) else 0 end as shared_cost
+    from rounded
+
+),
+
+unallocated as (
+
+    select
+        p.day,
+        '(unallocated)' as team,
+        '(unallocated)' as cost_center,
+        '(unallocated)' as site,
+        '(unallocated)' as lane,
+        p.currency,
+        0.0 as allocated_gpu_hours,
+        0.0 as used_gpu_hours,
+        cast(0 as decimal(18, 6)) as allocated_cost,
+        p.idle_pool - coalesce(d.idle_cost, 0) as idle_cost,
+        p.shared_pool - coalesce(d.shared_cost, 0) as shared_cost
+    from pools as p
+    left join (
+        select day, currency, sum(idle_cost) as idle_cost, sum(shared_cost) as shared_cost
+        from distributed group by day, currency
+    ) as d on d.day = p.day and d.currency = p.currency
+    where p.idle_pool - coalesce(d.idle_cost, 0) <> 0 or p.shared_pool - coalesce(d.shared_cost, 0) <> 0
+
+),
+
+combined as (
+
+    select * from distributed
+    union all by name
+    select * from unallocated
+
+),
+
+final as (
+
+    select
+        c.day,
+        c.team,
+        c.cost_center,
+        c.site,
+        c.lane,
+        c.currency,
+        c.allocated_gpu_hours,
+        c.used_gpu_hours,
+        cast(c.allocated_cost as decimal(18, 6)) as allocated_cost,
+        cast(c.idle_cost as decimal(18, 6)) as idle_cost,
+        cast(c.shared_cost as decimal(18, 6)) as shared_cost,
+        cast(c.allocated_cost + c.idle_cost + c.shared_cost as decimal(18, 6)) as total_cost,
+        {{ var('idle_policy') }} as idle_policy,
+        {{ var('shared_policy') }} as shared_policy
+    from combined as c
+    cross join policy_check
+    where policy_check.ok
+
+)
+
+select * from final

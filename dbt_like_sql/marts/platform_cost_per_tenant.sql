@@ -1,0 +1,28 @@
+-- Fully loaded platform cost per tenant (team) and day, from chargeback.
+with chargeback as (
+
+    select * from {{ ref('chargeback') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+
+),
+
+final as (
+
+    select
+        day,
+        team,
+        cost_center,
+        currency,
+        sum(allocated_gpu_hours) as allocated_gpu_hours,
+        sum(used_gpu_hours) as used_gpu_hours,
+        sum(used_gpu_hours) / nullif(sum(allocated_gpu_hours), 0) as gpu_utilization,
+        sum(allocated_cost) as allocated_cost,
+        sum(idle_cost) as idle_cost,
+        sum(shared_cost) as shared_cost,
+        sum(total_cost) as total_cost
+    from chargeback
+    group by day, team, cost_center, currency
+
+)
+
+select * from final

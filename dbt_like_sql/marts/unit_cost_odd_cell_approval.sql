@@ -1,0 +1,56 @@
+-- Cost per ODD-cell approval: replay + evidence-pack cost of one cell in one release packet,
+-- divided by the finished evidence packs (approvals) for that cell.
+with requests as (
+
+    select * from {{ ref('stg_requests') }}
+    where workload in ('replay', 'evidence_pack')
+      and release_packet_id is not null
+      and odd_cell is not null
+
+),
+
+cost as (
+
+    select * from {{ ref('int_request_cost') }}
+
+),
+
+cells as (
+
+    select
+        r.release_packet_id,
+        r.odd_cell,
+        c.currency,
+        count(distinct r.request_id) as requests,
+        sum(c.cost) as cost
+    from requests as r
+    inner join cost as c on c.request_id = r.request_id
+    group by r.release_packet_id, r.odd_cell, c.currency
+
+),
+
+approvals as (
+
+    select release_packet_id, odd_cell, count(*) as approvals
+    from requests
+    where workload = 'evidence_pack' and state = 'finished'
+    group by release_packet_id, odd_cell
+
+),
+
+final as (
+
+    select
+        c.release_packet_id,
+        c.odd_cell,
+        c.currency,
+        c.requests,
+        coalesce(a.approvals, 0) as approvals,
+        c.cost,
+        cast(round(cast(c.cost as double) / nullif(a.approvals, 0), 6) as decimal(18, 6)) as cost_per_approval
+    from cells as c
+    left join approvals as a on a.release_packet_id = c.release_packet_id and a.odd_cell = c.odd_cell
+
+)
+
+select * from final

@@ -1,0 +1,34 @@
+-- The request ledger's latest snapshot: one row per request.
+with source as (
+
+    select * from {{ source('raw_requests') }}
+
+),
+
+final as (
+
+    select
+        request_id,
+        team,
+        cost_center,
+        lane,
+        coalesce(site, 'unknown') as site,
+        odd_cell,
+        lower(workload) as workload,
+        gpu_type,
+        gpu_count,
+        submitted_at,
+        lower(state) as state,
+        coalesce(attempts, 0) as attempts,
+        release_packet_id,
+        candidate_id,
+        incident_id,
+        output_artifact_ids,
+        accepted_labels,
+        rejected_labels,
+        replay_hours
+    from source
+
+)
+
+select * from final

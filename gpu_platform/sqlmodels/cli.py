@@ -1,0 +1,123 @@
+"""`cost` commands: build the cost models for a day and report on them.
+
+The main CLI adds this group: `main.add_command(cost)`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import click
+import duckdb
+
+from gpu_platform.sqlmodels.raw import ensure_raw_tables
+from gpu_platform.sqlmodels.report import cost_report, to_jsonable
+from gpu_platform.sqlmodels.runner import Project, ProjectError
+
+POLICIES = click.Choice(["proportional", "even", "none"])
+
+
+def _day(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError as e:
+        raise click.BadParameter(f"{value!r} is not YYYY-MM-DD") from e
+
+
+def _project(path: str | None) -> Project:
+    from gpu_platform.sqlmodels import default_project_path
+
+    return Project.load(Path(path) if path else default_project_path())
+
+
+warehouse_option = click.option(
+    "--warehouse", type=click.Path(dir_okay=False), default="warehouse.duckdb", show_default=True,
+    envvar="GPU_PLATFORM_WAREHOUSE", help="DuckDB file (env GPU_PLATFORM_WAREHOUSE).",
+)
+
+
+@click.group()
+def cost() -> None:
+    """GPU cost models: build a day, report unit costs and chargeback."""
+
+
+@cost.command()
+@click.option("--day", required=True, callback=_day, help="UTC day, YYYY-MM-DD.")
+@click.option("--until", default=None, callback=lambda c, p, v: _day(c, p, v) if v else None,
+              help="Last day of a backfill (inclusive): build --day..--until in one pass.")
+@warehouse_option
+@click.option("--select", "select", multiple=True, help="Models to build: name, +name (ancestors), name+ (descendants).")
+@click.option("--idle-policy", type=POLICIES, default=None, help="How idle GPU cost is distributed (default: project.yml).")
+@click.option("--shared-policy", type=POLICIES, default=None, help="How shared platform cost is distributed.")
+@click.option("--project", "project_path", type=click.Path(file_okay=False, exists=True), default=None,
+              help="dbt_like_sql directory (default: the repository's).")
+@click.option("--no-tests", is_flag=True, help="Skip the data tests.")
+def build(day: str, until: str | None, warehouse: str, select: tuple[str, ...], idle_policy: str | None,
+          shared_policy: str | None, project_path: str | None, no_tests: bool) -> None:
+    """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    try:
+        project = _project(project_path)
+        variables = {k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v}
+        con = duckdb.connect(warehouse)
+        ensure_raw_tables(con)
+        with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), transient=False) as bar:
+            total = len([n for n in project.select(select) if not project.models[n].is_ephemeral])
+            task = bar.add_task("building", total=total)
+
+            def progress(name: str, i: int, total: int) -> None:
+                bar.update(task, completed=i, description=name)
+
+            days = (day, until or day)
+            results = project.build(con, days=days, select=select or None, progress=progress, variables=variables)
+            bar.update(task, completed=len(results), description="done")
+        rows = sum(r.rows for r in results)
+        span = day if days[0] == days[1] else f"{days[0]}..{days[1]}"
+        click.echo(f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s")
+        if not no_tests:
+            tests = project.run_tests(con, days=days, select=select or None, variables=variables)
+            failed = [t for t in tests if t.failures]
+            for t in failed:
+                click.echo(f"FAIL {t.model}.{t.test_name}: {t.failures} row(s)\n  {t.sql}", err=True)
+            click.echo(f"data tests: {len(tests) - len(failed)} passed, {len(failed)} failed")
+            if failed:
+                raise SystemExit(1)
+    except (ProjectError, duckdb.Error) as e:
+        raise click.ClickException(str(e)) from e
+
+
+@cost.command()
+@click.option("--day", required=True, callback=_day, help="UTC day, YYYY-MM-DD.")
+@warehouse_option
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
+def report(day: str, warehouse: str, fmt: str) -> None:
+    """Billed and allocated totals, unit costs and chargeback by team for DAY."""
+    if not Path(warehouse).exists():
+        raise click.ClickException(f"{warehouse}: no warehouse; run `cost build --day {day}` first")
+    con = duckdb.connect(warehouse, read_only=True)
+    data = cost_report(con, day)
+    if fmt == "json":
+        click.echo(json.dumps(to_jsonable(data), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    sections = (
+        ("Totals", data["totals"], ["currency", "billed_cost", "allocated_cost", "billed_idle_cost", "shared_cost",
+                                    "price_book_cost", "chargeback_total", "difference"]),
+        ("Unit costs (lifetime to date)", data["unit_costs"], ["unit", "currency", "cost", "units", "cost_per_unit"]),
+        ("Chargeback by team", data["chargeback_by_team"], ["team", "cost_center", "currency", "allocated_cost",
+                                                            "idle_cost", "shared_cost", "total_cost"]),
+    )
+    for title, rows, cols in sections:
+        table = Table(title=f"{title} — {day}")
+        for c in cols:
+            table.add_column(c, justify="left" if c in ("currency", "unit", "team", "cost_center") else "right")
+        for r in to_jsonable(rows):
+            table.add_row(*(str(r.get(c, "")) for c in cols))
+        console.print(table)

@@ -1,0 +1,130 @@
+"""Raw tables the cost models read, and the request-ledger snapshot loader.
+
+`raw_requests` / `raw_pod_requests` are owned here: the request ledger exports into them with
+`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` belong to the feed loaders
+(`gpu_platform.feeds`); `ensure_raw_tables` creates them with the agreed columns only when they are
+missing, so the models can build on a fresh warehouse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+WORKLOADS = (
+    "label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map",
+)
+
+RAW_REQUESTS_DDL = """
+create table if not exists raw_requests (
+    request_id varchar primary key,
+    team varchar,
+    cost_center varchar,
+    lane varchar,
+    site varchar,
+    odd_cell varchar,
+    workload varchar,
+    gpu_type varchar,
+    gpu_count integer,
+    submitted_at timestamp,
+    state varchar,
+    attempts integer,
+    release_packet_id varchar,
+    candidate_id varchar,
+    incident_id varchar,
+    output_artifact_ids varchar[],
+    accepted_labels bigint,
+    rejected_labels bigint,
+    replay_hours double
+)"""
+
+RAW_POD_REQUESTS_DDL = """
+create table if not exists raw_pod_requests (
+    namespace varchar,
+    pod varchar,
+    request_id varchar,
+    attempt integer,
+    flavor_name varchar,
+    hostname varchar,
+    gpu_uuids varchar[],
+    started_at timestamp,
+    ended_at timestamp,
+    exit_status varchar
+)"""
+
+RAW_DCGM_SAMPLES_DDL = """
+create table if not exists raw_dcgm_samples (
+    ts timestamp, metric varchar, value double, hostname varchar, gpu integer, uuid varchar,
+    model_name varchar, pci_bus_id varchar, device varchar, gpu_instance_profile varchar,
+    gpu_instance_id varchar, namespace varchar, pod varchar, container varchar,
+    source varchar, source_line integer
+)"""
+
+RAW_FOCUS_BILLING_DDL = """
+create table if not exists raw_focus_billing (
+    BilledCost decimal(18, 6), EffectiveCost decimal(18, 6), ListCost decimal(18, 6),
+    ContractedCost decimal(18, 6), BillingCurrency varchar,
+    ChargePeriodStart timestamp, ChargePeriodEnd timestamp,
+    ChargeCategory varchar, ChargeClass varchar, ChargeDescription varchar,
+    ResourceId varchar, ResourceName varchar, ResourceType varchar,
+    ServiceName varchar, ServiceCategory varchar, SkuId varchar,
+    PricingQuantity decimal(18, 6), PricingUnit varchar, ConsumedQuantity decimal(18, 6), ConsumedUnit varchar,
+    RegionId varchar, ProviderName varchar, BillingAccountId varchar, SubAccountId varchar, Tags varchar,
+    source varchar, source_row integer, focus_version varchar
+)"""
+
+REQUEST_COLUMNS = (
+    "request_id", "team", "cost_center", "lane", "site", "odd_cell", "workload", "gpu_type", "gpu_count",
+    "submitted_at", "state", "attempts", "release_packet_id", "candidate_id", "incident_id",
+    "output_artifact_ids", "accepted_labels", "rejected_labels", "replay_hours",
+)
+POD_COLUMNS = (
+    "namespace", "pod", "request_id", "attempt", "flavor_name", "hostname", "gpu_uuids",
+    "started_at", "ended_at", "exit_status",
+)
+
+
+def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every raw table the models read that does not exist yet (never alters existing ones)."""
+    for ddl in (RAW_REQUESTS_DDL, RAW_POD_REQUESTS_DDL, RAW_DCGM_SAMPLES_DDL, RAW_FOCUS_BILLING_DDL):
+        con.execute(ddl)
+
+
+def _rows(records: Sequence[dict[str, Any]], columns: Sequence[str], what: str) -> list[tuple[Any, ...]]:
+    out = []
+    for i, rec in enumerate(records):
+        unknown = set(rec) - set(columns)
+        if unknown:
+            raise ValueError(f"{what}[{i}]: unknown field(s) {sorted(unknown)}")
+        out.append(tuple(rec.get(c) for c in columns))
+    return out
+
+
+def load_ledger_snapshot(
+    con: duckdb.DuckDBPyConnection, requests: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> tuple[int, int]:
+    """Replace `raw_requests` and `raw_pod_requests` with one ledger snapshot, atomically.
+
+    Each dict holds the table's columns by name (missing keys are NULL, unknown keys are an error).
+    Returns (requests loaded, pods loaded).
+    """
+    req_rows = _rows(requests, REQUEST_COLUMNS, "requests")
+    pod_rows = _rows(pods, POD_COLUMNS, "pods")
+    ensure_raw_tables(con)
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from raw_requests")
+        con.execute("delete from raw_pod_requests")
+        if req_rows:
+            marks = ", ".join("?" for _ in REQUEST_COLUMNS)
+            con.executemany(f"insert into raw_requests ({', '.join(REQUEST_COLUMNS)}) values ({marks})", req_rows)
+        if pod_rows:
+            marks = ", ".join("?" for _ in POD_COLUMNS)
+            con.executemany(f"insert into raw_pod_requests ({', '.join(POD_COLUMNS)}) values ({marks})", pod_rows)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return len(req_rows), len(pod_rows)

@@ -1,0 +1,150 @@
+"""Cost report for one day: billed vs allocated, unit costs, chargeback by team (per currency)."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+
+# (label, table, cost column, units expression or None for "one per row"), lifetime to date
+UNIT_COSTS: tuple[tuple[str, str, str, str | None], ...] = (
+    ("training_run", "unit_cost_training_run", "cost_per_training_run", None),
+    ("accepted_label", "unit_cost_accepted_label", "cost", "accepted_labels"),
+    ("replay_hour", "unit_cost_replay_hour", "cost", "replay_hours"),
+    ("released_model", "unit_cost_released_model", "cost_per_released_model", None),
+    ("released_map", "unit_cost_released_map", "cost_per_released_map", None),
+    ("odd_cell_approval", "unit_cost_odd_cell_approval", "cost", "approvals"),
+    ("evidence_pack", "unit_cost_evidence_pack", "cost_per_evidence_pack", None),
+)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or {})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
+
+
+def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) -> dict[str, Any]:
+    """The day's totals per currency, lifetime unit costs, chargeback by team and the top requests.
+
+    Money stays Decimal, one entry per currency; nothing is summed across currencies.
+    """
+    d = date.fromisoformat(str(day))
+    have = _tables(con)
+    out: dict[str, Any] = {"day": d.isoformat(), "totals": [], "unit_costs": [], "chargeback_by_team": [],
+                           "top_requests": []}
+    if "reconciliation" in have:
+        out["totals"] = _rows(con, """
+            select currency, billed_cost, allocated_cost as billed_allocated_cost, idle_cost as billed_idle_cost,
+                   shared_cost, price_book_cost, chargeback_total, difference
+            from reconciliation where day = $day order by currency""", {"day": d})
+    if "fct_gpu_cost_by_request" in have:
+        hours = _rows(con, """
+            select currency, sum(allocated_cost) as allocated_cost, sum(allocated_gpu_hours) as allocated_gpu_hours,
+                   sum(used_gpu_hours) as used_gpu_hours
+            from fct_gpu_cost_by_request where day = $day group by currency""", {"day": d})
+        by_cur = {h["currency"]: h for h in hours}
+        for t in out["totals"]:
+            h = by_cur.get(t["currency"], {})
+            t["allocated_cost"] = h.get("allocated_cost", Decimal(0))
+            t["allocated_gpu_hours"] = h.get("allocated_gpu_hours", 0.0)
+            t["used_gpu_hours"] = h.get("used_gpu_hours", 0.0)
+        out["top_requests"] = _rows(con, """
+            select request_id, team, lane, workload, currency, sum(allocated_gpu_hours) as gpu_hours,
+                   sum(allocated_cost) as cost
+            from fct_gpu_cost_by_request where day = $day
+            group by all order by cost desc, request_id limit $top""", {"day": d, "top": top})
+    for label, table, cost_col, units in UNIT_COSTS:
+        if table not in have:
+            continue
+        unit_expr = f"sum({units})" if units else "count(*)"
+        for r in _rows(con, f"""
+                select currency, sum({cost_col}) as cost, {unit_expr} as units
+                from {table} group by currency order by currency"""):
+            per = None
+            if r["units"]:
+                per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
+            out["unit_costs"].append({"unit": label, "currency": r["currency"], "cost": r["cost"],
+                                      "units": r["units"], "cost_per_unit": per})
+    if "platform_cost_per_tenant" in have:
+        out["chargeback_by_team"] = _rows(con, """
+            select team, cost_center, currency, allocated_gpu_hours, allocated_cost, idle_cost, shared_cost, total_cost
+            from platform_cost_per_tenant where day = $day order by currency, total_cost desc, team""", {"day": d})
+    return out
+
+
+def to_jsonable(value: Any) -> Any:
+    """Decimals become strings (exact), dates ISO strings."""
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Decimal):
+        return str(value.quantize(Decimal("0.000001")))
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A small markdown table (for Dagster metadata)."""
+    if not rows:
+        return "_no rows_"
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = r.get(c)
+            cells.append(f"{v:.2f}" if isinstance(v, Decimal | float) else str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_metrics(
+    con: duckdb.DuckDBPyConnection, model: str, day: str | date | tuple[Any, Any] | None
+) -> dict[str, Any]:
+    """Numbers for a model's materialization: GPU-hours, utilization, cost per currency, top tables.
+
+    Keys: `gpu_hours`, `used_gpu_hours`, `utilization`, `<money column>_<CUR>` (e.g.
+    `total_cost_USD`), and `top_teams_md` / `top_requests_md` markdown where they apply.
+    """
+    cols = {r[0] for r in con.execute(f"describe {model}").fetchall()}
+    first, last = day if isinstance(day, tuple) else (day, day)
+    where, params = ("", {})
+    if first is not None and "day" in cols:
+        where = "where day between $first and $last"
+        params = {"first": date.fromisoformat(str(first)), "last": date.fromisoformat(str(last))}
+    out: dict[str, Any] = {}
+    if "allocated_gpu_hours" in cols:
+        used_expr = "sum(used_gpu_hours)" if "used_gpu_hours" in cols else "null"
+        alloc, used = con.execute(
+            f"select sum(allocated_gpu_hours), {used_expr} from {model} {where}", params).fetchall()[0]
+        out["gpu_hours"] = float(alloc or 0.0)
+        if used is not None:
+            out["used_gpu_hours"] = float(used)
+            out["utilization"] = float(used) / float(alloc) if alloc else 0.0
+    money_cols = [c for c in ("billed_cost", "allocated_cost", "idle_cost", "shared_cost", "price_book_cost",
+                              "chargeback_total", "difference") if c in cols] if model == "reconciliation" else [
+        next((c for c in ("total_cost", "allocated_cost", "billed_cost", "node_cost", "shared_cost", "cost")
+              if c in cols), None)]
+    for money in (c for c in money_cols if c and "currency" in cols):
+        for cur, total in con.execute(
+                f"select currency, sum({money}) from {model} {where} group by currency order by currency",
+                params).fetchall():
+            out[f"{money}_{cur}"] = float(total or 0)
+    if model == "platform_cost_per_tenant":
+        rows = _rows(con, f"select team, currency, allocated_gpu_hours, total_cost from {model} {where} "
+                          "order by total_cost desc limit 10", params)
+        out["top_teams_md"] = markdown_table(rows, ["team", "currency", "allocated_gpu_hours", "total_cost"])
+    if model == "fct_gpu_cost_by_request":
+        rows = _rows(con, f"select request_id, team, workload, currency, sum(allocated_gpu_hours) as gpu_hours, "
+                          f"sum(allocated_cost) as cost from {model} {where} group by all "
+                          "order by cost desc, request_id limit 10", params)
+        out["top_requests_md"] = markdown_table(rows, ["request_id", "team", "workload", "currency", "gpu_hours", "cost"])
+    return out

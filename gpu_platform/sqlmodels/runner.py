@@ -1,0 +1,525 @@
+"""A small dbt-like runner: `.sql` models with `{{ ref() }}`, `{{ source() }}`, `{{ var() }}`, run in DuckDB.
+
+Layout of a project directory::
+
+    project.yml          vars (defaults), sources (name -> upstream asset), seeds
+    seeds/*.csv          small tables loaded as-is (`{{ ref('price_book') }}`)
+    staging/*.sql|.yml   one model per pair; likewise intermediate/ and marts/
+
+Rendering never formats values into SQL: `{{ var('day_from') }}` becomes the bound parameter
+`$day_from`. `ref`/`source` names are checked against `^[a-z_][a-z0-9_]*$` and become bare
+table names (an ephemeral model's ref becomes its parenthesised SQL).
+
+Materialization: a model with `partition_by: day` reads `$day_from` / `$day_to` and is rebuilt
+for one day or a range of days (`delete from t where day between $day_from and $day_to;
+insert into t ...` in one transaction, table created on first run); a model without it is
+`create or replace table`; `materialized: ephemeral` is never stored, only inlined.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import date
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import sqlglot
+import sqlglot.errors
+import yaml
+
+LAYERS = ("staging", "intermediate", "marts")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_JINJA = re.compile(r"\{\{\s*(ref|source|var)\s*\(\s*'([^']*)'\s*\)\s*\}\}")
+_ANY_JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+_PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
+_TEST_KINDS = ("not_null", "unique", "relationships", "accepted_values", "expression_is_true")
+
+
+class ProjectError(ValueError):
+    """A project that cannot load or run: bad template, unknown ref, cycle, bad yml, bad SQL."""
+
+
+@dataclass(frozen=True)
+class DataTest:
+    """One data test. `sql` selects the failing rows (before any day filter)."""
+
+    model: str
+    name: str
+    kind: str
+    sql: str
+    target: str | None = None
+    """relationships: the parent model."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model (or seed). `sql` is rendered: refs/sources are table names, vars are `$name`."""
+
+    name: str
+    layer: str
+    path: Path
+    sql: str
+    refs: tuple[str, ...]
+    sources: tuple[str, ...]
+    params: tuple[str, ...]
+    description: str = ""
+    grain: str = ""
+    partition_by: str | None = None
+    materialized: str = "table"
+    """table (partitioned: delete+insert per day range; else create or replace) or ephemeral
+    (never stored: inlined as a subquery into the models that ref it)."""
+    columns: dict[str, str] = field(default_factory=dict)
+    tests: tuple[DataTest, ...] = ()
+    seed_path: Path | None = None
+
+    @property
+    def test_refs(self) -> tuple[str, ...]:
+        """Models this model's relationships tests read: built first, like refs."""
+        return tuple(dict.fromkeys(t.target for t in self.tests if t.target))
+
+    @property
+    def is_seed(self) -> bool:
+        return self.seed_path is not None
+
+    @property
+    def is_ephemeral(self) -> bool:
+        return self.materialized == "ephemeral"
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """One model built: rows in the built partition(s) (whole table when unpartitioned)."""
+
+    name: str
+    rows: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One data test's outcome: `failures` failing rows of `sql` (0 = passed)."""
+
+    __test__ = False  # not a pytest test class
+
+    model: str
+    test_name: str
+    failures: int
+    sql: str
+
+    @property
+    def passed(self) -> bool:
+        return self.failures == 0
+
+
+Progress = Callable[[str, int, int], None]
+"""progress(model_name, index, total): called before each model is built."""
+
+
+def render(
+    template: str, where: str, resolve_ref: Callable[[str], str] | None = None
+) -> tuple[str, list[str], list[str], list[str]]:
+    """Render one model template. Returns (sql, refs, sources, vars), each list in order of use.
+
+    A ref renders as the model's table name, or as `resolve_ref(name)` (an ephemeral model's
+    parenthesised SQL) when given.
+    """
+    refs: list[str] = []
+    sources: list[str] = []
+    variables: list[str] = []
+
+    def sub(m: re.Match[str]) -> str:
+        fn, arg = m.group(1), m.group(2)
+        if not _NAME.match(arg):
+            raise ProjectError(f"{where}: {fn}('{arg}') is not a valid name (want {_NAME.pattern})")
+        {"ref": refs, "source": sources, "var": variables}[fn].append(arg)
+        if fn == "var":
+            return f"${arg}"
+        return resolve_ref(arg) if fn == "ref" and resolve_ref else arg
+
+    sql = _JINJA.sub(sub, template)
+    leftover = _ANY_JINJA.search(sql)
+    if leftover:
+        raise ProjectError(f"{where}: unsupported template expression {leftover.group(0)!r}")
+    return sql, _dedupe(refs), _dedupe(sources), _dedupe(variables)
+
+
+def _dedupe(xs: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(xs))
+
+
+def _params(sql: str) -> list[str]:
+    return _dedupe(_PARAM.findall(_strip_strings(sql)))
+
+
+def _strip_strings(sql: str) -> str:
+    # one left-to-right pass, so a quote inside a comment or a `--` inside a string is not misread
+    return re.sub(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
+
+
+def _validate_sql(sql: str, where: str) -> None:
+    try:
+        parsed = sqlglot.parse(sql, read="duckdb")
+    except sqlglot.errors.ParseError as e:
+        raise ProjectError(f"{where}: SQL does not parse: {e}") from e
+    stmts = [p for p in parsed if p is not None]
+    if len(stmts) != 1 or not isinstance(stmts[0], sqlglot.exp.Query):
+        raise ProjectError(f"{where}: a model must be exactly one select statement")
+
+
+def _cols(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _test_sql(model: str, kind: str, column: str | None, args: Any, where: str) -> tuple[str, str]:
+    """(test_name, failing-rows SQL) for one test on `model`."""
+    if kind == "not_null":
+        return f"not_null_{column}", f"select * from {model} where {column} is null"
+    if kind == "unique":
+        cols = _cols(args["columns"]) if isinstance(args, dict) and "columns" in args else [column]
+        key = ", ".join(cols)
+        return (
+            f"unique_{'__'.join(cols)}",
+            f"select {key}, count(*) as n from {model} group by {key} having count(*) > 1",
+        )
+    if kind == "accepted_values":
+        values = args["values"] if isinstance(args, dict) else args
+        # The allowed values come from the project's own yml, never from a user: quote as literals.
+        lits = ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+        return f"accepted_values_{column}", f"select * from {model} where {column} not in ({lits})"
+    if kind == "relationships":
+        to, target = args["to"], args["field"]
+        m = re.fullmatch(r"\s*ref\('([a-z_][a-z0-9_]*)'\)\s*", to)
+        if not m:
+            raise ProjectError(f"{where}: relationships 'to' must be ref('model'), got {to!r}")
+        other = m.group(1)
+        return (
+            f"relationships_{column}__{other}_{target}",
+            f"select c.* from {model} c left join {other} p on c.{column} = p.{target} "
+            f"where c.{column} is not null and p.{target} is null",
+        )
+    if kind == "expression_is_true":
+        expr = args["expression"] if isinstance(args, dict) else args
+        name = args.get("name") if isinstance(args, dict) else None
+        slug = name or re.sub(r"[^a-z0-9]+", "_", f"{column or ''} {expr}".lower()).strip("_")[:60]
+        target = f"{column} " if column else ""
+        return f"expression_is_true_{slug}", f"select * from {model} where not coalesce(({target}{expr}), false)"
+    raise ProjectError(f"{where}: unknown test {kind!r} (known: {', '.join(_TEST_KINDS)})")
+
+
+def _parse_tests(model: str, spec: dict[str, Any], where: str) -> list[DataTest]:
+    out: list[DataTest] = []
+
+    def add(kind: str, column: str | None, args: Any) -> None:
+        name, sql = _test_sql(model, kind, column, args, where)
+        target = None
+        if kind == "relationships":
+            target = re.fullmatch(r"\s*ref\('([a-z_][a-z0-9_]*)'\)\s*", args["to"]).group(1)
+        out.append(DataTest(model=model, name=name, kind=kind, sql=sql, target=target))
+
+    def items(tests: list[Any]) -> Iterable[tuple[str, Any]]:
+        for t in tests or []:
+            if isinstance(t, str):
+                yield t, None
+            elif isinstance(t, dict) and len(t) == 1:
+                yield next(iter(t.items()))
+            else:
+                raise ProjectError(f"{where}: bad test entry {t!r}")
+
+    for col in spec.get("columns") or []:
+        for kind, args in items(col.get("tests") or col.get("data_tests") or []):
+            add(kind, col["name"], args)
+    for kind, args in items(spec.get("tests") or spec.get("data_tests") or []):
+        add(kind, None, args)
+    names = [t.name for t in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ProjectError(f"{where}: duplicate test names {sorted(dup)}; give expression tests a name")
+    return out
+
+
+@dataclass
+class Project:
+    """A loaded project: models by name and the dependency graph (model -> refs)."""
+
+    path: Path
+    models: dict[str, Model]
+    graph: dict[str, tuple[str, ...]]
+    order: list[str]
+    vars: dict[str, Any]
+    sources: dict[str, str]
+
+    @classmethod
+    def load(cls, path: str | Path) -> Project:
+        root = Path(path)
+        cfg_path = root / "project.yml"
+        cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else {}
+        cfg = cfg or {}
+        sources: dict[str, str] = {
+            name: (spec or {}).get("asset_key", name) for name, spec in (cfg.get("sources") or {}).items()
+        }
+        models: dict[str, Model] = {}
+        for csv in sorted((root / "seeds").glob("*.csv")):
+            models[csv.stem] = Model(
+                name=csv.stem, layer="seeds", path=csv, sql="", refs=(), sources=(), params=(),
+                seed_path=csv, **_yml_meta(csv.with_suffix(".yml"), csv.stem),
+            )
+        templates: dict[str, str] = {}
+        for layer in LAYERS:
+            for sql_path in sorted((root / layer).glob("*.sql")):
+                name = sql_path.stem
+                if name in models:
+                    raise ProjectError(f"{sql_path}: model {name!r} already defined in {models[name].path}")
+                if not _NAME.match(name):
+                    raise ProjectError(f"{sql_path}: model name must match {_NAME.pattern}")
+                templates[name] = sql_path.read_text()
+                sql, refs, srcs, _ = render(templates[name], str(sql_path))
+                _validate_sql(sql, str(sql_path))
+                for s in srcs:
+                    if sources and s not in sources:
+                        raise ProjectError(f"{sql_path}: unknown source('{s}'); declare it in {cfg_path}")
+                yml = sql_path.with_suffix(".yml")
+                if not yml.exists():
+                    raise ProjectError(f"{sql_path}: missing {yml.name} (description, grain, columns, tests)")
+                models[name] = Model(
+                    name=name, layer=layer, path=sql_path, sql=sql.strip().rstrip(";"), refs=tuple(refs),
+                    sources=tuple(srcs), params=tuple(_params(sql)), **_yml_meta(yml, name),
+                )
+        for m in models.values():
+            for r in m.refs:
+                if r not in models:
+                    raise ProjectError(f"{m.path}: ref('{r}') names no model in {root}")
+            for other in m.test_refs:
+                if other not in models:
+                    raise ProjectError(f"{m.path}: relationships test refers to unknown model {other!r}")
+        # a relationships test reads its parent, so the parent is built first (as dbt orders tests)
+        graph = {name: tuple(dict.fromkeys(m.refs + tuple(r for r in m.test_refs if r != name)))
+                 for name, m in models.items()}
+        try:
+            order = list(TopologicalSorter(graph).static_order())
+        except CycleError as e:
+            cycle = e.args[1]
+            raise ProjectError(
+                "cycle in ref() graph: " + " -> ".join(cycle) + " (" + ", ".join(str(models[n].path) for n in cycle[:-1]) + ")"
+            ) from e
+        # second pass, in dependency order: inline ephemeral models into the models that ref them
+        for name in order:
+            m = models[name]
+            if not any(models[r].is_ephemeral for r in m.refs):
+                continue
+            sql, *_ = render(templates[name], str(m.path),
+                             lambda r: f"(\n{models[r].sql}\n)" if models[r].is_ephemeral else r)
+            models[name] = replace(m, sql=sql.strip().rstrip(";"), params=tuple(_params(sql)))
+        return cls(path=root, models=models, graph=graph, order=order, vars=dict(cfg.get("vars") or {}), sources=sources)
+
+    # -- selection -----------------------------------------------------------------------------
+
+    def select(self, select: Iterable[str] | None) -> list[str]:
+        """Models to build, in dependency order. `name` selects one; `+name` adds its ancestors,
+        `name+` its descendants."""
+        if not select:
+            return list(self.order)
+        children: dict[str, set[str]] = {n: set() for n in self.models}
+        for n, refs in self.graph.items():
+            for r in refs:
+                children[r].add(n)
+        chosen: set[str] = set()
+        for token in select:
+            for part in token.split(","):
+                part = part.strip()
+                if not part:
+                    continue
+                name = part.strip("+")
+                if name not in self.models:
+                    raise ProjectError(f"--select {part!r}: no model named {name!r}")
+                chosen.add(name)
+                if part.startswith("+"):
+                    chosen |= self._walk(name, lambda n: self.graph[n])
+                if part.endswith("+"):
+                    chosen |= self._walk(name, lambda n: children[n])
+        return [n for n in self.order if n in chosen]
+
+    @staticmethod
+    def _walk(start: str, nxt: Callable[[str], Iterable[str]]) -> set[str]:
+        seen: set[str] = set()
+        stack = [start]
+        while stack:
+            for m in nxt(stack.pop()):
+                if m not in seen:
+                    seen.add(m)
+                    stack.append(m)
+        return seen
+
+    # -- running -------------------------------------------------------------------------------
+
+    def bind(
+        self, model: Model | str, days: Days | None, variables: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Parameters for one model's statement: exactly the `$names` it uses.
+
+        days=(first, last) sets `day_from` / `day_to` (and `day` when first == last).
+        """
+        m = self.models[model] if isinstance(model, str) else model
+        values = {**self.vars, **(variables or {})}
+        if days is not None:
+            values["day_from"], values["day_to"] = days
+            if days[0] == days[1]:
+                values["day"] = days[0]
+        missing = [p for p in m.params if p not in values]
+        if missing:
+            hint = " (pass day=YYYY-MM-DD or days=(first, last))" if {"day", "day_from", "day_to"} & set(missing) else ""
+            raise ProjectError(f"{m.path}: no value for var(s) {missing}{hint}")
+        return {p: values[p] for p in m.params}
+
+    def build_model(
+        self, con: duckdb.DuckDBPyConnection, name: str, day: str | date | None = None,
+        variables: dict[str, Any] | None = None, days: tuple[str | date, str | date] | None = None,
+    ) -> ModelResult:
+        """Build one model: a partitioned model for `day` (or every day of `days`, inclusive) in
+        one transaction; an unpartitioned one in full. An ephemeral model is only checked to bind."""
+        m = self.models[name]
+        span = _days(day, days)
+        t0 = time.perf_counter()
+        if m.is_ephemeral:
+            self.bind(m, span, variables)
+            return ModelResult(name=name, rows=0, seconds=0.0)
+        if m.is_seed:
+            con.execute(f"create or replace table {m.name} as select * from read_csv($path, header = true)",
+                        {"path": str(m.seed_path)})
+            rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+            created = True
+        elif m.partition_by:
+            if span is None:
+                raise ProjectError(f"{m.path}: partitioned by {m.partition_by}; build it with day=YYYY-MM-DD")
+            params = self.bind(m, span, variables)
+            created = not self._exists(con, m.name)
+            con.execute("begin transaction")
+            try:
+                if created:
+                    con.execute(f"create table {m.name} as select * from ({m.sql}) limit 0", params)
+                con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
+                            {"day_from": span[0], "day_to": span[1]})
+                rows = con.execute(f"insert into {m.name} by name select * from ({m.sql})", params).fetchall()[0][0]
+                con.execute("commit")
+            except BaseException:
+                con.execute("rollback")
+                raise
+        else:
+            params = self.bind(m, span, variables)
+            con.execute(f"create or replace table {m.name} as {m.sql}", params)
+            rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+            created = True
+        if created:
+            self._check_columns(con, m)
+        return ModelResult(name=name, rows=int(rows), seconds=time.perf_counter() - t0)
+
+    @staticmethod
+    def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+        return bool(con.execute(
+            "select count(*) from information_schema.tables where table_schema = 'main' and table_name = $t",
+            {"t": table}).fetchall()[0][0])
+
+    def _check_columns(self, con: duckdb.DuckDBPyConnection, m: Model) -> None:
+        if not m.columns:
+            return
+        actual = [r[0] for r in con.execute(f"describe {m.name}").fetchall()]
+        undocumented = [c for c in actual if c not in m.columns]
+        missing = [c for c in m.columns if c not in actual]
+        if undocumented or missing:
+            raise ProjectError(
+                f"{m.path}: columns differ from {m.path.with_suffix('.yml').name}: "
+                f"not in yml {undocumented}, not in table {missing}"
+            )
+
+    def build(
+        self, con: duckdb.DuckDBPyConnection, day: str | date | None = None, select: Iterable[str] | None = None,
+        progress: Progress | None = None, variables: dict[str, Any] | None = None,
+        days: tuple[str | date, str | date] | None = None,
+    ) -> list[ModelResult]:
+        """Build the selected models (all by default) in dependency order for `day`, or for every
+        day of `days` = (first, last) at once (a backfill: one statement per model).
+
+        With neither, only unpartitioned models and seeds can be built. Ephemeral models are
+        inlined into their children and not built.
+        """
+        names = [n for n in self.select(select) if not self.models[n].is_ephemeral]
+        results = []
+        for i, name in enumerate(names):
+            if progress:
+                progress(name, i, len(names))
+            results.append(self.build_model(con, name, day, variables, days))
+        return results
+
+    def run_tests(
+        self, con: duckdb.DuckDBPyConnection, day: str | date | None = None, select: Iterable[str] | None = None,
+        days: tuple[str | date, str | date] | None = None, variables: dict[str, Any] | None = None,
+    ) -> list[TestResult]:
+        """Run the data tests of the selected models; partitioned models are tested on `day`
+        (or `days`) only. An ephemeral model's tests run on its SQL for those days."""
+        span = _days(day, days)
+        out = []
+        for name in self.select(select):
+            for t in self.models[name].tests:
+                sql, params = self.test_query(t, span, variables)
+                failures = con.execute(f"select count(*) from ({sql})", params).fetchall()[0][0]
+                out.append(TestResult(model=name, test_name=t.name, failures=int(failures), sql=sql))
+        return out
+
+    def test_query(
+        self, t: DataTest, days: Days | None, variables: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The failing-rows query of one test, scoped by shadowing the model's name with a CTE."""
+        m = self.models[t.model]
+        if m.is_ephemeral:
+            if m.partition_by and days is None:
+                raise ProjectError(f"{m.path}: ephemeral and partitioned; test it with day=YYYY-MM-DD")
+            return f"with {m.name} as ({m.sql}) {t.sql}", self.bind(m, days, variables)
+        if m.partition_by and days is not None:
+            sql = (f"with {m.name} as (select * from main.{m.name} "
+                   f"where {m.partition_by} between $day_from and $day_to) {t.sql}")
+            return sql, {"day_from": days[0], "day_to": days[1]}
+        return t.sql, {}
+
+
+Days = tuple[date, date]
+
+
+def _days(day: str | date | None, days: tuple[str | date, str | date] | None) -> Days | None:
+    if day is not None and days is not None:
+        raise ProjectError("pass day or days, not both")
+    if day is not None:
+        d = date.fromisoformat(str(day))
+        return d, d
+    if days is not None:
+        first, last = (date.fromisoformat(str(x)) for x in days)
+        if last < first:
+            raise ProjectError(f"days: {last} is before {first}")
+        return first, last
+    return None
+
+
+def _yml_meta(path: Path, name: str) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    spec = yaml.safe_load(path.read_text()) or {}
+    if spec.get("name", name) != name:
+        raise ProjectError(f"{path}: name {spec.get('name')!r} does not match file name {name!r}")
+    partition_by = spec.get("partition_by")
+    if partition_by in ("none", None):
+        partition_by = None
+    columns = {c["name"]: (c.get("description") or "") for c in spec.get("columns") or []}
+    materialized = spec.get("materialized", "table")
+    if materialized not in ("table", "ephemeral"):
+        raise ProjectError(f"{path}: materialized must be table or ephemeral, not {materialized!r}")
+    return {
+        "materialized": materialized,
+        "description": (spec.get("description") or "").strip(),
+        "grain": spec.get("grain") or "",
+        "partition_by": partition_by,
+        "columns": columns,
+        "tests": tuple(_parse_tests(name, spec, str(path))),
+    }

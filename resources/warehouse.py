@@ -1,0 +1,105 @@
+"""The DuckDB warehouse as a Dagster resource: builds cost models and runs their data tests.
+
+DuckDB allows one writing process per file: every asset using this resource is in the
+`duckdb_warehouse` pool (limit 1 in the instance config), and each call opens and closes its
+own connection so no connection outlives a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import duckdb
+
+from gpu_platform.sqlmodels import (
+    ModelResult,
+    Project,
+    TestResult,
+    default_project_path,
+    ensure_raw_tables,
+)
+from gpu_platform.sqlmodels.report import model_metrics
+
+
+@lru_cache(maxsize=8)
+def _load_project(path: str) -> Project:
+    return Project.load(path)
+
+
+@dataclass(frozen=True)
+class PartitionBuild:
+    """One model built for one day (day=None: unpartitioned) with its data tests and UI metrics."""
+
+    result: ModelResult
+    tests: list[TestResult]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return self.result.rows
+
+
+class Warehouse(dg.ConfigurableResource):
+    """path: the DuckDB file. project_dir: the dbt_like_sql directory ("" = the repository's).
+    idle_policy / shared_policy: proportional | even | none ("" = project.yml's default).
+    memory_limit / threads: DuckDB settings ("" / 0 = DuckDB's defaults).
+    """
+
+    path: str
+    project_dir: str = ""
+    idle_policy: str = ""
+    shared_policy: str = ""
+    memory_limit: str = ""
+    threads: int = 0
+
+    def project(self) -> Project:
+        return _load_project(self.project_dir or str(default_project_path()))
+
+    def variables(self) -> dict[str, Any]:
+        return {k: v for k, v in (("idle_policy", self.idle_policy), ("shared_policy", self.shared_policy)) if v}
+
+    def connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+        """A connection to the warehouse file (created with its raw tables when missing)."""
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        config: dict[str, Any] = {}
+        if self.memory_limit:
+            config["memory_limit"] = self.memory_limit
+        if self.threads:
+            config["threads"] = self.threads
+        con = duckdb.connect(self.path, read_only=read_only, config=config)
+        if not read_only:
+            ensure_raw_tables(con)
+        return con
+
+    def build_partition(
+        self, model: str, day: str | date | None = None, days: tuple[str | date, str | date] | None = None,
+        with_tests_of: tuple[str, ...] = (),
+    ) -> PartitionBuild:
+        """Build one model for `day` or every day of `days` (inclusive; idempotent), run its data
+        tests (and those of the ephemeral models in `with_tests_of`), collect its metrics.
+
+        An unpartitioned model ignores day/days and is rebuilt in full."""
+        project = self.project()
+        partitioned = project.models[model].partition_by is not None
+        day, days = (day, days) if partitioned else (None, None)
+        con = self.connect()
+        try:
+            result = project.build_model(con, model, day, self.variables(), days)
+            tests = project.run_tests(con, day, select=[model, *with_tests_of], days=days, variables=self.variables())
+            span = (days[0], days[-1]) if days else (day, day)
+            return PartitionBuild(result=result, tests=tests, metrics=model_metrics(con, model, span if partitioned else None))
+        finally:
+            con.close()
+
+    def run_tests(self, model: str | None = None, day: str | date | None = None) -> list[TestResult]:
+        """Data tests of one model (all models when None) on `day`."""
+        con = self.connect()
+        try:
+            return self.project().run_tests(con, day, select=[model] if model else None)
+        finally:
+            con.close()
