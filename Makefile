@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export GPU_PLATFORM_HOME ?= $(CURDIR)/var
 DEMO_HOME := $(CURDIR)/.demo
+# The demo runs CPU programs on a machine that may have no GPU: it declares a simulated local
+# inventory as large as the policy's pool (the executor logs that it is not NVML).
+DEMO_GPUS ?= 64
 PYTEST_ARGS ?=
 
 .PHONY: install demo demo-seed test lint bench test-gpu test-cluster clean
@@ -38,7 +41,7 @@ demo-seed: $(STAMP)
 	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) $(PY) -m gpu_platform.demo seed
 
 demo: demo-seed
-	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) \
+	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) GPU_PLATFORM_LOCAL_GPUS=$(DEMO_GPUS) \
 	  $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean:
