@@ -13,39 +13,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
-from gpu_platform.policy import PolicyError, load_policy
 from gpu_platform.requests import RequestError, validate_request_file
 from gpu_platform.units import format_duration
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-
-policy_option = click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(dir_okay=False),
-    envvar="GPU_PLATFORM_POLICY",
-    default=None,
-    help="Policy file (default: $GPU_PLATFORM_POLICY or the packaged default.yaml).",
-)
-ledger_option = click.option(
-    "--ledger",
-    "ledger_url",
-    default=None,
-    help="Ledger SQLAlchemy URL (default: $GPU_PLATFORM_LEDGER_URL or sqlite under $GPU_PLATFORM_HOME).",
-)
-
-
-def _load_policy_or_exit(path: str | None):
-    try:
-        return load_policy(path)
-    except PolicyError as exc:
-        err_console.print(f"[bold red]policy invalid[/]: {exc.source}: {len(exc.errors)} error(s)")
-        for e in exc.errors:
-            err_console.print(f"  {e}", markup=False, highlight=False)
-        sys.exit(2)
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
@@ -61,7 +35,7 @@ def policy() -> None:
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 def policy_check(file: str | None) -> None:
     """Validate FILE (default: the packaged policy) and print its lanes; exit 2 listing every error."""
-    pol = _load_policy_or_exit(file)
+    pol = policy_or_exit(file)
     table = Table(title=f"{len(pol.lanes)} lanes (currency {pol.currency}, budget per {pol.budget_period})")
     for col in ("lane", "priority", "cohort", "quotas (GPUs: nominal/borrow/lend)", "preemption", "evidence", "max runs", "max duration", "budget"):
         table.add_column(col)
@@ -102,7 +76,7 @@ def request() -> None:
 @policy_option
 def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
     """Validate request FILES (YAML or JSON); exit 2 listing every problem with its field path."""
-    pol = _load_policy_or_exit(policy_path)
+    pol = policy_or_exit(policy_path)
     failed = 0
     for f in files:
         try:
@@ -127,7 +101,7 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
 
     Nothing is recorded unless every file is valid (exit 2 listing every problem).
     """
-    pol = _load_policy_or_exit(policy_path)
+    pol = policy_or_exit(policy_path)
     valid, problems = [], 0
     for f in files:
         try:

@@ -183,22 +183,24 @@ def plan_tick(
     plan.cycles = result.cycles
     for adm in result.admitted:
         s = by_id[adm.name]
-        attempt = s.attempts + 1
-        req = s.request
-        tags = {
-            TAG_REQUEST_ID: s.request_id,
-            TAG_LANE: req.lane or "",
-            TAG_TEAM: req.team or "",
-            TAG_COST_CENTER: req.cost_center or "",
-            TAG_FLAVOR: adm.flavor,
-            TAG_ATTEMPT: str(attempt),
-            TAG_WORKLOAD: req.workload or "",
-            TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
-        }
-        plan.launches.append(
-            Launch(s.request_id, attempt, adm.flavor, req.workload or "", run_key(s.request_id, attempt), tags, adm.message)
-        )
+        plan.launches.append(launch_for(policy, s, s.attempts + 1, adm.flavor, adm.message))
     return plan
+
+
+def launch_for(policy: Policy, s: RequestState, attempt: int, flavor: str, message: str = "") -> Launch:
+    """The run to launch for one attempt of a request: run key and the run's tags."""
+    req = s.request
+    tags = {
+        TAG_REQUEST_ID: s.request_id,
+        TAG_LANE: req.lane or "",
+        TAG_TEAM: req.team or "",
+        TAG_COST_CENTER: req.cost_center or "",
+        TAG_FLAVOR: flavor,
+        TAG_ATTEMPT: str(attempt),
+        TAG_WORKLOAD: req.workload or "",
+        TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
+    }
+    return Launch(s.request_id, attempt, flavor, req.workload or "", run_key(s.request_id, attempt), tags, message)
 
 
 def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState]) -> int:
@@ -273,18 +275,7 @@ def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo
             continue
         run = next((r for r in mine if r.attempt == current), None)
         if run is None:
-            req = s.request
-            tags = {
-                TAG_REQUEST_ID: s.request_id,
-                TAG_LANE: req.lane or "",
-                TAG_TEAM: req.team or "",
-                TAG_COST_CENTER: req.cost_center or "",
-                TAG_FLAVOR: s.flavor or "",
-                TAG_ATTEMPT: str(current),
-                TAG_WORKLOAD: req.workload or "",
-                TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
-            }
-            out.relaunch.append(Launch(s.request_id, current, s.flavor or "", req.workload or "", run_key(s.request_id, current), tags))
+            out.relaunch.append(launch_for(policy, s, current, s.flavor or ""))
         elif run.status == "success":
             out.events.append((s.request_id, "finished", f"run {run.run_id} succeeded", s.flavor, run.run_id, None))
         elif run.status in ("failure", "canceled"):

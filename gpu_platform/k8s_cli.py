@@ -10,39 +10,14 @@ Exit codes: 0 success, 2 invalid input (every problem is printed), 1 any other f
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 import yaml
 
+from gpu_platform.cli_common import fail, policy_option, policy_or_exit
 from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
-from gpu_platform.policy import Policy, PolicyError, load_policy
 from gpu_platform.requests import RequestError, validate_request_file
-
-_policy_option = click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(dir_okay=False),
-    envvar="GPU_PLATFORM_POLICY",
-    default=None,
-    help="Policy file (default: $GPU_PLATFORM_POLICY or the packaged default.yaml).",
-)
-
-
-def _fail(title: str, errors: list[str]) -> NoReturn:
-    click.echo(f"{title}: {len(errors)} problem(s)", err=True)
-    for e in errors:
-        click.echo(f"  {e}", err=True)
-    sys.exit(2)
-
-
-def _policy(path: str | None) -> Policy:
-    try:
-        return load_policy(path)
-    except PolicyError as exc:
-        _fail(f"policy invalid: {exc.source}", exc.errors)
 
 
 @click.group()
@@ -52,7 +27,7 @@ def k8s() -> None:
 
 @k8s.command("render")
 @click.argument("request_file", type=click.Path(dir_okay=False))
-@_policy_option
+@policy_option
 @click.option(
     "--flavor", default=None, help="Flavor admitted for the request (default: first matching flavor)."
 )
@@ -74,11 +49,11 @@ def render(
     from gpu_platform.k8s import resolve_flavor
     from resources.k8s import PREVIEW_RUN_ID, render_job_manifest
 
-    policy = _policy(policy_path)
+    policy = policy_or_exit(policy_path)
     try:
         request = validate_request_file(request_file, policy)
     except RequestError as exc:
-        _fail(f"request invalid: {exc.source}", exc.errors)
+        fail(f"request invalid: {exc.source}", exc.errors)
     rid = request_id or request.request_id
     if rid is None:
         rid = "req-render-" + hashlib.sha256(Path(request_file).read_bytes()).hexdigest()[:12]
@@ -87,13 +62,13 @@ def render(
         chosen = resolve_flavor(request, policy, flavor).name
         manifest = render_job_manifest(request, chosen, policy, run_id=run_id or PREVIEW_RUN_ID)
     except ValueError as exc:
-        _fail(f"cannot render {request_file}", [str(exc)])
+        fail(f"cannot render {request_file}", [str(exc)])
     click.echo(f"# Job for request {rid} on flavor {chosen} (lane {request.lane}, team {request.team})")
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
 
 @click.command("dagster-config")
-@_policy_option
+@policy_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False),
@@ -130,7 +105,7 @@ def dagster_config(
 ) -> None:
     """Write the Dagster instance dagster.yaml from the policy: per-lane run limits, lane pools,
     storage (SQLite or Postgres) and, with --k8s, the K8sRunLauncher."""
-    policy = _policy(policy_path)
+    policy = policy_or_exit(policy_path)
     config = dagster_instance_yaml(
         policy,
         postgres=postgres,

@@ -94,7 +94,7 @@ def test_policy_check_cli_prints_lanes_and_exits_0():
 def test_policy_check_cli_exits_2_with_all_errors():
     result = CliRunner().invoke(main, ["policy", "check", str(BROKEN)])
     assert result.exit_code == 2
-    assert "9 error(s)" in result.output
+    assert "9 problem(s)" in result.output
     assert "lanes.release_eval.quotas[0].borrowing_limit: set but lane has no cohort_name" in result.output
 
 

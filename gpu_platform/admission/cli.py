@@ -78,12 +78,9 @@ def kueue() -> None:
 def export(policy_file: str | None, out_dir: str) -> None:
     """Write ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests."""
     from gpu_platform.admission.kueue_export import write_manifests
-    from gpu_platform.policy import PolicyError, load_policy
+    from gpu_platform.cli_common import policy_or_exit
 
-    try:
-        policy = load_policy(policy_file)
-    except PolicyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    policy = policy_or_exit(policy_file)
     paths = write_manifests(policy, out_dir)
     kinds = Counter(p.name.split("-", 1)[0] for p in paths)
     click.echo(

@@ -1,0 +1,44 @@
+"""Options and error handling shared by every `gpu-platform` command.
+
+Exit codes: 0 success, 2 invalid input (every problem printed, one per line), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+
+from gpu_platform.policy import Policy, PolicyError, load_policy
+
+policy_option = click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    envvar="GPU_PLATFORM_POLICY",
+    default=None,
+    help="Policy file (default: $GPU_PLATFORM_POLICY or the packaged default.yaml).",
+)
+ledger_option = click.option(
+    "--ledger",
+    "ledger_url",
+    default=None,
+    help="Ledger SQLAlchemy URL (default: $GPU_PLATFORM_LEDGER_URL or sqlite under $GPU_PLATFORM_HOME).",
+)
+
+
+def fail(title: str, errors: list[str], code: int = 2) -> NoReturn:
+    """Print a title and every problem on stderr, then exit (2: invalid input)."""
+    click.echo(f"{title}: {len(errors)} problem(s)", err=True)
+    for e in errors:
+        click.echo(f"  {e}", err=True)
+    sys.exit(code)
+
+
+def policy_or_exit(path: str | None) -> Policy:
+    """Load the policy or exit 2 listing every error with its path."""
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        fail(f"policy invalid: {exc.source}", exc.errors)
