@@ -14,6 +14,7 @@ from gpu_platform.sqlmodels import Model, Project, default_project_path
 from resources.warehouse import Warehouse
 
 FINOPS_GROUP = "finops"
+INGEST_GROUP = "finops_raw"
 WAREHOUSE_POOL = "duckdb_warehouse"
 """Every cost asset shares this pool; its limit of 1 (instance config) keeps DuckDB to one writer."""
 
@@ -120,9 +121,12 @@ def build_finops_definitions(project: Project | None = None):
     checks = [spec for a in assets for spec in a.check_specs]
     job = dg.define_asset_job(
         "finops_daily",
-        selection=dg.AssetSelection.assets(*assets),
+        # plus the raw ingestion assets (assets/ingest.py, group finops_raw): the day is ingested,
+        # then priced; by group so this module needs no import of them
+        selection=dg.AssetSelection.assets(*assets) | dg.AssetSelection.groups(INGEST_GROUP),
         partitions_def=finops_daily_partitions,
-        description="Rebuild every cost model for one day (unpartitioned marts are rebuilt in full).",
+        description="Ingest one day's feeds and the ledger snapshot, then rebuild every cost model for it "
+        "(unpartitioned marts are rebuilt in full).",
     )
     # 02:00 UTC each day, for the partition that just ended (yesterday).
     schedule = dg.build_schedule_from_partitioned_job(job, name="finops_daily_schedule", hour_of_day=2, minute_of_hour=0)

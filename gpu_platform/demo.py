@@ -4,8 +4,9 @@
 - writes `$DAGSTER_HOME/dagster.yaml` from the policy (queued runs limited per lane);
 - submits a request for every lane, plus a release chain, to the ledger; the admission sensor
   (running in `dagster dev`'s daemon) admits and launches them as the policy allows;
-- loads demo DCGM telemetry and FOCUS billing for yesterday into the warehouse so the cost
-  assets have data to price.
+- writes a week of demo DCGM telemetry, FOCUS billing and finished requests (ending yesterday)
+  and materializes the ingest and cost assets for each day, so the UI opens on priced days
+  (`gpu_platform.demo_costs`).
 Seeding is idempotent: what is already there is left as it is.
 """
 
@@ -15,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from gpu_platform.demo_costs import seed_costs
 from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
 from gpu_platform.ledger import Ledger, default_ledger_url
 from gpu_platform.policy import load_policy
@@ -49,10 +51,6 @@ def seed() -> None:
     if home:
         print(f"demo: wrote {write_instance_yaml(Path(home))}")
     seed_ledger()
-    try:
-        from gpu_platform.demo_costs import seed_costs
-    except ImportError:
-        return
     seed_costs()
 
 

@@ -42,9 +42,18 @@ def pool_name(lane: str) -> str:
     return f"gpu-{lane}"
 
 
+WAREHOUSE_POOL = "duckdb_warehouse"
+"""The pool of every warehouse-writing step (assets/finops.py, assets/ingest.py): DuckDB allows one
+writing process per file, so its limit is 1."""
+
+
 def pool_limits(policy: Policy) -> dict[str, int]:
-    """Pool name -> slot limit (the lane's max_concurrent_runs), one pool per lane."""
-    return {pool_name(lane.name): lane.max_concurrent_runs for lane in policy.lanes.values()}
+    """Pool name -> slot limit: one pool per lane (the lane's max_concurrent_runs), plus the
+    warehouse pool at 1."""
+    return {
+        **{pool_name(lane.name): lane.max_concurrent_runs for lane in policy.lanes.values()},
+        WAREHOUSE_POOL: 1,
+    }
 
 
 def pool_limit_commands(policy: Policy) -> list[str]:

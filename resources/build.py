@@ -40,7 +40,11 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
     return {
         "policy": PolicyResource(path=env.get("GPU_PLATFORM_POLICY", "")),
         "ledger": LedgerResource(url=default_ledger_url(env)),
-        "settings": PlatformSettings(home=str(home), executor="k8s" if name == "prod" else "local"),
+        "settings": PlatformSettings(
+            home=str(home),
+            executor="k8s" if name == "prod" else "local",
+            dcgm_endpoints=env.get("GPU_PLATFORM_DCGM_ENDPOINTS", ""),
+        ),
         "evidence": EvidenceStoreResource(root=default_evidence_root(dict(env)), work_root=str(home / "work")),
         "executor": LocalGpuExecutor(
             state_dir=str(home / "gpus"),

@@ -10,12 +10,22 @@ import dagster as dg
 class PlatformSettings(dg.ConfigurableResource):
     """home: local state directory (checkpoints, evidence, warehouse) — GPU_PLATFORM_HOME.
     executor: `local` (subprocesses on this machine) or `k8s` (one Kubernetes Job per step, Kueue-labelled).
+    dcgm_endpoints: comma-separated dcgm-exporter `/metrics` URLs scraped for today's partition
+    (GPU_PLATFORM_DCGM_ENDPOINTS); "" = none, only saved files are loaded.
     """
 
     home: str
     executor: str = "local"
+    dcgm_endpoints: str = ""
 
     def home_path(self) -> Path:
         path = Path(self.home)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def feeds_path(self, feed: str) -> Path:
+        """Where saved feed files land: `$GPU_PLATFORM_HOME/feeds/<feed>/` (not created here)."""
+        return Path(self.home) / "feeds" / feed
+
+    def dcgm_endpoint_list(self) -> list[str]:
+        return [u.strip() for u in self.dcgm_endpoints.split(",") if u.strip()]

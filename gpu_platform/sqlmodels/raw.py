@@ -2,7 +2,7 @@
 
 `raw_requests` / `raw_pod_requests` are owned here: the request ledger exports into them with
 `load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` belong to the feed loaders
-(`gpu_platform.feeds`); `ensure_raw_tables` creates them with the agreed columns only when they are
+(`gpu_platform.feeds`); `ensure_raw_tables` creates them with the loader's DDL only when they are
 missing, so the models can build on a fresh warehouse.
 """
 
@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import duckdb
+
+from gpu_platform.feeds.load import table_ddl
+from gpu_platform.feeds.schemas import RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING
 
 WORKLOADS = (
     "label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map",
@@ -54,27 +57,6 @@ create table if not exists raw_pod_requests (
     exit_status varchar
 )"""
 
-RAW_DCGM_SAMPLES_DDL = """
-create table if not exists raw_dcgm_samples (
-    ts timestamp, metric varchar, value double, hostname varchar, gpu integer, uuid varchar,
-    model_name varchar, pci_bus_id varchar, device varchar, gpu_instance_profile varchar,
-    gpu_instance_id varchar, namespace varchar, pod varchar, container varchar,
-    source varchar, source_line integer
-)"""
-
-RAW_FOCUS_BILLING_DDL = """
-create table if not exists raw_focus_billing (
-    BilledCost decimal(18, 6), EffectiveCost decimal(18, 6), ListCost decimal(18, 6),
-    ContractedCost decimal(18, 6), BillingCurrency varchar,
-    ChargePeriodStart timestamp, ChargePeriodEnd timestamp,
-    ChargeCategory varchar, ChargeClass varchar, ChargeDescription varchar,
-    ResourceId varchar, ResourceName varchar, ResourceType varchar,
-    ServiceName varchar, ServiceCategory varchar, SkuId varchar,
-    PricingQuantity decimal(18, 6), PricingUnit varchar, ConsumedQuantity decimal(18, 6), ConsumedUnit varchar,
-    RegionId varchar, ProviderName varchar, BillingAccountId varchar, SubAccountId varchar, Tags varchar,
-    source varchar, source_row integer, focus_version varchar
-)"""
-
 REQUEST_COLUMNS = (
     "request_id", "team", "cost_center", "lane", "site", "odd_cell", "workload", "gpu_type", "gpu_count",
     "submitted_at", "state", "attempts", "release_packet_id", "candidate_id", "incident_id",
@@ -87,9 +69,21 @@ POD_COLUMNS = (
 
 
 def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every raw table the models read that does not exist yet (never alters existing ones)."""
-    for ddl in (RAW_REQUESTS_DDL, RAW_POD_REQUESTS_DDL, RAW_DCGM_SAMPLES_DDL, RAW_FOCUS_BILLING_DDL):
-        con.execute(ddl)
+    """Create every raw table the models read that does not exist yet (never alters existing ones).
+
+    The feed tables get the feed loader's own DDL (`gpu_platform.feeds.load.table_ddl`), so a
+    table made here is the one `load_batch` writes, except that its `day` (the load partition)
+    is nullable: the models select rows by `ts` / `ChargePeriodStart`, never by `day`, and
+    writers other than the loader (seeds of tests and benchmarks) have no load day.
+    """
+    con.execute(RAW_REQUESTS_DDL)
+    con.execute(RAW_POD_REQUESTS_DDL)
+    present = {r[0] for r in con.execute(
+        "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
+    for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING):
+        if table not in present:
+            con.execute(table_ddl(table))
+            con.execute(f"alter table {table} alter column day drop not null")
 
 
 def _rows(records: Sequence[dict[str, Any]], columns: Sequence[str], what: str) -> list[tuple[Any, ...]]:

@@ -72,10 +72,11 @@ def test_lane_limits_reach_a_live_instance(k8s_policy) -> None:
         assert instance.event_log_storage.get_concurrency_info(pool_name("release_eval")).slot_count == 8
 
 
-def test_pool_commands_one_per_lane(k8s_policy) -> None:
+def test_pool_commands_one_per_lane_plus_the_warehouse_writer(k8s_policy) -> None:
     commands = pool_limit_commands(k8s_policy)
-    assert len(commands) == len(k8s_policy.lanes)
+    assert len(commands) == len(k8s_policy.lanes) + 1
     assert "dagster instance concurrency set gpu-research_best_effort 16" in commands
+    assert "dagster instance concurrency set duckdb_warehouse 1" in commands
 
 
 def test_stdout_is_the_yaml(k8s_policy) -> None:
