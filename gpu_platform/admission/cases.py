@@ -1,6 +1,6 @@
 """Case files (tests/fixtures/admission/*.yaml): load, run, and check expectations.
 
-Format and contract: /work/shared/reference/admission-cases/README.md (copied beside the fixtures).
+Format and contract: tests/fixtures/admission/README.md (the shared admission-cases README).
 """
 
 from __future__ import annotations

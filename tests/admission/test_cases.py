@@ -24,9 +24,9 @@ def test_case(file: str, case: dict) -> None:
 
 
 def test_shared_files_are_unchanged_copies_when_reference_present() -> None:
-    ref = Path("/work/shared/reference/admission-cases")
+    ref = Path(__file__).resolve().parents[3] / "shared" / "reference" / "admission-cases"
     if not ref.exists():
-        pytest.skip("shared reference not mounted here")
+        pytest.skip("needs the shared reference checked out beside the repository (../shared/reference)")
     for name in ("kueue.yaml", "lanes.yaml"):
         assert (FIXTURES / name).read_text() == (ref / name).read_text()
 
