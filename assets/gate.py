@@ -4,6 +4,7 @@ Thin by design: decisions come from `gpu_platform.gate` (pure), this module only
 ledger and the instance's runs, records, launches and terminates.
 """
 
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -127,7 +128,7 @@ def admission_sensor(
         draining=settled.draining,
         spent=led.reserved_by_lane(budget_period_start(pol.budget_period, now)),
     )
-    record_plan(led, plan, states)
+    record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
     victims = {p.victim for p in plan.preemptions}
     for run in runs:
         if run.request_id in victims and run.status == "active":

@@ -203,14 +203,20 @@ def launch_for(policy: Policy, s: RequestState, attempt: int, flavor: str, messa
     return Launch(s.request_id, attempt, flavor, req.workload or "", run_key(s.request_id, attempt), tags, message)
 
 
-def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState]) -> int:
-    """Write the tick's decisions to the ledger; waiting rows only when the reason or position changed."""
+def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], hostname: str | None = None) -> int:
+    """Write the tick's decisions to the ledger; waiting rows only when the reason or position changed.
+
+    hostname: the node admitted work runs on when the gate knows it (the local executor's machine);
+    None on Kubernetes, where the scheduler places the pod.
+    """
     by_id = {s.request_id: s for s in states}
     rows: list[tuple[str, str, str, str | None, str | None, Mapping[str, object] | None]] = []
     for launch in plan.launches:
+        details: dict[str, object] = {"run_key": launch.run_key, "attempt": launch.attempt}
+        if hostname:
+            details["hostname"] = hostname
         rows.append(
-            (launch.request_id, "admitted", launch.message or f"QuotaReserved on {launch.flavor}", launch.flavor, None,
-             {"run_key": launch.run_key, "attempt": launch.attempt})
+            (launch.request_id, "admitted", launch.message or f"QuotaReserved on {launch.flavor}", launch.flavor, None, details)
         )
     for p in plan.preemptions:
         reason = f"Preempted ({p.reason}): {p.message}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -81,6 +82,7 @@ def test_mixed_requests_are_admitted_as_the_engine_says(env, policy):
         assert rr.tags["dagster/priority"].isdigit()
         assert dg.AssetKey(ledger.get(rid).workload) in rr.asset_selection
         assert ledger.state(rid).state == "admitted"
+        assert ledger.state(rid).details["hostname"] == socket.gethostname()  # local executor: this machine
     assert result.dynamic_partitions_requests[0].partition_keys == [r.partition_key for r in result.run_requests]
     waiting = ledger.states(["waiting"])
     assert {w.request_id for w in waiting} == {w.name for w in expected.waits}
