@@ -1,7 +1,144 @@
 -- Busy samples summed per GPU, pod, metric and day: the only pass over the raw samples.
-with samples as (
+-- The staging rules for DCGM samples (filters, busy fraction, dedupe; see its yml) applied in
+-- aggregate form: one hash group-by over the raw columns, per source; the key normalisation
+-- (lower-case host, '' -> NULL) and the multi-source check run on those small partial sums.
+-- Only node-days fed by more than one source are read a second time, sample by sample, to
+-- deduplicate; with none, that branch's join has an empty side and reads nothing.
+with source as not materialized (
 
-    select * from {{ ref('stg_dcgm_samples') }}
+    -- the ts range is a filter on the Parquet/table scan (row groups outside it are skipped)
+    select * from {{ source('raw_dcgm_samples') }}
+    where ts >= {{ var('day_from') }}::timestamp
+      and ts < {{ var('day_to') }}::timestamp + interval 1 day
+      and metric in ('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL')
+      -- values near 2^63 are DCGM blank sentinels, not data
+      and value is not null and not isnan(value) and value >= 0 and value < 1e15
+
+),
+
+partials as materialized (
+
+    select
+        cast(ts as date) as day,
+        hostname,
+        gpu,
+        gpu_instance_id,
+        namespace,
+        pod,
+        -- the filter keeps two metrics: a boolean key hashes and compares cheaper than the name
+        metric = 'DCGM_FI_DEV_GPU_UTIL' as is_gpu_util,
+        source,
+        min(model_name) as model_name,
+        count(*) as samples,
+        -- the staging busy rule, per sample: GPU_UTIL/100, clamped to 1 (value >= 0 is a filter),
+        -- rounded to 1e-6 as cast(... as decimal(9, 6)) does (round half away from zero), here as
+        -- whole micro-units in a double: every term and partial sum is an integer below 2^53, so
+        -- the sum is exact and independent of order, and no per-sample decimal cast is needed
+        sum(round(least(case when metric = 'DCGM_FI_DEV_GPU_UTIL' then value / 100.0 else value end, 1.0)
+            * 1000000.0)) as busy_micro
+    from source
+    group by all
+
+),
+
+normalised as (
+
+    select
+        day,
+        lower(hostname) as hostname,
+        gpu,
+        coalesce(gpu_instance_id, '') as gpu_instance_id,
+        nullif(namespace, '') as namespace,
+        nullif(pod, '') as pod,
+        case when is_gpu_util then 'DCGM_FI_DEV_GPU_UTIL' else 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' end as metric,
+        source,
+        model_name,
+        samples,
+        busy_micro
+    from partials
+
+),
+
+multi_source as (
+
+    -- node-days fed by more than one source (a live scrape and a history file overlap)
+    select day, hostname
+    from normalised
+    group by day, hostname
+    -- a NULL source counts as one more source (the raw table requires one; this keeps the rule exact)
+    having count(distinct source) + max(case when source is null then 1 else 0 end) > 1
+
+),
+
+single_source as (
+
+    select
+        n.day,
+        n.hostname,
+        n.gpu,
+        n.gpu_instance_id,
+        n.namespace,
+        n.pod,
+        n.metric,
+        min(n.model_name) as model_name,
+        sum(n.samples) as samples,
+        sum(n.busy_micro) as busy_micro
+    from normalised as n
+    anti join multi_source as g
+        on g.day = n.day and g.hostname = n.hostname
+    group by n.day, n.hostname, n.gpu, n.gpu_instance_id, n.namespace, n.pod, n.metric
+
+),
+
+deduped as (
+
+    -- multi-source node-days only: one sample per GPU, metric and ts, the first by (source, source_line)
+    select
+        day,
+        hostname,
+        gpu,
+        gpu_instance_id,
+        namespace,
+        pod,
+        metric,
+        min(model_name) as model_name,
+        count(*) as samples,
+        sum(busy_micro) as busy_micro
+    from (
+        select
+            s.day,
+            s.hostname,
+            s.gpu,
+            s.gpu_instance_id,
+            s.namespace,
+            s.pod,
+            s.metric,
+            s.model_name,
+            round(least(case when s.metric = 'DCGM_FI_DEV_GPU_UTIL' then s.value / 100.0 else s.value end, 1.0)
+                * 1000000.0) as busy_micro
+        from (
+            select
+                cast(ts as date) as day,
+                ts,
+                lower(hostname) as hostname,
+                gpu,
+                coalesce(gpu_instance_id, '') as gpu_instance_id,
+                nullif(namespace, '') as namespace,
+                nullif(pod, '') as pod,
+                metric,
+                model_name,
+                value,
+                source,
+                source_line
+            from source
+        ) as s
+        semi join multi_source as g
+            on g.day = s.day and g.hostname = s.hostname
+        qualify row_number() over (
+            partition by s.hostname, s.gpu, s.gpu_instance_id, s.metric, s.ts order by s.source, s.source_line
+        ) = 1
+    )
+    group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric
 
 ),
 
@@ -15,11 +152,24 @@ final as (
         namespace,
         pod,
         metric,
-        min(model_name) as model_name,
-        count(*) as samples,
-        sum(busy) as busy_samples
-    from samples
-    group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric
+        model_name,
+        cast(samples as bigint) as samples,
+        -- micro-units back to an exact decimal(38, 6)
+        cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
+    from single_source
+    union all
+    select
+        day,
+        hostname,
+        gpu,
+        gpu_instance_id,
+        namespace,
+        pod,
+        metric,
+        model_name,
+        samples,
+        cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
+    from deduped
 
 )
 

@@ -1,5 +1,7 @@
 -- One busy-signal sample per GPU (or MIG instance), metric and timestamp, for the days built.
 -- Only the two busy metrics are kept: the cost models need nothing else.
+-- The per-sample definition of the rules: int_gpu_busy applies the same filters, busy rule and
+-- dedupe in aggregate form in one pass (keep the two in step); this model's tests check them.
 -- `not materialized`: each branch below re-reads the Parquet/table instead of DuckDB
 -- buffering every sample of the range in memory.
 with source as not materialized (

@@ -10,6 +10,9 @@ Rendering never formats values into SQL: `{{ var('day_from') }}` becomes the bou
 `$day_from`. `ref`/`source` names are checked against `^[a-z_][a-z0-9_]*$` and become bare
 table names (an ephemeral model's ref becomes its parenthesised SQL).
 
+A model's yml may list `depends_on: [model]`: a graph edge without reading the model (dbt's
+`-- depends_on: {{ ref() }}`); an ephemeral model listed there has its data tests run with this one.
+
 Materialization: a model with `partition_by: day` reads `$day_from` / `$day_to` and is rebuilt
 for one day or a range of days (`delete from t where day between $day_from and $day_to;
 insert into t ...` in one transaction, table created on first run); a model without it is
@@ -266,7 +269,8 @@ class Project:
         for csv in sorted((root / "seeds").glob("*.csv")):
             models[csv.stem] = Model(
                 name=csv.stem, layer="seeds", path=csv, sql="", refs=(), sources=(), params=(),
-                seed_path=csv, **_yml_meta(csv.with_suffix(".yml"), csv.stem),
+                seed_path=csv, **{k: v for k, v in _yml_meta(csv.with_suffix(".yml"), csv.stem).items()
+                                   if k != "depends_on"},
             )
         templates: dict[str, str] = {}
         for layer in LAYERS:
@@ -285,9 +289,14 @@ class Project:
                 yml = sql_path.with_suffix(".yml")
                 if not yml.exists():
                     raise ProjectError(f"{sql_path}: missing {yml.name} (description, grain, columns, tests)")
+                meta = _yml_meta(yml, name)
+                # depends_on: models this one follows without reading them (the graph edge and, for an
+                # ephemeral model, its data tests run with this one), as dbt's `-- depends_on: ref()`
+                depends_on = meta.pop("depends_on")
                 models[name] = Model(
-                    name=name, layer=layer, path=sql_path, sql=sql.strip().rstrip(";"), refs=tuple(refs),
-                    sources=tuple(srcs), params=tuple(_params(sql)), **_yml_meta(yml, name),
+                    name=name, layer=layer, path=sql_path, sql=sql.strip().rstrip(";"),
+                    refs=tuple(dict.fromkeys(refs + depends_on)), sources=tuple(srcs), params=tuple(_params(sql)),
+                    **meta,
                 )
         for m in models.values():
             for r in m.refs:
@@ -512,6 +521,10 @@ def _yml_meta(path: Path, name: str) -> dict[str, Any]:
     if partition_by in ("none", None):
         partition_by = None
     columns = {c["name"]: (c.get("description") or "") for c in spec.get("columns") or []}
+    depends_on = [str(d) for d in spec.get("depends_on") or []]
+    bad = [d for d in depends_on if not _NAME.match(d)]
+    if bad:
+        raise ProjectError(f"{path}: depends_on names {bad} are not valid model names")
     materialized = spec.get("materialized", "table")
     if materialized not in ("table", "ephemeral"):
         raise ProjectError(f"{path}: materialized must be table or ephemeral, not {materialized!r}")
@@ -522,4 +535,5 @@ def _yml_meta(path: Path, name: str) -> dict[str, Any]:
         "partition_by": partition_by,
         "columns": columns,
         "tests": tuple(_parse_tests(name, spec, str(path))),
+        "depends_on": depends_on,
     }
