@@ -38,7 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 demo-seed: $(STAMP)
-	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) $(PY) -m gpu_platform.demo seed
+	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) $(PY) -m assets.demo_seed seed
 
 demo: demo-seed
 	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) GPU_PLATFORM_LOCAL_GPUS=$(DEMO_GPUS) \

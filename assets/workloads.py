@@ -12,9 +12,6 @@ A release request (`workload: released_model | released_map`) runs as one job ov
 release asset materializes. A failing ERROR check stops the release in that run.
 """
 
-import json
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +19,31 @@ import dagster as dg
 import duckdb
 
 from assets.partitions import requests_partitions
-from gpu_platform.evidence import EvidenceRef, EvidenceStore
+from gpu_platform.evidence import EvidenceStore
 from gpu_platform.ledger import Ledger, LedgerError
 from gpu_platform.lineage import (
     RELEASE_KINDS,
-    SUCCEEDED,
     CheckOutcome,
     LineageStore,
-    Parent,
-    WorkloadRun,
-    blocking_outcomes,
     check_cost_attributed,
     check_lineage_complete,
     check_logs_retained,
     check_replay_coverage,
     check_reproducible,
-    evidence_manifest,
-    resolve_parents,
 )
 from gpu_platform.requests import JobRequest
-from gpu_platform.workloads import PROGRAMS, demo_command
-from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE
+from gpu_platform.workloads import PROGRAMS
+from gpu_platform.workloads.stages import (
+    MARKDOWN_KEYS,
+    URL_KEYS,
+    ReleaseRefused,
+    StageFailed,
+    assemble,
+    prepare_program,
+    program_metadata,
+    record_program_failure,
+    record_program_success,
+)
 from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor
@@ -112,41 +113,16 @@ def _request(context, kind: str, ledger: Ledger) -> JobRequest:
     return req.model_copy(update={"request_id": rid})
 
 
-def _all_requests(ledger: Ledger) -> dict[str, JobRequest]:
-    return {s.request_id: s.request.model_copy(update={"request_id": s.request_id}) for s in ledger.states()}
-
-
-def _retention_until(req: JobRequest, policy: PolicyResource) -> datetime:
-    return datetime.now(UTC) + req.retention(policy.load())
-
-
-def _metadata(req: JobRequest, run: WorkloadRun, parents: list[Parent], uri: str | None) -> dict[str, Any]:
-    md: dict[str, Any] = {
-        "request_id": req.request_id,
-        "workload": run.kind,
-        "lane": req.lane,
-        "team": req.team,
-        "cost_center": req.cost_center,
-        "odd_cell": req.odd_cell,
-        "source_commit": req.source_commit,
-        "container_digest": req.container_digest,
-        "dataset_ids": list(req.dataset_ids),
-        "map_ids": list(req.map_ids),
-        "taxonomy_ids": list(req.taxonomy_ids),
-        "checkpoint_uri": dg.MetadataValue.url(run.checkpoint_uri) if run.checkpoint_uri else None,
-        "log_digest": run.log_digest,
-        "log_uri": dg.MetadataValue.url(run.log_uri) if run.log_uri else None,
-        "output_artifact_ids": list(req.output_artifact_ids),
-        "artifact_digests": dict(run.artifact_digests),
-        "gpu_hours": run.gpu_hours,
-        "attempts": run.attempts,
-        "exit_status": run.exit_status,
-        "upstream": [{"request_id": p.request_id, "kind": p.kind, "via_id": p.via_id} for p in parents],
-        "upstream_requests": ", ".join(f"{p.kind}[{p.request_id}]" for p in parents) or "none",
-    }
-    if uri:
-        md["dagster/uri"] = uri
-    return md
+def _dagster_metadata(md: dict[str, Any]) -> dict[str, Any]:
+    """Plain stage metadata -> Dagster's: URLs and markdown as their metadata values."""
+    out = dict(md)
+    for key in URL_KEYS:
+        if key in out:
+            out[key] = dg.MetadataValue.url(out[key]) if out[key] else None
+    for key in MARKDOWN_KEYS:
+        if key in out:
+            out[key] = dg.MetadataValue.md(out[key])
+    return out
 
 
 def _stores(ledger: LedgerResource, evidence: EvidenceStoreResource) -> tuple[Ledger, LineageStore, EvidenceStore]:
@@ -154,19 +130,12 @@ def _stores(ledger: LedgerResource, evidence: EvidenceStoreResource) -> tuple[Le
     return led, LineageStore(led.engine), evidence.store()
 
 
+def _exit_code(exc: BaseException) -> int | None:
+    code = exc.metadata.get("exit_code") if isinstance(exc, dg.Failure) else None
+    return code.value if code is not None else None
+
+
 # program stages: label_batch, training_run, replay, map_segmentation -------------------------
-
-
-def _read_result(out_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((out_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _newest_log(out_dir: Path) -> Path | None:
-    logs = sorted((out_dir / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
-    return logs[-1] if logs else None
 
 
 def run_program_stage(
@@ -180,79 +149,25 @@ def run_program_stage(
     """Run the request's command (or the demo program), keep its log as evidence, record lineage."""
     led, lineage, store = _stores(ledger, evidence)
     req = _request(context, kind, led)
-    rid = req.request_id or ""
-    work = evidence.work_dir(rid)
-    out = work / "out" / f"{kind}-{context.run_id}"
-    command = req.command or demo_command(req, kind, out)
-    run_req = req.model_copy(update={"command": command, "env": {**req.env, OUTPUT_ENV: str(out)}})
-    attempts = lineage.attempts(rid, kind) + 1
-    until = _retention_until(req, policy)
-    hold = bool(req.evidence_hold)
-    parents, unresolved = resolve_parents(req, _all_requests(led))
-    lineage.record_edges(rid, kind, parents)
-    started = time.monotonic()
-
-    def record(status: str, result: dict[str, Any] | None, log_ref: EvidenceRef | None, **facts: Any) -> WorkloadRun:
-        gpu_hours = (time.monotonic() - started) * (req.gpu_count or 0) / 3600
-        results = {k: result[k] for k in ("suites", "accepted", "rejected", "steps_done", "tiles") if result and k in result}
-        return lineage.record_run(
-            WorkloadRun.for_request(
-                req,
-                kind,
-                status,
-                unresolved_inputs=tuple(unresolved),
-                checkpoint_uri=(result or {}).get("checkpoint_uri"),
-                log_digest=log_ref.digest if log_ref else None,
-                log_uri=log_ref.uri if log_ref else None,
-                gpu_hours=round(gpu_hours, 6),
-                attempts=attempts,
-                results=results,
-                dagster_run_id=context.run_id,
-                **facts,
-            )
-        )
-
-    ckpt_dir = work / "checkpoints" / kind
+    work = evidence.work_dir(req.request_id or "")
+    stage = prepare_program(req, kind, work, context.run_id, led, lineage, store, policy.load())
     try:
-        invocation = executor.run(context, run_req, ckpt_dir, {"workload": kind, "out_dir": str(out)})
+        invocation = executor.run(context, stage.run_request, stage.ckpt_dir, stage.pipes_extras)
     except BaseException as exc:  # a failure, a timeout, or the run being terminated (preemption)
         try:
-            result = _read_result(out)
-            code = exc.metadata.get("exit_code") if isinstance(exc, dg.Failure) else None
-            exit_status = code.value if code is not None else (result or {}).get("exit_status")
-            log = Path(result["log_path"]) if result else _newest_log(out)
-            log_ref = store.put(log, rid, "log", until, hold) if log else None
-            interrupted = not isinstance(exc, Exception)
-            status = "preempted" if exit_status == EXIT_PREEMPTED or interrupted else "failed"
-            record(status, result, log_ref, exit_status=exit_status)
+            record_program_failure(stage, _exit_code(exc), interrupted=not isinstance(exc, Exception))
         except Exception as record_exc:  # never mask why the program failed
-            context.log.warning(f"{kind} {rid}: could not record the failed attempt: {record_exc}")
+            context.log.warning(f"{kind} {stage.request_id}: could not record the failed attempt: {record_exc}")
         raise
-    result = _read_result(out)
-    if result is None:
-        raise dg.Failure(description=f"{kind} {rid}: the program exited 0 but wrote no {out / RESULT_FILE}")
-    log_ref = store.put(Path(result["log_path"]), rid, "log", until, hold)
-    if log_ref.digest != result["log_digest"]:
-        raise dg.Failure(description=f"{kind} {rid}: log digest {log_ref.digest} != reported {result['log_digest']}")
-    digests: dict[str, str] = {}
-    primary_uri = None
-    for name, path in (result.get("outputs") or {}).items():
-        ref = store.put(Path(path), rid, f"output:{name}", until, hold)
-        if ref.digest != (result.get("output_digests") or {}).get(name, ref.digest):
-            raise dg.Failure(description=f"{kind} {rid}: output {name} changed after the program reported it")
-        digests[name] = ref.digest
-        primary_uri = primary_uri or ref.uri
-    first = next(iter(digests.values()), None)
-    artifact_digests = {a: first for a in req.output_artifact_ids if first}
-    run = record(SUCCEEDED, result, log_ref, exit_status=0, artifact_digests=artifact_digests)
-    program_md = {}
     try:
-        program_md = dict(invocation.get_materialize_result().metadata or {})
+        _, md = record_program_success(stage)
+    except StageFailed as exc:
+        raise dg.Failure(description=exc.description) from exc
+    try:
+        reported = invocation.get_materialize_result().metadata
     except Exception:  # the program reported through result.json only
-        program_md = {}
-    for key in ("log_path", "outputs", "output_digests", "program", "request_id", "exit_status", "log_digest"):
-        program_md.pop(key, None)
-    return dg.MaterializeResult(metadata={**program_md, **_metadata(req, run, parents, primary_uri)})
+        reported = None
+    return dg.MaterializeResult(metadata={**program_metadata(reported), **_dagster_metadata(md)})
 
 
 # assembled stages: evidence_pack, released_model, released_map -------------------------------
@@ -268,74 +183,13 @@ def assemble_stage(
     """Build the evidence pack / release manifest from the lineage, hold its evidence, record it."""
     led, lineage, store = _stores(ledger, evidence)
     req = _request(context, kind, led)
-    rid = req.request_id or ""
-    parents, unresolved = resolve_parents(req, _all_requests(led))
-    if kind in RELEASE_KINDS:
-        _require_passing_evidence(rid, req, lineage, store)
-        parents = [Parent(rid, "evidence_pack", f"evidence-pack:{rid}")]
-    lineage.record_edges(rid, kind, parents)
-    tree = lineage.tree(rid, kind)
-    manifest = evidence_manifest(tree, req)
-    holder = f"{kind}:{rid}"
-    for n in tree.unique():
-        store.set_hold(n.request_id, holder, f"{kind} {req.release_packet_id or rid}")
-    until = _retention_until(req, policy)
-    body = json.dumps(manifest, indent=2, sort_keys=True, default=str)
-    ref = store.put(body, rid, "evidence_pack" if kind == "evidence_pack" else "release_manifest", until, hold=True)
-    log_lines = [f"{datetime.now(UTC).isoformat()} {kind} {rid}: manifest {ref.digest}"]
-    log_lines += [f"  {s['kind']} {s['request_id']} {s['status']} log={s.get('log_digest')}" for s in manifest["stages"]]
-    log_ref = store.put("\n".join(log_lines) + "\n", rid, "log", until, hold=True)
-    run = lineage.record_run(
-        WorkloadRun.for_request(
-            req,
-            kind,
-            SUCCEEDED,
-            unresolved_inputs=tuple(unresolved),
-            log_digest=log_ref.digest,
-            log_uri=log_ref.uri,
-            gpu_hours=0.0,
-            attempts=lineage.attempts(rid, kind) + 1,
-            exit_status=0,
-            artifact_digests={a: ref.digest for a in req.output_artifact_ids} or {f"{kind}:{rid}": ref.digest},
-            results={"stages": len(manifest["stages"]), "manifest_digest": ref.digest},
-            dagster_run_id=context.run_id,
-        )
-    )
-    md = _metadata(req, run, parents, ref.uri)
-    md["manifest_digest"] = ref.digest
-    md["lineage"] = dg.MetadataValue.md(_lineage_markdown(manifest))
-    return dg.MaterializeResult(metadata=md)
-
-
-def _require_passing_evidence(rid: str, req: JobRequest, lineage: LineageStore, store: EvidenceStore) -> None:
-    """Defence in depth for a release launched without its evidence_pack step (so without the
-    blocking checks in its run): evaluate the same ERROR checks here and refuse on any gap."""
-    pack = lineage.latest_run(rid, "evidence_pack")
-    if pack is None or pack.status != SUCCEEDED:
-        raise dg.Failure(
-            description=f"release {rid}: no evidence pack; run {JOB_FOR_WORKLOAD[req.workload or '']} "
-            "(evidence_pack, its checks, then the release)",
-            allow_retries=False,
-        )
-    tree = lineage.tree(rid, "evidence_pack")
-    failed = [o for o in blocking_outcomes(tree, req, store.exists, store.verify, store.held_digests()) if not o.passed]
-    if failed:
-        raise dg.Failure(
-            description=f"release {rid} refused: " + " | ".join(o.description for o in failed),
-            metadata={"missing": [m for o in failed for m in o.missing]},
-            allow_retries=False,
-        )
-
-
-def _lineage_markdown(manifest: dict[str, Any]) -> str:
-    rows = ["| stage | request | status | commit | datasets | log |", "|---|---|---|---|---|---|"]
-    for s in manifest["stages"]:
-        datasets = ", ".join(s.get("dataset_ids", []) + s.get("map_ids", []))
-        rows.append(
-            f"| {s['kind']} | {s['request_id']} | {s['status']} | {(s.get('source_commit') or '-')[:12]} "
-            f"| {datasets or '-'} | {(s.get('log_digest') or '-')[:19]} |"
-        )
-    return "\n".join(rows)
+    job = JOB_FOR_WORKLOAD.get(req.workload or "", "")
+    try:
+        _, md = assemble(req, kind, context.run_id, led, lineage, store, policy.load(), evidence_job=job)
+    except ReleaseRefused as exc:
+        metadata = {"missing": exc.missing} if exc.missing is not None else None
+        raise dg.Failure(description=exc.description, metadata=metadata, allow_retries=False) from exc
+    return dg.MaterializeResult(metadata=_dagster_metadata(md))
 
 
 # asset factories -----------------------------------------------------------------------------

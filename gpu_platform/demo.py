@@ -1,6 +1,6 @@
 """Seed a realistic demo under GPU_PLATFORM_HOME and DAGSTER_HOME.
 
-`python -m gpu_platform.demo seed` is what `make demo` runs before starting the UI:
+The domain half of the demo seed (`make demo` runs `python -m assets.demo_seed seed`):
 - writes `$DAGSTER_HOME/dagster.yaml` from the policy (queued runs limited per lane);
 - submits a request for every lane, plus a release chain, to the ledger; the admission sensor
   (running in `dagster dev`'s daemon) admits and launches them as the policy allows;
@@ -13,10 +13,8 @@ Seeding is idempotent: what is already there is left as it is.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from gpu_platform.demo_costs import seed_costs
 from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
 from gpu_platform.ledger import Ledger, default_ledger_url
 from gpu_platform.policy import load_policy
@@ -44,23 +42,3 @@ def seed_ledger(examples: Path = EXAMPLES) -> list[str]:
     ids = [ledger.submit(validate_request_file(p, policy)) for p in files]
     print(f"demo: submitted {len(ids)} requests to {ledger.url}")
     return ids
-
-
-def seed() -> None:
-    home = os.environ.get("DAGSTER_HOME")
-    if home:
-        print(f"demo: wrote {write_instance_yaml(Path(home))}")
-    seed_ledger()
-    seed_costs()
-
-
-def main(argv: list[str]) -> int:
-    if argv[:1] != ["seed"]:
-        print("usage: python -m gpu_platform.demo seed", file=sys.stderr)
-        return 2
-    seed()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

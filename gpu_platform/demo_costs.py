@@ -1,6 +1,6 @@
 """Demo cost data: a week of DCGM telemetry, FOCUS billing and finished requests, then priced.
 
-`seed_costs(days=7)` (run by `python -m gpu_platform.demo seed`) writes, for each of the last
+`assets.demo_seed.seed_costs(days=7)` (run by `make demo`) writes, for each of the last
 `days` UTC days ending yesterday:
 
 - `$GPU_PLATFORM_HOME/feeds/dcgm/<day>/<host>.parquet`: 15 s history (dcgm-exporter's collect
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -40,9 +38,9 @@ import numpy as np
 import polars as pl
 
 from gpu_platform.finops_snapshot import pod_name
-from gpu_platform.ledger import Ledger, default_ledger_url
+from gpu_platform.ledger import Ledger
 from gpu_platform.lineage import SUCCEEDED, LineageStore, WorkloadRun
-from gpu_platform.policy import Policy, load_policy
+from gpu_platform.policy import Policy
 from gpu_platform.requests import ID_LIST_FIELDS, JobRequest, validate_request_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -359,81 +357,3 @@ def write_focus(feeds: Path, days: list[date]) -> Path:
         writer.writeheader()
         writer.writerows(focus_rows(days))
     return path
-
-
-# materialization ------------------------------------------------------------------------------
-
-
-def materialize_days(days: list[date], progress: Any = None, task: Any = None) -> dict[str, bool]:
-    """Ingest and price each day in the instance at DAGSTER_HOME; returns day -> success.
-
-    The first and last runs also build the unpartitioned assets (ledger snapshot, lifetime unit
-    costs); the days between build only the daily ones.
-    """
-    import dagster as dg
-
-    from assets.finops import WAREHOUSE_POOL, finops_assets
-    from assets.ingest import ingest_assets
-    from resources.build import build_resources
-
-    everything = [*ingest_assets, *finops_assets]
-    daily = [a for a in everything if a.partitions_def is not None]
-    resources = build_resources("local")
-    out: dict[str, bool] = {}
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-    with dg.DagsterInstance.get() as instance:
-        for n, day in enumerate(days):
-            selection = everything if n in (0, len(days) - 1) else daily
-            result = dg.materialize(selection, partition_key=day.isoformat(), instance=instance,
-                                    resources=resources, run_config=quiet,
-                                    tags={"gpu-platform/demo": "seed_costs"})
-            out[day.isoformat()] = result.success
-            if progress is not None:
-                progress.advance(task)
-        # set after the seed runs: a pooled step polls for its slot, which only slows them down
-        instance.event_log_storage.set_concurrency_slots(WAREHOUSE_POOL, 1)
-    return out
-
-
-def seed_costs(days: int = 7) -> dict[str, Any] | None:
-    """Write the demo feeds and history for the last `days` days and price them (see module doc).
-
-    Returns a summary, or None when already seeded (the marker file exists).
-    """
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    home = Path(os.environ.get("GPU_PLATFORM_HOME", "var")).resolve()
-    feeds = home / "feeds"
-    marker = feeds / MARKER
-    console = Console(stderr=True)
-    if marker.exists():
-        console.print(f"demo: cost data already seeded ({marker})")
-        return None
-    t0 = time.monotonic()
-    policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
-    ledger = Ledger(default_ledger_url())
-    lineage = LineageStore(ledger.engine)
-    span = demo_days(days)
-    written = 0
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as progress:
-        feed_task = progress.add_task("demo: feeds and history", total=len(span) + 1)
-        for i, day in enumerate(span):
-            placements = seed_history(ledger, lineage, policy, day, i)
-            written += write_dcgm(feeds, day, placements, seed=i)
-            progress.advance(feed_task)
-        written += write_focus(feeds, span).stat().st_size
-        progress.advance(feed_task)
-        run_task = progress.add_task("demo: ingest and price", total=len(span))
-        runs = materialize_days(span, progress, run_task)
-    summary = {"days": [d.isoformat() for d in span], "bytes": written, "runs": runs,
-               "seconds": round(time.monotonic() - t0, 1)}
-    failed = [d for d, ok in runs.items() if not ok]
-    if failed:
-        raise RuntimeError(f"demo: cost materialization failed for {failed}; see the runs in the Dagster UI")
-    marker.write_text(json.dumps(summary, indent=2) + "\n")
-    console.print(f"demo: {len(span)} days of cost data ({written / 1e6:.1f} MB of feeds) priced in "
-                  f"{summary['seconds']} s")
-    return summary
-

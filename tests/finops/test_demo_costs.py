@@ -8,7 +8,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from gpu_platform import demo_costs
+from assets import demo_seed as demo_costs
 from gpu_platform.ledger import Ledger
 
 

@@ -22,14 +22,13 @@ import pytest
 from assets.finops import finops_assets, finops_jobs
 from assets.ingest import (
     INGEST_GROUP,
-    focus_day_batch,
     ingest_assets,
-    load_dcgm_day,
     raw_dcgm_samples,
     raw_focus_billing,
 )
 from gpu_platform import demo_costs
 from gpu_platform.feeds import focus
+from gpu_platform.feeds.ingest import focus_day_batch, load_dcgm_day
 from gpu_platform.ledger import Ledger
 from gpu_platform.lineage import LineageStore
 from resources.build import build_resources
