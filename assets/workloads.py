@@ -12,6 +12,7 @@ A release request (`workload: released_model | released_map`) runs as one job ov
 release asset materializes. A failing ERROR check stops the release in that run.
 """
 
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -249,15 +250,16 @@ CHECK_DESCRIPTIONS = {
     "replay_coverage": "Each required scenario suite (evaluator_ids) was replayed for the ODD cell and passed.",
     "logs_retained": "Every stage's log is in the evidence store, verifies against its digest, and is held.",
     "reproducible": "Every stage has source commit, container digest and data snapshot ids.",
-    "cost_attributed": "Every program stage has GPU-hours and a team/cost center (WARN until enforce=true).",
+    "cost_attributed": "Every program stage has GPU-hours, a team and cost center, and a priced cost once its day is priced (ERROR; WARN with enforce=false).",
 }
 
 
 class CostCheckConfig(dg.Config):
-    """enforce: fail with ERROR (blocking the release) instead of WARN; turn on once the cost
-    models price every request."""
+    """enforce: fail with ERROR (blocking the release); false reports a WARN instead. On by default
+    now that the cost models exist; stages run after the last priced day are awaiting pricing, not
+    missing, so a same-day release is not blocked by the daily schedule."""
 
-    enforce: bool = False
+    enforce: bool = True
 
 
 def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
@@ -302,25 +304,30 @@ COST_TABLE = "fct_gpu_cost_by_request"
 """The cost mart (assets/finops.py) that prices requests; read-only, when it has been built."""
 
 
-def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> dict[str, float] | None:
-    """Request id -> allocated cost from the cost models; None while they are not built (or the
-    warehouse is busy with a writer): the cost check then judges GPU-hours attribution only."""
+def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> tuple[dict[str, float] | None, date | None]:
+    """(request id -> allocated cost, last priced day) from the cost models; (None, None) while
+    they are not built (or the warehouse is busy with a writer): the cost check then judges
+    GPU-hours attribution only."""
     if not Path(warehouse.path).exists():
-        return None
+        return None, None
     try:
         con = warehouse.connect(read_only=True)
     except duckdb.Error:
-        return None
+        return None, None
     try:
         rows = con.execute(
             f"select request_id, sum(allocated_cost) from {COST_TABLE} where list_contains(?, request_id) group by 1",
             [request_ids],
         ).fetchall()
+        try:
+            priced_through = con.execute(f"select max(day) from {COST_TABLE}").fetchone()[0]
+        except duckdb.Error:
+            priced_through = None
     except duckdb.Error:
-        return None
+        return None, None
     finally:
         con.close()
-    return {rid: float(cost) for rid, cost in rows}
+    return {rid: float(cost) for rid, cost in rows}, priced_through
 
 
 def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
@@ -337,10 +344,14 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         warehouse: Warehouse,
     ) -> dg.AssetCheckResult:
         _, tree = _tree(context, asset_kind, ledger)
-        costs = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
+        costs, priced_through = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
         severity = dg.AssetCheckSeverity.ERROR if config.enforce else dg.AssetCheckSeverity.WARN
-        result = _check_result(check_cost_attributed(tree, costs), severity)
-        note = "priced by the cost models" if costs is not None else f"{COST_TABLE} not available: GPU-hours only"
+        result = _check_result(check_cost_attributed(tree, costs, priced_through), severity)
+        note = (
+            f"priced by the cost models through {priced_through or 'every day'}"
+            if costs is not None
+            else f"{COST_TABLE} not available: GPU-hours only"
+        )
         return dg.AssetCheckResult(
             passed=result.passed,
             severity=severity,

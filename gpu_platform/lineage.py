@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -547,9 +547,16 @@ def check_reproducible(tree: LineageNode) -> CheckOutcome:
     return CheckOutcome("reproducible", not missing, tuple(missing), len(stages))
 
 
-def check_cost_attributed(tree: LineageNode, costs: Mapping[str, Any] | None = None) -> CheckOutcome:
+def check_cost_attributed(
+    tree: LineageNode, costs: Mapping[str, Any] | None = None, priced_through: date | None = None
+) -> CheckOutcome:
     """Every program stage has GPU-hours and a team/cost center; with `costs` (request id ->
-    priced cost from the cost models), every program stage is also priced."""
+    priced cost from the cost models), every program stage is also priced.
+
+    priced_through: the last day the cost models have priced. A stage that ran after it is
+    awaiting the next daily pricing, not missing (it is counted in `checked` only); None: every
+    unpriced stage is missing.
+    """
     missing: list[str] = []
     stages = [n for n in _stages(tree) if n.run is not None]
     for n in stages:
@@ -560,9 +567,16 @@ def check_cost_attributed(tree: LineageNode, costs: Mapping[str, Any] | None = N
         if n.kind in EXECUTING_KINDS:
             if r.gpu_hours is None:
                 missing.append(f"{where}: gpu_hours not recorded")
-            if costs is not None and n.request_id not in costs:
+            if costs is not None and n.request_id not in costs and not awaiting_pricing(r, priced_through):
                 missing.append(f"{where}: no priced cost in the cost models")
     return CheckOutcome("cost_attributed", not missing, tuple(missing), len(stages))
+
+
+def awaiting_pricing(run: WorkloadRun, priced_through: date | None) -> bool:
+    """True when the run happened after the last priced day (the daily pricing has not reached it)."""
+    if priced_through is None or run.recorded_at is None:
+        return False
+    return run.recorded_at.astimezone(UTC).date() > priced_through
 
 
 def evidence_manifest(tree: LineageNode, request: JobRequest) -> dict[str, Any]:

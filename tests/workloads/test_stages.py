@@ -136,3 +136,14 @@ def test_require_passing_evidence_names_what_is_missing(tmp_path: Path):
 def test_lineage_markdown_has_one_row_per_stage():
     manifest = {"stages": [{"kind": "replay", "request_id": "req-r", "status": "succeeded", "dataset_ids": ["ds"]}]}
     assert lineage_markdown(manifest).splitlines()[-1] == "| replay | req-r | succeeded | - | ds | - |"
+
+
+def test_cost_check_counts_stages_after_the_last_priced_day_as_awaiting_not_missing():
+    from datetime import UTC, date, datetime
+
+    from gpu_platform.lineage import WorkloadRun, awaiting_pricing
+
+    run = WorkloadRun(request_id="r", kind="training_run", status="succeeded", recorded_at=datetime(2026, 11, 29, 9, tzinfo=UTC))
+    assert awaiting_pricing(run, date(2026, 11, 28))
+    assert not awaiting_pricing(run, date(2026, 11, 29))
+    assert not awaiting_pricing(run, None)
