@@ -1,6 +1,6 @@
 # gpu_platform: `make demo` and `make test` work on a fresh machine with nothing installed by hand.
 SHELL := /bin/bash
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 .PHONY: install demo demo-seed test lint bench test-gpu test-cluster clean
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) (Python 3.11)"; exit 1; }
+	@$(PYTHON) -c "import sys; assert sys.version_info >= (3, 11), sys.version" || { echo "needs Python 3.11 (set PYTHON=)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
