@@ -18,7 +18,7 @@ import time
 import dagster as dg
 
 from gpu_platform.gate import TAG_REQUEST_ID, checkpoint_dir, has_checkpoint
-from tests.gate.test_sensor import _add_run, _fill_h100, _submit, _tick, env  # noqa: F401
+from tests.gate.helpers import add_run, fill_h100, submit, tick
 
 CHECKPOINT_EVERY = 10
 
@@ -47,13 +47,13 @@ def _wait(predicate, timeout=60.0):
     return False
 
 
-def test_incident_preempts_running_research_which_resumes_from_checkpoint(env, policy, tmp_path):  # noqa: F811
+def test_incident_preempts_running_research_which_resumes_from_checkpoint(env, policy, tmp_path):
     instance, ledger, resources, home = env
-    research, others = _fill_h100(ledger, policy)
-    launched = [r.tags[TAG_REQUEST_ID] for r in _tick(instance, resources).run_requests]
+    research, others = fill_h100(ledger, policy)
+    launched = [r.tags[TAG_REQUEST_ID] for r in tick(instance, resources).run_requests]
     victim_candidate = research[0]
     assert victim_candidate in launched
-    run_ids = {rid: _add_run(instance, rid, 1, lane=ledger.get(rid).lane) for rid in launched}
+    run_ids = {rid: add_run(instance, rid, 1, lane=ledger.get(rid).lane) for rid in launched}
     for rid in launched:
         if rid != victim_candidate:
             (checkpoint_dir(home, rid) / "training_run").mkdir(parents=True)
@@ -62,8 +62,8 @@ def test_incident_preempts_running_research_which_resumes_from_checkpoint(env, p
     proc = _start_training(home, victim_candidate, tmp_path / "attempt1")
     try:
         assert _wait(lambda: has_checkpoint(checkpoint_dir(home, victim_candidate))), "no checkpoint written"
-        incident = _submit(ledger, policy, "incident_response", gpu_count=8)
-        _tick(instance, resources)
+        incident = submit(ledger, policy, "incident_response", gpu_count=8)
+        tick(instance, resources)
         victim = next(rid for rid in launched if ledger.state(rid).state == "requeued")
         assert victim == victim_candidate
         run = instance.get_run_by_id(run_ids[victim])
@@ -78,10 +78,10 @@ def test_incident_preempts_running_research_which_resumes_from_checkpoint(env, p
     stopped_at = first["steps_done"]
     instance.report_run_canceled(run)
 
-    admitted = [r.tags[TAG_REQUEST_ID] for r in _tick(instance, resources).run_requests]
+    admitted = [r.tags[TAG_REQUEST_ID] for r in tick(instance, resources).run_requests]
     assert admitted == [incident]
-    _add_run(instance, incident, 1, dg.DagsterRunStatus.SUCCESS, lane="incident_response")
-    relaunch = _tick(instance, resources).run_requests
+    add_run(instance, incident, 1, dg.DagsterRunStatus.SUCCESS, lane="incident_response")
+    relaunch = tick(instance, resources).run_requests
     assert [r.run_key for r in relaunch] == [f"{victim}#2"], [r.run_key for r in relaunch]
     assert ledger.state(victim).attempts == 2
 

@@ -1,0 +1,3 @@
+"""Fixtures of the gate tests."""
+
+from tests.gate.helpers import env  # noqa: F401
