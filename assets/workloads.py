@@ -196,15 +196,19 @@ def assemble_stage(
 # asset factories -----------------------------------------------------------------------------
 
 
+def _asset_args(kind: str) -> dict:
+    return {
+        "name": kind,
+        "partitions_def": requests_partitions,
+        "deps": UPSTREAM[kind],
+        "group_name": GROUP,
+        "kinds": {"python"},
+        "description": DESCRIPTIONS[kind],
+    }
+
+
 def _program_asset(kind: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        name=kind,
-        partitions_def=requests_partitions,
-        deps=UPSTREAM[kind],
-        group_name=GROUP,
-        kinds={"python"},
-        description=DESCRIPTIONS[kind],
-    )
+    @dg.asset(**_asset_args(kind))
     def _asset(
         context: dg.AssetExecutionContext,
         ledger: LedgerResource,
@@ -218,14 +222,7 @@ def _program_asset(kind: str) -> dg.AssetsDefinition:
 
 
 def _assembled_asset(kind: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        name=kind,
-        partitions_def=requests_partitions,
-        deps=UPSTREAM[kind],
-        group_name=GROUP,
-        kinds={"python"},
-        description=DESCRIPTIONS[kind],
-    )
+    @dg.asset(**_asset_args(kind))
     def _asset(
         context: dg.AssetExecutionContext,
         ledger: LedgerResource,

@@ -132,6 +132,19 @@ def _restore(snap: Snapshot, targets: list[tuple[Workload, str]]) -> None:
         snap.add_workload(w)
 
 
+def _settle(
+    snap: Snapshot, targets: list[tuple[Workload, str]], fits: bool, req, cq: CQNode, allow_borrowing: bool
+) -> list[tuple[Workload, str]]:
+    """End of a victim search: none if the preemptor still does not fit, else the minimal set
+    (fill-back); the snapshot is restored either way."""
+    if not fits:
+        _restore(snap, targets)
+        return []
+    targets = _fill_back(snap, targets, req, cq, allow_borrowing)
+    _restore(snap, targets)
+    return targets
+
+
 def minimal_preemptions(
     snap: Snapshot,
     wl: Workload,
@@ -161,12 +174,7 @@ def minimal_preemptions(
         if snap.fits(cq, req, allow_borrowing):
             fits = True
             break
-    if not fits:
-        _restore(snap, targets)
-        return []
-    targets = _fill_back(snap, targets, req, cq, allow_borrowing)
-    _restore(snap, targets)
-    return targets
+    return _settle(snap, targets, fits, req, cq, allow_borrowing)
 
 
 def fair_preemptions(
@@ -234,12 +242,7 @@ def fair_preemptions(
                 if snap.fits(cq, req, True):
                     fits = True
                     break
-    if not fits:
-        _restore(snap, targets)
-        return []
-    targets = _fill_back(snap, targets, req, cq, True)
-    _restore(snap, targets)
-    return targets
+    return _settle(snap, targets, fits, req, cq, True)
 
 
 def get_targets(
