@@ -12,11 +12,17 @@ from typing import Any
 
 import yaml
 
-from gpu_platform.admission.engine import admit_until_stable, preemption_targets, schedule_cycle
+from gpu_platform.admission.engine import (
+    admit_until_stable,
+    preemption_targets,
+    schedule_cycle,
+    schedule_until_stable,
+)
 from gpu_platform.admission.model import (
     INADMISSIBLE,
     ClusterQueueSpec,
     ClusterState,
+    CohortSpec,
     FlavorFungibility,
     FlavorSpec,
     ResourceQuota,
@@ -30,10 +36,8 @@ def _flavor(raw: Any) -> FlavorSpec:
     return FlavorSpec(str(raw["name"]), bool(raw.get("spot", False)), raw.get("capacity"))
 
 
-def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
-    pre = raw.get("preemption") or {}
-    bwc = pre.get("borrowWithinCohort") or {}
-    quotas = tuple(
+def _quotas(rows: Any) -> tuple[ResourceQuota, ...]:
+    return tuple(
         ResourceQuota(
             str(q["flavor"]),
             str(q["resource"]),
@@ -41,8 +45,41 @@ def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
             None if q.get("borrowingLimit") is None else float(q["borrowingLimit"]),
             None if q.get("lendingLimit") is None else float(q["lendingLimit"]),
         )
-        for q in raw.get("quotas") or []
+        for q in rows or []
     )
+
+
+def _fungibility(raw: Mapping[str, Any] | None) -> FlavorFungibility | None:
+    if not raw:
+        return None
+    return FlavorFungibility(
+        raw.get("whenCanBorrow", "MayStopSearch"),
+        raw.get("whenCanPreempt", "TryNextFlavor"),
+        raw.get("preference"),
+    )
+
+
+def _weight(raw: Mapping[str, Any]) -> float:
+    if raw.get("fair_weight") is not None:
+        return float(raw["fair_weight"])
+    return float((raw.get("fairSharing") or {}).get("weight", raw.get("weight", 1.0)))
+
+
+def _cohort(raw: Any) -> CohortSpec:
+    if isinstance(raw, str):
+        return CohortSpec(raw)
+    return CohortSpec(
+        name=str(raw["name"]),
+        parent=None if raw.get("parent") is None else str(raw["parent"]),
+        quotas=_quotas(raw.get("quotas")),
+        fair_weight=_weight(raw),
+    )
+
+
+def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
+    pre = raw.get("preemption") or {}
+    bwc = pre.get("borrowWithinCohort") or {}
+    quotas = _quotas(raw.get("quotas"))
     yt = raw.get("yields_to")
     return ClusterQueueSpec(
         name=str(raw["name"]),
@@ -55,14 +92,20 @@ def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
         max_priority_threshold=bwc.get("maxPriorityThreshold"),
         yields_to=None if yt is None else tuple(yt),
         protected=bool(raw.get("protected", False)),
-        fair_sharing_weight=float((raw.get("fairSharing") or {}).get("weight", raw.get("weight", 1.0))),
+        fair_sharing_weight=_weight(raw),
         budget_remaining=raw.get("budget_remaining"),
         budget_total=raw.get("budget_total"),
+        flavor_fungibility=_fungibility(raw.get("flavor_fungibility")),
     )
 
 
 def _wl(raw: Mapping[str, Any]) -> Workload:
     allowed = raw.get("allowed_flavors")
+    flavor = raw.get("flavor")
+    resource_flavors = None
+    if isinstance(flavor, Mapping):
+        resource_flavors = {str(k): str(v) for k, v in flavor.items()}
+        flavor = min(resource_flavors.values()) if resource_flavors else None
     return Workload(
         name=str(raw["name"]),
         cq=str(raw["cq"]),
@@ -70,7 +113,8 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         priority=int(raw.get("priority", 0)),
         created_at=float(raw.get("created_at", 0)),
         admitted_at=float(raw.get("admitted_at", 0)),
-        flavor=raw.get("flavor"),
+        flavor=flavor,
+        resource_flavors=resource_flavors,
         allowed_flavors=None if allowed is None else tuple(allowed),
         evidence=bool(raw.get("evidence", False)),
         checkpointed=bool(raw.get("checkpointed", False)),
@@ -83,24 +127,43 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
 
 
 def state_from_case(case: Mapping[str, Any]) -> ClusterState:
-    cohorts = []
-    for c in case.get("cohorts") or []:
-        cohorts.append(c if isinstance(c, str) else str(c["name"]))
-    ff = case.get("flavor_fungibility") or {}
+    """The engine state a case describes (cohorts may be names or trees with quotas)."""
+    cohorts = tuple(_cohort(c) for c in case.get("cohorts") or [])
+    _check_tree(cohorts)
     fs = case.get("fair_sharing")
     fair = bool(fs.get("enabled", True)) if isinstance(fs, dict) else bool(fs)
+    admitted = tuple(_wl(w) for w in case.get("admitted") or [])
+    pending = tuple(_wl(w) for w in case.get("pending") or [])
+    if "now" in case:
+        now = float(case["now"])
+    elif case.get("kind") == "schedule_until_stable":
+        # Kueue's clock runs after everything the case recorded, so workloads admitted during the
+        # run count as admitted more recently than the initial ones.
+        now = 1.0 + max([w.admitted_at for w in admitted] + [w.created_at for w in admitted + pending] + [0.0])
+    else:
+        now = 0.0
     return ClusterState(
         cluster_queues=tuple(_cq(c) for c in case.get("cluster_queues") or []),
         flavors=tuple(_flavor(f) for f in case.get("flavors") or []),
-        admitted=tuple(_wl(w) for w in case.get("admitted") or []),
-        pending=tuple(_wl(w) for w in case.get("pending") or []),
-        cohorts=tuple(cohorts),
+        admitted=admitted,
+        pending=pending,
+        cohorts=cohorts,
         fair_sharing=fair,
-        flavor_fungibility=FlavorFungibility(
-            ff.get("whenCanBorrow", "MayStopSearch"), ff.get("whenCanPreempt", "TryNextFlavor")
-        ),
-        now=float(case.get("now", 0)),
+        flavor_fungibility=_fungibility(case.get("flavor_fungibility")) or FlavorFungibility(),
+        now=now,
     )
+
+
+def _check_tree(cohorts: tuple[CohortSpec, ...]) -> None:
+    parents = {c.name: c.parent for c in cohorts}
+    for name in parents:
+        seen = {name}
+        p = parents.get(name)
+        while p is not None:
+            if p in seen:
+                raise ValueError(f"cohort {name!r}: its parent chain has a cycle through {p!r}")
+            seen.add(p)
+            p = parents.get(p)
 
 
 @dataclass
@@ -136,12 +199,21 @@ def run_case(case: Mapping[str, Any]) -> CaseOutcome:
         }
         pending_by_cq: dict[str, set[str]] = {}
         inadmissible: dict[str, set[str]] = {}
-    elif kind in ("schedule_cycle", "admit_until_stable"):
-        res = schedule_cycle(state) if kind == "schedule_cycle" else admit_until_stable(state)
+    elif kind in ("schedule_cycle", "admit_until_stable", "schedule_until_stable"):
+        if kind == "schedule_cycle":
+            res = schedule_cycle(state)
+        elif kind == "admit_until_stable":
+            res = admit_until_stable(state)
+        else:
+            res = schedule_until_stable(
+                state,
+                evicted_finish=bool(case.get("evicted_finish", False)),
+                max_cycles=int(case.get("max_cycles", 20)),
+            )
         out = {
             "id": cid,
             "admitted": [a.name for a in res.admitted],
-            "admitted_flavors": {a.name: a.flavor for a in res.admitted},
+            "admitted_flavors": {a.name: _flavor_out(a.flavor, a.flavors) for a in res.admitted},
             "preempted": [
                 {"name": p.victim, "reason": p.reason, "message": p.message} for p in res.preempted
             ],
@@ -154,6 +226,7 @@ def run_case(case: Mapping[str, Any]) -> CaseOutcome:
                     "position": p.position,
                     "of": p.of,
                     "estimated_start": p.estimated_start,
+                    "queue": p.queue,
                 }
                 for p in res.pending
             ],
@@ -161,12 +234,34 @@ def run_case(case: Mapping[str, Any]) -> CaseOutcome:
                 {"name": r.name, "reason": r.reason_code, "message": r.message} for r in res.rejected
             ],
         }
+        if kind == "schedule_until_stable":
+            out["n_cycles"] = res.cycles
+            out["cycles"] = [
+                {
+                    "admitted": [a.name for a in c.admitted],
+                    "admitted_flavors": {a.name: _flavor_out(a.flavor, a.flavors) for a in c.admitted},
+                    "preempted": [{"name": p.victim, "reason": p.reason} for p in c.preempted],
+                }
+                for c in res.per_cycle
+            ]
+            final = {w.name: _flavor_out(w.flavor, w.resource_flavors) for w in state.admitted}
+            for p in res.preempted:
+                final.pop(p.victim, None)
+            for a in res.admitted:
+                final[a.name] = _flavor_out(a.flavor, a.flavors)
+            out["final_admitted"] = sorted(final)
+            out["final_admitted_flavors"] = final
+            requeued = {p.name for p in res.pending}
+            out["evicted_finished"] = sorted(
+                {p.victim for p in res.preempted} - set(final) - requeued
+            )
         pending_by_cq = {}
         inadmissible = {}
         for p in res.pending:
-            pending_by_cq.setdefault(p.cq, set()).add(p.name)
-            if p.reason_code == INADMISSIBLE:
+            if p.queue == "inadmissible":
                 inadmissible.setdefault(p.cq, set()).add(p.name)
+            else:
+                pending_by_cq.setdefault(p.cq, set()).add(p.name)
     else:
         return CaseOutcome(cid, {"id": cid}, [f"unknown kind {kind!r}"])
     outcome = CaseOutcome(cid, out)
@@ -174,8 +269,17 @@ def run_case(case: Mapping[str, Any]) -> CaseOutcome:
     return outcome
 
 
+def _flavor_out(flavor: str | None, flavors: Mapping[str, str] | None) -> Any:
+    """A string when every resource got one flavor, else {resource: flavor} (the case format)."""
+    if flavors and len(set(flavors.values())) > 1:
+        return dict(flavors)
+    return flavor
+
+
 def _check(exp, out, pending_by_cq, inadmissible, failures: list[str], kind: str) -> None:
     got_pre = {p["name"]: p["reason"] for p in out["preempted"]}
+    if kind == "schedule_until_stable":
+        _check_stable(exp, out, failures)
     if "preempted" in exp:
         want = {p["name"]: p.get("reason") for p in exp["preempted"] or []}
         if set(want) != set(got_pre):
@@ -186,7 +290,7 @@ def _check(exp, out, pending_by_cq, inadmissible, failures: list[str], kind: str
     for name in exp.get("not_preempted") or []:
         if name in got_pre:
             failures.append(f"not_preempted: {name} was preempted ({got_pre[name]})")
-    if "admitted_this_cycle" in exp:
+    if "admitted_this_cycle" in exp and kind != "schedule_until_stable":
         want = sorted(exp["admitted_this_cycle"] or [])
         if want != sorted(out["admitted"]):
             failures.append(f"admitted_this_cycle: expected {want}, got {sorted(out['admitted'])}")
@@ -226,6 +330,35 @@ def _check(exp, out, pending_by_cq, inadmissible, failures: list[str], kind: str
                         )
             elif got.get(k) != v:
                 failures.append(f"pending_reasons[{name}].{k}: expected {v!r}, got {got.get(k)!r}")
+
+
+def _check_stable(exp, out, failures: list[str]) -> None:
+    if "n_cycles" in exp and exp["n_cycles"] != out["n_cycles"]:
+        failures.append(f"n_cycles: expected {exp['n_cycles']}, got {out['n_cycles']}")
+    for i, want in enumerate(exp.get("cycles") or []):
+        got = out["cycles"][i] if i < len(out["cycles"]) else {"admitted": [], "admitted_flavors": {}, "preempted": []}
+        if sorted(want.get("admitted") or []) != sorted(got["admitted"]):
+            failures.append(f"cycles[{i}].admitted: expected {sorted(want.get('admitted') or [])}, got {sorted(got['admitted'])}")
+        for name, flavor in (want.get("admitted_flavors") or {}).items():
+            if got["admitted_flavors"].get(name) != flavor:
+                failures.append(
+                    f"cycles[{i}].admitted_flavors[{name}]: expected {flavor}, got {got['admitted_flavors'].get(name)}"
+                )
+        w = {p["name"]: p.get("reason") for p in want.get("preempted") or []}
+        g = {p["name"]: p["reason"] for p in got["preempted"]}
+        if w != g:
+            failures.append(f"cycles[{i}].preempted: expected {w}, got {g}")
+    if "final_admitted" in exp and sorted(exp["final_admitted"] or []) != out["final_admitted"]:
+        failures.append(f"final_admitted: expected {sorted(exp['final_admitted'] or [])}, got {out['final_admitted']}")
+    for name, flavor in (exp.get("final_admitted_flavors") or {}).items():
+        if out["final_admitted_flavors"].get(name) != flavor:
+            failures.append(
+                f"final_admitted_flavors[{name}]: expected {flavor}, got {out['final_admitted_flavors'].get(name)}"
+            )
+    if "evicted_finished" in exp and sorted(exp["evicted_finished"] or []) != out["evicted_finished"]:
+        failures.append(
+            f"evicted_finished: expected {sorted(exp['evicted_finished'] or [])}, got {out['evicted_finished']}"
+        )
 
 
 def load_cases(path: str | Path) -> list[dict[str, Any]]:

@@ -1,21 +1,32 @@
-"""One admission cycle, Kueue-style: each cluster queue's head is nominated a flavor (and victims
-when it must preempt), heads are processed in order (not borrowing first, then priority, then
-age), and every pending workload gets a reason, a queue position and an estimated start.
+"""Admission cycles after Kueue's scheduler, with the platform's lane rules and readable reasons.
 
-A preemptor is not admitted in the cycle it preempts: it waits for its victims to be evicted,
-and its usage is reserved so no later workload in the cycle overcommits the cohort.
+One cycle (kueue pkg/scheduler/scheduler.go `schedule`): the head of each cluster queue is
+nominated (flavor assignment and, when it must preempt, its victims, all on the cycle's starting
+snapshot); entries are processed in order (classical: not borrowing first, then priority, then
+age; fair sharing: a tournament of dominant resource shares down the cohort tree, recomputed
+after every entry); an entry that still fits is admitted, or issues its preemptions and waits
+with its usage reserved; an entry whose victims overlap another's, or that no longer fits, waits
+in the active queue. A BestEffortFIFO head that cannot be admitted moves to the inadmissible
+list; a StrictFIFO head stays at the front. A head that needs preemption but has no candidates
+and cannot always reclaim keeps the quota it could use (`reserveCapacityForUnreclaimablePreempt`).
+
+Flavor assignment (flavorassigner.go): per resource group, flavors in order, each resource's
+mode (fit, preempt, reclaim, no candidates, no fit) and borrowing height; fungibility decides
+when to stop and which flavor is preferred; a preemption oracle checks, per resource, whether
+preemption could make room.
 """
 
 from __future__ import annotations
 
 import bisect
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpu_platform.admission.model import (
     ADMITTED,
+    ANY,
     BUDGET_EXCEEDED,
     BUDGET_EXHAUSTED,
     INADMISSIBLE,
@@ -26,17 +37,25 @@ from gpu_platform.admission.model import (
     STRICT_FIFO,
     Admission,
     ClusterState,
+    CycleLog,
     CycleResult,
+    FlavorFungibility,
     PendingInfo,
     Preemption,
     Rejection,
     Workload,
 )
 from gpu_platform.admission.preemption import TargetSearch, get_targets
-from gpu_platform.admission.quota import CQNode, Snapshot, request_of
+from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot, usage_of
 
-NOFIT, PREEMPT, FIT = 0, 1, 2
 _EPS = 1e-9
+
+# Kueue's preemptionMode (flavorassigner.go), lowest to highest preference.
+NOFIT, NOCAND, PREEMPT, RECLAIM, FIT = range(5)
+# FlavorAssignmentMode of a whole assignment.
+M_NOFIT, M_PREEMPT, M_FIT = 0, 1, 2
+_MODE_OF = {NOFIT: M_NOFIT, NOCAND: M_PREEMPT, PREEMPT: M_PREEMPT, RECLAIM: M_PREEMPT, FIT: M_FIT}
+_BIG = 1 << 30
 
 
 def _n(v: float) -> str:
@@ -48,21 +67,106 @@ def queue_key(w: Workload):
     return (-w.priority, w.created_at, w.name)
 
 
+def find_height(cq: CQNode, fr: FR, v: float) -> tuple[int, bool]:
+    """Kueue's FindHeightOfLowestSubtreeThatFits: the height of the lowest subtree that can hold
+    `v` more of fr (0: the queue itself), and whether that subtree is below the root."""
+    if not (cq.quota(fr).nominal < cq.usage.get(fr, 0.0) + v and cq.parent is not None):
+        return 0, cq.parent is not None
+    remaining = v - cq.local_available(fr)
+    node: CohortNode | None = None
+    for node in cq.ancestors():
+        if not node.borrowing_with(fr, remaining):
+            return node.height(), node.parent is not None
+        remaining -= node.local_available(fr)
+    assert node is not None
+    return node.height(), node.parent is not None
+
+
 @dataclass(slots=True)
-class _Nomination:
+class _Assignment:
+    """A flavor for each requested resource (flavor, FlavorAssignmentMode, borrow height)."""
+
+    flavors: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    borrowing: int = 0
+    mode: int = M_NOFIT
+    notes: list[str] = field(default_factory=list)
+    last_tried: dict[str, int] = field(default_factory=dict)
+
+    def usage(self, wl: Workload) -> dict[FR, float]:
+        return {(f, r): wl.requests[r] for r, (f, _m, _b) in self.flavors.items()}
+
+    def need(self) -> set[FR]:
+        return {(f, r) for r, (f, m, _b) in self.flavors.items() if m == M_PREEMPT}
+
+    @property
+    def flavor(self) -> str | None:
+        fl = {f for f, _m, _b in self.flavors.values()}
+        return next(iter(fl)) if len(fl) == 1 else (min(fl) if fl else None)
+
+
+@dataclass(slots=True)
+class _Entry:
     wl: Workload
     cq: CQNode
-    flavor: str | None
-    mode: int
-    borrow: bool
-    targets: list
-    notes: list[str]
+    a: _Assignment
+    targets: list[tuple[Workload, str]]
+    search: TargetSearch | None = None
+    outcome: str = ""  # admitted | preempting | skipped | nofit | nocand
+    recomputed: bool = False
+
+
+def _equivalence(w: Workload) -> tuple:
+    """What Kueue's scheduling hash covers (priority, pod shape, requests) plus the platform's
+    per-request admission inputs."""
+    return (
+        w.priority,
+        tuple(sorted((r, v) for r, v in w.requests.items() if v > 0)),
+        w.flavor,
+        w.allowed_flavors,
+        w.safety_approval,
+        w.evidence,
+        w.max_cost,
+    )
+
+
+def _is_preferred(a: tuple[int, int], b: tuple[int, int], fung: FlavorFungibility) -> bool:
+    """Kueue's isPreferred over (preemptionMode, borrowingLevel)."""
+    if a[0] == NOFIT:
+        return False
+    if b[0] == NOFIT:
+        return True
+    anc, bnc = a[0] == NOCAND, b[0] == NOCAND
+    if anc != bnc:
+        return not anc
+    if fung.preference == "PreemptionOverBorrowing":
+        if a[1] != b[1]:
+            return a[1] < b[1]
+        return a[0] > b[0]
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[1] < b[1]
+
+
+def _should_try_next(mode: tuple[int, int], fung: FlavorFungibility) -> bool:
+    if mode[0] in (NOFIT, NOCAND):
+        return True
+    if mode[0] in (PREEMPT, RECLAIM) and fung.when_can_preempt == "TryNextFlavor":
+        return True
+    return mode[1] != 0 and fung.when_can_borrow == "TryNextFlavor"
 
 
 class _Engine:
-    def __init__(self, state: ClusterState):
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        dominance: bool = False,
+        last_tried: dict[str, dict[str, int]] | None = None,
+    ):
         self.state = state
         self.snap = Snapshot(state)
+        self.dominance = dominance
+        self.last_tried = last_tried if last_tried is not None else {}
         self.queues: dict[str, list[Workload]] = {name: [] for name in self.snap.cqs}
         self.rejected: list[Rejection] = []
         self.budget: dict[str, float | None] = {n: c.spec.budget_remaining for n, c in self.snap.cqs.items()}
@@ -92,7 +196,7 @@ class _Engine:
         self.nofit: dict[str, list[Workload]] = {name: [] for name in self.queues}
         self.admitted: list[Admission] = []
         self.done: set[str] = set()  # admitted in this run
-        self.parked: set[str] = set()  # inadmissible under BestEffortFIFO
+        self.parked: set[str] = set()  # in the inadmissible list (or over budget)
         self.waiting: dict[str, int] = {}  # preemptor -> index into self.preempted
         self.preempted: list[Preemption] = []
         self.victims: dict[str, Workload] = {}
@@ -100,101 +204,153 @@ class _Engine:
         self.heads: dict[str, Workload | None] = {}
         self.cycles = 0
 
+    def fungibility(self, cq: CQNode) -> FlavorFungibility:
+        return cq.spec.flavor_fungibility or self.state.flavor_fungibility
+
     # -- flavor assignment ------------------------------------------------------------------
-    def _flavors(self, wl: Workload, cq: CQNode) -> list[str]:
-        out = []
-        for f in cq.spec.flavors:
-            if wl.flavor is not None and f != wl.flavor:
-                continue
-            if wl.allowed_flavors is not None and f not in wl.allowed_flavors:
-                continue
-            spec = self.snap.flavors.get(f)
-            if spec is not None and spec.spot and not self._has_spot_quota(cq, f):
-                continue
-            out.append(f)
-        return out
+    def _flavor_refusal(self, wl: Workload, cq: CQNode, f: str) -> str | None:
+        """The platform's flavor rules (Kueue's node-affinity / taint check stands here)."""
+        if wl.flavor is not None and f != wl.flavor:
+            return f"flavor {f} is not the requested {wl.flavor}"
+        if wl.allowed_flavors is not None and f not in wl.allowed_flavors:
+            return f"flavor {f} doesn't match the requested GPU type"
+        spec = self.snap.flavors.get(f)
+        if spec is not None and spec.spot and not self._has_spot_quota(cq, f):
+            return f"{cq.name} has no quota of its own on spot flavor {f}"
+        return None
 
     @staticmethod
     def _has_spot_quota(cq: CQNode, flavor: str) -> bool:
         """Spot only where the lane has quota on it: nominal > 0 or an explicit borrowing limit > 0."""
-        for (f, _r), q in cq.quota.items():
+        for (f, _r), q in cq.quotas.items():
             if f == flavor and (q.nominal > 0 or (q.borrowing_limit or 0) > 0):
                 return True
         return False
 
-    def _nominate(self, wl: Workload, cq: CQNode) -> _Nomination:
+    def _can_preempt_while_borrowing(self, cq: CQNode) -> bool:
+        spec = cq.spec
+        return spec.borrow_within_cohort != NEVER or (self.state.fair_sharing and spec.reclaim_within_cohort != NEVER)
+
+    def _fits_quota(self, wl: Workload, cq: CQNode, fr: FR, v: float) -> tuple[int, int, str | None]:
         snap = self.snap
-        fung = self.state.flavor_fungibility
-        can_preempt_borrowing = cq.spec.borrow_within_cohort != NEVER or self.state.fair_sharing
-        best = _Nomination(wl, cq, None, NOFIT, False, [], [])
-        flavors = self._flavors(wl, cq)
-        if not flavors:
-            allowed = wl.flavor or (", ".join(wl.allowed_flavors) if wl.allowed_flavors else "any")
-            best.notes.append(f"{cq.name} has no usable flavor matching {allowed}")
-            return best
-        cohort = cq.cohort.name if cq.cohort is not None else None
-        for f in flavors:
-            mode, borrow, notes = FIT, False, []
-            for r, v in wl.requests.items():
-                if v <= 0 or r not in cq.covered:
+        avail = snap.available(cq, fr)
+        pot = snap.potential(cq, fr)
+        f, r = fr
+        if v > pot + _EPS:
+            return NOFIT, 0, f"{cq.name} needs {_n(v)} {r} on {f}, more than it can ever hold ({_n(pot)})"
+        borrow, may_reclaim = find_height(cq, fr, v)
+        if v <= avail + _EPS:
+            return FIT, borrow, None
+        q = cq.quota(fr)
+        used = cq.usage.get(fr, 0.0)
+        lim = f"/{_n(q.nominal)}" + (
+            f" (+{_n(q.borrowing_limit)} borrowable)" if cq.parent is not None and q.borrowing_limit else ""
+        )
+        where = (
+            f"cohort {cq.parent.name} has {_n(max(0.0, snap.cohort_free(cq, fr)))} free"
+            if cq.parent is not None
+            else f"{_n(avail)} free"
+        )
+        note = f"{cq.name} needs {_n(v)} {r} on {f}; lane uses {_n(used)}{lim}, {where}"
+        if q.nominal >= v - _EPS or may_reclaim or self._can_preempt_while_borrowing(cq):
+            search = get_targets(snap, wl, cq, {fr: v}, {fr}, self.state.fair_sharing, self.done)
+            if not search.targets:
+                return NOCAND, borrow, note + " and " + self._nothing_to_preempt(cq, search)
+            victims = [w for w, _ in search.targets]
+            for w in victims:
+                snap.remove_workload(w)
+            after, _ = find_height(cq, fr, v)
+            for w in victims:
+                snap.add_workload(w)
+            mode = PREEMPT if any(w.cq == cq.name for w in victims) else RECLAIM
+            return mode, after, note
+        return NOFIT, borrow, note + " and it may not preempt to borrow"
+
+    def _assign(self, wl: Workload, cq: CQNode, pin: Mapping[str, str] | None = None) -> _Assignment:
+        """Kueue's FlavorAssigner.Assign. pin: the flavors of the first nomination, kept when the
+        assignment is recomputed within the cycle (NominationMapping)."""
+        a = _Assignment()
+        fung = self.fungibility(cq)
+        last = {} if pin is not None else self.last_tried.get(wl.name, {})
+        done: set[str] = set()
+        for r in sorted(wl.requests):
+            v = wl.requests[r]
+            if v <= 0 or r in done:
+                continue
+            group = cq.by_resource.get(r)
+            if group is None:
+                if self.state.ignore_undeclared_resources:
                     continue
-                fr = (f, r)
-                q = cq.quota.get(fr)
-                if q is None:
-                    mode = NOFIT
-                    notes.append(f"{cq.name} has no quota for {r} on {f}")
-                    break
-                if snap.borrowing_with(cq, fr, v):
-                    borrow = True
-                avail = snap.available(cq, fr)
-                pot = snap.potential(cq, fr)
-                if v > pot + _EPS:
-                    mode = NOFIT
-                    notes.append(
-                        f"{cq.name} needs {_n(v)} {r} on {f}, more than it can ever hold ({_n(pot)})"
-                    )
-                    break
-                if v <= avail + _EPS:
+                a.notes.append(f"resource {r} unavailable in ClusterQueue {cq.name}")
+                a.flavors.clear()
+                a.mode = M_NOFIT
+                return a
+            reqs = {rr: wl.requests[rr] for rr in sorted(group.covered) if wl.requests.get(rr, 0) > 0}
+            done.update(reqs)
+            best: dict[str, tuple[str, int, int]] | None = None
+            best_mode = (NOFIT, _BIG)
+            attempted = -1
+            start = last.get(r, -1) + 1
+            for idx in range(start, len(group.flavors)):
+                attempted = idx
+                f = group.flavors[idx]
+                if pin is not None and all(pin.get(rr) != f for rr in reqs):
                     continue
-                used = cq.usage.get(fr, 0.0)
-                lim = f"/{_n(q.nominal)}" + (
-                    f" (+{_n(q.borrowing_limit)} borrowable)" if cohort and q.borrowing_limit else ""
-                )
-                free = snap.cohort_free(cq, fr)
-                where = f"cohort {cohort} has {_n(max(0.0, free))} free" if cohort else f"{_n(avail)} free"
-                note = f"{cq.name} needs {_n(v)} {r} on {f}; lane uses {_n(used)}{lim}, {where}"
-                if v <= q.nominal + _EPS or can_preempt_borrowing:
-                    mode = min(mode, PREEMPT)
-                    notes.append(note)
-                else:
-                    mode = NOFIT
-                    notes.append(note + " and it may not preempt to borrow")
+                why = self._flavor_refusal(wl, cq, f)
+                if why:
+                    a.notes.append(why)
+                    continue
+                rep = (FIT, 0)
+                assigns: dict[str, tuple[str, int, int]] = {}
+                for rr, vv in reqs.items():
+                    pm, borrow, note = self._fits_quota(wl, cq, (f, rr), vv)
+                    if note:
+                        a.notes.append(note)
+                    mode = (pm, borrow)
+                    if _is_preferred(rep, mode, fung):
+                        rep = mode
+                    if rep[0] == NOFIT:
+                        break
+                    assigns[rr] = (f, _MODE_OF[pm], borrow)
+                if not _should_try_next(rep, fung):
+                    best, best_mode = assigns, rep
                     break
-            targets: list = []
-            if mode == PREEMPT:
-                search: TargetSearch = get_targets(snap, wl, cq, f, self.state.fair_sharing, self.done)
-                if search.targets:
-                    targets = search.targets
-                else:
-                    mode = NOFIT
-                    notes[-1] += " and " + self._nothing_to_preempt(cq, search)
-            best.notes.extend(notes)
-            stop = (mode == FIT and (not borrow or fung.when_can_borrow == "MayStopSearch")) or (
-                mode == PREEMPT
-                and fung.when_can_preempt == "MayStopSearch"
-                and (not borrow or fung.when_can_borrow == "MayStopSearch")
-            )
-            # Kueue's shouldTryNextFlavor: a flavor that stops the search is taken as is.
-            if stop or mode > best.mode:
-                best.flavor, best.mode, best.borrow, best.targets = f, mode, borrow, targets
-            if stop:
-                break
-        return best
+                if _is_preferred(rep, best_mode, fung):
+                    best, best_mode = assigns, rep
+            if best is None:
+                if not group.flavors[start:]:
+                    a.notes.append(f"{cq.name} has no flavor left to try for {r}")
+                a.flavors.clear()
+                a.mode = M_NOFIT
+                a.last_tried = {}
+                return a
+            tried = -1 if attempted == len(group.flavors) - 1 else attempted
+            for rr, fa in best.items():
+                a.flavors[rr] = fa
+                a.last_tried[rr] = tried
+        if not a.flavors:
+            if any(v > 0 for v in wl.requests.values()) and not self.state.ignore_undeclared_resources:
+                a.mode = M_NOFIT
+                return a
+            a.mode = M_FIT
+            return a
+        a.borrowing = max(b for _f, _m, b in a.flavors.values())
+        a.mode = min(m for _f, m, _b in a.flavors.values())
+        return a
+
+    def _nominate(self, wl: Workload, cq: CQNode, pin: Mapping[str, str] | None = None) -> _Entry:
+        a = self._assign(wl, cq, pin)
+        e = _Entry(wl, cq, a, [])
+        if a.mode == M_PREEMPT:
+            search = get_targets(self.snap, wl, cq, a.usage(wl), a.need(), self.state.fair_sharing, self.done)
+            e.search = search
+            e.targets = search.targets
+        return e
 
     @staticmethod
     def _nothing_to_preempt(cq: CQNode, search: TargetSearch) -> str:
         spec = cq.spec
-        if spec.within_cluster_queue == NEVER and (spec.reclaim_within_cohort == NEVER or cq.cohort is None):
+        if spec.within_cluster_queue == NEVER and (spec.reclaim_within_cohort == NEVER or cq.parent is None):
             text = "its preemption policy is Never"
         elif search.candidates:
             text = f"preempting its {search.candidates} candidate(s) would not free enough"
@@ -206,7 +362,7 @@ class _Engine:
             text += " (" + "; ".join(f"{k}: {n}" for k, n in sorted(search.excluded.items())) + ")"
         return text
 
-    # -- one cycle --------------------------------------------------------------------------
+    # -- heads ------------------------------------------------------------------------------
     def _head(self, name: str) -> Workload | None:
         q = self.queues[name]
         i = self.cursor[name]
@@ -225,17 +381,18 @@ class _Engine:
                 self.parked.add(w.name)
                 i += 1
                 continue
-            dom = self._dominated(name, w)
-            if dom is not None:
-                self.status[w.name] = (
-                    INADMISSIBLE,
-                    f"needs at least what {dom.name} ahead of it needs, and that cannot be admitted: "
-                    + self.status[dom.name][1],
-                    None,
-                )
-                self.parked.add(w.name)
-                i += 1
-                continue
+            if self.dominance:
+                dom = self._dominated(name, w)
+                if dom is not None:
+                    self.status[w.name] = (
+                        INADMISSIBLE,
+                        f"needs at least what {dom.name} ahead of it needs, and that cannot be admitted: "
+                        + self.status[dom.name][1],
+                        None,
+                    )
+                    self.parked.add(w.name)
+                    i += 1
+                    continue
             break
         self.cursor[name] = i
         return q[i] if i < len(q) else None
@@ -265,111 +422,261 @@ class _Engine:
             return frozenset((w.flavor,))
         return None if w.allowed_flavors is None else frozenset(w.allowed_flavors)
 
+    # -- one cycle --------------------------------------------------------------------------
+    def _order(self, entries: list[_Entry]) -> Iterator[_Entry]:
+        if not self.state.fair_sharing:
+            yield from sorted(entries, key=lambda e: (e.a.borrowing, queue_key(e.wl)))
+            return
+        by_root: dict[int, list[_Entry]] = {}
+        roots: dict[int, CohortNode] = {}
+        for e in entries:
+            if e.cq.parent is None:
+                yield e
+                continue
+            root = e.cq.root()
+            assert isinstance(root, CohortNode)
+            by_root.setdefault(id(root), []).append(e)
+            roots[id(root)] = root
+        for rid, group in by_root.items():
+            root = roots[rid]
+            left = {e.cq.name: e for e in group}
+            while left:
+                winner = self._tournament(root, left)
+                assert winner is not None
+                del left[winner.cq.name]
+                yield winner
+
+    def _tournament(self, root: CohortNode, left: Mapping[str, _Entry]) -> _Entry | None:
+        """Kueue's fair-sharing iterator: lowest DRS (after admitting its entry) wins at each level;
+        a subtree not borrowing on the entry's flavors first (FairSharingPrioritizeNonBorrowing)."""
+        snap = self.snap
+        values: dict[tuple[str, str], tuple] = {}
+        requested: dict[str, dict[FR, float]] = {}
+        for cq in root.subtree_cqs():
+            e = left.get(cq.name)
+            if e is None:
+                continue
+            u = e.a.usage(e.wl) if e.a.mode != M_NOFIT else {}
+            requested[e.wl.name] = u
+            snap.add_usage(cq, u)
+            d = snap.drs(cq)
+            for anc in cq.ancestors():
+                values[(anc.name, e.wl.name)] = d
+                d = snap.drs(anc)
+            snap.remove_usage(cq, u)
+
+        def less(a: _Entry, b: _Entry, parent: str) -> bool:
+            da, db = values[(parent, a.wl.name)], values[(parent, b.wl.name)]
+            ba, bb = da.borrowing_on(requested[a.wl.name]), db.borrowing_on(requested[b.wl.name])
+            if ba != bb:
+                return not ba
+            ka, kb = da.key(), db.key()
+            if ka != kb:
+                return ka < kb
+            if a.wl.priority != b.wl.priority:
+                return a.wl.priority > b.wl.priority
+            return (a.wl.created_at, a.wl.name) < (b.wl.created_at, b.wl.name)
+
+        def run(cohort: CohortNode) -> _Entry | None:
+            cands = []
+            for child in cohort.child_cohorts:
+                c = run(child)
+                if c is not None:
+                    cands.append(c)
+            for cq in cohort.child_cqs:
+                if cq.name in left:
+                    cands.append(left[cq.name])
+            if not cands:
+                return None
+            best = cands[0]
+            for cur in cands[1:]:
+                if less(cur, best, cohort.name):
+                    best = cur
+            return best
+
+        return run(root)
+
     def cycle(self) -> bool:
         """Run one cycle; True when it changed anything (admission, preemption, parking)."""
         self.cycles += 1
         changed = False
-        noms: list[_Nomination] = []
+        entries: list[_Entry] = []
         for name, cq in self.snap.cqs.items():
             head = self._head(name)
             self.heads[name] = head
             if head is None or head.name in self.waiting:
                 continue
-            noms.append(self._nominate(head, cq))
-        if self.state.fair_sharing:
-            snap = self.snap
-            noms.sort(
-                key=lambda e: (
-                    snap.dominant_share(e.cq, plus=request_of(e.cq, e.wl, e.flavor)) if e.flavor else 0.0,
-                    e.borrow,
-                    queue_key(e.wl),
-                )
-            )
-        else:
-            noms.sort(key=lambda e: (e.borrow, queue_key(e.wl)))
-        for e in noms:
-            wl, cq = e.wl, e.cq
-            if e.mode == NOFIT:
-                msg = "; ".join(e.notes) or f"{cq.name}: no flavor fits"
-                self.status[wl.name] = (INADMISSIBLE, msg, None)
-                if cq.spec.queueing_strategy != STRICT_FIFO and wl.name not in self.parked:
-                    self.parked.add(wl.name)
-                    nofit = self.nofit[cq.name]
-                    if len(nofit) < 16:
-                        nofit.append(wl)
-                    changed = True
-                continue
-            req = request_of(cq, wl, e.flavor)
-            if e.mode == FIT:
-                if not self.snap.fits(cq, req):
-                    self.status[wl.name] = (
-                        PENDING,
-                        f"{cq.name} needs {self._req_text(wl)} on {e.flavor}; it no longer fits after another "
-                        "workload in the cohort was admitted this cycle",
-                        e.flavor,
-                    )
-                    continue
-                self._admit(wl, cq, e.flavor, e.borrow)
+            entries.append(self._nominate(head, cq))
+        reserved: list[tuple[CQNode, dict[FR, float]]] = []
+        for e in self._order(entries):
+            changed |= self._process(e, reserved)
+        for cq, u in reserved:
+            self.snap.remove_usage(cq, u)
+        for e in entries:
+            self._requeue(e)
+            if e.outcome in ("nofit", "nocand") and e.wl.name in self.parked:
                 changed = True
-                continue
-            # PREEMPT
-            if any(v.name in self.victims for v, _ in e.targets):
-                self.status[wl.name] = (
-                    PENDING,
-                    f"{cq.name}: its preemption targets overlap with another workload's this cycle",
-                    e.flavor,
-                )
-                continue
-            removed = list(self.victims.values()) + [v for v, _ in e.targets]
-            for v in removed:
-                self.snap.remove_workload(v)
-            ok = self.snap.fits(cq, req)
-            for v in removed:
-                self.snap.add_workload(v)
-            if not ok:
-                self.status[wl.name] = (
-                    PENDING,
-                    f"{cq.name} needs {self._req_text(wl)} on {e.flavor}; it no longer fits after another "
-                    "workload in the cohort was processed this cycle",
-                    e.flavor,
-                )
-                continue
-            self._preempt(wl, cq, e)
-            changed = True
         return changed
+
+    def _process(self, e: _Entry, reserved: list) -> bool:
+        wl, cq, a = e.wl, e.cq, e.a
+        if a.mode == M_NOFIT:
+            e.outcome = "nofit"
+            msg = "; ".join(dict.fromkeys(a.notes)) or f"{cq.name}: no flavor fits"
+            self.status[wl.name] = (INADMISSIBLE, msg, None)
+            return False
+        usage = a.usage(wl)
+        if a.mode == M_PREEMPT and not e.targets:
+            e.outcome = "nocand"
+            msg = "; ".join(dict.fromkeys(n for n in a.notes if " and " in n)) or "; ".join(
+                dict.fromkeys(a.notes)
+            )
+            self.status[wl.name] = (INADMISSIBLE, msg or f"{cq.name}: nothing to preempt", None)
+            if cq.spec.reclaim_within_cohort != ANY:
+                res = self._to_reserve(a, cq, usage)
+                self.snap.add_usage(cq, res)
+                reserved.append((cq, res))
+            return False
+        if not e.recomputed and any(v.name in self.victims for v, _ in e.targets):
+            return self._recompute(e, reserved)
+        removed = list(self.victims.values()) + [v for v, _ in e.targets]
+        for v in removed:
+            self.snap.remove_workload(v)
+        ok = self.snap.fits(cq, usage)
+        for v in removed:
+            self.snap.add_workload(v)
+        if not ok:
+            e.outcome = "skipped"
+            self.status[wl.name] = (
+                PENDING,
+                f"{cq.name} needs {self._req_text(wl)} on {a.flavor}; it no longer fits after another "
+                "workload in the cohort was processed this cycle",
+                a.flavor,
+            )
+            return False
+        if a.mode == M_PREEMPT:
+            e.outcome = "preempting"
+            self._preempt(wl, cq, e, usage)
+            return True
+        if e.recomputed:
+            e.outcome = "preempting"
+            self.waiting[wl.name] = len(self.preempted)
+            self.snap.add_usage(cq, usage)
+            self.status[wl.name] = (
+                PENDING_PREEMPTION,
+                f"{cq.name} needs {self._req_text(wl)} on {a.flavor}; it fits once the workloads preempted "
+                "by others this cycle are evicted",
+                a.flavor,
+            )
+            return True
+        e.outcome = "admitted"
+        self._admit(wl, cq, a, usage)
+        return True
+
+    def _recompute(self, e: _Entry, reserved: list) -> bool:
+        """Kueue's RecomputeAssignmentUponPreemptionTargetsOverlap: targets overlap another
+        entry's, so the assignment is computed again as if this cycle's preemptions had completed
+        (flavors pinned to the first nomination)."""
+        victims = list(self.victims.values())
+        for v in victims:
+            self.snap.remove_workload(v)
+        try:
+            pin = {r: f for r, (f, _m, _b) in e.a.flavors.items()}
+            fresh = self._nominate(e.wl, e.cq, pin)
+        finally:
+            for v in victims:
+                self.snap.add_workload(v)
+        e.a, e.targets, e.search, e.recomputed = fresh.a, fresh.targets, fresh.search, True
+        return self._process(e, reserved)
+
+    @staticmethod
+    def _to_reserve(a: _Assignment, cq: CQNode, usage: Mapping[FR, float]) -> dict[FR, float]:
+        """Kueue's quotaResourcesToReserve for a preemptor without candidates."""
+        out: dict[FR, float] = {}
+        for fr, v in usage.items():
+            q = cq.quota(fr)
+            used = cq.usage.get(fr, 0.0)
+            if a.borrowing > 0:
+                out[fr] = v if q.borrowing_limit is None else min(v, q.nominal + q.borrowing_limit - used)
+            else:
+                out[fr] = max(0.0, min(v, q.nominal - used))
+        return out
+
+    def _requeue(self, e: _Entry) -> None:
+        """Kueue's requeueAndUpdate / ClusterQueue.requeueIfNotPresent: where a head goes next."""
+        name = e.wl.name
+        if e.outcome in ("skipped", "preempting"):
+            self.last_tried.pop(name, None)
+            return
+        if e.outcome in ("nofit", "nocand"):
+            pending_flavors = any(i != -1 for i in e.a.last_tried.values())
+            if e.a.last_tried:
+                self.last_tried[name] = dict(e.a.last_tried)
+            else:
+                self.last_tried.pop(name, None)
+            if e.cq.spec.queueing_strategy != STRICT_FIFO and not pending_flavors:
+                if name not in self.parked:
+                    self.parked.add(name)
+                    nofit = self.nofit[e.cq.name]
+                    if len(nofit) < 16:
+                        nofit.append(e.wl)
+                    self._park_equivalent(e)
+
+    def _park_equivalent(self, e: _Entry) -> None:
+        """Kueue's SchedulingEquivalenceHashing: in a BestEffortFIFO queue, the workloads that
+        look exactly like a head that could not be admitted (same priority, requests and flavor
+        constraints) move to the inadmissible list with it."""
+        h = _equivalence(e.wl)
+        code, msg, _f = self.status.get(e.wl.name, (INADMISSIBLE, "", None))
+        q = self.queues[e.cq.name]
+        for w in q[self.cursor[e.cq.name] :]:
+            n = w.name
+            if n == e.wl.name or n in self.done or n in self.parked or n in self.waiting:
+                continue
+            if _equivalence(w) == h:
+                self.parked.add(n)
+                self.status[n] = (code, f"equivalent to {e.wl.name}, which cannot be admitted: {msg}", None)
 
     @staticmethod
     def _req_text(wl: Workload) -> str:
         return ", ".join(f"{_n(v)} {r}" for r, v in wl.requests.items() if v > 0)
 
-    def _admit(self, wl: Workload, cq: CQNode, flavor: str, borrowing: bool) -> None:
+    def _admit(self, wl: Workload, cq: CQNode, a: _Assignment, usage: Mapping[FR, float]) -> None:
+        flavor = a.flavor or ""
+        borrowing = a.borrowing > 0
         msg = f"Quota reserved in {cq.name} on {flavor}" + (
-            f", borrowing from cohort {cq.cohort.name}" if borrowing and cq.cohort else ""
+            f", borrowing from cohort {cq.parent.name}" if borrowing and cq.parent else ""
         )
-        self.admitted.append(Admission(wl.name, cq.name, flavor, borrowing, ADMITTED, msg))
+        flavors = {r: f for r, (f, _m, _b) in a.flavors.items()}
+        self.admitted.append(Admission(wl.name, cq.name, flavor, borrowing, ADMITTED, msg, flavors))
         self.done.add(wl.name)
         self.status.pop(wl.name, None)
-        self.snap.add_workload(replace(wl, flavor=flavor, admitted_at=self.state.now))
+        self.last_tried.pop(wl.name, None)
+        cq.workloads[wl.name] = replace(
+            wl,
+            flavor=flavor,
+            admitted_at=self.state.now,
+            resource_flavors=flavors if len(set(flavors.values())) > 1 else None,
+        )
+        self.snap.add_usage(cq, usage)
         b = self.budget[cq.name]
         if b is not None and wl.max_cost is not None:
             self.budget[cq.name] = b - wl.max_cost
 
-    def _preempt(self, wl: Workload, cq: CQNode, e: _Nomination) -> None:
+    def _preempt(self, wl: Workload, cq: CQNode, e: _Entry, usage: Mapping[FR, float]) -> None:
         names = []
+        parent = cq.parent.name if cq.parent else "-"
         for victim, reason in e.targets:
             self.victims[victim.name] = victim
             names.append(victim.name)
             if reason == "InClusterQueue":
                 why = f"to make room within {cq.name}"
             elif reason == "InCohortReclaimWhileBorrowing":
-                why = (
-                    f"under {cq.name}'s borrowWithinCohort (victim priority below its threshold) "
-                    f"in cohort {cq.cohort.name if cq.cohort else '-'}"
-                )
+                why = f"under {cq.name}'s borrowWithinCohort (victim priority below its threshold) in cohort {parent}"
             elif reason == "InCohortFairSharing":
-                why = f"to restore fair sharing in cohort {cq.cohort.name if cq.cohort else '-'}"
+                why = f"to restore fair sharing in cohort {parent}"
             else:
-                why = f"to reclaim quota {victim.cq} borrowed from {cq.name}"
+                why = f"to reclaim quota {victim.cq} borrowed from {cq.name}'s cohort"
             self.preempted.append(
                 Preemption(
                     victim.name,
@@ -381,20 +688,18 @@ class _Engine:
                 )
             )
         self.waiting[wl.name] = len(self.preempted)
-        self.snap.reserve(cq, request_of(cq, wl, e.flavor))
+        self.snap.add_usage(cq, usage)
         self.status[wl.name] = (
             PENDING_PREEMPTION,
-            f"{cq.name} needs {self._req_text(wl)} on {e.flavor}; waiting for {len(names)} preempted "
+            f"{cq.name} needs {self._req_text(wl)} on {e.a.flavor}; waiting for {len(names)} preempted "
             f"workload(s) to be evicted: {', '.join(names)}",
-            e.flavor,
+            e.a.flavor,
         )
 
     # -- reasons ----------------------------------------------------------------------------
-    def _free_events(
-        self, cq: CQNode, resource: str, flavors: frozenset[str]
-    ) -> tuple[list[float], list[float]]:
-        """When running work on `flavors` in the queue's cohort ends, and how much it frees (cumulative)."""
-        members = cq.cohort.members if cq.cohort is not None else [cq]
+    def _free_events(self, cq: CQNode, resource: str, flavors: frozenset[str]) -> tuple[list[float], list[float]]:
+        """When running work on `flavors` in the queue's cohort tree ends, and how much it frees."""
+        members = cq.root().subtree_cqs() if cq.parent is not None else [cq]  # type: ignore[union-attr]
         events = []
         for m in members:
             for w in m.workloads.values():
@@ -405,17 +710,17 @@ class _Engine:
         events.sort()
         times = [t for t, _ in events]
         cum, acc = [], 0.0
-        for _, a in events:
-            acc += a
+        for _, amount in events:
+            acc += amount
             cum.append(acc)
         return times, cum
 
     def pending_infos(self) -> list[PendingInfo]:
-        """Reason, position and estimated start for every workload still waiting.
+        """Reason, position, queue and estimated start for every workload still waiting.
 
         The estimate assumes nothing else arrives: the workload starts once the running jobs
-        (on its flavors, in its cohort) that end first have freed what it and everything ahead
-        of it in its lane need. None: no estimate (over budget, or larger than the lane can hold).
+        (on its flavors, in its cohort tree) that end first have freed what it and everything
+        ahead of it in its lane need. None: no estimate (over budget, or larger than the lane can hold).
         """
         out: list[PendingInfo] = []
         now = self.state.now
@@ -428,15 +733,13 @@ class _Engine:
             resource = "nvidia.com/gpu"
             if not any(resource in w.requests for w in rest[:8]):
                 resource = next(iter(rest[0].requests), resource)
-            cq_flavors = cq.spec.flavors
+            cq_flavors = [f for g in cq.groups for f in g.flavors]
             avail = {f: self.snap.available(cq, (f, resource)) for f in cq_flavors}
             pot = {f: self.snap.potential(cq, (f, resource)) for f in cq_flavors}
             by_set: dict[tuple, tuple] = {}
             head = self.heads.get(name)
             head_code = self.status.get(head.name, (PENDING,))[0] if head is not None else PENDING
-            head_text = (
-                f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
-            )
+            head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
             demand = 0.0
             status = self.status
             for pos, w in enumerate(rest, 1):
@@ -481,6 +784,7 @@ class _Engine:
                         n,
                         est,
                         flavor,
+                        "inadmissible" if w.name in self.parked else "active",
                     )
                 )
         return out
@@ -506,7 +810,7 @@ def _gc_paused() -> Iterator[None]:
 
 def schedule_cycle(state: ClusterState) -> CycleResult:
     """One admission cycle: each queue's head is admitted, preempts, or waits; every pending
-    workload gets a reason, position and estimated start."""
+    workload gets a reason, position, queue and estimated start."""
     with _gc_paused():
         eng = _Engine(state)
         eng.cycle()
@@ -514,34 +818,103 @@ def schedule_cycle(state: ClusterState) -> CycleResult:
 
 
 def admit_until_stable(state: ClusterState, max_cycles: int = 1000) -> CycleResult:
-    """Cycles back to back until one changes nothing. Admissions are applied between cycles;
-    preemptions are not (the caller evicts victims), so a preemptor waits and blocks its queue."""
+    """The gate's loop: cycles back to back until one changes nothing. Admissions are applied
+    between cycles; preemptions are not (the caller evicts victims), so a preemptor waits with its
+    quota reserved and blocks its queue; a set-aside head stays set aside (capacity only shrinks)."""
     with _gc_paused():
-        eng = _Engine(state)
+        eng = _Engine(state, dominance=True)
         for _ in range(max_cycles):
             if not eng.cycle():
                 break
         return eng.result()
 
 
+def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, max_cycles: int = 20) -> CycleResult:
+    """Kueue's scheduler run cycle after cycle with its controllers acting in between: admitted
+    workloads become admitted, each preempted workload finishes its eviction and is requeued as
+    pending with its creation time (or finishes for good with `evicted_finish`), inadmissible
+    workloads go back to the active queues, and the clock advances 1 s. Stops after a cycle that
+    admits nothing, preempts nothing and leaves the queues as they were, or when nothing is left
+    to try. `per_cycle` holds what each cycle did; the result's lists cover the whole run."""
+    with _gc_paused():
+        last_tried: dict[str, dict[str, int]] = {}
+        admitted_all: list[Admission] = []
+        preempted_all: list[Preemption] = []
+        logs: list[CycleLog] = []
+        prev_queues = _queue_state(state, set())
+        res: CycleResult | None = None
+        cur = state
+        for _ in range(max_cycles):
+            if not cur.pending:
+                break
+            eng = _Engine(cur, last_tried=last_tried)
+            eng.cycle()
+            res = eng.result()
+            logs.append(CycleLog(tuple(res.admitted), tuple(res.preempted)))
+            admitted_all.extend(res.admitted)
+            preempted_all.extend(res.preempted)
+            queues = _queue_state(cur, eng.parked, eng.done)
+            if not res.admitted and not res.preempted and queues == prev_queues:
+                break
+            prev_queues = queues
+            cur = _advance(cur, res, evicted_finish, last_tried)
+        if res is None:
+            eng = _Engine(cur)
+            res = eng.result()
+        return CycleResult(admitted_all, preempted_all, res.pending, res.rejected, len(logs), logs)
+
+
+def _queue_state(state: ClusterState, parked: set[str], done: set[str] | None = None) -> frozenset:
+    done = done or set()
+    return frozenset((w.cq, w.name, w.name in parked) for w in state.pending if w.name not in done)
+
+
+def _advance(
+    state: ClusterState, res: CycleResult, evicted_finish: bool, last_tried: dict[str, dict[str, int]]
+) -> ClusterState:
+    victims = {p.victim for p in res.preempted}
+    by_name = {a.name: a for a in res.admitted}
+    admitted = [w for w in state.admitted if w.name not in victims]
+    requeued = [
+        replace(w, flavor=None, admitted_at=0.0, resource_flavors=None)
+        for w in state.admitted
+        if w.name in victims and not evicted_finish
+    ]
+    pending = []
+    for w in state.pending:
+        a = by_name.get(w.name)
+        if a is not None:
+            multi = a.flavors if a.flavors and len(set(a.flavors.values())) > 1 else None
+            admitted.append(replace(w, flavor=a.flavor, admitted_at=state.now, resource_flavors=multi))
+        else:
+            pending.append(w)
+    if victims:
+        touched = {w.cq for w in state.admitted if w.name in victims}
+        for w in pending:
+            if w.cq in touched:
+                last_tried.pop(w.name, None)
+    return replace(state, admitted=tuple(admitted), pending=tuple(pending + requeued), now=state.now + 1.0)
+
+
 def preemption_targets(state: ClusterState, preemptor: Workload, flavor: str) -> list[Preemption]:
-    """Victims Kueue would pick for `preemptor` on a fixed flavor (none when it cannot fit)."""
+    """Victims Kueue would pick for `preemptor` on a fixed flavor (none when it fits or cannot)."""
     eng = _Engine(replace(state, pending=()))
-    cq = eng.snap.cqs[preemptor.cq]
-    search = get_targets(eng.snap, preemptor, cq, flavor, state.fair_sharing)
-    out = []
-    for victim, reason in search.targets:
-        out.append(
-            Preemption(
-                victim.name,
-                victim.cq,
-                preemptor.name,
-                cq.name,
-                reason,
-                f"Preempted by {preemptor.name} ({cq.name}, priority {preemptor.priority}) [{reason}]",
-            )
+    snap = eng.snap
+    cq = snap.cqs[preemptor.cq]
+    usage = usage_of(preemptor, flavor)
+    need = {fr for fr, v in usage.items() if v > snap.available(cq, fr) + _EPS}
+    search = get_targets(snap, preemptor, cq, usage, need, state.fair_sharing)
+    return [
+        Preemption(
+            victim.name,
+            victim.cq,
+            preemptor.name,
+            cq.name,
+            reason,
+            f"Preempted by {preemptor.name} ({cq.name}, priority {preemptor.priority}) [{reason}]",
         )
-    return out
+        for victim, reason in search.targets
+    ]
 
 
 def apply_result(state: ClusterState, result: CycleResult) -> ClusterState:
@@ -555,4 +928,15 @@ def apply_result(state: ClusterState, result: CycleResult) -> ClusterState:
             admitted.append(replace(w, flavor=flavors[w.name], admitted_at=state.now))
         else:
             pending.append(w)
-    return replace(state, admitted=tuple(admitted), pending=tuple(pending))
+    return replace(state, admitted=tuple(admitted), pending=tuple(pending), now=state.now + 0.0)
+
+
+__all__ = [
+    "admit_until_stable",
+    "apply_result",
+    "preemption_targets",
+    "queue_key",
+    "schedule_cycle",
+    "schedule_until_stable",
+    "usage_of",
+]

@@ -50,6 +50,21 @@ class ResourceQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class CohortSpec:
+    """A Kueue v1beta2 Cohort: a node of a cohort tree.
+
+    parent=None: a root cohort. quotas: the cohort's own resources (nominal, borrowing and lending
+    limits per flavor and resource; limits only on a cohort with a parent). fair_weight: Kueue's
+    `spec.fairSharing.weight` (0 = borrows last, preempted first).
+    """
+
+    name: str
+    parent: str | None = None
+    quotas: tuple[ResourceQuota, ...] = ()
+    fair_weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class FlavorSpec:
     """A ResourceFlavor. capacity=None: no physical ceiling beyond the quotas (Kueue's view)."""
 
@@ -68,6 +83,7 @@ class ClusterQueueSpec:
     preemptors from those queues, or carrying a safety approval, may.
     protected: this queue's workloads are never preemption victims.
     budget_remaining=None: no budget cap; budget_total=None: no lifetime cap (nothing is rejected).
+    flavor_fungibility=None: the state's (cluster-wide default) fungibility applies.
     """
 
     name: str
@@ -83,6 +99,7 @@ class ClusterQueueSpec:
     fair_sharing_weight: float = 1.0
     budget_remaining: float | None = None
     budget_total: float | None = None
+    flavor_fungibility: FlavorFungibility | None = None
 
     @property
     def flavors(self) -> tuple[str, ...]:
@@ -98,6 +115,8 @@ class Workload:
     evidence/checkpointed: an evidence-producing job is a preemption candidate only when
     checkpointed (a resumable checkpoint and immutable logs exist).
     max_cost=None: no cost cap checked. expected_duration_s=None: unknown (no estimate from it).
+    resource_flavors: an admitted workload whose resources got different flavors ({resource:
+    flavor}); None: every resource is on `flavor`.
     """
 
     name: str
@@ -113,28 +132,40 @@ class Workload:
     safety_approval: bool = False
     max_cost: float | None = None
     expected_duration_s: float | None = None
+    resource_flavors: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FlavorFungibility:
-    """Kueue's flavorFungibility (v1beta2 words): MayStopSearch | TryNextFlavor."""
+    """Kueue's flavorFungibility (v1beta2 words): MayStopSearch | TryNextFlavor.
+
+    preference=None: Kueue's default (BorrowingOverPreemption); or PreemptionOverBorrowing.
+    """
 
     when_can_borrow: str = "MayStopSearch"
     when_can_preempt: str = "TryNextFlavor"
+    preference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterState:
-    """Everything one admission cycle looks at."""
+    """Everything one admission cycle looks at.
+
+    cohorts: the cohort tree; a bare name is a root without quota, and a cohort a cluster queue
+    names but nobody lists is an implicit root. ignore_undeclared_resources: Kueue's
+    QuotaCheckStrategy IgnoreUndeclared (a requested resource the queue has no quota for is not
+    governed by it); False: such a workload is inadmissible, Kueue's default.
+    """
 
     cluster_queues: tuple[ClusterQueueSpec, ...]
     flavors: tuple[FlavorSpec, ...]
     admitted: tuple[Workload, ...] = ()
     pending: tuple[Workload, ...] = ()
-    cohorts: tuple[str, ...] = ()
+    cohorts: tuple[CohortSpec | str, ...] = ()
     fair_sharing: bool = False
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     now: float = 0.0
+    ignore_undeclared_resources: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +178,7 @@ class Admission:
     borrowing: bool
     condition: str = ADMITTED
     message: str = ""
+    flavors: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +199,10 @@ class Preemption:
 class PendingInfo:
     """Why a workload still waits. condition is Kueue's (QuotaReserved=False); reason_code one of
     Inadmissible, PendingPreemption, Pending, BudgetExhausted. position is 1-based in its queue
-    (priority desc, then created_at asc). estimated_start=None: no estimate possible."""
+    (priority desc, then created_at asc). estimated_start=None: no estimate possible.
+    queue: where Kueue's queue manager keeps it: `active` (tried again next cycle) or
+    `inadmissible` (a BestEffortFIFO head that could not be admitted, set aside until capacity
+    changes)."""
 
     name: str
     cq: str
@@ -178,6 +213,7 @@ class PendingInfo:
     of: int
     estimated_start: float | None = None
     flavor: str | None = None
+    queue: str = "active"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,3 +233,12 @@ class CycleResult:
     pending: list[PendingInfo]
     rejected: list[Rejection]
     cycles: int = 1
+    per_cycle: list[CycleLog] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleLog:
+    """What one cycle of `schedule_until_stable` did."""
+
+    admitted: tuple[Admission, ...]
+    preempted: tuple[Preemption, ...]

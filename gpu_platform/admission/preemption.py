@@ -1,16 +1,29 @@
-"""Victim selection, after kueue pkg/scheduler/preemption (classical and fair-sharing), plus lane rules.
+"""Victim selection after kueue pkg/scheduler/preemption, plus the platform's lane rules.
 
-Candidate order (CandidatesOrdering): other queues before the preemptor's own, lower priority
-first, most recently admitted first, name as the final tie-break. Victims are taken greedily until
-the preemptor fits, then a reverse fill-back pass returns every victim that was not needed.
+Classical preemption (preemption.go `classicalPreemptions`, classical_strategy.go
+`ClassicalPreemptionPlan`, classical/hierarchical_preemption.go and candidate_generator.go):
+candidates are classified per victim (same queue; hierarchical reclaim, where the preemptor's
+subtree has the better claim on the quota; reclaim without borrowing; reclaim while borrowing
+under borrowWithinCohort), ordered by common/ordering.go `CandidatesOrdering` (other queues
+first, lower priority first, most recently admitted first), then taken greedily until the
+preemptor fits and filled back in reverse (a minimal set). One or two runs are tried: with and
+without the preemptor borrowing, in Kueue's order.
+
+Fair sharing (fair_strategy.go, fairsharing/ordering.go, target.go, least_common_ancestor.go):
+queues are visited from the root by highest dominant resource share of the nodes just below the
+lowest common ancestor; rule S2-a (LessThanOrEqualToFinalShare) first, then S2-b
+(LessThanInitialShare) on the candidates S2-a passed over; a preemptor that stays within its
+nominal quota reclaims unconditionally (`InCohortReclamation`, feature FairSharingPreemptWithinNominal).
+
 Lane rules filter candidates first: protected queues never, evidence jobs only when checkpointed,
-a queue with yields_to only for preemptors from those queues or carrying a safety approval.
+a queue with yields_to only for preemptors from those queues or carrying a safety approval, and
+workloads admitted earlier in the same gate tick never (`fresh`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpu_platform.admission.model import (
@@ -20,10 +33,30 @@ from gpu_platform.admission.model import (
     IN_COHORT_RECLAIM_WHILE_BORROWING,
     IN_COHORT_RECLAMATION,
     LOWER_OR_NEWER_EQUAL,
+    LOWER_PRIORITY,
     NEVER,
     Workload,
 )
-from gpu_platform.admission.quota import FR, CQNode, Snapshot, request_of, usage_of
+from gpu_platform.admission.quota import (
+    DRS,
+    FR,
+    NEGATIVE_DRS,
+    CohortNode,
+    CQNode,
+    Node,
+    Snapshot,
+    compare_drs,
+    quantities_fit_in_quota,
+    usage_of,
+)
+
+NEVER_V, WITHIN_CQ, HIER_RECLAIM, RECLAIM_NO_BORROW, RECLAIM_WHILE_BORROW = range(5)
+_REASON = {
+    WITHIN_CQ: IN_CLUSTER_QUEUE,
+    HIER_RECLAIM: IN_COHORT_RECLAMATION,
+    RECLAIM_NO_BORROW: IN_COHORT_RECLAMATION,
+    RECLAIM_WHILE_BORROW: IN_COHORT_RECLAIM_WHILE_BORROWING,
+}
 
 
 @dataclass(slots=True)
@@ -47,82 +80,169 @@ def exclusion(victim: Workload, vcq: CQNode, preemptor: Workload, pcq: CQNode) -
     return None
 
 
-def _uses(wl: Workload, frs: Mapping[FR, float]) -> bool:
-    f = wl.flavor
-    return any((f, r) in frs for r, v in wl.requests.items() if v > 0)
+def uses(wl: Workload, frs: Container[FR]) -> bool:
+    return any(fr in frs for fr in usage_of(wl))
 
 
-def find_candidates(
-    snap: Snapshot,
-    wl: Workload,
-    cq: CQNode,
-    need: Mapping[FR, float],
-    excluded: Counter[str],
-    fresh: Container[str] = (),
-) -> list[Workload]:
-    """Kueue's findCandidates plus lane rules; `fresh` names workloads admitted earlier in the same
-    gate tick, which are never victims in that tick."""
-    out: list[Workload] = []
-    policy = cq.spec.within_cluster_queue
-    if policy != NEVER:
-        same_prio = policy == LOWER_OR_NEWER_EQUAL
-        for cand in cq.workloads.values():
-            if cand.priority > wl.priority:
-                continue
-            if cand.priority == wl.priority and not (same_prio and wl.created_at < cand.created_at):
-                continue
-            if not _uses(cand, need) or cand.name in fresh:
-                continue
-            why = exclusion(cand, cq, wl, cq)
-            if why:
-                excluded[why] += 1
-                continue
-            out.append(cand)
-    reclaim = cq.spec.reclaim_within_cohort
-    if cq.cohort is not None and reclaim != NEVER:
-        only_lower = reclaim != ANY
-        for other in cq.cohort.members:
-            if other is cq or not snap.is_borrowing(other, need):
-                continue
-            for cand in other.workloads.values():
-                if only_lower and cand.priority >= wl.priority:
-                    continue
-                if not _uses(cand, need) or cand.name in fresh:
-                    continue
-                why = exclusion(cand, other, wl, cq)
-                if why:
-                    excluded[why] += 1
-                    continue
-                out.append(cand)
-    return out
+def satisfies_policy(preemptor: Workload, cand: Workload, policy: str) -> bool:
+    """Kueue's SatisfiesPreemptionPolicy (common/preemption_policy.go)."""
+    if policy == LOWER_PRIORITY:
+        return cand.priority < preemptor.priority
+    if policy == LOWER_OR_NEWER_EQUAL:
+        return cand.priority < preemptor.priority or (
+            cand.priority == preemptor.priority and preemptor.created_at < cand.created_at
+        )
+    return policy == ANY
 
 
 def order_key(cq_name: str):
+    """CandidatesOrdering: other queues first, lower priority, most recently admitted, name."""
+
     def key(w: Workload):
         return (w.cq == cq_name, w.priority, -w.admitted_at, w.name)
 
     return key
 
 
-def _threshold(cq: CQNode, wl: Workload) -> int | None:
-    spec = cq.spec
-    if spec.borrow_within_cohort == NEVER:
-        return None
-    t = wl.priority
-    if spec.max_priority_threshold is not None and spec.max_priority_threshold < t:
-        t = spec.max_priority_threshold + 1
-    return t
+class _Ctx:
+    """One victim search: the preemptor, its queue, what it asks for and what needs preemption."""
+
+    __slots__ = ("snap", "wl", "cq", "usage", "need", "excluded", "fresh")
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        wl: Workload,
+        cq: CQNode,
+        usage: Mapping[FR, float],
+        need: Container[FR],
+        fresh: Container[str],
+    ):
+        self.snap = snap
+        self.wl = wl
+        self.cq = cq
+        self.usage = dict(usage)
+        self.need = frozenset(need)
+        self.excluded: Counter[str] = Counter()
+        self.fresh = fresh
+
+    def allowed(self, cand: Workload, ccq: CQNode) -> bool:
+        if cand.name in self.fresh:
+            return False
+        why = exclusion(cand, ccq, self.wl, self.cq)
+        if why:
+            self.excluded[why] += 1
+            return False
+        return True
+
+    def fits(self, allow_borrowing: bool) -> bool:
+        snap, cq = self.snap, self.cq
+        for fr, v in self.usage.items():
+            if not allow_borrowing and snap.borrowing_with(cq, fr, v):
+                return False
+            if v > snap.available(cq, fr) + 1e-9:
+                return False
+        return True
 
 
-def _fill_back(snap: Snapshot, targets: list[tuple[Workload, str]], req, cq: CQNode, allow_borrowing: bool):
+# -- classical ------------------------------------------------------------------------------
+def _bwc(cq: CQNode) -> tuple[bool, int | None]:
+    if cq.spec.borrow_within_cohort == NEVER:
+        return False, None
+    return True, cq.spec.max_priority_threshold
+
+
+def _classify(ctx: _Ctx, cand: Workload, ccq: CQNode, advantage: bool) -> int:
+    if not uses(cand, ctx.need):
+        return NEVER_V
+    same = ccq is ctx.cq
+    policy = ctx.cq.spec.within_cluster_queue if same else ctx.cq.spec.reclaim_within_cohort
+    if not satisfies_policy(ctx.wl, cand, policy):
+        return NEVER_V
+    if not ctx.allowed(cand, ccq):
+        return NEVER_V
+    if same:
+        return WITHIN_CQ
+    if advantage:
+        return HIER_RECLAIM
+    allowed, threshold = _bwc(ctx.cq)
+    if not allowed:
+        return RECLAIM_NO_BORROW
+    if cand.priority >= ctx.wl.priority or (threshold is not None and cand.priority > threshold):
+        return RECLAIM_NO_BORROW
+    return RECLAIM_WHILE_BORROW
+
+
+@dataclass(slots=True)
+class _Cand:
+    wl: Workload
+    cq: CQNode
+    lca: CohortNode | None
+    variant: int
+
+
+def _from_cq(ctx: _Ctx, ccq: CQNode, lca: CohortNode | None, advantage: bool, out: list[_Cand]) -> None:
+    for w in ccq.workloads.values():
+        v = _classify(ctx, w, ccq, advantage)
+        if v != NEVER_V:
+            out.append(_Cand(w, ccq, lca, v))
+
+
+def _collect_subtree(
+    ctx: _Ctx, current: CohortNode, root: CohortNode, skip: CohortNode | None, adv: bool, out: list[_Cand]
+) -> None:
+    for child in current.child_cohorts:
+        if child is skip or child.within_nominal(ctx.need):
+            continue
+        _collect_subtree(ctx, child, root, skip, adv, out)
+    for ccq in current.child_cqs:
+        if ccq is ctx.cq:
+            continue
+        if not ccq.within_nominal(ctx.need):
+            _from_cq(ctx, ccq, root, adv, out)
+
+
+def _hierarchical(ctx: _Ctx) -> tuple[list[_Cand], list[_Cand]]:
+    hier: list[_Cand] = []
+    prio: list[_Cand] = []
+    cq = ctx.cq
+    if cq.parent is None or cq.spec.reclaim_within_cohort == NEVER:
+        return hier, prio
+    adv, remaining = quantities_fit_in_quota(cq, ctx.usage)
+    prev: CohortNode | None = None
+    for cur in cq.ancestors():
+        _collect_subtree(ctx, cur, cur, prev, adv, hier if adv else prio)
+        fits, remaining = quantities_fit_in_quota(cur, remaining)
+        adv = adv or fits
+        prev = cur
+    return hier, prio
+
+
+def _valid(ctx: _Ctx, c: _Cand, borrow: bool) -> bool:
+    if c.cq is ctx.cq:
+        return True
+    if borrow and c.variant == RECLAIM_NO_BORROW:
+        return False
+    if c.cq.within_nominal(ctx.need):
+        return False
+    for node in c.cq.ancestors():
+        if node is c.lca:
+            break
+        if node.within_nominal(ctx.need):
+            return False
+    return True
+
+
+def _fill_back(ctx: _Ctx, targets: list[tuple[Workload, str]], allow_borrowing: bool) -> list[tuple[Workload, str]]:
+    snap = ctx.snap
     i = len(targets) - 2
     while i >= 0:
-        w = targets[i][0]
-        snap.add_workload(w)
-        if snap.fits(cq, req, allow_borrowing):
-            targets.pop(i)
+        snap.add_workload(targets[i][0])
+        if ctx.fits(allow_borrowing):
+            targets[i] = targets[-1]
+            targets.pop()
         else:
-            snap.remove_workload(w)
+            snap.remove_workload(targets[i][0])
         i -= 1
     return targets
 
@@ -132,156 +252,249 @@ def _restore(snap: Snapshot, targets: list[tuple[Workload, str]]) -> None:
         snap.add_workload(w)
 
 
-def _settle(
-    snap: Snapshot, targets: list[tuple[Workload, str]], fits: bool, req, cq: CQNode, allow_borrowing: bool
-) -> list[tuple[Workload, str]]:
-    """End of a victim search: none if the preemptor still does not fit, else the minimal set
-    (fill-back); the snapshot is restored either way."""
+def classical_targets(ctx: _Ctx) -> tuple[list[tuple[Workload, str]], int]:
+    cq = ctx.cq
+    same: list[_Cand] = []
+    if cq.spec.within_cluster_queue != NEVER:
+        _from_cq(ctx, cq, None, False, same)
+    hier, prio = _hierarchical(ctx)
+    key = order_key(cq.name)
+    for lst in (same, prio, hier):
+        lst.sort(key=lambda c: key(c.wl))
+    cands = hier + prio + same
+    n = len(cands)
+    if not cands:
+        return [], 0
+    forbidden = cq.spec.borrow_within_cohort == NEVER
+    if not hier and not prio:
+        runs = [True]
+    elif forbidden and not _under_nominal(ctx):
+        runs = [True]
+    elif forbidden and not hier:
+        runs = [False, True]
+    else:
+        runs = [True, False]
+    snap = ctx.snap
+    for borrow in runs:
+        targets: list[tuple[Workload, str]] = []
+        for c in cands:
+            if not _valid(ctx, c, borrow):
+                continue
+            snap.remove_workload(c.wl)
+            targets.append((c.wl, _REASON[c.variant]))
+            if ctx.fits(borrow):
+                targets = _fill_back(ctx, targets, borrow)
+                _restore(snap, targets)
+                return targets, n
+        _restore(snap, targets)
+    return [], n
+
+
+def _under_nominal(ctx: _Ctx) -> bool:
+    """queueUnderNominalInResourcesNeedingPreemption: usage < nominal on every fr needing preemption."""
+    cq = ctx.cq
+    return all(cq.quota(fr).nominal > cq.usage.get(fr, 0.0) for fr in ctx.need)
+
+
+# -- fair sharing ---------------------------------------------------------------------------
+class _Ordering:
+    """fairsharing.TargetClusterQueueOrdering."""
+
+    def __init__(self, ctx: _Ctx, candidates: list[Workload]):
+        self.ctx = ctx
+        self.pcq = ctx.cq
+        self.ancestors = set(map(id, ctx.cq.ancestors()))
+        self.by_cq: dict[str, list[Workload]] = {}
+        for c in candidates:
+            self.by_cq.setdefault(c.cq, []).append(c)
+        self.pruned_cqs: set[str] = set()
+        self.pruned_cohorts: set[int] = set()
+
+    def has(self, cq: CQNode) -> bool:
+        return bool(self.by_cq.get(cq.name))
+
+    def pop(self, cq: CQNode) -> Workload:
+        return self.by_cq[cq.name].pop(0)
+
+    def drop(self, cq: CQNode) -> None:
+        self.pruned_cqs.add(cq.name)
+
+    def __iter__(self) -> Iterator[CQNode]:
+        if self.pcq.parent is None:
+            while self.has(self.pcq):
+                yield self.pcq
+            return
+        root = self.pcq.root()
+        assert isinstance(root, CohortNode)
+        while id(root) not in self.pruned_cohorts:
+            t = self._next(root)
+            if t is not None:
+                yield t
+
+    def _next(self, cohort: CohortNode) -> CQNode | None:
+        snap = self.ctx.snap
+        best_cq: CQNode | None = None
+        best_cq_drs = NEGATIVE_DRS
+        for cq in cohort.child_cqs:
+            if cq.name in self.pruned_cqs:
+                continue
+            d = snap.drs(cq)
+            if (d.is_zero and cq is not self.pcq) or not self.has(cq):
+                self.pruned_cqs.add(cq.name)
+            elif compare_drs(d, best_cq_drs) >= 0:
+                best_cq, best_cq_drs = cq, d
+        best_co: CohortNode | None = None
+        best_co_drs = NEGATIVE_DRS
+        for child in cohort.child_cohorts:
+            if id(child) in self.pruned_cohorts:
+                continue
+            d = snap.drs(child)
+            if d.is_zero and id(child) not in self.ancestors:
+                self.pruned_cohorts.add(id(child))
+            elif compare_drs(d, best_co_drs) >= 0:
+                best_co, best_co_drs = child, d
+        if best_co is None and best_cq is None:
+            self.pruned_cohorts.add(id(cohort))
+            return None
+        if best_co is not None and compare_drs(best_co_drs, best_cq_drs) >= 0:
+            return self._next(best_co)
+        return best_cq
+
+    def _almost_lca(self, node: CQNode, lca: CohortNode | None) -> Node:
+        a: Node = node
+        for anc in node.ancestors():
+            if anc is lca:
+                return a
+            a = anc
+        return a
+
+    def shares(self, target: CQNode) -> tuple[DRS, DRS]:
+        lca = None
+        for anc in target.ancestors():
+            if id(anc) in self.ancestors:
+                lca = anc
+                break
+        snap = self.ctx.snap
+        return snap.drs(self._almost_lca(self.pcq, lca)), snap.drs(self._almost_lca(target, lca))
+
+    def target_share_after(self, target: CQNode, wl: Workload) -> DRS:
+        snap = self.ctx.snap
+        u = usage_of(wl)
+        snap.remove_usage(target, u)
+        try:
+            lca = None
+            for anc in target.ancestors():
+                if id(anc) in self.ancestors:
+                    lca = anc
+                    break
+            return snap.drs(self._almost_lca(target, lca))
+        finally:
+            snap.add_usage(target, u)
+
+
+def _find_candidates_flat(ctx: _Ctx) -> list[Workload]:
+    cq = ctx.cq
+    out: list[Workload] = []
+    if cq.spec.within_cluster_queue != NEVER:
+        for w in cq.workloads.values():
+            if satisfies_policy(ctx.wl, w, cq.spec.within_cluster_queue) and uses(w, ctx.need) and ctx.allowed(w, cq):
+                out.append(w)
+    if cq.parent is not None and cq.spec.reclaim_within_cohort != NEVER:
+        root = cq.root()
+        assert isinstance(root, CohortNode)
+        for other in root.subtree_cqs():
+            if other is cq or not ctx.snap.is_borrowing(other, ctx.need):
+                continue
+            for w in other.workloads.values():
+                if (
+                    satisfies_policy(ctx.wl, w, cq.spec.reclaim_within_cohort)
+                    and uses(w, ctx.need)
+                    and ctx.allowed(w, other)
+                ):
+                    out.append(w)
+    return out
+
+
+def fair_targets(ctx: _Ctx) -> tuple[list[tuple[Workload, str]], int]:
+    cands = _find_candidates_flat(ctx)
+    if not cands:
+        return [], 0
+    cands.sort(key=order_key(ctx.cq.name))
+    snap, cq = ctx.snap, ctx.cq
+    snap.add_usage(cq, ctx.usage)
+    targets: list[tuple[Workload, str]] = []
+    fits = False
+
+    def take(w: Workload, reason: str) -> bool:
+        nonlocal fits
+        snap.remove_workload(w)
+        targets.append((w, reason))
+        snap.remove_usage(cq, ctx.usage)
+        ok = ctx.fits(True)
+        snap.add_usage(cq, ctx.usage)
+        if ok:
+            fits = True
+        return ok
+
+    try:
+        within_nominal = all(cq.usage.get(fr, 0.0) <= cq.quota(fr).nominal for fr in ctx.need)
+        ordering = _Ordering(ctx, cands)
+        retry: list[Workload] = []
+        for tcq in ordering:
+            if tcq is cq:
+                if take(ordering.pop(tcq), IN_CLUSTER_QUEUE):
+                    break
+                continue
+            if within_nominal:
+                if take(ordering.pop(tcq), IN_COHORT_RECLAMATION):
+                    break
+                continue
+            p_new, t_old = ordering.shares(tcq)
+            if p_new.zero_weight_borrows and not t_old.zero_weight_borrows:
+                while ordering.has(tcq):
+                    retry.append(ordering.pop(tcq))
+                continue
+            done = False
+            while ordering.has(tcq):
+                w = ordering.pop(tcq)
+                t_new = ordering.target_share_after(tcq, w)
+                if compare_drs(p_new, t_new) <= 0:
+                    done = take(w, IN_COHORT_FAIR_SHARING)
+                    break
+                retry.append(w)
+            if done:
+                break
+        if not fits and retry:
+            second = _Ordering(ctx, retry)
+            for tcq in second:
+                p_new, t_old = second.shares(tcq)
+                w = second.pop(tcq)
+                if compare_drs(p_new, t_old) < 0 and take(w, IN_COHORT_FAIR_SHARING):
+                    break
+                second.drop(tcq)
+    finally:
+        snap.remove_usage(cq, ctx.usage)
     if not fits:
         _restore(snap, targets)
-        return []
-    targets = _fill_back(snap, targets, req, cq, allow_borrowing)
+        return [], len(cands)
+    targets = _fill_back(ctx, targets, True)
     _restore(snap, targets)
-    return targets
-
-
-def minimal_preemptions(
-    snap: Snapshot,
-    wl: Workload,
-    cq: CQNode,
-    req: Mapping[FR, float],
-    need: Mapping[FR, float],
-    candidates: list[Workload],
-    allow_borrowing: bool,
-    threshold: int | None,
-) -> list[tuple[Workload, str]]:
-    targets: list[tuple[Workload, str]] = []
-    fits = False
-    for cand in candidates:
-        ccq = snap.cqs[cand.cq]
-        reason = IN_CLUSTER_QUEUE
-        if ccq is not cq:
-            reason = IN_COHORT_RECLAMATION
-            if not snap.is_borrowing(ccq, need):
-                continue
-            if threshold is not None:
-                if cand.priority >= threshold:
-                    allow_borrowing = False
-                else:
-                    reason = IN_COHORT_RECLAIM_WHILE_BORROWING
-        snap.remove_workload(cand)
-        targets.append((cand, reason))
-        if snap.fits(cq, req, allow_borrowing):
-            fits = True
-            break
-    return _settle(snap, targets, fits, req, cq, allow_borrowing)
-
-
-def fair_preemptions(
-    snap: Snapshot,
-    wl: Workload,
-    cq: CQNode,
-    req: Mapping[FR, float],
-    need: Mapping[FR, float],
-    candidates: list[Workload],
-    threshold: int | None,
-) -> list[tuple[Workload, str]]:
-    """Kueue's fairPreemptions: reclaim from the queue with the highest dominant share first.
-
-    Strategies, in order: LessThanOrEqualToFinalShare, then LessThanInitialShare.
-    """
-    pool: dict[str, list] = {}
-    for cand in candidates:
-        pool.setdefault(cand.cq, [None, []])[1].append(cand)
-    for name, entry in pool.items():
-        entry[0] = snap.dominant_share(snap.cqs[name])
-    targets: list[tuple[Workload, str]] = []
-    fits = False
-    nominated_share = snap.dominant_share(cq, plus=req)
-    retry: list[Workload] = []
-    while pool and not fits:
-        name = max(pool, key=lambda n: (pool[n][0], n))
-        share, wls = pool.pop(name)
-        ccq = snap.cqs[name]
-        if ccq is cq:
-            cand = wls[0]
-            snap.remove_workload(cand)
-            targets.append((cand, IN_CLUSTER_QUEUE))
-            if snap.fits(cq, req, True):
-                fits = True
-                break
-            nominated_share = snap.dominant_share(cq, plus=req)
-            if len(wls) > 1:
-                pool[name] = [snap.dominant_share(ccq), wls[1:]]
-            continue
-        for i, cand in enumerate(wls):
-            below = threshold is not None and cand.priority < threshold
-            new_share = snap.dominant_share(ccq, minus=usage_of(cand))
-            if below or nominated_share <= new_share:
-                snap.remove_workload(cand)
-                targets.append((cand, IN_COHORT_RECLAIM_WHILE_BORROWING if below else IN_COHORT_FAIR_SHARING))
-                if snap.fits(cq, req, True):
-                    fits = True
-                    break
-                rest = wls[i + 1 :]
-                if rest and snap.is_borrowing(ccq, need):
-                    pool[name] = [new_share, rest]
-                break
-            retry.append(cand)
-    if not fits and retry:
-        first: dict[str, Workload] = {}
-        for cand in retry:
-            first.setdefault(cand.cq, cand)
-        order = sorted(first.values(), key=lambda c: (-snap.dominant_share(snap.cqs[c.cq]), c.cq))
-        for cand in order:
-            ccq = snap.cqs[cand.cq]
-            old_share = snap.dominant_share(ccq)
-            if nominated_share < old_share:
-                snap.remove_workload(cand)
-                targets.append((cand, IN_COHORT_FAIR_SHARING))
-                if snap.fits(cq, req, True):
-                    fits = True
-                    break
-    return _settle(snap, targets, fits, req, cq, True)
+    return targets, len(cands)
 
 
 def get_targets(
     snap: Snapshot,
     wl: Workload,
     cq: CQNode,
-    flavor: str,
+    usage: Mapping[FR, float],
+    need: Container[FR],
     fair_sharing: bool = False,
     fresh: Container[str] = (),
 ) -> TargetSearch:
-    """Victims that let `wl` fit on `flavor` in `cq` (kueue Preemptor.GetTargets), or none."""
-    req = request_of(cq, wl, flavor)
-    need = {fr: v for fr, v in req.items() if v > snap.available(cq, fr) + 1e-9}
-    search = TargetSearch([])
-    if not need:
-        return search
-    candidates = find_candidates(snap, wl, cq, need, search.excluded, fresh)
-    search.candidates = len(candidates)
-    if not candidates:
-        return search
-    candidates.sort(key=order_key(cq.name))
-    same = [c for c in candidates if c.cq == cq.name]
-    if len(same) == len(candidates):
-        search.targets = minimal_preemptions(snap, wl, cq, req, need, candidates, True, None)
-        return search
-    threshold = _threshold(cq, wl)
-    if fair_sharing:
-        search.targets = fair_preemptions(snap, wl, cq, req, need, candidates, threshold)
-        return search
-    if threshold is not None:
-        under_nominal = all(cq.usage.get(fr, 0.0) < snap.nominal(cq, fr) for fr in need)
-        if not under_nominal:
-            candidates = [c for c in candidates if c.cq == cq.name or c.priority < threshold]
-        search.targets = minimal_preemptions(snap, wl, cq, req, need, candidates, True, threshold)
-        return search
-    if all(cq.usage.get(fr, 0.0) + v <= snap.nominal(cq, fr) for fr, v in req.items()):
-        targets = minimal_preemptions(snap, wl, cq, req, need, candidates, False, None)
-        if targets:
-            search.targets = targets
-            return search
-    search.targets = minimal_preemptions(snap, wl, cq, req, need, same, True, None)
-    return search
+    """Victims that let `wl` (asking `usage`) fit in `cq` when the frs in `need` need preemption
+    (kueue Preemptor.GetTargets), or none."""
+    ctx = _Ctx(snap, wl, cq, usage, need, fresh)
+    if not ctx.need:
+        return TargetSearch([])
+    targets, n = fair_targets(ctx) if fair_sharing else classical_targets(ctx)
+    return TargetSearch(targets, ctx.excluded, n)

@@ -1,83 +1,288 @@
-"""Quota accounting for one admission cycle: Kueue's ClusterQueue/Cohort resource nodes, flat.
+"""Quota accounting: Kueue's resource nodes, a tree of cohorts with cluster queues as leaves.
 
-Per (flavor, resource) a cluster queue has nominal quota N, borrowing limit B (None = none) and
-lending limit L (None = all of N lendable). Its guaranteed part is N - L when L is set, else 0.
-A cohort pools what its members may lend; usage above a member's guaranteed part counts against
-that pool. This mirrors kueue pkg/cache resource_node.go (`available`, `potentialAvailable`).
-A flavor's physical capacity, when known, is one more ceiling on top (the platform's view).
+Source: kueue pkg/cache/scheduler/resource_node.go (`available`, `potentialAvailable`,
+`addUsage`, `removeUsage`, `localQuota`, `QuantitiesFitInQuota`), clusterqueue_snapshot.go
+(`Available`, `Fits`, `BorrowingWith`), cohort_snapshot.go and fair_sharing.go (dominant
+resource share). Per (flavor, resource) a node has its own quota (nominal, borrowing limit,
+lending limit) and a subtree quota: its nominal plus what its children lend. The part of a
+node's subtree quota it does not lend (`subtree - lending_limit`) is its local quota; usage past
+it is stored in the parent. A flavor's physical capacity, when known, is one more ceiling on top
+(the platform's view of a real pool; Kueue has no such ceiling).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Mapping
 
-from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, ResourceQuota, Workload
+from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, CohortSpec, ResourceQuota, Workload
 
 FR = tuple[str, str]
 INF = float("inf")
+_ZERO_QUOTA = ResourceQuota("", "", 0.0)
 
 
-class CQNode:
-    __slots__ = ("spec", "name", "cohort", "quota", "guaranteed", "usage", "workloads", "covered")
+class Node:
+    """A cluster queue or a cohort: quotas, subtree quota and usage per (flavor, resource)."""
 
-    def __init__(self, spec: ClusterQueueSpec, cohort: CohortNode | None):
-        self.spec = spec
-        self.name = spec.name
-        self.cohort = cohort
-        self.quota: dict[FR, ResourceQuota] = {}
-        self.guaranteed: dict[FR, float] = {}
-        for q in spec.quotas:
-            fr = (q.flavor, q.resource)
-            self.quota[fr] = q
-            g = 0.0
-            if q.lending_limit is not None and cohort is not None:
-                g = max(0.0, q.nominal - q.lending_limit)
-            self.guaranteed[fr] = g
-        self.usage: dict[FR, float] = {}
-        self.workloads: dict[str, Workload] = {}
-        self.covered = frozenset(r for _f, r in self.quota)
+    __slots__ = ("name", "parent", "quotas", "subtree", "usage", "fair_weight", "is_cq", "_lendable")
 
-
-class CohortNode:
-    __slots__ = ("name", "members", "lendable", "usage")
-
-    def __init__(self, name: str):
+    def __init__(self, name: str, quotas: Iterable[ResourceQuota], fair_weight: float, is_cq: bool):
         self.name = name
-        self.members: list[CQNode] = []
-        self.lendable: dict[FR, float] = {}
+        self.parent: CohortNode | None = None
+        self.quotas: dict[FR, ResourceQuota] = {(q.flavor, q.resource): q for q in quotas}
+        self.subtree: dict[FR, float] = {fr: q.nominal for fr, q in self.quotas.items()}
         self.usage: dict[FR, float] = {}
+        self.fair_weight = fair_weight
+        self.is_cq = is_cq
+        self._lendable: dict[str, float] | None = None
+
+    def quota(self, fr: FR) -> ResourceQuota:
+        return self.quotas.get(fr, _ZERO_QUOTA)
+
+    def local_quota(self, fr: FR) -> float:
+        q = self.quotas.get(fr)
+        if q is not None and q.lending_limit is not None:
+            return max(0.0, self.subtree.get(fr, 0.0) - q.lending_limit)
+        return 0.0
+
+    def local_available(self, fr: FR) -> float:
+        return max(0.0, self.local_quota(fr) - self.usage.get(fr, 0.0))
+
+    def borrowing_with(self, fr: FR, v: float) -> bool:
+        return self.subtree.get(fr, 0.0) < self.usage.get(fr, 0.0) + v
+
+    def within_nominal(self, frs: Iterable[FR]) -> bool:
+        """Kueue's IsWithinNominalInResources: usage <= subtree quota for every fr."""
+        for fr in frs:
+            if self.usage.get(fr, 0.0) > self.subtree.get(fr, 0.0):
+                return False
+        return True
+
+    def ancestors(self) -> Iterator[CohortNode]:
+        a = self.parent
+        while a is not None:
+            yield a
+            a = a.parent
+
+    def root(self) -> Node:
+        n: Node = self
+        while n.parent is not None:
+            n = n.parent
+        return n
+
+
+class CohortNode(Node):
+    __slots__ = ("spec", "child_cohorts", "child_cqs")
+
+    def __init__(self, spec: CohortSpec):
+        super().__init__(spec.name, spec.quotas, spec.fair_weight, False)
+        self.spec = spec
+        self.child_cohorts: list[CohortNode] = []
+        self.child_cqs: list[CQNode] = []
+
+    def subtree_cqs(self) -> list[CQNode]:
+        out = list(self.child_cqs)
+        for c in self.child_cohorts:
+            out.extend(c.subtree_cqs())
+        return out
+
+    def height(self) -> int:
+        """Kueue's getNodeHeight: distance to the furthest leaf (a cohort of queues only is 1)."""
+        h = min(len(self.child_cohorts) + len(self.child_cqs), 1)
+        for c in self.child_cohorts:
+            h = max(h, c.height() + 1)
+        return h
+
+
+class ResourceGroup:
+    __slots__ = ("covered", "flavors")
+
+    def __init__(self) -> None:
+        self.covered: set[str] = set()
+        self.flavors: list[str] = []
+
+
+class CQNode(Node):
+    __slots__ = ("spec", "workloads", "groups", "by_resource", "covered")
+
+    def __init__(self, spec: ClusterQueueSpec):
+        super().__init__(spec.name, spec.quotas, spec.fair_sharing_weight, True)
+        self.spec = spec
+        self.workloads: dict[str, Workload] = {}
+        self.groups: list[ResourceGroup] = _resource_groups(spec.quotas)
+        self.by_resource: dict[str, ResourceGroup] = {r: g for g in self.groups for r in g.covered}
+        self.covered = frozenset(self.by_resource)
+
+
+def _resource_groups(quotas: Iterable[ResourceQuota]) -> list[ResourceGroup]:
+    """Kueue's resourceGroups, read from flat quota rows: resources that share a flavor form one
+    group (coveredResources), whose flavors are tried in the order they first appear."""
+    parent: dict[str, str] = {}
+
+    def find(r: str) -> str:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    rows = list(quotas)
+    by_flavor: dict[str, str] = {}
+    for q in rows:
+        parent.setdefault(q.resource, q.resource)
+        if q.flavor in by_flavor:
+            a, b = find(q.resource), find(by_flavor[q.flavor])
+            if a != b:
+                parent[a] = b
+        else:
+            by_flavor[q.flavor] = q.resource
+    groups: dict[str, ResourceGroup] = {}
+    for q in rows:
+        g = groups.setdefault(find(q.resource), ResourceGroup())
+        g.covered.add(q.resource)
+        if q.flavor not in g.flavors:
+            g.flavors.append(q.flavor)
+    return list(groups.values())
 
 
 def usage_of(wl: Workload, flavor: str | None = None) -> dict[FR, float]:
+    if flavor is None and wl.resource_flavors:
+        rf = wl.resource_flavors
+        return {(rf.get(r, wl.flavor), r): v for r, v in wl.requests.items() if v > 0}
     f = flavor if flavor is not None else wl.flavor
     return {(f, r): v for r, v in wl.requests.items() if v > 0}
 
 
 def request_of(cq: CQNode, wl: Workload, flavor: str | None) -> dict[FR, float]:
-    """What `wl` asks of `cq` on `flavor`: resources the queue has no quota for on any flavor are
-    not governed by it and are left out (see docs/admission.md, deviations)."""
+    """What `wl` asks of `cq` on `flavor` (resources the queue does not cover are left out)."""
     return {(flavor, r): v for r, v in wl.requests.items() if v > 0 and r in cq.covered}
 
 
+def available(node: Node, fr: FR) -> float:
+    """Kueue's `available`: may be negative when over-admitted."""
+    if node.parent is None:
+        return node.subtree.get(fr, 0.0) - node.usage.get(fr, 0.0)
+    parent_avail = available(node.parent, fr)
+    q = node.quotas.get(fr)
+    if q is not None and q.borrowing_limit is not None:
+        lq = node.local_quota(fr)
+        stored = node.subtree.get(fr, 0.0) - lq
+        used_in_parent = max(0.0, node.usage.get(fr, 0.0) - lq)
+        parent_avail = min(stored - used_in_parent + q.borrowing_limit, parent_avail)
+    return node.local_available(fr) + parent_avail
+
+
+def potential_available(node: Node, fr: FR) -> float:
+    """Kueue's `potentialAvailable`: the most this node could hold with everything else idle."""
+    if node.parent is None:
+        return node.subtree.get(fr, 0.0)
+    avail = node.local_quota(fr) + potential_available(node.parent, fr)
+    q = node.quotas.get(fr)
+    if q is not None and q.borrowing_limit is not None:
+        avail = min(node.subtree.get(fr, 0.0) + q.borrowing_limit, avail)
+    return avail
+
+
+def add_usage(node: Node, fr: FR, v: float) -> None:
+    la = node.local_available(fr)
+    node.usage[fr] = node.usage.get(fr, 0.0) + v
+    if node.parent is not None and v > la:
+        add_usage(node.parent, fr, v - la)
+
+
+def remove_usage(node: Node, fr: FR, v: float) -> None:
+    stored = node.usage.get(fr, 0.0) - node.local_quota(fr)
+    node.usage[fr] = node.usage.get(fr, 0.0) - v
+    if stored <= 0 or node.parent is None:
+        return
+    remove_usage(node.parent, fr, min(v, stored))
+
+
+def quantities_fit_in_quota(node: Node, requests: Mapping[FR, float]) -> tuple[bool, dict[FR, float]]:
+    fits = True
+    remaining: dict[FR, float] = {}
+    for fr, v in requests.items():
+        if node.usage.get(fr, 0.0) + v > node.subtree.get(fr, 0.0):
+            fits = False
+        remaining[fr] = max(0.0, v - node.local_available(fr))
+    return fits, remaining
+
+
+class DRS:
+    """Kueue's DominantResourceShare for a node: max over resources of borrowed * 1000 / what the
+    parent could lend, divided by the node's fair weight (weight 0 while borrowing = +inf)."""
+
+    __slots__ = ("weight", "ratio", "borrowing", "borrowed")
+
+    def __init__(self, weight: float, ratio: float, borrowing: bool, borrowed: tuple[FR, ...] = ()):
+        self.weight = weight
+        self.ratio = ratio
+        self.borrowing = borrowing
+        self.borrowed = borrowed
+
+    @property
+    def zero_weight_borrows(self) -> bool:
+        return self.weight == 0 and self.borrowing
+
+    @property
+    def is_zero(self) -> bool:
+        return self.ratio == 0
+
+    @property
+    def share(self) -> float:
+        if self.zero_weight_borrows:
+            return INF
+        if self.ratio == 0:
+            return 0.0
+        return self.ratio / self.weight
+
+    def key(self) -> tuple[int, float]:
+        """Sort key matching Kueue's CompareDRS (lower = preferred for admission)."""
+        return (1, self.ratio) if self.zero_weight_borrows else (0, self.share)
+
+    def borrowing_on(self, requested: Mapping[FR, float]) -> bool:
+        return any(requested.get(fr, 0.0) > 0 for fr in self.borrowed)
+
+
+NEGATIVE_DRS = DRS(1.0, -1.0, False)
+
+
+def compare_drs(a: DRS, b: DRS) -> int:
+    ka, kb = a.key(), b.key()
+    return (ka > kb) - (ka < kb)
+
+
 class Snapshot:
-    """Mutable usage counters indexed by cluster queue, cohort and (flavor, resource)."""
+    """The cohort forest, cluster queues and their admitted workloads, mutable within a cycle."""
 
     def __init__(self, state: ClusterState):
-        self.cohorts: dict[str, CohortNode] = {name: CohortNode(name) for name in state.cohorts}
+        self.cohorts: dict[str, CohortNode] = {}
+        specs: dict[str, CohortSpec] = {}
+        for c in state.cohorts:
+            spec = CohortSpec(c) if isinstance(c, str) else c
+            specs[spec.name] = spec
+        for spec in state.cluster_queues:
+            if spec.cohort is not None and spec.cohort not in specs:
+                specs[spec.cohort] = CohortSpec(spec.cohort)
+        for spec in list(specs.values()):
+            if spec.parent is not None and spec.parent not in specs:
+                specs[spec.parent] = CohortSpec(spec.parent)
+        for name, spec in specs.items():
+            self.cohorts[name] = CohortNode(spec)
+        for name, node in self.cohorts.items():
+            p = node.spec.parent
+            if p is not None:
+                node.parent = self.cohorts[p]
+                node.parent.child_cohorts.append(node)
         self.cqs: dict[str, CQNode] = {}
         for spec in state.cluster_queues:
-            cohort = None
+            cq = CQNode(spec)
             if spec.cohort is not None:
-                cohort = self.cohorts.get(spec.cohort)
-                if cohort is None:
-                    cohort = self.cohorts[spec.cohort] = CohortNode(spec.cohort)
-            node = CQNode(spec, cohort)
-            self.cqs[spec.name] = node
-            if cohort is not None:
-                cohort.members.append(node)
-                for fr, q in node.quota.items():
-                    cohort.lendable[fr] = cohort.lendable.get(fr, 0.0) + q.nominal - node.guaranteed[fr]
+                cq.parent = self.cohorts[spec.cohort]
+                cq.parent.child_cqs.append(cq)
+            self.cqs[spec.name] = cq
+        for node in self.cohorts.values():
+            if node.parent is None:
+                _accumulate(node)
         self.flavors = {f.name: f for f in state.flavors}
         self.capacity: dict[FR, float] = {}
         for f in state.flavors:
@@ -88,92 +293,58 @@ class Snapshot:
             self.add_workload(wl)
 
     # -- mutation -------------------------------------------------------------------------
-    def _add_usage(self, cq: CQNode, usage: Mapping[FR, float], sign: float) -> None:
-        cohort = cq.cohort
+    def add_usage(self, cq: CQNode, usage: Mapping[FR, float]) -> None:
         for fr, v in usage.items():
-            old = cq.usage.get(fr, 0.0)
-            new = old + sign * v
-            cq.usage[fr] = new
-            self.total_usage[fr] = self.total_usage.get(fr, 0.0) + sign * v
-            if cohort is not None:
-                g = cq.guaranteed.get(fr, 0.0)
-                delta = max(0.0, new - g) - max(0.0, old - g)
-                if delta:
-                    cohort.usage[fr] = cohort.usage.get(fr, 0.0) + delta
+            add_usage(cq, fr, v)
+            self.total_usage[fr] = self.total_usage.get(fr, 0.0) + v
 
-    def add_workload(self, wl: Workload, flavor: str | None = None) -> None:
+    def remove_usage(self, cq: CQNode, usage: Mapping[FR, float]) -> None:
+        for fr, v in usage.items():
+            remove_usage(cq, fr, v)
+            self.total_usage[fr] = self.total_usage.get(fr, 0.0) - v
+
+    def add_workload(self, wl: Workload) -> None:
         cq = self.cqs.get(wl.cq)
         if cq is None:
             return
-        if flavor is not None and flavor != wl.flavor:
-            wl = replace(wl, flavor=flavor)
         cq.workloads[wl.name] = wl
-        self._add_usage(cq, usage_of(wl), 1.0)
+        self.add_usage(cq, usage_of(wl))
 
     def remove_workload(self, wl: Workload) -> None:
         cq = self.cqs.get(wl.cq)
         if cq is None or cq.workloads.pop(wl.name, None) is None:
             return
-        self._add_usage(cq, usage_of(wl), -1.0)
-
-    def reserve(self, cq: CQNode, usage: Mapping[FR, float], sign: float = 1.0) -> None:
-        """Count usage against a queue without a workload object (a preemptor waiting for victims)."""
-        self._add_usage(cq, usage, sign)
+        self.remove_usage(cq, usage_of(wl))
 
     # -- queries ---------------------------------------------------------------------------
     def nominal(self, cq: CQNode, fr: FR) -> float:
-        q = cq.quota.get(fr)
-        return q.nominal if q is not None else 0.0
+        return cq.quota(fr).nominal
 
     def borrowing_with(self, cq: CQNode, fr: FR, v: float) -> bool:
-        return cq.cohort is not None and cq.usage.get(fr, 0.0) + v > self.nominal(cq, fr)
+        """Kueue's ClusterQueueSnapshot.BorrowingWith: nominal < usage + v."""
+        return cq.quota(fr).nominal < cq.usage.get(fr, 0.0) + v
 
     def is_borrowing(self, cq: CQNode, frs: Iterable[FR]) -> bool:
-        return any(cq.usage.get(fr, 0.0) > self.nominal(cq, fr) for fr in frs)
-
-    def cohort_free(self, cq: CQNode, fr: FR) -> float:
-        c = cq.cohort
-        if c is None:
-            return self.nominal(cq, fr) - cq.usage.get(fr, 0.0)
-        return c.lendable.get(fr, 0.0) - c.usage.get(fr, 0.0)
-
-    def _ceiling(self, fr: FR) -> float:
-        cap = self.capacity.get(fr)
-        return INF if cap is None else cap - self.total_usage.get(fr, 0.0)
+        """Kueue's cqIsBorrowing: a queue in a cohort whose usage is above nominal on any fr."""
+        if cq.parent is None:
+            return False
+        return any(cq.usage.get(fr, 0.0) > cq.quota(fr).nominal for fr in frs)
 
     def available(self, cq: CQNode, fr: FR) -> float:
-        q = cq.quota.get(fr)
-        if q is None:
-            return 0.0
-        u = cq.usage.get(fr, 0.0)
-        c = cq.cohort
-        if c is None:
-            avail = q.nominal - u
-        else:
-            g = cq.guaranteed[fr]
-            local = max(0.0, g - u)
-            parent = c.lendable.get(fr, 0.0) - c.usage.get(fr, 0.0)
-            if q.borrowing_limit is not None:
-                stored = q.nominal - g
-                used_in_parent = max(0.0, u - g)
-                parent = min(stored - used_in_parent + q.borrowing_limit, parent)
-            avail = local + parent
-        return max(0.0, min(avail, self._ceiling(fr)))
+        avail = max(0.0, available(cq, fr))
+        cap = self.capacity.get(fr)
+        if cap is not None:
+            avail = max(0.0, min(avail, cap - self.total_usage.get(fr, 0.0)))
+        return avail
 
     def potential(self, cq: CQNode, fr: FR) -> float:
-        """The most this queue could ever hold of fr (everything else idle)."""
-        q = cq.quota.get(fr)
-        if q is None:
-            return 0.0
-        c = cq.cohort
-        if c is None:
-            pot = q.nominal
-        else:
-            pot = cq.guaranteed[fr] + c.lendable.get(fr, 0.0)
-            if q.borrowing_limit is not None:
-                pot = min(pot, q.nominal + q.borrowing_limit)
+        pot = potential_available(cq, fr)
         cap = self.capacity.get(fr)
         return pot if cap is None else min(pot, cap)
+
+    def cohort_free(self, cq: CQNode, fr: FR) -> float:
+        """Unused quota this queue could still get from its cohort tree (for messages)."""
+        return self.available(cq, fr) - max(0.0, self.nominal(cq, fr) - cq.usage.get(fr, 0.0))
 
     def fits(self, cq: CQNode, req: Mapping[FR, float], allow_borrowing: bool = True) -> bool:
         for fr, v in req.items():
@@ -183,30 +354,50 @@ class Snapshot:
                 return False
         return True
 
-    def dominant_share(
-        self, cq: CQNode, plus: Mapping[FR, float] | None = None, minus: Mapping[FR, float] | None = None
-    ) -> float:
-        """Kueue's dominant resource share: max over resources of borrowed*1000/cohort lendable, / weight."""
-        c = cq.cohort
-        if c is None:
-            return 0.0
-        borrowed: dict[str, float] = {}
-        lendable: dict[str, float] = {}
-        for fr in cq.quota:
-            u = (
-                cq.usage.get(fr, 0.0)
-                + (plus.get(fr, 0.0) if plus else 0.0)
-                - (minus.get(fr, 0.0) if minus else 0.0)
-            )
-            b = max(0.0, u - self.nominal(cq, fr))
-            borrowed[fr[1]] = borrowed.get(fr[1], 0.0) + b
-            lendable[fr[1]] = lendable.get(fr[1], 0.0) + c.lendable.get(fr, 0.0)
-        share = 0.0
-        for r, b in borrowed.items():
-            lr = lendable[r]
-            if lr > 0 and b > 0:
-                share = max(share, b * 1000.0 / lr)
-        w = cq.spec.fair_sharing_weight
-        if w <= 0:
-            return INF if share > 0 else 0.0
-        return share / w
+    def lendable(self, node: CohortNode) -> dict[str, float]:
+        """Kueue's calculateLendable: per resource, what the node could hold, over all flavors."""
+        if node._lendable is None:
+            root = node.root()
+            out: dict[str, float] = {}
+            for fr in root.subtree:
+                out[fr[1]] = out.get(fr[1], 0.0) + potential_available(node, fr)
+            node._lendable = out
+        return node._lendable
+
+    def drs(self, node: Node, plus: Mapping[FR, float] | None = None) -> DRS:
+        if node.parent is None:
+            return DRS(node.fair_weight, 0.0, False)
+        borrowing: dict[str, float] = {}
+        borrowed: list[FR] = []
+        for fr, quota in node.subtree.items():
+            b = (plus.get(fr, 0.0) if plus else 0.0) + node.usage.get(fr, 0.0) - quota
+            if b > 1e-12:
+                borrowing[fr[1]] = borrowing.get(fr[1], 0.0) + b
+                borrowed.append(fr)
+        if not borrowing:
+            return DRS(node.fair_weight, 0.0, False)
+        lendable = self.lendable(node.parent)
+        ratio, dominant = 0.0, ""
+        for r, b in borrowing.items():
+            lr = lendable.get(r, 0.0)
+            if lr > 0:
+                x = b * 1000.0 / lr
+                if x > ratio or (x == ratio and r < dominant):
+                    ratio, dominant = x, r
+        return DRS(node.fair_weight, ratio, True, tuple(borrowed))
+
+    def dominant_share(self, cq: CQNode, plus: Mapping[FR, float] | None = None) -> float:
+        return self.drs(cq, plus).share
+
+
+def _accumulate(cohort: CohortNode) -> None:
+    """Kueue's updateCohortResourceNode: subtree quota = own nominal + what children lend."""
+    cohort.subtree = {fr: q.nominal for fr, q in cohort.quotas.items()}
+    children: list[Node] = []
+    for child in cohort.child_cohorts:
+        _accumulate(child)
+        children.append(child)
+    children.extend(cohort.child_cqs)
+    for child in children:
+        for fr, q in child.subtree.items():
+            cohort.subtree[fr] = cohort.subtree.get(fr, 0.0) + q - child.local_quota(fr)
