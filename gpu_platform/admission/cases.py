@@ -245,10 +245,11 @@ def run_case(case: Mapping[str, Any]) -> CaseOutcome:
                 for c in res.per_cycle
             ]
             final = {w.name: _flavor_out(w.flavor, w.resource_flavors) for w in state.admitted}
-            for p in res.preempted:
-                final.pop(p.victim, None)
-            for a in res.admitted:
-                final[a.name] = _flavor_out(a.flavor, a.flavors)
+            for c in res.per_cycle:
+                for p in c.preempted:
+                    final.pop(p.victim, None)
+                for a in c.admitted:
+                    final[a.name] = _flavor_out(a.flavor, a.flavors)
             out["final_admitted"] = sorted(final)
             out["final_admitted_flavors"] = final
             requeued = {p.name for p in res.pending}

@@ -162,6 +162,8 @@ class _Engine:
         *,
         dominance: bool = False,
         last_tried: dict[str, dict[str, int]] | None = None,
+        parked: set[str] | None = None,
+        sticky: dict[str, str] | None = None,
     ):
         self.state = state
         self.snap = Snapshot(state)
@@ -196,7 +198,10 @@ class _Engine:
         self.nofit: dict[str, list[Workload]] = {name: [] for name in self.queues}
         self.admitted: list[Admission] = []
         self.done: set[str] = set()  # admitted in this run
-        self.parked: set[str] = set()  # in the inadmissible list (or over budget)
+        self.parked: set[str] = set(parked or ())  # in the inadmissible list (or over budget)
+        # Kueue's stickyWorkload: a BestEffortFIFO preemptor stays at the head while its
+        # preemptions are in progress (cluster queue -> workload).
+        self.sticky: dict[str, str] = dict(sticky or {})
         self.waiting: dict[str, int] = {}  # preemptor -> index into self.preempted
         self.preempted: list[Preemption] = []
         self.victims: dict[str, Workload] = {}
@@ -365,6 +370,12 @@ class _Engine:
     # -- heads ------------------------------------------------------------------------------
     def _head(self, name: str) -> Workload | None:
         q = self.queues[name]
+        stick = self.sticky.get(name)
+        if stick is not None:
+            for w in q:
+                if w.name == stick and w.name not in self.done and w.name not in self.parked:
+                    return w
+            self.sticky.pop(name, None)
         i = self.cursor[name]
         budget = self.budget[name]
         while i < len(q):
@@ -527,7 +538,9 @@ class _Engine:
             return False
         usage = a.usage(wl)
         if a.mode == M_PREEMPT and not e.targets:
-            e.outcome = "nocand"
+            # Held back only by a lane rule (yields_to, protected, evidence not yet checkpointed):
+            # the rule can lift without any quota change, so the head stays in the active queue.
+            e.outcome = "held" if e.search is not None and e.search.excluded else "nocand"
             msg = "; ".join(dict.fromkeys(n for n in a.notes if " and " in n)) or "; ".join(
                 dict.fromkeys(a.notes)
             )
@@ -605,6 +618,11 @@ class _Engine:
     def _requeue(self, e: _Entry) -> None:
         """Kueue's requeueAndUpdate / ClusterQueue.requeueIfNotPresent: where a head goes next."""
         name = e.wl.name
+        cqn = e.cq.name
+        if e.outcome == "preempting" and e.cq.spec.queueing_strategy != STRICT_FIFO:
+            self.sticky[cqn] = name
+        elif self.sticky.get(cqn) == name:
+            del self.sticky[cqn]
         if e.outcome in ("skipped", "preempting"):
             self.last_tried.pop(name, None)
             return
@@ -831,47 +849,50 @@ def admit_until_stable(state: ClusterState, max_cycles: int = 1000) -> CycleResu
 
 def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, max_cycles: int = 20) -> CycleResult:
     """Kueue's scheduler run cycle after cycle with its controllers acting in between: admitted
-    workloads become admitted, each preempted workload finishes its eviction and is requeued as
-    pending with its creation time (or finishes for good with `evicted_finish`), inadmissible
-    workloads go back to the active queues, and the clock advances 1 s. Stops after a cycle that
-    admits nothing, preempts nothing and leaves the queues as they were, or when nothing is left
-    to try. `per_cycle` holds what each cycle did; the result's lists cover the whole run."""
+    workloads become admitted, each preempted workload finishes its eviction (releasing its
+    quota) and is requeued as pending with its creation time, or finishes for good with
+    `evicted_finish`; released quota moves the inadmissible workloads of that cohort tree back to
+    the active queues (Kueue's QueueAssociatedInadmissibleWorkloadsAfter); the clock advances 1 s.
+    Stops after a cycle that admits nothing, preempts nothing and leaves the queues as they were,
+    or when nothing is left to try. `per_cycle` holds what each cycle did; the result's lists
+    cover the whole run."""
     with _gc_paused():
-        last_tried: dict[str, dict[str, int]] = {}
+        carry = _Carry()
         admitted_all: list[Admission] = []
         preempted_all: list[Preemption] = []
         logs: list[CycleLog] = []
-        prev_queues = _queue_state(state, set())
+        prev_queues = frozenset((w.cq, w.name, "active") for w in state.pending)
         res: CycleResult | None = None
         cur = state
         for _ in range(max_cycles):
-            if not cur.pending:
-                break
-            eng = _Engine(cur, last_tried=last_tried)
+            eng = _Engine(cur, last_tried=carry.last_tried, parked=carry.parked, sticky=carry.sticky)
             eng.cycle()
             res = eng.result()
             logs.append(CycleLog(tuple(res.admitted), tuple(res.preempted)))
             admitted_all.extend(res.admitted)
             preempted_all.extend(res.preempted)
-            queues = _queue_state(cur, eng.parked, eng.done)
+            queues = frozenset((p.cq, p.name, p.queue) for p in res.pending)
             if not res.admitted and not res.preempted and queues == prev_queues:
                 break
             prev_queues = queues
-            cur = _advance(cur, res, evicted_finish, last_tried)
+            carry.parked = set(eng.parked)
+            carry.sticky = dict(eng.sticky)
+            cur = _advance(cur, eng, res, evicted_finish, carry)
         if res is None:
-            eng = _Engine(cur)
-            res = eng.result()
+            res = _Engine(cur).result()
         return CycleResult(admitted_all, preempted_all, res.pending, res.rejected, len(logs), logs)
 
 
-def _queue_state(state: ClusterState, parked: set[str], done: set[str] | None = None) -> frozenset:
-    done = done or set()
-    return frozenset((w.cq, w.name, w.name in parked) for w in state.pending if w.name not in done)
+@dataclass(slots=True)
+class _Carry:
+    """What Kueue's queue manager remembers between cycles."""
+
+    last_tried: dict[str, dict[str, int]] = field(default_factory=dict)
+    parked: set[str] = field(default_factory=set)
+    sticky: dict[str, str] = field(default_factory=dict)
 
 
-def _advance(
-    state: ClusterState, res: CycleResult, evicted_finish: bool, last_tried: dict[str, dict[str, int]]
-) -> ClusterState:
+def _advance(state: ClusterState, eng: _Engine, res: CycleResult, evicted_finish: bool, carry: _Carry) -> ClusterState:
     victims = {p.victim for p in res.preempted}
     by_name = {a.name: a for a in res.admitted}
     admitted = [w for w in state.admitted if w.name not in victims]
@@ -889,10 +910,21 @@ def _advance(
         else:
             pending.append(w)
     if victims:
-        touched = {w.cq for w in state.admitted if w.name in victims}
+        trees = set()
+        for w in state.admitted:
+            if w.name in victims:
+                cq = eng.snap.cqs.get(w.cq)
+                if cq is not None:
+                    trees.add(cq.root().name if cq.parent is not None else "cq:" + cq.name)
+        released = {
+            name
+            for name, cq in eng.snap.cqs.items()
+            if (cq.root().name if cq.parent is not None else "cq:" + cq.name) in trees
+        }
         for w in pending:
-            if w.cq in touched:
-                last_tried.pop(w.name, None)
+            if w.cq in released:
+                carry.parked.discard(w.name)
+                carry.last_tried.pop(w.name, None)
     return replace(state, admitted=tuple(admitted), pending=tuple(pending + requeued), now=state.now + 1.0)
 
 
