@@ -623,8 +623,14 @@ class _Engine:
             self.sticky[cqn] = name
         elif self.sticky.get(cqn) == name:
             del self.sticky[cqn]
-        if e.outcome in ("skipped", "preempting"):
+        if e.outcome == "preempting":
             self.last_tried.pop(name, None)
+            return
+        if e.outcome == "skipped":
+            # The flavor scan resumes after the flavor just tried (the entry keeps its
+            # LastAssignment); only issued preemptions restart the scan.
+            if e.a.last_tried:
+                self.last_tried[name] = dict(e.a.last_tried)
             return
         if e.outcome in ("nofit", "nocand"):
             pending_flavors = any(i != -1 for i in e.a.last_tried.values())
@@ -924,7 +930,6 @@ def _advance(state: ClusterState, eng: _Engine, res: CycleResult, evicted_finish
         for w in pending:
             if w.cq in released:
                 carry.parked.discard(w.name)
-                carry.last_tried.pop(w.name, None)
     return replace(state, admitted=tuple(admitted), pending=tuple(pending + requeued), now=state.now + 1.0)
 
 
