@@ -323,8 +323,10 @@ class _Engine:
                 if _is_preferred(rep, best_mode, fung):
                     best, best_mode = assigns, rep
             if best is None:
-                if not group.flavors[start:]:
-                    a.notes.append(f"{cq.name} has no flavor left to try for {r}")
+                usable = [f for f in group.flavors if self._flavor_refusal(wl, cq, f) is None]
+                if not usable:
+                    allowed = wl.flavor or (", ".join(wl.allowed_flavors) if wl.allowed_flavors else "any")
+                    a.notes.insert(0, f"{cq.name} has no usable flavor matching {allowed}")
                 a.flavors.clear()
                 a.mode = M_NOFIT
                 a.last_tried = {}

@@ -155,4 +155,7 @@ def from_policy(
         cohorts=tuple(c.name for c in policy.cohorts),
         fair_sharing=policy.fair_sharing.enabled,
         now=now,
+        # A lane governs only the resources it has quota for (Kueue's QuotaCheckStrategy
+        # IgnoreUndeclared): a GPU lane does not refuse a job for asking for CPUs.
+        ignore_undeclared_resources=True,
     )

@@ -106,15 +106,15 @@ def _usage_ok(state: ClusterState) -> None:
     for fr, used in snap.total_usage.items():
         assert used <= snap.capacity[fr] + 1e-9, f"{fr}: {used} > capacity {snap.capacity[fr]}"
     for cq in snap.cqs.values():
-        for fr, q in cq.quota.items():
+        for fr, q in cq.quotas.items():
             u = cq.usage.get(fr, 0.0)
-            if cq.cohort is None:
+            if cq.parent is None:
                 assert u <= q.nominal + 1e-9
             elif q.borrowing_limit is not None:
                 assert u <= q.nominal + q.borrowing_limit + 1e-9, f"{cq.name} {fr} borrows past its limit"
     for c in snap.cohorts.values():
         for fr, used in c.usage.items():
-            assert used <= c.lendable.get(fr, 0.0) + 1e-9, f"cohort {c.name} {fr}: lent more than lendable"
+            assert used <= c.subtree.get(fr, 0.0) + 1e-9, f"cohort {c.name} {fr}: lent more than its subtree holds"
 
 
 def _victims_ok(state: ClusterState, res) -> None:
