@@ -68,7 +68,7 @@ def raw_default():
 @pytest.mark.parametrize(
     "mutation, fragment",
     [
-        (lambda d: d["lanes"]["release_eval"]["quotas"][0].update(lending_limit=99), "lanes.release_eval.quotas[0].lending_limit: 99 exceeds nominal_quota 8"),
+        (lambda d: d["lanes"]["release_eval"]["quotas"][0].update(lending_limit=99), "lanes.release_eval.quotas[0].lending_limit: 99 exceeds nominal_quota 4"),
         (lambda d: d["lanes"]["release_eval"].update(cohort_name="nope"), "lanes.release_eval.cohort_name: unknown cohort 'nope'"),
         (lambda d: d["lanes"]["release_eval"]["quotas"].append(dict(d["lanes"]["release_eval"]["quotas"][0])), "duplicate quota for (h100-ondemand, nvidia.com/gpu)"),
         (lambda d: d["lanes"]["platform_maintenance"].update(yields_to=["incident_response"]), "a protected lane is never preempted"),
@@ -105,3 +105,73 @@ def test_unreadable_and_unparsable_files_are_named(tmp_path):
     bad.write_text("lanes: [\n  a: b\n")
     with pytest.raises(PolicyError, match=r"<yaml> line \d+"):
         load_policy(bad)
+
+
+def test_default_policy_cohort_tree_reserves_assurance_capacity(policy):
+    tree = {c.name: c for c in policy.cohorts}
+    assert tree["gpu-pool"].parent_name is None
+    assert tree["assurance"].parent_name == "gpu-pool" and tree["batch"].parent_name == "gpu-pool"
+    for lane in ("incident_response", "release_eval", "candidate_train"):
+        assert policy.lane(lane).cohort_name == "assurance"
+    assert policy.lane("research_best_effort").cohort_name == "batch"
+    reserve = {q.flavor_name: q for q in tree["assurance"].quotas}
+    assert reserve["h100-ondemand"].nominal_quota > 0 and reserve["h100-ondemand"].lending_limit == 0
+    # Lanes' and cohorts' nominal quotas together fit each flavor's capacity.
+    for flavor in policy.flavors:
+        rows = [q for lane in policy.lanes.values() for q in lane.quotas]
+        rows += [q for c in policy.cohorts for q in c.quotas]
+        total = sum(q.nominal_quota for q in rows if q.flavor_name == flavor.name and q.resource == GPU)
+        assert total <= flavor.capacity[GPU], flavor.name
+
+
+def _with_cohorts(cohorts: list[dict]) -> dict:
+    raw = yaml.safe_load((Path(__file__).parents[1] / "gpu_platform" / "policy" / "default.yaml").read_text())
+    raw["cohorts"] = cohorts
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("cohorts", "message"),
+    [
+        (
+            [{"name": "gpu-pool"}, {"name": "assurance", "parent_name": "nowhere"}, {"name": "batch", "parent_name": "gpu-pool"}],
+            "cohorts[1].parent_name: unknown cohort 'nowhere'",
+        ),
+        (
+            [
+                {"name": "gpu-pool", "parent_name": "batch"},
+                {"name": "assurance", "parent_name": "gpu-pool"},
+                {"name": "batch", "parent_name": "assurance"},
+            ],
+            "the cohort tree has a cycle through 'gpu-pool'",
+        ),
+        (
+            [
+                {"name": "gpu-pool", "quotas": [{"flavor_name": "h100-ondemand", "nominal_quota": 2, "lending_limit": 1}]},
+                {"name": "assurance", "parent_name": "gpu-pool"},
+                {"name": "batch", "parent_name": "gpu-pool"},
+            ],
+            "cohorts[0].quotas[0].lending_limit: set on root cohort 'gpu-pool'; limits need a parent_name",
+        ),
+        (
+            [
+                {"name": "gpu-pool"},
+                {"name": "assurance", "parent_name": "gpu-pool", "quotas": [{"flavor_name": "h100-ondemand", "nominal_quota": 20}]},
+                {"name": "batch", "parent_name": "gpu-pool"},
+            ],
+            "flavors.h100-ondemand.capacity.nvidia.com/gpu: lanes' and cohorts' nominal quotas sum to 44",
+        ),
+        (
+            [
+                {"name": "gpu-pool"},
+                {"name": "assurance", "parent_name": "gpu-pool", "quotas": [{"flavor_name": "b200", "nominal_quota": 1}]},
+                {"name": "batch", "parent_name": "gpu-pool"},
+            ],
+            "cohorts[1].quotas[0].flavor_name: unknown flavor 'b200'",
+        ),
+    ],
+)
+def test_cohort_tree_errors_are_named(cohorts: list[dict], message: str) -> None:
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(_with_cohorts(cohorts))
+    assert any(message in e for e in exc.value.errors), exc.value.errors

@@ -678,6 +678,8 @@ class _Engine:
         self.done.add(wl.name)
         self.status.pop(wl.name, None)
         self.last_tried.pop(wl.name, None)
+        # Counted in the snapshot but never a victim in this run (like Kueue's assumed workloads,
+        # which the cycle's snapshot holds as usage only), so kept off the victim index.
         cq.workloads[wl.name] = replace(
             wl,
             flavor=flavor,

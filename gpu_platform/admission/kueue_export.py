@@ -111,14 +111,50 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
     }
 
 
+def _resource_groups(quotas: Any) -> list[dict[str, Any]]:
+    """One resource group over every resource the quotas name; each flavor lists all of them
+    (the CRD requires as many resources per flavor as coveredResources)."""
+    quotas = list(quotas)
+    if not quotas:
+        return []
+    resources = list(dict.fromkeys([GPU] * any(q.resource == GPU for q in quotas) + [q.resource for q in quotas]))
+    by = {(q.flavor_name, q.resource): q for q in quotas}
+    flavors = []
+    for fname in dict.fromkeys(q.flavor_name for q in quotas):
+        entries = []
+        for r in resources:
+            q = by.get((fname, r))
+            entry: dict[str, Any] = {"name": r, "nominalQuota": quantity(r, q.nominal_quota if q else 0)}
+            if q is not None and q.borrowing_limit is not None:
+                entry["borrowingLimit"] = quantity(r, q.borrowing_limit)
+            if q is not None and q.lending_limit is not None:
+                entry["lendingLimit"] = quantity(r, q.lending_limit)
+            entries.append(entry)
+        flavors.append({"name": fname, "resources": entries})
+    return [{"coveredResources": resources, "flavors": flavors}]
+
+
+def cohort(policy: Policy, c: Any) -> dict[str, Any]:
+    """A v1beta2 Cohort: parentName, its own resourceGroups, and its fair-sharing weight."""
+    meta = _meta(c.name)
+    if c.description:
+        meta["annotations"] = {"gpu-platform.io/description": c.description}
+    spec: dict[str, Any] = {}
+    if c.parent_name is not None:
+        spec["parentName"] = c.parent_name
+    groups = _resource_groups(c.quotas)
+    if groups:
+        spec["resourceGroups"] = groups
+    if policy.fair_sharing.enabled:
+        spec["fairSharing"] = {"weight": quantity("weight", c.fair_sharing_weight)}
+    return {"apiVersion": API, "kind": "Cohort", "metadata": meta, "spec": spec}
+
+
 def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
     """Every manifest, in apply order: flavors, cohorts, priority classes, cluster queues, local queues."""
     out: list[dict[str, Any]] = [resource_flavor(policy, f.name) for f in policy.flavors]
     for c in policy.cohorts:
-        meta = _meta(c.name)
-        if c.description:
-            meta["annotations"] = {"gpu-platform.io/description": c.description}
-        out.append({"apiVersion": API, "kind": "Cohort", "metadata": meta, "spec": {}})
+        out.append(cohort(policy, c))
     lanes = policy.lanes_by_priority()
     for lane in lanes:
         out.append(

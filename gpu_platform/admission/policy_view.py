@@ -14,6 +14,7 @@ from decimal import Decimal
 from gpu_platform.admission.model import (
     ClusterQueueSpec,
     ClusterState,
+    CohortSpec,
     FlavorSpec,
     ResourceQuota,
     Workload,
@@ -152,7 +153,18 @@ def from_policy(
         flavors=flavors,
         admitted=tuple(adm),
         pending=tuple(pend),
-        cohorts=tuple(c.name for c in policy.cohorts),
+        cohorts=tuple(
+            CohortSpec(
+                c.name,
+                c.parent_name,
+                tuple(
+                    ResourceQuota(q.flavor_name, q.resource, q.nominal_quota, q.borrowing_limit, q.lending_limit)
+                    for q in c.quotas
+                ),
+                c.fair_sharing_weight,
+            )
+            for c in policy.cohorts
+        ),
         fair_sharing=policy.fair_sharing.enabled,
         now=now,
         # A lane governs only the resources it has quota for (Kueue's QuotaCheckStrategy

@@ -81,7 +81,13 @@ def exclusion(victim: Workload, vcq: CQNode, preemptor: Workload, pcq: CQNode) -
 
 
 def uses(wl: Workload, frs: Container[FR]) -> bool:
-    return any(fr in frs for fr in usage_of(wl))
+    if wl.resource_flavors:
+        return any(fr in frs for fr in usage_of(wl))
+    f = wl.flavor
+    for r, v in wl.requests.items():
+        if v > 0 and (f, r) in frs:
+            return True
+    return False
 
 
 def satisfies_policy(preemptor: Workload, cand: Workload, policy: str) -> bool:
@@ -153,11 +159,11 @@ def _bwc(cq: CQNode) -> tuple[bool, int | None]:
 
 
 def _classify(ctx: _Ctx, cand: Workload, ccq: CQNode, advantage: bool) -> int:
-    if not uses(cand, ctx.need):
-        return NEVER_V
     same = ccq is ctx.cq
     policy = ctx.cq.spec.within_cluster_queue if same else ctx.cq.spec.reclaim_within_cohort
     if not satisfies_policy(ctx.wl, cand, policy):
+        return NEVER_V
+    if not uses(cand, ctx.need):
         return NEVER_V
     if not ctx.allowed(cand, ccq):
         return NEVER_V
@@ -182,7 +188,13 @@ class _Cand:
 
 
 def _from_cq(ctx: _Ctx, ccq: CQNode, lca: CohortNode | None, advantage: bool, out: list[_Cand]) -> None:
-    for w in ccq.workloads.values():
+    same = ccq is ctx.cq
+    policy = ctx.cq.spec.within_cluster_queue if same else ctx.cq.spec.reclaim_within_cohort
+    if policy == NEVER:
+        return
+    for w in ccq.by_priority():
+        if policy != ANY and w.priority > ctx.wl.priority:
+            break
         v = _classify(ctx, w, ccq, advantage)
         if v != NEVER_V:
             out.append(_Cand(w, ccq, lca, v))
@@ -396,7 +408,7 @@ def _find_candidates_flat(ctx: _Ctx) -> list[Workload]:
     cq = ctx.cq
     out: list[Workload] = []
     if cq.spec.within_cluster_queue != NEVER:
-        for w in cq.workloads.values():
+        for w in cq.by_priority():
             if satisfies_policy(ctx.wl, w, cq.spec.within_cluster_queue) and uses(w, ctx.need) and ctx.allowed(w, cq):
                 out.append(w)
     if cq.parent is not None and cq.spec.reclaim_within_cohort != NEVER:
@@ -405,7 +417,7 @@ def _find_candidates_flat(ctx: _Ctx) -> list[Workload]:
         for other in root.subtree_cqs():
             if other is cq or not ctx.snap.is_borrowing(other, ctx.need):
                 continue
-            for w in other.workloads.values():
+            for w in other.by_priority():
                 if (
                     satisfies_policy(ctx.wl, w, cq.spec.reclaim_within_cohort)
                     and uses(w, ctx.need)

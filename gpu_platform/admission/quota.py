@@ -12,6 +12,7 @@ it is stored in the parent. A flavor's physical capacity, when known, is one mor
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator, Mapping
 
 from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, CohortSpec, ResourceQuota, Workload
@@ -103,15 +104,34 @@ class ResourceGroup:
 
 
 class CQNode(Node):
-    __slots__ = ("spec", "workloads", "groups", "by_resource", "covered")
+    __slots__ = ("spec", "workloads", "groups", "by_resource", "covered", "_plist", "_listed", "_seq")
 
     def __init__(self, spec: ClusterQueueSpec):
         super().__init__(spec.name, spec.quotas, spec.fair_sharing_weight, True)
         self.spec = spec
         self.workloads: dict[str, Workload] = {}
+        # Admitted workloads by priority (ascending), for victim searches that stop at the
+        # preemptor's priority; removed entries are skipped lazily.
+        self._plist: list[tuple[int, int, Workload]] = []
+        self._listed: dict[str, Workload] = {}
+        self._seq = 0
         self.groups: list[ResourceGroup] = _resource_groups(spec.quotas)
         self.by_resource: dict[str, ResourceGroup] = {r: g for g in self.groups for r in g.covered}
         self.covered = frozenset(self.by_resource)
+
+
+    def put(self, wl: Workload) -> None:
+        self.workloads[wl.name] = wl
+        if self._listed.get(wl.name) is not wl:
+            self._seq += 1
+            bisect.insort(self._plist, (wl.priority, self._seq, wl), key=lambda t: (t[0], t[1]))
+            self._listed[wl.name] = wl
+
+    def by_priority(self) -> Iterator[Workload]:
+        wls = self.workloads
+        for _p, _s, w in self._plist:
+            if wls.get(w.name) is w:
+                yield w
 
 
 def _resource_groups(quotas: Iterable[ResourceQuota]) -> list[ResourceGroup]:
@@ -268,7 +288,7 @@ class Snapshot:
                 specs[spec.parent] = CohortSpec(spec.parent)
         for name, spec in specs.items():
             self.cohorts[name] = CohortNode(spec)
-        for name, node in self.cohorts.items():
+        for node in self.cohorts.values():
             p = node.spec.parent
             if p is not None:
                 node.parent = self.cohorts[p]
@@ -307,7 +327,7 @@ class Snapshot:
         cq = self.cqs.get(wl.cq)
         if cq is None:
             return
-        cq.workloads[wl.name] = wl
+        cq.put(wl)
         self.add_usage(cq, usage_of(wl))
 
     def remove_workload(self, wl: Workload) -> None:

@@ -79,16 +79,11 @@ class Flavor(_Frozen):
         return int(self.capacity[GPU])
 
 
-class Cohort(_Frozen):
-    name: str
-    description: str = ""
-
-
 class Quota(_Frozen):
-    """Quota of one lane for one (flavor, resource).
+    """Quota of one lane (or cohort) for one (flavor, resource).
 
-    borrowing_limit=None: no limit on borrowing from the cohort; must be None without a cohort.
-    lending_limit=None: all of the nominal quota may be lent to the cohort.
+    borrowing_limit=None: no limit on borrowing from the parent cohort; must be None without one.
+    lending_limit=None: all of the nominal quota may be lent to the parent cohort.
     """
 
     flavor_name: str
@@ -96,6 +91,21 @@ class Quota(_Frozen):
     nominal_quota: float = Field(ge=0)
     borrowing_limit: float | None = Field(default=None, ge=0)
     lending_limit: float | None = Field(default=None, ge=0)
+
+
+class Cohort(_Frozen):
+    """A Kueue v1beta2 Cohort: a node of the cohort tree that lanes borrow through.
+
+    parent_name=None: a root cohort. quotas: capacity the cohort itself holds for its subtree
+    (a lending_limit keeps part of it for the subtree only; limits only on a cohort with a parent).
+    fair_sharing_weight: the subtree's weight against its siblings under fair sharing.
+    """
+
+    name: str
+    description: str = ""
+    parent_name: str | None = None
+    quotas: tuple[Quota, ...] = ()
+    fair_sharing_weight: float = Field(default=1.0, gt=0)
 
 
 class BorrowWithinCohort(_Frozen):
@@ -232,14 +242,16 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
     capacity = {
         f.get("name"): (f.get("capacity") or {}) for f in flavors if isinstance(f, dict)
     }
-    cohorts = [c.get("name") for c in raw.get("cohorts") or [] if isinstance(c, dict)]
+    raw_cohorts = [c for c in raw.get("cohorts") or [] if isinstance(c, dict)]
+    cohorts = [c.get("name") for c in raw_cohorts]
     for name, n in Counter(cohorts).items():
         if n > 1:
             errors.append(f"cohorts: duplicate cohort name {name!r}")
+    nominal_sum: Counter[tuple[str, str]] = Counter()
+    errors.extend(_cohort_tree_errors(raw_cohorts, capacity, nominal_sum))
     lanes = raw.get("lanes") or {}
     if not isinstance(lanes, dict):
         return errors
-    nominal_sum: Counter[tuple[str, str]] = Counter()
     for lane_name, lane in lanes.items():
         if not isinstance(lane, dict):
             continue
@@ -252,25 +264,11 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
             if not isinstance(q, dict):
                 continue
             qp = f"{base}.quotas[{i}]"
-            flavor = q.get("flavor_name")
-            resource = q.get("resource", "nvidia.com/gpu")
-            if flavor not in capacity:
-                errors.append(f"{qp}.flavor_name: unknown flavor {flavor!r} (known: {', '.join(map(str, capacity))})")
-            elif resource not in capacity[flavor]:
-                errors.append(f"{qp}.resource: flavor {flavor!r} declares no capacity for {resource!r}")
-            if (flavor, resource) in seen:
-                errors.append(f"{qp}: duplicate quota for ({flavor}, {resource})")
-            seen.add((flavor, resource))
+            errors.extend(_quota_errors(qp, q, capacity, seen, nominal_sum))
             if cohort is None:
                 for key in ("borrowing_limit", "lending_limit"):
                     if q.get(key) is not None:
                         errors.append(f"{qp}.{key}: set but lane has no cohort_name")
-            nominal = q.get("nominal_quota")
-            lending = q.get("lending_limit")
-            if isinstance(nominal, int | float) and isinstance(lending, int | float) and lending > nominal:
-                errors.append(f"{qp}.lending_limit: {lending} exceeds nominal_quota {nominal}")
-            if isinstance(nominal, int | float) and nominal >= 0:
-                nominal_sum[(flavor, resource)] += nominal
         for i, other in enumerate(lane.get("yields_to") or []):
             if other not in lanes:
                 errors.append(f"{base}.yields_to[{i}]: unknown lane {other!r}")
@@ -282,7 +280,8 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
         cap = capacity.get(flavor, {}).get(resource)
         if isinstance(cap, int | float) and total > cap:
             errors.append(
-                f"flavors.{flavor}.capacity.{resource}: lanes' nominal quotas sum to {total:g}, more than the capacity {cap:g}"
+                f"flavors.{flavor}.capacity.{resource}: lanes' and cohorts' nominal quotas sum to {total:g}, "
+                f"more than the capacity {cap:g}"
             )
     priorities = [
         (name, lane.get("priority")) for name, lane in lanes.items() if isinstance(lane, dict)
@@ -297,6 +296,64 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
         for ns, n in namespaces.items():
             if n > 1 and ns is not None:
                 errors.append(f"teams: namespace {ns!r} used by {n} teams")
+    return errors
+
+
+def _quota_errors(
+    qp: str,
+    q: dict[str, Any],
+    capacity: dict[Any, dict[str, Any]],
+    seen: set[tuple[Any, Any]],
+    nominal_sum: Counter[tuple[str, str]],
+) -> list[str]:
+    errors: list[str] = []
+    flavor = q.get("flavor_name")
+    resource = q.get("resource", "nvidia.com/gpu")
+    if flavor not in capacity:
+        errors.append(f"{qp}.flavor_name: unknown flavor {flavor!r} (known: {', '.join(map(str, capacity))})")
+    elif resource not in capacity[flavor]:
+        errors.append(f"{qp}.resource: flavor {flavor!r} declares no capacity for {resource!r}")
+    if (flavor, resource) in seen:
+        errors.append(f"{qp}: duplicate quota for ({flavor}, {resource})")
+    seen.add((flavor, resource))
+    nominal = q.get("nominal_quota")
+    lending = q.get("lending_limit")
+    if isinstance(nominal, int | float) and isinstance(lending, int | float) and lending > nominal:
+        errors.append(f"{qp}.lending_limit: {lending} exceeds nominal_quota {nominal}")
+    if isinstance(nominal, int | float) and nominal >= 0:
+        nominal_sum[(flavor, resource)] += nominal
+    return errors
+
+
+def _cohort_tree_errors(
+    cohorts: list[dict[str, Any]], capacity: dict[Any, dict[str, Any]], nominal_sum: Counter[tuple[str, str]]
+) -> list[str]:
+    """The cohort tree: known parents, no cycle, limits only below a root, valid quotas."""
+    errors: list[str] = []
+    names = {c.get("name") for c in cohorts}
+    parent = {c.get("name"): c.get("parent_name") for c in cohorts}
+    for i, c in enumerate(cohorts):
+        base = f"cohorts[{i}]"
+        p = c.get("parent_name")
+        if p is not None and p not in names:
+            errors.append(f"{base}.parent_name: unknown cohort {p!r} (known: {', '.join(sorted(map(str, names)))})")
+        seen_chain = {c.get("name")}
+        while p is not None and p in parent:
+            if p in seen_chain:
+                errors.append(f"{base}.parent_name: the cohort tree has a cycle through {c.get('name')!r}")
+                break
+            seen_chain.add(p)
+            p = parent[p]
+        seen: set[tuple[Any, Any]] = set()
+        for j, q in enumerate(c.get("quotas") or []):
+            if not isinstance(q, dict):
+                continue
+            qp = f"{base}.quotas[{j}]"
+            errors.extend(_quota_errors(qp, q, capacity, seen, nominal_sum))
+            if c.get("parent_name") is None:
+                for key in ("borrowing_limit", "lending_limit"):
+                    if q.get(key) is not None:
+                        errors.append(f"{qp}.{key}: set on root cohort {c.get('name')!r}; limits need a parent_name")
     return errors
 
 

@@ -13,7 +13,13 @@ from gpu_platform.admission.cases import load_cases, run_case
 from gpu_platform.admission.cli import admit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "admission"
-FILES = ("kueue.yaml", "lanes.yaml", "platform.yaml")
+SHARED = (
+    "kueue.yaml",
+    "lanes.yaml",
+    "kueue-hierarchical.yaml",
+    *sorted(f"kueue-random/{p.name}" for p in (FIXTURES / "kueue-random").glob("*.yaml")),
+)
+FILES = (*SHARED, "platform.yaml")
 CASES = [(f, c) for f in FILES for c in load_cases(FIXTURES / f)]
 
 
@@ -27,8 +33,8 @@ def test_shared_files_are_unchanged_copies_when_reference_present() -> None:
     ref = Path(__file__).resolve().parents[3] / "shared" / "reference" / "admission-cases"
     if not ref.exists():
         pytest.skip("needs the shared reference checked out beside the repository (../shared/reference)")
-    for name in ("kueue.yaml", "lanes.yaml"):
-        assert (FIXTURES / name).read_text() == (ref / name).read_text()
+    for name in (*SHARED, "README.md"):
+        assert (FIXTURES / name).read_text() == (ref / name).read_text(), name
 
 
 def test_every_platform_rule_has_a_case() -> None:
@@ -56,7 +62,10 @@ def test_every_platform_rule_has_a_case() -> None:
         assert word in ids, word
 
 
-@pytest.mark.parametrize("name", FILES)
+CLI_FILES = ("kueue.yaml", "lanes.yaml", "kueue-hierarchical.yaml", "kueue-random/stable-200-seed21.yaml", "platform.yaml")
+
+
+@pytest.mark.parametrize("name", CLI_FILES)
 def test_cli_admit_passes_and_prints_json_per_case(name: str) -> None:
     res = CliRunner().invoke(admit, ["--cases", str(FIXTURES / name)])
     assert res.exit_code == 0, res.output
@@ -68,6 +77,9 @@ def test_cli_admit_passes_and_prints_json_per_case(name: str) -> None:
             assert set(p) >= {"name", "reason"}
         for p in out["pending"]:
             assert set(p) >= {"name", "reason"}
+        if name.startswith("kueue-random/stable"):
+            assert out["n_cycles"] == len(out["cycles"]) >= 1
+            assert {"final_admitted", "evicted_finished"} <= set(out)
 
 
 def test_cli_admit_fails_on_unmet_expectation(tmp_path: Path) -> None:

@@ -43,17 +43,21 @@ def running(
 def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     state = from_policy(pol, budget_spent={"release_eval": Decimal("1000")})
     assert len(state.cluster_queues) == 8 and len(state.flavors) == 3
-    assert state.cohorts == ("gpu-pool",)
+    assert [(c.name, c.parent) for c in state.cohorts] == [
+        ("gpu-pool", None),
+        ("assurance", "gpu-pool"),
+        ("batch", "gpu-pool"),
+    ]
     cqs = {c.name: c for c in state.cluster_queues}
     re = cqs["release_eval"]
-    assert re.cohort == "gpu-pool" and re.queueing_strategy == "StrictFIFO"
+    assert re.cohort == "assurance" and re.queueing_strategy == "StrictFIFO"
     assert re.yields_to == ("incident_response",) and re.reclaim_within_cohort == "Any"
     assert re.budget_total == 60000 and re.budget_remaining == 59000
     assert cqs["platform_maintenance"].protected
     assert cqs["candidate_train"].borrow_within_cohort == "LowerPriority"
     assert cqs["candidate_train"].max_priority_threshold == 200
     q = next(q for q in cqs["candidate_train"].quotas if q.flavor == "h100-ondemand")
-    assert (q.nominal, q.borrowing_limit, q.lending_limit) == (12, 8, 6)
+    assert (q.nominal, q.borrowing_limit, q.lending_limit) == (8, 12, 4)
     caps = {f.name: f.capacity[GPU] for f in state.flavors}
     assert caps == {"h100-ondemand": 32, "l4-inference": 16, "a100-spot": 16}
     assert {f.name for f in state.flavors if f.spot} == {"a100-spot"}

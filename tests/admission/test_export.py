@@ -196,3 +196,19 @@ def test_cli_export_reports_a_bad_policy(tmp_path: Path) -> None:
     bad = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "broken.yaml"
     res = CliRunner().invoke(kueue, ["export", "--policy", str(bad), "--out", str(tmp_path)])
     assert res.exit_code != 0
+
+
+def test_cohort_tree_is_exported_with_parents_and_quotas(manifests: list[dict]) -> None:
+    cohorts = {m["metadata"]["name"]: m["spec"] for m in manifests if m["kind"] == "Cohort"}
+    assert "parentName" not in cohorts["gpu-pool"]
+    assert cohorts["assurance"]["parentName"] == "gpu-pool" and cohorts["batch"]["parentName"] == "gpu-pool"
+    (group,) = cohorts["assurance"]["resourceGroups"]
+    assert group["coveredResources"] == ["nvidia.com/gpu"]
+    h100 = next(f for f in group["flavors"] if f["name"] == "h100-ondemand")
+    assert h100["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": 8, "lendingLimit": 0}]
+    # Every ClusterQueue names a cohort that is exported, and every parent is exported before use.
+    for m in manifests:
+        if m["kind"] == "ClusterQueue" and "cohortName" in m["spec"]:
+            assert m["spec"]["cohortName"] in cohorts
+    for spec in cohorts.values():
+        assert spec.get("parentName") in (None, *cohorts)

@@ -114,7 +114,11 @@ def _usage_ok(state: ClusterState) -> None:
                 assert u <= q.nominal + q.borrowing_limit + 1e-9, f"{cq.name} {fr} borrows past its limit"
     for c in snap.cohorts.values():
         for fr, used in c.usage.items():
-            assert used <= c.subtree.get(fr, 0.0) + 1e-9, f"cohort {c.name} {fr}: lent more than its subtree holds"
+            if c.parent is None:
+                assert used <= c.subtree.get(fr, 0.0) + 1e-9, f"root cohort {c.name} {fr}: used more than it holds"
+            elif c.quota(fr).borrowing_limit is not None:
+                limit = c.subtree.get(fr, 0.0) + c.quota(fr).borrowing_limit
+                assert used <= limit + 1e-9, f"cohort {c.name} {fr}: borrows past its limit"
 
 
 def _victims_ok(state: ClusterState, res) -> None:
