@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -188,21 +187,3 @@ def test_domain_modules_do_not_import_dagster() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-
-
-@pytest.mark.cluster
-def test_rendered_job_server_dry_run(k8s_policy, example_request) -> None:
-    if not os.environ.get("KUBECONFIG"):
-        message = "needs a Kubernetes cluster with Kueue; set KUBECONFIG and run: make test-cluster"
-        if os.environ.get("GPU_PLATFORM_REQUIRE_CLUSTER"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from kubernetes import client, config
-
-    config.load_kube_config()
-    batch = client.BatchV1Api()
-    for path in EXAMPLES:
-        req = example_request(path)
-        manifest = render_job_manifest(req, resolve_flavor(req, k8s_policy).name, k8s_policy)
-        created = batch.create_namespaced_job(manifest["metadata"]["namespace"], manifest, dry_run="All")
-        assert created.spec.suspend is True
