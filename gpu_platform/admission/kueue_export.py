@@ -25,6 +25,7 @@ from gpu_platform.cluster.names import (
 )
 from gpu_platform.cluster.names import LABEL_GPU_PRODUCT as PRODUCT_LABEL
 from gpu_platform.cluster.names import LABEL_NODE_POOL as POOL_LABEL
+from gpu_platform.k8s import node_selector_for, tolerations_for
 from gpu_platform.policy import GPU, Lane, Policy
 
 API = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
@@ -49,14 +50,10 @@ def _meta(name: str, **extra: Any) -> dict[str, Any]:
 
 def resource_flavor(policy: Policy, name: str) -> dict[str, Any]:
     f = policy.flavor(name)
-    labels = {PRODUCT_LABEL: f.gpu_product, POOL_LABEL: f.node_pool, **f.node_labels}
-    spec: dict[str, Any] = {"nodeLabels": labels}
+    # The same node labels the Job's flavor affinity names, the same tolerations Kueue injects.
+    spec: dict[str, Any] = {"nodeLabels": node_selector_for(f)}
     if f.taints:
-        spec["tolerations"] = [
-            {"key": t.key, "operator": "Equal" if t.value is not None else "Exists", "effect": t.effect}
-            | ({"value": t.value} if t.value is not None else {})
-            for t in f.taints
-        ]
+        spec["tolerations"] = tolerations_for(f)
     return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": _meta(resource_flavor_name(f.name)), "spec": spec}
 
 
