@@ -10,13 +10,12 @@ import warnings
 
 import dagster as dg
 
+from gpu_platform.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
 from gpu_platform.sqlmodels import Model, Project, default_project_path
 from resources.warehouse import Warehouse
 
 FINOPS_GROUP = "finops"
 INGEST_GROUP = "finops_raw"
-WAREHOUSE_POOL = "duckdb_warehouse"
-"""Every cost asset shares this pool; its limit of 1 (instance config) keeps DuckDB to one writer."""
 
 finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC")
 

@@ -12,13 +12,15 @@ import dagster as dg
 
 from assets.partitions import requests_partitions
 from assets.workloads import ASSETS_FOR_WORKLOAD
+from gpu_platform.cluster.readback import ledger_rows
 from gpu_platform.gate import (
     TAG_ATTEMPT,
+    TAG_FLAVOR,
     TAG_REQUEST_ID,
     Launch,
     RunInfo,
     budget_period_start,
-    checkpoint_dir,
+    checkpoints_under,
     has_checkpoint,
     plan_tick,
     reconcile,
@@ -81,8 +83,31 @@ def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
     for run in records:
         rid = run.tags[TAG_REQUEST_ID]
         status = _STATUS.get(run.status, "active")
-        out.append(RunInfo(run.run_id, rid, int(run.tags.get(TAG_ATTEMPT, "0")), status))
+        out.append(RunInfo(run.run_id, rid, int(run.tags.get(TAG_ATTEMPT, "0")), status, run.tags.get(TAG_FLAVOR, "")))
     return out
+
+
+def _last_flavor(led, request_id: str) -> str:
+    """The flavor of the request's last admission (a stopping run without a flavor tag)."""
+    admitted = [e for e in led.events(request_id) if e.event == "admitted" and e.flavor]
+    return admitted[-1].flavor if admitted else ""
+
+
+def _read_back(context, led, pol, settings: PlatformSettings, states):
+    """Record what Kueue says about the gate's Jobs (ledger `cluster` events); the states again."""
+    from resources.k8s import read_kueue
+
+    namespaces = sorted({team.namespace for team in pol.teams.values()})
+    try:
+        observations = read_kueue(namespaces, settings.kubeconfig)
+    except Exception as exc:  # the cluster unreachable must not stop admission; say so each tick
+        context.log.warning(f"could not read Kueue Workloads back: {exc}")
+        return states
+    rows = ledger_rows(states, observations)
+    if rows:
+        led.record_many(rows)
+        return led.states((*PENDING_STATES, *ACTIVE_STATES))
+    return states
 
 
 def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg.RunRequest:
@@ -118,15 +143,19 @@ def admission_sensor(
     for stale in settled.terminate:
         context.log.info(f"terminating stale run {stale.run_id} of {stale.request_id} (attempt {stale.attempt})")
         context.instance.run_coordinator.cancel_run(stale.run_id)
+    if settings.executor == "k8s":
+        states = _read_back(context, led, pol, settings, states)
 
-    home = settings.home_path()
+    work_root = settings.work_root_path()
+    holding = {rid: flavor or _last_flavor(led, rid) for rid, flavor in settled.holding.items()}
     plan = plan_tick(
         pol,
         states,
         now,
-        checkpointed=lambda rid: has_checkpoint(checkpoint_dir(home, rid)),
+        checkpointed=lambda rid: has_checkpoint(checkpoints_under(work_root, rid)),
         draining=settled.draining,
         spent=led.reserved_by_lane(budget_period_start(pol.budget_period, now)),
+        holding=holding,
     )
     record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
     victims = {p.victim for p in plan.preemptions}
@@ -147,7 +176,10 @@ def admission_sensor(
     if settings.executor == "k8s":
         from resources.k8s import k8s_run_config
 
-        run_requests = [_run_request(x, k8s_run_config(by_id[x.request_id], x.flavor, pol)) for x in launches]
+        volume = settings.work_volume()
+        run_requests = [
+            _run_request(x, k8s_run_config(by_id[x.request_id], x.flavor, pol, x.attempt, volume)) for x in launches
+        ]
     else:
         run_requests = [_run_request(x) for x in launches]
     return dg.SensorResult(

@@ -123,7 +123,8 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
 @click.option("--all", "show_all", is_flag=True, help="Include finished, failed and rejected requests.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def queue(ledger_url: str | None, show_all: bool, fmt: str) -> None:
-    """Show pending and admitted requests by lane, with the reason each one waits."""
+    """Show pending and admitted requests by lane, with the reason each one waits and, on a
+    cluster, what Kueue last said about its Job (its reason and message)."""
     ledger = Ledger(ledger_url or default_ledger_url())
     wanted = None if show_all else (*PENDING_STATES, "admitted", "preempted")
     states = ledger.states(wanted)
@@ -142,6 +143,7 @@ def queue(ledger_url: str | None, show_all: bool, fmt: str) -> None:
                         "attempts": s.attempts,
                         "position": s.details.get("position"),
                         "updated_at": s.updated_at.isoformat(),
+                        "cluster": s.cluster,
                     }
                     for s in states
                 ],
@@ -150,7 +152,7 @@ def queue(ledger_url: str | None, show_all: bool, fmt: str) -> None:
         )
         return
     table = Table(title="GPU queue")
-    for col in ("lane", "request", "team", "state", "GPUs", "flavor", "position", "reason"):
+    for col in ("lane", "request", "team", "state", "GPUs", "flavor", "position", "reason", "cluster (Kueue)"):
         table.add_column(col, overflow="fold")
     by_lane = sorted(states, key=lambda s: (s.request.lane or "", s.state != "admitted", s.seq))
     for s in by_lane:
@@ -165,6 +167,7 @@ def queue(ledger_url: str | None, show_all: bool, fmt: str) -> None:
             s.flavor or "",
             f"{pos} of {of}" if pos else "",
             s.reason,
+            (s.cluster or {}).get("reason", ""),
         )
     console.print(table)
     counts = Counter(s.state for s in states)

@@ -12,7 +12,7 @@ that launch happen at most once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -45,9 +45,17 @@ def work_dir(home: Path, request_id: str) -> Path:
 
 
 def checkpoint_dir(home: Path, request_id: str) -> Path:
-    """Where a request's checkpoints live (one subdirectory per workload kind); the same across
-    attempts, so a requeued job resumes."""
+    """Where a request's checkpoints live under GPU_PLATFORM_HOME (one subdirectory per workload
+    kind); the same across attempts, so a requeued job resumes."""
     return work_dir(home, request_id) / "checkpoints"
+
+
+def checkpoints_under(work_root: Path, request_id: str) -> Path:
+    """A request's checkpoint directory under a work root (`GPU_PLATFORM_WORK_ROOT`, default
+    `$GPU_PLATFORM_HOME/work`). On Kubernetes the work root is a volume that outlives the pod,
+    mounted at the same path in the step pods and in the gate's pod (docs/execution.md), so the
+    gate finds an evidence job's checkpoint after the pod that wrote it is gone."""
+    return Path(work_root) / safe_name(request_id) / "checkpoints"
 
 
 def has_checkpoint(path: Path) -> bool:
@@ -108,23 +116,72 @@ def build_state(
     now: datetime,
     checkpointed: Callable[[str], bool] = lambda _rid: False,
     spent: Mapping[str, Decimal] | None = None,
+    holding: Mapping[str, str] | None = None,
 ) -> ClusterState:
     """The admission engine's input from the policy and the ledger's pending and admitted requests.
 
     spent: budget already reserved per lane in the current period (`Ledger.reserved_by_lane`).
+    holding: preempted requests whose run is still stopping -> the flavor it holds. Their pods
+    still hold the GPUs (and, on a cluster, Kueue still counts their quota), so they count as
+    admitted here, and are never chosen as victims a second time.
     Queue order is submission order (`submitted_at`), kept across preemption and requeue.
+    An admitted request's flavor is the one Kueue assigned when the cluster said so
+    (`RequestState.cluster_flavor`), else the gate's.
     """
+    holding = dict(holding or {})
     admitted, pending = [], []
     for s in states:
         if s.request.lane not in policy.lanes:
             continue
-        if s.state in ACTIVE_STATES:
+        if s.request_id in holding:
+            admitted.append(AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id))
+        elif s.state in ACTIVE_STATES:
+            flavor = s.cluster_flavor or s.flavor
             admitted.append(
-                AdmittedRequest(s.request, s.flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id)
+                AdmittedRequest(s.request, flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id)
             )
         elif s.state in PENDING_STATES:
             pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id))
-    return from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
+    state = from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
+    if holding:
+        # An evidence workload without a checkpoint is never a victim: the engine's own way of
+        # keeping a stopping run out of a second victim search.
+        state = replace(
+            state,
+            admitted=tuple(
+                replace(w, evidence=True, checkpointed=False) if w.name in holding else w for w in state.admitted
+            ),
+        )
+    return state
+
+
+def held_preemptors(states: Iterable[RequestState], holding: Mapping[str, str]) -> dict[str, PendingInfo]:
+    """Pending preemptors whose victims' runs are still stopping: held back until they are gone.
+
+    On a cluster this is what keeps Kueue from choosing victims of its own: the preemptor's Job is
+    created only once the victims the gate chose (under the lane rules) have released their
+    quota, so Kueue finds room and preempts nothing.
+    """
+    by_preemptor: dict[str, list[str]] = {}
+    states = list(states)
+    for s in states:
+        by = s.details.get("preempted_by") if s.request_id in holding else None
+        if by:
+            by_preemptor.setdefault(str(by), []).append(s.request_id)
+    held: dict[str, PendingInfo] = {}
+    for s in states:
+        victims = by_preemptor.get(s.request_id)
+        if victims and s.state in PENDING_STATES:
+            held[s.request_id] = PendingInfo(
+                name=s.request_id,
+                cq=s.request.lane or "",
+                reason_code="WaitingForPreemptedVictims",
+                condition="QuotaReserved",
+                message=f"WaitingForPreemptedVictims: {', '.join(sorted(victims))} still stopping (their quota is not free yet)",
+                position=0,
+                of=0,
+            )
+    return held
 
 
 def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInfo]:
@@ -167,19 +224,26 @@ def plan_tick(
     max_cycles: int = 64,
     draining: Iterable[str] = (),
     spent: Mapping[str, Decimal] | None = None,
+    holding: Mapping[str, str] | None = None,
 ) -> TickPlan:
     """Run admission cycles until nothing more is admitted; return the tick's decisions.
 
-    draining: requests whose previous run is still stopping; they are not considered this tick.
+    draining: requests whose previous run is still stopping; they are not admitted this tick.
+    holding: those of them whose run still holds a flavor (request -> flavor): they keep its
+    quota until the run is gone, and the requests that preempted them wait
+    (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
     """
-    skip = set(draining)
+    holding = {k: v for k, v in (holding or {}).items() if v}
+    skip = set(draining) - set(holding)
     upstream = waiting_for_upstream(states)
-    states = [s for s in states if s.request_id not in skip and s.request_id not in upstream]
+    held = held_preemptors(states, holding)
+    states = [s for s in states if s.request_id not in skip and s.request_id not in upstream and s.request_id not in held]
     by_id = {s.request_id: s for s in states}
-    state = build_state(policy, states, now, checkpointed, spent)
+    state = build_state(policy, states, now, checkpointed, spent, holding)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
     plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
     plan.waits.extend(upstream.values())
+    plan.waits.extend(held.values())
     plan.cycles = result.cycles
     for adm in result.admitted:
         s = by_id[adm.name]
@@ -221,7 +285,16 @@ def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], host
     for p in plan.preemptions:
         reason = f"Preempted ({p.reason}): {p.message}"
         rows.append((p.victim, "preempted", reason, None, None, {"by": p.preemptor, "kueue_reason": p.reason}))
-        rows.append((p.victim, "requeued", f"requeued in its original queue order after preemption by {p.preemptor}", None, None, None))
+        rows.append(
+            (
+                p.victim,
+                "requeued",
+                f"requeued in its original queue order after preemption by {p.preemptor}",
+                None,
+                None,
+                {"preempted_by": p.preemptor},
+            )
+        )
     for r in plan.rejections:
         rows.append((r.name, "rejected", f"{r.reason_code}: {r.message}", None, None, None))
     for w in plan.waits:
@@ -243,6 +316,7 @@ class RunInfo:
     request_id: str
     attempt: int
     status: str
+    flavor: str = ""
 
 
 @dataclass(slots=True)
@@ -253,6 +327,8 @@ class Reconciliation:
     terminate: list[RunInfo] = field(default_factory=list)
     relaunch: list[Launch] = field(default_factory=list)
     draining: set[str] = field(default_factory=set)
+    holding: dict[str, str] = field(default_factory=dict)
+    """Draining requests -> the flavor their stopping run still holds ("" when unknown)."""
 
 
 def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo]) -> Reconciliation:
@@ -277,6 +353,7 @@ def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo
             if r.status == "active" and r.attempt != current:
                 out.terminate.append(r)
                 out.draining.add(s.request_id)
+                out.holding[s.request_id] = r.flavor or out.holding.get(s.request_id, "")
         if current is None:
             continue
         run = next((r for r in mine if r.attempt == current), None)

@@ -5,11 +5,13 @@ Lane-aware concurrency backs up the admission gate:
   `gpu-platform/lane=<lane>`, limit = the lane's `max_concurrent_runs`). Dagster 1.13 refuses
   `tag_concurrency_limits` under `run_coordinator.config` once a `concurrency` section exists, so
   they live in `concurrency.runs` (the current home of the same setting).
-- pools: one pool per lane, `gpu-<lane>`, for the workload steps, with op granularity. Dagster
-  pools count one slot per step, not per GPU: GPU counts are the gate's job (admission against
-  quotas). Pool limits are stored in the instance database, not in `dagster.yaml`; apply them with
-  the `dagster instance concurrency set` commands from `pool_limit_commands` (the header of the
-  written file lists them).
+- pools: only pools that assets declare, with op granularity: `duckdb_warehouse` (limit 1) for
+  every warehouse-writing step. There are no lane pools: an asset serves several lanes, a Dagster
+  pool is fixed per asset, and each workload run has exactly one workload step, so the per-lane
+  run limits above already bound a lane's concurrent workload steps; GPU counts are the gate's
+  job (admission against quotas). Pool limits are stored in the instance database, not in
+  `dagster.yaml`; apply them with the `dagster instance concurrency set` commands from
+  `pool_limit_commands` (the header of the written file lists them).
 - storage: SQLite under `DAGSTER_HOME`, or Postgres from `DAGSTER_PG_*` env vars (`--postgres`).
 - run launcher: `K8sRunLauncher` only when asked (`--k8s`).
 """
@@ -37,23 +39,18 @@ POSTGRES_ENV = {
 }
 
 
-def pool_name(lane: str) -> str:
-    """The Dagster concurrency pool of a lane's workload steps (`gpu-release_eval`)."""
-    return f"gpu-{lane}"
-
-
 WAREHOUSE_POOL = "duckdb_warehouse"
 """The pool of every warehouse-writing step (assets/finops.py, assets/ingest.py): DuckDB allows one
 writing process per file, so its limit is 1."""
 
 
 def pool_limits(policy: Policy) -> dict[str, int]:
-    """Pool name -> slot limit: one pool per lane (the lane's max_concurrent_runs), plus the
-    warehouse pool at 1."""
-    return {
-        **{pool_name(lane.name): lane.max_concurrent_runs for lane in policy.lanes.values()},
-        WAREHOUSE_POOL: 1,
-    }
+    """Pool name -> slot limit, for every pool an asset declares: the warehouse pool at 1.
+
+    (policy: kept so the limits can come from it; no pool is per lane.)
+    """
+    del policy
+    return {WAREHOUSE_POOL: 1}
 
 
 def pool_limit_commands(policy: Policy) -> list[str]:
@@ -128,7 +125,8 @@ def render_instance_yaml(config: dict[str, Any], policy: Policy) -> str:
     header = [
         "# Dagster instance config written by `gpu-platform dagster-config` from the GPU pool policy.",
         f"# Runs tagged {RUN_TAG_LANE}=<lane> are limited per lane (lanes.*.max_concurrent_runs).",
-        "# Pools count one slot per step, not per GPU; GPU counts are enforced by the admission gate.",
+        "# Per-lane workload concurrency is the run limits above (one workload step per run); GPU counts",
+        "# are enforced by the admission gate. The only pool is the warehouse writers' (DuckDB: one writer).",
         "# Pool limits live in the instance database; apply them once per instance with:",
         *(f"#   {cmd}" for cmd in pool_limit_commands(policy)),
     ]

@@ -37,17 +37,31 @@ def k8s() -> None:
     help="Request id for labels (default: the file's request_id, else req-render-<content hash>).",
 )
 @click.option(
-    "--run-id", default=None, help="Dagster run id the step Job belongs to (default: a placeholder)."
+    "--run-id",
+    default=None,
+    help="Dagster run id the step Job belongs to (default: one derived from request id and attempt).",
+)
+@click.option("--attempt", default=1, show_default=True, type=click.IntRange(min=1), help="Admission attempt.")
+@click.option(
+    "--step",
+    default=None,
+    help="Step (op name) of the run to render (default: the workload step, the run's one GPU Job).",
 )
 def render(
-    request_file: str, policy_path: str | None, flavor: str | None, request_id: str | None, run_id: str | None
+    request_file: str,
+    policy_path: str | None,
+    flavor: str | None,
+    request_id: str | None,
+    run_id: str | None,
+    attempt: int,
+    step: str | None,
 ) -> None:
     """Print the Job manifest (YAML) that k8s_job_executor would create for REQUEST_FILE.
 
     Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
     """
     from gpu_platform.k8s import resolve_flavor
-    from resources.k8s import PREVIEW_RUN_ID, render_job_manifest
+    from resources.k8s import render_job_manifest
 
     policy = policy_or_exit(policy_path)
     try:
@@ -60,10 +74,13 @@ def render(
     request = request.model_copy(update={"request_id": rid})
     try:
         chosen = resolve_flavor(request, policy, flavor).name
-        manifest = render_job_manifest(request, chosen, policy, run_id=run_id or PREVIEW_RUN_ID)
+        manifest = render_job_manifest(request, chosen, policy, step, attempt=attempt, run_id=run_id)
     except ValueError as exc:
         fail(f"cannot render {request_file}", [str(exc)])
-    click.echo(f"# Job for request {rid} on flavor {chosen} (lane {request.lane}, team {request.team})")
+    click.echo(
+        f"# Job for request {rid} attempt {attempt}, step {step or request.workload} "
+        f"(lane {request.lane}, team {request.team}; the gate admitted it on {chosen}, Kueue picks the flavor)"
+    )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
 

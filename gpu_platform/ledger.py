@@ -2,6 +2,9 @@
 
 A request is written once; every change of state (submitted, waiting, admitted, preempted,
 requeued, finished, failed, rejected) is a new row in `request_events` with its reason and time.
+`cluster` rows record what the cluster (Kueue) said about the request's Job (quota reserved,
+admitted, evicted, preempted, finished, or a failure such as `WorkloadPriorityClassNotFound`); they
+inform, they do not change the request's state.
 SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
 (`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
 inserts are single transactions, request ids are unique by constraint, and a re-submitted request
@@ -25,8 +28,10 @@ from sqlalchemy.exc import IntegrityError
 
 from gpu_platform.requests import JobRequest
 
-Event = Literal["submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected"]
+Event = Literal["submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster"]
 EVENTS: tuple[str, ...] = Event.__args__
+INFO_EVENTS = ("cluster",)
+"""Events that record what was observed without changing the request's state."""
 ACTIVE_STATES = ("admitted",)
 PENDING_STATES = ("submitted", "waiting", "requeued")
 TERMINAL_STATES = ("finished", "failed", "rejected")
@@ -71,7 +76,12 @@ events_table = sa.Table(
 
 @dataclass(frozen=True, slots=True)
 class RequestState:
-    """A request with its latest event. `attempts` counts admissions (1 for a first launch)."""
+    """A request with its latest state event. `attempts` counts admissions (1 for a first launch).
+
+    cluster: the latest `cluster` event (what Kueue said about the request's Job) as a mapping
+    with `reason`, `at` and its details (`condition`, `kueue_reason`, `message`, `flavor`,
+    `attempt`, ...); None when the cluster has said nothing (or the request runs locally).
+    """
 
     seq: int
     request_id: str
@@ -84,6 +94,14 @@ class RequestState:
     updated_at: datetime
     attempts: int
     details: dict[str, Any]
+    cluster: dict[str, Any] | None = None
+
+    @property
+    def cluster_flavor(self) -> str | None:
+        """The flavor Kueue assigned to the current attempt's Job, if the cluster said so."""
+        if not self.cluster or self.cluster.get("attempt") != self.attempts:
+            return None
+        return self.cluster.get("flavor") or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +274,18 @@ class Ledger:
     ) -> list[RequestState]:
         """Every request with its latest event, in submission order; optionally filtered."""
         e = events_table
-        latest = sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id")).group_by(e.c.request_id).subquery()
+        latest = (
+            sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id"))
+            .where(e.c.event.not_in(INFO_EVENTS))
+            .group_by(e.c.request_id)
+            .subquery()
+        )
+        info = (
+            sa.select(e.c.request_id, sa.func.max(e.c.id).label("info_id"))
+            .where(e.c.event.in_(INFO_EVENTS))
+            .group_by(e.c.request_id)
+            .subquery()
+        )
         admits = (
             sa.select(e.c.request_id, sa.func.count().label("n"))
             .where(e.c.event == "admitted")
@@ -277,10 +306,12 @@ class Ledger:
                 e.c.at,
                 e.c.details,
                 sa.func.coalesce(admits.c.n, 0).label("attempts"),
+                info.c.info_id,
             )
             .join(latest, latest.c.request_id == r.c.request_id)
             .join(e, e.c.id == latest.c.last_id)
             .outerjoin(admits, admits.c.request_id == r.c.request_id)
+            .outerjoin(info, info.c.request_id == r.c.request_id)
             .order_by(r.c.seq)
         )
         wanted = tuple(states) if states is not None else None
@@ -292,6 +323,18 @@ class Ledger:
             q = q.where(r.c.request_id == request_id)
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
+            info_ids = [row.info_id for row in rows if row.info_id is not None]
+            clusters = {}
+            if info_ids:
+                for c in conn.execute(
+                    sa.select(e.c.id, e.c.reason, e.c.at, e.c.flavor, e.c.details).where(e.c.id.in_(info_ids))
+                ):
+                    clusters[c.id] = {
+                        **(json.loads(c.details) if c.details else {}),
+                        "reason": c.reason,
+                        "at": _utc(c.at).isoformat(),
+                        "flavor": c.flavor,
+                    }
         return [
             RequestState(
                 seq=row.seq,
@@ -305,6 +348,7 @@ class Ledger:
                 updated_at=_utc(row.at),
                 attempts=row.attempts,
                 details=json.loads(row.details) if row.details else {},
+                cluster=clusters.get(row.info_id),
             )
             for row in rows
         ]

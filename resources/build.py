@@ -37,6 +37,7 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
     if name == "prod" and not env.get("GPU_PLATFORM_LEDGER_URL"):
         raise ValueError("GPU_PLATFORM_ENV=prod needs GPU_PLATFORM_LEDGER_URL (the ledger on PostgreSQL)")
     home = platform_home(env)
+    work_root = env.get("GPU_PLATFORM_WORK_ROOT") or str(home / "work")
     return {
         "policy": PolicyResource(path=env.get("GPU_PLATFORM_POLICY", "")),
         "ledger": LedgerResource(url=default_ledger_url(env)),
@@ -44,8 +45,11 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
             home=str(home),
             executor="k8s" if name == "prod" else "local",
             dcgm_endpoints=env.get("GPU_PLATFORM_DCGM_ENDPOINTS", ""),
+            work_root=work_root,
+            work_claim=env.get("GPU_PLATFORM_WORK_CLAIM", ""),
+            kubeconfig=env.get("KUBECONFIG", "") if name == "prod" else "",
         ),
-        "evidence": EvidenceStoreResource(root=default_evidence_root(dict(env)), work_root=str(home / "work")),
+        "evidence": EvidenceStoreResource(root=default_evidence_root(dict(env)), work_root=work_root),
         "executor": LocalGpuExecutor(
             state_dir=str(home / "gpus"),
             local_gpus=env.get("GPU_PLATFORM_LOCAL_GPUS") or None,

@@ -1,9 +1,11 @@
-"""The Kubernetes Job a workload step becomes, built by dagster-k8s's own code.
+"""The Kubernetes Jobs a request's run becomes, built by dagster-k8s's own code.
 
-`render_job_manifest` goes through the same path as `k8s_job_executor.launch_step`: the
-`dagster-k8s/config` tag is parsed by `get_user_defined_k8s_config` and the Job is built by
-`construct_dagster_k8s_job` with the executor's job name, labels and component. What differs in a
-real run is only what the executor fills in from the run (step args and env, run launcher config).
+`render_step_job` goes through the same path as `k8s_job_executor.launch_step`: the executor
+config (`step_k8s_config` for every step, `per_step_k8s_config` for the workload step) is merged
+the way `K8sStepHandler` merges it, with dagster-k8s's `K8sContainerContext`, and the Job is built
+by `construct_dagster_k8s_job` with the executor's job name, labels and component. What differs in
+a real run is only what the executor fills in from the run (step args and env, run launcher
+config) and the run id (random per run, so per attempt).
 """
 
 from __future__ import annotations
@@ -11,66 +13,94 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dagster_k8s.container_context import K8sContainerContext
 from dagster_k8s.job import (
     USER_DEFINED_K8S_CONFIG_KEY,
     DagsterK8sJobConfig,
+    UserDefinedDagsterK8sConfig,
     construct_dagster_k8s_job,
     get_k8s_job_name,
-    get_user_defined_k8s_config,
 )
 from kubernetes.client import ApiClient
 
-from gpu_platform.k8s import executor_config_for, k8s_config_for
+from gpu_platform.cluster.names import run_id_for
+from gpu_platform.cluster.readback import Observation, read_cluster
+from gpu_platform.k8s import WorkVolume, executor_config_for, k8s_config_for, workload_step
 from gpu_platform.policy import Policy
 from gpu_platform.requests import JobRequest
 
-PREVIEW_RUN_ID = "00000000-0000-0000-0000-000000000000"
 STEP_ARGS_PLACEHOLDER = ("dagster", "api", "execute_step")
 """What the executor passes as container args (it appends the serialized step; omitted here)."""
 
 
-def k8s_tags(request: JobRequest, flavor_name: str, policy: Policy) -> dict[str, str]:
-    """`{"dagster-k8s/config": <json>}` for an op's or asset's `op_tags`."""
-    return {
-        USER_DEFINED_K8S_CONFIG_KEY: json.dumps(k8s_config_for(request, flavor_name, policy), sort_keys=True)
-    }
+def k8s_tags(
+    request: JobRequest, flavor_name: str, policy: Policy, attempt: int = 1, work_volume: WorkVolume | None = None
+) -> dict[str, str]:
+    """`{"dagster-k8s/config": <json>}` of the workload step, for an op's or asset's `op_tags`."""
+    config = k8s_config_for(request, flavor_name, policy, attempt, work_volume)
+    return {USER_DEFINED_K8S_CONFIG_KEY: json.dumps(config, sort_keys=True)}
 
 
-def k8s_run_config(request: JobRequest, flavor_name: str, policy: Policy) -> dict[str, Any]:
-    """Run config that gives a one-request run's steps the request's Job config and namespace.
+def k8s_run_config(
+    request: JobRequest, flavor_name: str, policy: Policy, attempt: int = 1, work_volume: WorkVolume | None = None
+) -> dict[str, Any]:
+    """Run config that gives the workload step the request's GPU Job and every other step a
+    CPU-only Job in the team's namespace. Used by the gate when it launches the run; validated
+    against `k8s_job_executor`'s schema in tests."""
+    return {"execution": {"config": executor_config_for(request, flavor_name, policy, attempt, work_volume)}}
 
-    Used by the gate when it launches the run; validated against `k8s_job_executor`'s schema in
-    tests.
-    """
-    return {"execution": {"config": executor_config_for(request, flavor_name, policy)}}
+
+def step_container_context(executor_config: dict[str, Any], op_name: str) -> K8sContainerContext:
+    """The container context `K8sStepHandler` builds for one step from the executor config:
+    `step_k8s_config`, then the step's `per_step_k8s_config` entry merged over it."""
+    base = K8sContainerContext(
+        namespace=executor_config.get("job_namespace"),
+        run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(executor_config.get("step_k8s_config", {})),
+    )
+    per_step = executor_config.get("per_step_k8s_config", {}).get(op_name, {})
+    return base.merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(per_step)))
 
 
-def render_job(
+def step_job_name(run_id: str, step_key: str) -> str:
+    """The executor's name for a step Job (`dagster-step-<hash of run id and step key>`)."""
+    return f"dagster-step-{get_k8s_job_name(run_id, step_key)}"
+
+
+def render_step_job(
     request: JobRequest,
     flavor_name: str,
     policy: Policy,
-    run_id: str = PREVIEW_RUN_ID,
-    step_key: str = "workload",
+    step_key: str | None = None,
+    *,
+    attempt: int = 1,
+    run_id: str | None = None,
     job_name: str = "workload",
+    work_volume: WorkVolume | None = None,
     image_pull_policy: str = "IfNotPresent",
     service_account_name: str | None = None,
 ):
-    """The `kubernetes.client.V1Job` the k8s executor would create for this request's step."""
-    tags = k8s_tags(request, flavor_name, policy)
-    user_config = get_user_defined_k8s_config(tags)
+    """The `kubernetes.client.V1Job` the k8s executor would create for one step of the request's run.
+
+    step_key=None: the workload step. run_id=None: `run_id_for(request_id, attempt)`, so Jobs of
+    different requests and attempts never share a name.
+    """
+    step_key = step_key or workload_step(request)
+    run_id = run_id or run_id_for(request.request_id or "", attempt)
+    executor_config = executor_config_for(request, flavor_name, policy, attempt, work_volume)
+    context = step_container_context(executor_config, step_key)
     job_config = DagsterK8sJobConfig(
         job_image=request.image_ref,
         image_pull_policy=image_pull_policy,
         service_account_name=service_account_name,
     )
-    k8s_job_name = f"dagster-step-{get_k8s_job_name(run_id, step_key)}"
+    name = step_job_name(run_id, step_key)
     return construct_dagster_k8s_job(
         job_config=job_config,
         args=list(STEP_ARGS_PLACEHOLDER),
-        job_name=k8s_job_name,
-        pod_name=k8s_job_name,
+        job_name=name,
+        pod_name=name,
         component="step_worker",
-        user_defined_k8s_config=user_config,
+        user_defined_k8s_config=context.run_k8s_config,
         labels={"dagster/job": job_name, "dagster/op": step_key, "dagster/run-id": run_id},
         env_vars=[
             {"name": "DAGSTER_RUN_JOB_NAME", "value": job_name},
@@ -83,10 +113,25 @@ def render_job_manifest(
     request: JobRequest,
     flavor_name: str,
     policy: Policy,
-    run_id: str = PREVIEW_RUN_ID,
-    step_key: str = "workload",
-    job_name: str = "workload",
+    step_key: str | None = None,
+    **kwargs: Any,
 ) -> dict[str, Any]:
-    """The Job manifest (camelCase, as `kubectl apply` takes it) for this request's step."""
-    job = render_job(request, flavor_name, policy, run_id=run_id, step_key=step_key, job_name=job_name)
+    """The Job manifest (camelCase, as `kubectl apply` takes it) for one step (default: the workload step)."""
+    job = render_step_job(request, flavor_name, policy, step_key, **kwargs)
     return ApiClient().sanitize_for_serialization(job)
+
+
+def read_kueue(namespaces: list[str], kubeconfig: str = "") -> list[Observation]:
+    """Kueue's word on the gate's Jobs in these namespaces (`gpu_platform.cluster.readback`).
+
+    kubeconfig: a kubeconfig file; "" = the pod's in-cluster service account (it needs `list` on
+    jobs, events and workloads.kueue.x-k8s.io in the team namespaces).
+    """
+    from kubernetes import client, config
+
+    api = client.ApiClient(configuration=client.Configuration())
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=api.configuration)
+    else:
+        config.load_incluster_config(client_configuration=api.configuration)
+    return read_cluster(namespaces, client.BatchV1Api(api), client.CustomObjectsApi(api), client.CoreV1Api(api))

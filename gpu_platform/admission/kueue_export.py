@@ -14,20 +14,23 @@ from typing import Any
 
 import yaml
 
+from gpu_platform.cluster.names import (
+    KUEUE_API_GROUP,
+    KUEUE_API_VERSION,
+    cluster_queue_name,
+    k8s_name,
+    local_queue_name,
+    priority_class_name,
+    resource_flavor_name,
+)
+from gpu_platform.cluster.names import LABEL_GPU_PRODUCT as PRODUCT_LABEL
+from gpu_platform.cluster.names import LABEL_NODE_POOL as POOL_LABEL
+from gpu_platform.k8s import node_selector_for, tolerations_for
 from gpu_platform.policy import GPU, Lane, Policy
 
-API = "kueue.x-k8s.io/v1beta2"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-POOL_LABEL = "gpu-platform.io/node-pool"
+API = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
 _MANAGED = {"app.kubernetes.io/managed-by": "gpu-platform"}
-
-
-def k8s_name(name: str) -> str:
-    return name.replace("_", "-").lower()
-
-
-def priority_class_name(lane: str) -> str:
-    return f"gpu-platform-{k8s_name(lane)}"
+__all__ = ["API", "POOL_LABEL", "PRODUCT_LABEL", "k8s_name", "kueue_manifests", "priority_class_name", "write_manifests"]
 
 
 def quantity(resource: str, amount: float) -> int | str:
@@ -47,15 +50,11 @@ def _meta(name: str, **extra: Any) -> dict[str, Any]:
 
 def resource_flavor(policy: Policy, name: str) -> dict[str, Any]:
     f = policy.flavor(name)
-    labels = {PRODUCT_LABEL: f.gpu_product, POOL_LABEL: f.node_pool, **f.node_labels}
-    spec: dict[str, Any] = {"nodeLabels": labels}
+    # The same node labels the Job's flavor affinity names, the same tolerations Kueue injects.
+    spec: dict[str, Any] = {"nodeLabels": node_selector_for(f)}
     if f.taints:
-        spec["tolerations"] = [
-            {"key": t.key, "operator": "Equal" if t.value is not None else "Exists", "effect": t.effect}
-            | ({"value": t.value} if t.value is not None else {})
-            for t in f.taints
-        ]
-    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": _meta(f.name), "spec": spec}
+        spec["tolerations"] = tolerations_for(f)
+    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": _meta(resource_flavor_name(f.name)), "spec": spec}
 
 
 def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
@@ -73,7 +72,7 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
             if q is not None and q.lending_limit is not None:
                 entry["lendingLimit"] = quantity(r, q.lending_limit)
             entries.append(entry)
-        flavors.append({"name": fname, "resources": entries})
+        flavors.append({"name": resource_flavor_name(fname), "resources": entries})
     pre = lane.preemption
     preemption: dict[str, Any] = {
         "withinClusterQueue": pre.within_cluster_queue,
@@ -106,7 +105,7 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
     return {
         "apiVersion": API,
         "kind": "ClusterQueue",
-        "metadata": _meta(k8s_name(lane.name), annotations=annotations),
+        "metadata": _meta(cluster_queue_name(lane.name), annotations=annotations),
         "spec": spec,
     }
 
@@ -173,8 +172,8 @@ def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
                 {
                     "apiVersion": API,
                     "kind": "LocalQueue",
-                    "metadata": _meta(k8s_name(lane.name), namespace=team.namespace),
-                    "spec": {"clusterQueue": k8s_name(lane.name)},
+                    "metadata": _meta(local_queue_name(lane.name), namespace=team.namespace),
+                    "spec": {"clusterQueue": cluster_queue_name(lane.name)},
                 }
             )
     return out

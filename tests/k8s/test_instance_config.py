@@ -19,7 +19,6 @@ from gpu_platform.instance_config import (
     dagster_instance_yaml,
     pool_limit_commands,
     pool_limits,
-    pool_name,
 )
 from gpu_platform.k8s_cli import dagster_config
 
@@ -37,7 +36,7 @@ def test_written_yaml_passes_dagster_validation(
     result = CliRunner().invoke(dagster_config, args)
     assert result.exit_code == 0, result.output
     text = (tmp_path / "dagster.yaml").read_text()
-    assert "dagster instance concurrency set gpu-release_eval 8" in text
+    assert "dagster instance concurrency set duckdb_warehouse 1" in text
     config, _ = dagster_instance_config(str(tmp_path))
     assert set(config) >= {"run_coordinator", "concurrency", "storage"}
     assert ("run_launcher" in config) is k8s
@@ -69,14 +68,28 @@ def test_lane_limits_reach_a_live_instance(k8s_policy) -> None:
         # Pool limits live in the instance database: apply them as the header's commands would.
         for pool, limit in pool_limits(k8s_policy).items():
             instance.event_log_storage.set_concurrency_slots(pool, limit)
-        assert instance.event_log_storage.get_concurrency_info(pool_name("release_eval")).slot_count == 8
+        assert instance.event_log_storage.get_concurrency_info("duckdb_warehouse").slot_count == 1
 
 
-def test_pool_commands_one_per_lane_plus_the_warehouse_writer(k8s_policy) -> None:
+def test_pool_commands_cover_exactly_the_pools_assets_declare(k8s_policy) -> None:
+    """`dagster-config` and the assets agree: every pool a step claims has a limit, and no limit
+    is written for a pool nothing claims (a lane pool no asset declares would never count)."""
+    from assets.definitions import build_definitions
+
+    defs = build_definitions("test")
+    declared = set()
+    for a in [*defs.assets, *(defs.asset_checks or [])]:
+        op = getattr(a, "op", None)
+        if op is not None and op.pool:
+            declared.add(op.pool)
+    for job in defs.resolve_all_job_defs():
+        for node in job.graph.nodes:
+            pool = getattr(node.definition, "pool", None)
+            if pool:
+                declared.add(pool)
+    assert declared == set(pool_limits(k8s_policy)) == {"duckdb_warehouse"}
     commands = pool_limit_commands(k8s_policy)
-    assert len(commands) == len(k8s_policy.lanes) + 1
-    assert "dagster instance concurrency set gpu-research_best_effort 16" in commands
-    assert "dagster instance concurrency set duckdb_warehouse 1" in commands
+    assert commands == ["dagster instance concurrency set duckdb_warehouse 1"]
 
 
 def test_stdout_is_the_yaml(k8s_policy) -> None:

@@ -22,7 +22,36 @@ def test_render_prints_valid_job() -> None:
     kubernetes_validate.validate(manifest, "1.31.0", strict=True)
     assert manifest["metadata"]["labels"][KUEUE_QUEUE_NAME] == "labeler-batch"
     assert manifest["spec"]["template"]["metadata"]["labels"][LABEL_REQUEST_ID] == "req-20261129-cli"
-    assert manifest["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-L4"
+    (term,) = manifest["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]} in term["matchExpressions"]
+
+
+def test_default_job_names_differ_per_request_and_attempt() -> None:
+    """Rendering several requests with the defaults never yields two Jobs of the same name."""
+    runner = CliRunner()
+
+    def name(*args: str) -> str:
+        result = runner.invoke(k8s, ["render", *args])
+        assert result.exit_code == 0, result.output
+        return yaml.safe_load(result.stdout)["metadata"]["name"]
+
+    names = {
+        name(str(path)) for path in sorted((ROOT / "examples" / "requests").glob("*.yaml"))
+    } | {name(str(EXAMPLE), "--attempt", "2"), name(str(EXAMPLE), "--step", "evidence_pack")}
+    assert len(names) == len(list((ROOT / "examples" / "requests").glob("*.yaml"))) + 2
+
+
+def test_render_of_a_check_step_asks_for_no_gpu() -> None:
+    result = CliRunner().invoke(k8s, ["render", str(EXAMPLE), "--step", "label_batch_lineage_complete"])
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(result.stdout)
+    kubernetes_validate.validate(manifest, "1.31.0", strict=True)
+    assert KUEUE_QUEUE_NAME not in manifest["metadata"]["labels"]
+    (container,) = manifest["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in str(container.get("resources"))
+    assert "suspend" not in manifest["spec"]
 
 
 def test_render_default_request_id_is_stable() -> None:

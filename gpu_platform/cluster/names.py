@@ -1,0 +1,100 @@
+"""One name for each thing on the cluster.
+
+`gpu-platform kueue export` names the Kueue objects and `gpu-platform k8s render` labels the step
+Jobs; both call these functions, so a Job's `kueue.x-k8s.io/queue-name` is always a LocalQueue
+of the export and its `kueue.x-k8s.io/priority-class` always an exported WorkloadPriorityClass.
+
+Kubernetes object names are DNS labels (lower case, digits, `-`); lane `release_eval` becomes
+`release-eval`. Priority classes are cluster-scoped and carry a `gpu-platform-` prefix so they
+do not collide with classes other tenants of the cluster define.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+"""RFC 1123 label: what a Job, LocalQueue or ClusterQueue name must match (at most 63 characters)."""
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+PRIORITY_CLASS_PREFIX = "gpu-platform-"
+
+# Labels and annotations the platform sets on Jobs and pods.
+LABEL_TEAM = "gpu-platform.io/team"
+LABEL_LANE = "gpu-platform.io/lane"
+LABEL_REQUEST_ID = "gpu-platform.io/request-id"
+LABEL_ATTEMPT = "gpu-platform.io/attempt"
+LABEL_STEP = "gpu-platform.io/step"
+ANNOTATION_REQUEST_ID = "gpu-platform.io/request-id"
+"""Annotation with the request id verbatim (a label value is capped at 63 characters)."""
+ANNOTATION_GATE_FLAVOR = "gpu-platform.io/gate-flavor"
+"""The flavor the admission gate admitted the request on; Kueue's own choice is read back from
+the Workload (`status.admission.podSetAssignments[].flavors`)."""
+
+# Node labels a flavor is made of (ResourceFlavor `spec.nodeLabels`).
+LABEL_NODE_POOL = "gpu-platform.io/node-pool"
+"""Node label naming the node pool (`training`, `inference`, `spot`) of a flavor."""
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+"""Node label set by NVIDIA GPU feature discovery (`NVIDIA-H100-80GB-HBM3`)."""
+
+# Kueue's own labels.
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
+KUEUE_API_GROUP = "kueue.x-k8s.io"
+KUEUE_API_VERSION = "v1beta2"
+
+_RUN_ID_NAMESPACE = uuid.UUID("6a1f3c52-9e0b-4d1e-8f5a-2b7c9d4e1f03")
+
+
+def k8s_name(name: str) -> str:
+    """A policy name as a Kubernetes object name: underscores become hyphens, lower case."""
+    return name.replace("_", "-").lower()
+
+
+def cluster_queue_name(lane: str) -> str:
+    """The ClusterQueue of a lane (`release-eval`)."""
+    return k8s_name(lane)
+
+
+def local_queue_name(lane: str) -> str:
+    """The LocalQueue (one per lane in each team namespace) that a lane's Jobs are queued in."""
+    return k8s_name(lane)
+
+
+def priority_class_name(lane: str) -> str:
+    """The WorkloadPriorityClass of a lane (`gpu-platform-release-eval`)."""
+    return f"{PRIORITY_CLASS_PREFIX}{k8s_name(lane)}"
+
+
+def resource_flavor_name(flavor: str) -> str:
+    """The ResourceFlavor of a policy flavor (policy flavor names are already DNS labels)."""
+    return flavor
+
+
+def label_value(value: str) -> str:
+    """`value` if it is a valid Kubernetes label value, else a stable, valid stand-in.
+
+    The stand-in keeps the readable part (invalid characters become `-`, at most 52 characters)
+    and appends 10 hex characters of the value's sha256, so two different values never share it.
+    """
+    if len(value) <= 63 and _LABEL_VALUE.match(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:52].strip("-_.")
+    return f"{readable}-{digest}" if readable else digest
+
+
+def run_id_for(request_id: str, attempt: int) -> str:
+    """A stable Dagster-style run id (a UUID) for one attempt of a request.
+
+    Used where no Dagster run exists yet (`gpu-platform k8s render`, the cluster test): dagster-k8s
+    names a step Job after its run id and step key, so distinct requests and attempts get distinct
+    Job names. Real runs have their own random run id, unique per attempt.
+    """
+    return str(uuid.uuid5(_RUN_ID_NAMESPACE, f"{request_id}#{attempt}"))
+
+
+def is_dns_label(name: str) -> bool:
+    return len(name) <= 63 and bool(DNS_LABEL.match(name))

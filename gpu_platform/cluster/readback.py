@@ -1,0 +1,251 @@
+"""The cluster's word read back: what Kueue did with each of the gate's Jobs.
+
+In production both the gate and Kueue admit (docs/execution.md, "Who decides what"). On every
+tick the gate lists, namespace by namespace, its Jobs (label `gpu-platform.io/request-id`) and
+Kueue's Workloads (`kueue.x-k8s.io/v1beta2`, owned by those Jobs), and turns each Workload's
+current condition into a ledger `cluster` event carrying Kueue's own reason and message:
+
+| Workload condition (status True) | observation |
+|---|---|
+| `QuotaReserved=False` (`Pending`, `Inadmissible`) | waiting in Kueue, with Kueue's reason |
+| `QuotaReserved` | quota reserved on the flavor of `status.admission.podSetAssignments` |
+| `Admitted` | admitted (the Job is unsuspended), on that flavor |
+| `Evicted` (+ `Preempted`: `InClusterQueue`, `InCohortReclamation`, ...) | evicted by Kueue |
+| `Finished` (`Succeeded`, `Failed`) | finished |
+
+A Job Kueue never made a Workload for is read from the Job's Warning events (Kueue reports,
+for example, `WorkloadPriorityClassNotFound` there and creates nothing). Parsing works on the
+objects as the API returns them (dicts); `read_cluster` is the one place that talks to the API,
+through the `kubernetes` client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpu_platform.cluster.names import (
+    ANNOTATION_GATE_FLAVOR,
+    ANNOTATION_REQUEST_ID,
+    KUEUE_API_GROUP,
+    KUEUE_API_VERSION,
+    KUEUE_QUEUE_NAME,
+    LABEL_ATTEMPT,
+    LABEL_REQUEST_ID,
+)
+
+GPU = "nvidia.com/gpu"
+_PRECEDENCE = {"Finished": 5, "Preempted": 4, "Evicted": 3, "Admitted": 2, "QuotaReserved": 1}
+NO_WORKLOAD = "NoWorkload"
+"""Observation condition for a Kueue-labelled Job that has no Workload (yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the cluster says about one Job of one request attempt.
+
+    condition: the Workload condition that describes it now (`QuotaReserved`, `Admitted`,
+    `Evicted`, `Preempted`, `Finished`) or `NoWorkload`; status: that condition's status.
+    kueue_reason / message: Kueue's words. flavor: the flavor Kueue assigned (None while it has
+    assigned none). gate_flavor: the flavor the gate admitted the request on (Job annotation).
+    """
+
+    request_id: str
+    attempt: int
+    namespace: str
+    job: str
+    workload: str | None
+    condition: str
+    status: str
+    kueue_reason: str
+    message: str
+    flavor: str | None = None
+    gate_flavor: str | None = None
+    cluster_queue: str | None = None
+    at: str | None = None
+
+    @property
+    def summary(self) -> str:
+        text = f"Kueue {self.condition}={self.status} ({self.kueue_reason}): {self.message}".rstrip(": ")
+        if self.flavor and self.gate_flavor and self.flavor != self.gate_flavor:
+            text += f" [Kueue assigned {self.flavor}; the gate had chosen {self.gate_flavor}]"
+        return text
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes an observation new (a changed message counts: Kueue's numbers change)."""
+        return (self.attempt, self.condition, self.status, self.kueue_reason, self.message, self.flavor)
+
+
+def _request_of(job: Mapping[str, Any]) -> tuple[str | None, int]:
+    meta = job.get("metadata") or {}
+    ann, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    rid = ann.get(ANNOTATION_REQUEST_ID) or labels.get(LABEL_REQUEST_ID)
+    try:
+        attempt = int(labels.get(LABEL_ATTEMPT, "0"))
+    except ValueError:
+        attempt = 0
+    return rid, attempt
+
+
+def assigned_flavor(workload: Mapping[str, Any]) -> str | None:
+    """The flavor Kueue assigned to the GPUs (first pod set), from `status.admission`."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    for psa in admission.get("podSetAssignments") or []:
+        flavors = psa.get("flavors") or {}
+        if GPU in flavors:
+            return flavors[GPU]
+        if flavors:
+            return next(iter(flavors.values()))
+    return None
+
+
+def observe_workload(workload: Mapping[str, Any], job: Mapping[str, Any]) -> Observation | None:
+    """The Workload's current state as one observation; None when the Job is not a request's."""
+    rid, attempt = _request_of(job)
+    if rid is None:
+        return None
+    meta, status = workload.get("metadata") or {}, workload.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    true = [c for t, c in conditions.items() if t in _PRECEDENCE and c.get("status") == "True"]
+    if true:
+        # Evicted workloads also carry Preempted (the detailed reason); Kueue flips Evicted back
+        # to False once the workload reserves quota again, so "true now" is the current story.
+        cond = max(true, key=lambda c: (c.get("lastTransitionTime") or "", _PRECEDENCE[c["type"]]))
+        if cond["type"] == "Evicted" and conditions.get("Preempted", {}).get("status") == "True":
+            cond = conditions["Preempted"]
+    elif "QuotaReserved" in conditions:
+        cond = conditions["QuotaReserved"]
+    else:
+        cond = {"type": "QuotaReserved", "status": "Unknown", "reason": "Created", "message": "Workload created, not yet considered"}
+    admission = status.get("admission") or {}
+    job_ann = (job.get("metadata") or {}).get("annotations") or {}
+    flavor = assigned_flavor(workload) if cond["type"] in ("QuotaReserved", "Admitted", "Finished") else None
+    return Observation(
+        request_id=rid,
+        attempt=attempt,
+        namespace=meta.get("namespace") or (job.get("metadata") or {}).get("namespace", ""),
+        job=(job.get("metadata") or {}).get("name", ""),
+        workload=meta.get("name"),
+        condition=cond["type"],
+        status=cond.get("status", "Unknown"),
+        kueue_reason=cond.get("reason", ""),
+        message=cond.get("message", ""),
+        flavor=flavor,
+        gate_flavor=job_ann.get(ANNOTATION_GATE_FLAVOR),
+        cluster_queue=admission.get("clusterQueue"),
+        at=cond.get("lastTransitionTime"),
+    )
+
+
+def observe_job_without_workload(job: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) -> Observation | None:
+    """A Kueue-labelled Job with no Workload: Kueue's latest Warning event on it, if any."""
+    rid, attempt = _request_of(job)
+    meta = job.get("metadata") or {}
+    if rid is None or KUEUE_QUEUE_NAME not in (meta.get("labels") or {}):
+        return None
+    warnings = [e for e in events if e.get("type") == "Warning"]
+
+    def when(e: Mapping[str, Any]) -> str:
+        return str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "")
+
+    latest = max(warnings, key=when) if warnings else None
+    return Observation(
+        request_id=rid,
+        attempt=attempt,
+        namespace=meta.get("namespace", ""),
+        job=meta.get("name", ""),
+        workload=None,
+        condition=NO_WORKLOAD,
+        status="True",
+        kueue_reason=latest.get("reason", "") if latest else "WorkloadNotCreated",
+        message=latest.get("message", "") if latest else "Kueue has not created a Workload for the Job",
+        gate_flavor=(meta.get("annotations") or {}).get(ANNOTATION_GATE_FLAVOR),
+        at=when(latest) if latest else None,
+    )
+
+
+def observe(
+    jobs: Iterable[Mapping[str, Any]],
+    workloads: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]] = (),
+) -> list[Observation]:
+    """Join Jobs, Workloads (by owner UID) and the Jobs' events (by involved object UID)."""
+    by_owner: dict[str, Mapping[str, Any]] = {}
+    for wl in workloads:
+        for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Job":
+                by_owner[ref.get("uid", "")] = wl
+    events_by_uid: dict[str, list[Mapping[str, Any]]] = {}
+    for ev in events:
+        uid = (ev.get("involvedObject") or {}).get("uid", "")
+        events_by_uid.setdefault(uid, []).append(ev)
+    out = []
+    for job in jobs:
+        uid = (job.get("metadata") or {}).get("uid", "")
+        wl = by_owner.get(uid)
+        obs = observe_workload(wl, job) if wl is not None else observe_job_without_workload(job, events_by_uid.get(uid, []))
+        if obs is not None:
+            out.append(obs)
+    return out
+
+
+def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> list[tuple]:
+    """`cluster` ledger rows for observations that are new for a request's current attempt.
+
+    states: `RequestState`s (the request's `cluster` field holds the last recorded observation).
+    Observations of superseded attempts (Jobs being deleted) and of unknown requests are skipped.
+    """
+    by_id = {s.request_id: s for s in states}
+    latest: dict[str, Observation] = {}
+    for obs in observations:
+        s = by_id.get(obs.request_id)
+        if s is None or obs.attempt != s.attempts:
+            continue
+        prev = latest.get(obs.request_id)
+        if prev is None or (obs.at or "") >= (prev.at or ""):
+            latest[obs.request_id] = obs
+    rows = []
+    for rid, obs in latest.items():
+        last = by_id[rid].cluster
+        if last is not None and tuple(last.get(k) for k in ("attempt", "condition", "status", "kueue_reason", "message", "flavor")) == obs.key():
+            continue
+        details = {k: v for k, v in asdict(obs).items() if k not in ("request_id",) and v is not None}
+        rows.append((rid, "cluster", obs.summary, obs.flavor, None, details))
+    return rows
+
+
+def read_cluster(
+    namespaces: Iterable[str],
+    batch_api: Any = None,
+    custom_api: Any = None,
+    core_api: Any = None,
+) -> list[Observation]:
+    """List the gate's Jobs, Kueue's Workloads and the Jobs' events in each namespace.
+
+    The APIs default to `kubernetes.client`'s, with whatever configuration the caller loaded
+    (`kubernetes.config.load_incluster_config()` in the gate's pod, a kubeconfig elsewhere).
+    """
+    from kubernetes import client
+
+    batch_api = batch_api or client.BatchV1Api()
+    custom_api = custom_api or client.CustomObjectsApi()
+    core_api = core_api or client.CoreV1Api()
+    serialize = client.ApiClient().sanitize_for_serialization
+    out: list[Observation] = []
+    for ns in namespaces:
+        jobs = [serialize(j) for j in batch_api.list_namespaced_job(ns, label_selector=LABEL_REQUEST_ID).items]
+        if not jobs:
+            continue
+        workloads = custom_api.list_namespaced_custom_object(KUEUE_API_GROUP, KUEUE_API_VERSION, ns, "workloads")["items"]
+        owned = {
+            ref.get("uid") for wl in workloads for ref in (wl.get("metadata") or {}).get("ownerReferences") or []
+        }
+        events: list[dict[str, Any]] = []
+        for job in jobs:
+            uid = job["metadata"].get("uid")
+            if uid not in owned and KUEUE_QUEUE_NAME in (job["metadata"].get("labels") or {}):
+                listed = core_api.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items
+                events += [serialize(e) for e in listed]
+        out += observe(jobs, workloads, events)
+    return out

@@ -1,0 +1,124 @@
+"""A recorded-response Kubernetes API server for the read-back tests.
+
+Test double: there is no cluster where the tests run. It serves the objects recorded in
+`tests/fixtures/kueue-workloads/` at the paths the real API server uses, so the real
+`kubernetes` client (and `kubernetes.config.load_kube_config`) talk HTTP to it unchanged. It
+honours the two selectors the read-back sends (`labelSelector=<key>` exists, and
+`fieldSelector=involvedObject.uid=<uid>`) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from gpu_platform.ledger import Ledger
+from gpu_platform.requests import validate_request_file
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kueue-workloads"
+FILES: dict[str, tuple] = {
+    "req-20261201-a1b2c3d4e5": ("release_eval.yaml", 1, "h100-ondemand"),
+    "req-20261201-9f8e7d6c5b": ("incident_response.yaml", 1, "h100-ondemand"),
+    "req-20261201-0c1d2e3f4a": ("release_chain/released_model.yaml", 1, "l4-inference"),
+    "req-20261201-5a6b7c8d9e": ("research_best_effort.yaml", 2, "h100-ondemand", {"gpu_type": "any"}),
+    "req-20261201-77aa88bb99": ("candidate_train.yaml", 1, "h100-ondemand"),
+    "req-20261201-3c4d5e6f70": ("platform_maintenance.yaml", 1, "h100-ondemand", {"gpu_type": "any"}),
+}
+"""Request id -> (example file, admissions, gate flavor, request overrides) of the recorded Jobs."""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
+
+
+def submit_recorded(led: Ledger, policy) -> None:
+    """The recorded requests in the ledger, admitted as often as their Jobs' attempt says."""
+    for rid, (name, attempts, flavor, *update) in FILES.items():
+        req = validate_request_file(EXAMPLES / name, policy).model_copy(update={"request_id": rid, **(update or [{}])[0]})
+        led.submit(req)
+        for attempt in range(1, attempts + 1):
+            led.record(rid, "admitted", f"QuotaReserved on {flavor}", flavor=flavor, details={"attempt": attempt})
+
+
+_ROUTES = {
+    re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$"): ("jobs", "batch/v1", "JobList"),
+    re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/([^/]+)/workloads$"): (
+        "workloads",
+        "kueue.x-k8s.io/v1beta2",
+        "WorkloadList",
+    ),
+    re.compile(r"^/api/v1/namespaces/([^/]+)/events$"): ("events", "v1", "EventList"),
+}
+
+
+def recorded(kind: str, namespace: str, root: Path = FIXTURES) -> list[dict]:
+    path = root / f"{kind}-{namespace}.json"
+    return json.loads(path.read_text())["items"] if path.exists() else []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    root: Path = FIXTURES
+    requests: list[str]
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        url = urlparse(self.path)
+        self.requests.append(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        for pattern, (kind, api, list_kind) in _ROUTES.items():
+            m = pattern.match(url.path)
+            if not m:
+                continue
+            items = recorded(kind, m.group(1), self.root)
+            if "labelSelector" in query:
+                items = [i for i in items if query["labelSelector"] in (i["metadata"].get("labels") or {})]
+            if query.get("fieldSelector", "").startswith("involvedObject.uid="):
+                uid = query["fieldSelector"].split("=", 1)[1]
+                items = [i for i in items if i["involvedObject"]["uid"] == uid]
+            body = {"apiVersion": api, "kind": list_kind, "metadata": {"resourceVersion": "50000"}, "items": items}
+            self._send(200, body)
+            return
+        self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@contextmanager
+def serve(root: Path = FIXTURES):
+    """(base URL, list of request paths seen) of a server answering from `root`."""
+    seen: list[str] = []
+    handler = type("Handler", (_Handler,), {"root": root, "requests": seen})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "recorded", "cluster": {"server": server}}],
+                "users": [{"name": "reader", "user": {"token": "recorded"}}],
+                "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "reader"}}],
+                "current-context": "recorded",
+            }
+        )
+    )
+    return path

@@ -1,0 +1,111 @@
+"""Every rendered Job resolves against the exported Kueue objects the way Kueue resolves it.
+
+The export and the Job labels come from one naming module (`gpu_platform.cluster.names`); this
+test builds both from the default policy, for every example request, and follows each Job's
+labels as Kueue does (`kueue_resolve`): LocalQueue in the Job's namespace -> ClusterQueue,
+WorkloadPriorityClass by name, and a flavor of the ClusterQueue with quota whose node labels and
+taints the pod template matches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_platform.admission.kueue_export import kueue_manifests
+from gpu_platform.cluster.names import is_dns_label, priority_class_name
+from gpu_platform.k8s import KUEUE_PRIORITY_CLASS, accepted_flavors, resolve_flavor
+from resources.k8s import render_job_manifest
+from tests.k8s.kueue_resolve import KueueRefusal, admit_on, pod_matches_labels, resolve, tolerates
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples" / "requests").rglob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def exported(k8s_policy):
+    return kueue_manifests(k8s_policy)
+
+
+def _by_kind(objects, kind):
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def test_all_twelve_examples_are_covered() -> None:
+    assert len(EXAMPLES) == 12
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_job_resolves_against_the_export(path: Path, k8s_policy, example_request, exported) -> None:
+    req = example_request(path)
+    gate_flavor = resolve_flavor(req, k8s_policy).name
+    job = render_job_manifest(req, gate_flavor, k8s_policy)
+    res = resolve(job, exported)
+
+    lane = k8s_policy.lane(req.lane)
+    assert res.cluster_queue["metadata"]["annotations"]["gpu-platform.io/lane"] == req.lane
+    assert res.priority_class["value"] == lane.priority
+    # Kueue may use exactly the flavors the request accepts: the gate's among them, none pinned.
+    assert res.flavors == [f.name for f in accepted_flavors(req, k8s_policy)]
+    assert gate_flavor in res.flavors
+    flavors = _by_kind(exported, "ResourceFlavor")
+    pod = job["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod and not pod.get("tolerations"), "the flavor is Kueue's to inject"
+    for name in res.flavors:
+        # After admission Kueue injects the flavor's node labels and tolerations: the pod then
+        # schedules on that flavor's nodes (their labels, their taints).
+        admitted_pod = admit_on(job, flavors[name])
+        assert pod_matches_labels(admitted_pod, flavors[name]["spec"]["nodeLabels"])
+        node_taints = [t.model_dump(exclude_none=True) for t in k8s_policy.flavor(name).taints]
+        assert tolerates(admitted_pod, node_taints)
+        assert node_taints and not tolerates(pod, node_taints)
+    lane_flavors = [f["name"] for g in res.cluster_queue["spec"]["resourceGroups"] for f in g["flavors"]]
+    keys = {k for f in flavors.values() for k in f["spec"]["nodeLabels"]}
+    for name in set(lane_flavors) - set(res.flavors):
+        assert not pod_matches_labels(pod, flavors[name]["spec"]["nodeLabels"], keys), f"{name} not ruled out"
+
+
+def test_any_gpu_type_may_use_every_borrowing_flavor_of_its_lane(k8s_policy, example_request, exported) -> None:
+    """The observed failure: a pinned nodeSelector ruled out a lane's borrowing flavors."""
+    req = example_request(ROOT / "examples" / "requests" / "platform_maintenance.yaml").model_copy(
+        update={"gpu_type": "any"}
+    )
+    job = render_job_manifest(req, "h100-ondemand", k8s_policy)
+    assert "nodeSelector" not in job["spec"]["template"]["spec"]
+    res = resolve(job, exported)
+    assert res.flavors == ["h100-ondemand", "l4-inference", "a100-spot"]
+
+
+def test_the_old_label_names_would_be_refused(k8s_policy, example_request, exported) -> None:
+    """What the cluster did before the names were shared: no Workload, `WorkloadPriorityClassNotFound`."""
+    req = example_request(ROOT / "examples" / "requests" / "candidate_train.yaml")
+    job = render_job_manifest(req, "h100-ondemand", k8s_policy)
+    assert job["metadata"]["labels"][KUEUE_PRIORITY_CLASS] == priority_class_name("candidate_train")
+    job["metadata"]["labels"][KUEUE_PRIORITY_CLASS] = "candidate-train"
+    with pytest.raises(KueueRefusal, match='WorkloadPriorityClassNotFound: WorkloadPriorityClass "candidate-train"'):
+        resolve(job, exported)
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "candidate_train"
+    with pytest.raises(KueueRefusal, match="LocalQueueDoesNotExist"):
+        resolve(job, exported)
+
+
+def test_job_names_are_unique_dns_labels_per_request_attempt_and_step(k8s_policy, example_request) -> None:
+    names = {}
+    for path in EXAMPLES:
+        req = example_request(path)
+        flavor = resolve_flavor(req, k8s_policy).name
+        for attempt in (1, 2):
+            for step in (req.workload, "evidence_pack_lineage_complete"):
+                name = render_job_manifest(req, flavor, k8s_policy, step, attempt=attempt)["metadata"]["name"]
+                assert is_dns_label(name), name
+                assert name not in names, f"{name} for {req.request_id}#{attempt}/{step} and {names[name]}"
+                names[name] = f"{req.request_id}#{attempt}/{step}"
+    assert len(names) == len(EXAMPLES) * 4
+
+
+def test_every_exported_local_queue_and_class_is_reachable_from_some_lane(k8s_policy, exported) -> None:
+    wpcs = _by_kind(exported, "WorkloadPriorityClass")
+    assert set(wpcs) == {priority_class_name(lane) for lane in k8s_policy.lanes}
+    lqs = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in exported if o["kind"] == "LocalQueue"]
+    assert len(lqs) == len(k8s_policy.lanes) * len(k8s_policy.teams)
