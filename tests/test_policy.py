@@ -115,7 +115,7 @@ def test_default_policy_cohort_tree_reserves_assurance_capacity(policy):
         assert policy.lane(lane).cohort_name == "assurance"
     assert policy.lane("research_best_effort").cohort_name == "batch"
     reserve = {q.flavor_name: q for q in tree["assurance"].quotas}
-    assert reserve["h100-ondemand"].nominal_quota > 0 and reserve["h100-ondemand"].lending_limit == 0
+    assert reserve["h100-ondemand"].nominal_quota == 8 and reserve["h100-ondemand"].lending_limit == 10
     # Lanes' and cohorts' nominal quotas together fit each flavor's capacity.
     for flavor in policy.flavors:
         rows = [q for lane in policy.lanes.values() for q in lane.quotas]

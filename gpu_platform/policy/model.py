@@ -305,7 +305,10 @@ def _quota_errors(
     capacity: dict[Any, dict[str, Any]],
     seen: set[tuple[Any, Any]],
     nominal_sum: Counter[tuple[str, str]],
+    lending_within_nominal: bool = True,
 ) -> list[str]:
+    """One quota row. lending_within_nominal: a lane may not lend more than its nominal quota
+    (Kueue's ClusterQueue webhook); a cohort may, since its lending limit counts its subtree."""
     errors: list[str] = []
     flavor = q.get("flavor_name")
     resource = q.get("resource", "nvidia.com/gpu")
@@ -318,7 +321,12 @@ def _quota_errors(
     seen.add((flavor, resource))
     nominal = q.get("nominal_quota")
     lending = q.get("lending_limit")
-    if isinstance(nominal, int | float) and isinstance(lending, int | float) and lending > nominal:
+    if (
+        lending_within_nominal
+        and isinstance(nominal, int | float)
+        and isinstance(lending, int | float)
+        and lending > nominal
+    ):
         errors.append(f"{qp}.lending_limit: {lending} exceeds nominal_quota {nominal}")
     if isinstance(nominal, int | float) and nominal >= 0:
         nominal_sum[(flavor, resource)] += nominal
@@ -349,7 +357,7 @@ def _cohort_tree_errors(
             if not isinstance(q, dict):
                 continue
             qp = f"{base}.quotas[{j}]"
-            errors.extend(_quota_errors(qp, q, capacity, seen, nominal_sum))
+            errors.extend(_quota_errors(qp, q, capacity, seen, nominal_sum, lending_within_nominal=False))
             if c.get("parent_name") is None:
                 for key in ("borrowing_limit", "lending_limit"):
                     if q.get(key) is not None:

@@ -252,3 +252,19 @@ def test_resources_a_lane_has_no_quota_for_are_not_governed(pol: Policy) -> None
     w = Workload("cpu-too", "release_eval", {GPU: 2, "cpu": 16, "memory": 64}, priority=800)
     res = schedule_cycle(replace(state, pending=(w,)))
     assert [(a.name, a.flavor) for a in res.admitted] == [("cpu-too", "h100-ondemand")]
+
+
+def test_assurance_reserve_is_never_lent_to_research(pol: Policy) -> None:
+    """The assurance subtree lends at most 10 of its 18 H100s: research borrows the rest of the
+    pool, never the reserve; an incident gets it back without preempting anyone."""
+    sweep = [req(f"s{i}", "research_best_effort", 2, "h100-ondemand") for i in range(12)]
+    res = admit_until_stable(from_policy(pol, pending=sweep))
+    h100 = sum(2 for a in res.admitted)
+    assert h100 == 18  # research's borrowing limit (2 + 16), all outside the reserve
+    state = from_policy(
+        pol,
+        admitted=[running(a.name, "research_best_effort", 2, "h100-ondemand", at=i) for i, a in enumerate(res.admitted)],
+        pending=[req("inc", "incident_response", 8)],
+    )
+    out = schedule_cycle(state)
+    assert [a.name for a in out.admitted] == ["inc"] and out.preempted == []
