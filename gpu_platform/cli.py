@@ -12,6 +12,7 @@ from collections import Counter
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.tree import Tree
 
 from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
@@ -29,6 +30,36 @@ def main() -> None:
 @main.group()
 def policy() -> None:
     """Inspect and validate the GPU pool policy."""
+
+
+def cohort_tree(pol) -> Tree:
+    """The cohort tree with each cohort's own quota and lending limit, and the lanes under it."""
+    tree = Tree("cohorts")
+    nodes: dict[str, Tree] = {}
+
+    def label(c) -> str:
+        parts = [
+            f"{q.flavor_name} {q.nominal_quota:g}" + (f" (lends ≤ {q.lending_limit:g})" if q.lending_limit is not None else "")
+            for q in c.quotas
+        ]
+        return f"[bold]{c.name}[/bold]" + (f": {', '.join(parts)}" if parts else "")
+
+    pending = list(pol.cohorts)
+    while pending:
+        rest = []
+        for c in pending:
+            parent = tree if c.parent_name is None else nodes.get(c.parent_name)
+            if parent is None:
+                rest.append(c)
+                continue
+            nodes[c.name] = parent.add(label(c))
+        if len(rest) == len(pending):
+            break
+        pending = rest
+    for lane in pol.lanes_by_priority():
+        if lane.cohort_name in nodes:
+            nodes[lane.cohort_name].add(lane.name)
+    return tree
 
 
 @policy.command("check")
@@ -64,6 +95,7 @@ def policy_check(file: str | None) -> None:
         )
     console.print(table)
     console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
+    console.print(cohort_tree(pol))
 
 
 @main.group()

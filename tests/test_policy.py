@@ -175,3 +175,11 @@ def test_cohort_tree_errors_are_named(cohorts: list[dict], message: str) -> None
     with pytest.raises(PolicyError) as exc:
         parse_policy(_with_cohorts(cohorts))
     assert any(message in e for e in exc.value.errors), exc.value.errors
+
+
+def test_policy_check_prints_the_cohort_tree():
+    res = CliRunner().invoke(main, ["policy", "check"])
+    assert res.exit_code == 0, res.output
+    assert "assurance: h100-ondemand 8 (lends ≤ 10)" in res.output
+    tree = res.output[res.output.index("cohorts") :]
+    assert tree.index("assurance") < tree.index("incident_response") < tree.index("batch") < tree.index("research_best_effort")

@@ -727,6 +727,17 @@ class _Engine:
     # -- reasons ----------------------------------------------------------------------------
     def _free_events(self, cq: CQNode, resource: str, flavors: frozenset[str]) -> tuple[list[float], list[float]]:
         """When running work on `flavors` in the queue's cohort tree ends, and how much it frees."""
+        root = cq.root()
+        key = (id(root), resource, flavors)
+        cache = self.__dict__.setdefault("_events_cache", {})
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = self._free_events_uncached(cq, resource, flavors)
+        return hit
+
+    def _free_events_uncached(
+        self, cq: CQNode, resource: str, flavors: frozenset[str]
+    ) -> tuple[list[float], list[float]]:
         members = cq.root().subtree_cqs() if cq.parent is not None else [cq]  # type: ignore[union-attr]
         events = []
         for m in members:

@@ -55,7 +55,7 @@ def synthetic_state(
     base = from_policy(policy)
     if scale is None:
         total = sum(f.capacity.get(GPU, 0) for f in base.flavors if f.capacity)
-        scale = max(1.0, round(n_admitted * 3.0 / (fill * total)))
+        scale = max(1.0, round(n_admitted * 3.4 / (fill * total)))
     state = scaled(base, scale)
     lanes = [c for c in state.cluster_queues]
     snap = Snapshot(state)
