@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.policy.model import WorkloadKind
+from gpu_platform.sharing import is_gpu_resource, mode_of
 from gpu_platform.units import parse_duration
 
 PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
@@ -67,6 +68,9 @@ class JobRequest(BaseModel):
 
     gpu_type: a flavor name from the policy (`h100-ondemand`), a GPU product label value
     (`NVIDIA-H100-80GB-HBM3`), or `any` (any flavor the lane has quota on).
+    gpu_resource: what `gpu_count` counts, as the device plugin names it: whole GPUs
+    (`nvidia.com/gpu`, the default), MIG slices (`nvidia.com/mig-1g.10gb`) or shared replicas
+    (`nvidia.com/gpu.shared`, which need `gpu_memory_gib`: the memory the job promises to stay under).
     retention_policy: `lane_default` or a duration (`365d`).
     """
 
@@ -94,7 +98,9 @@ class JobRequest(BaseModel):
     prompt_ids: tuple[str, ...] = ()
     evaluator_ids: tuple[str, ...] = ()
     gpu_type: str | None = None
+    gpu_resource: str = GPU
     gpu_count: int | None = Field(default=None, ge=1)
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
     cpu: float | None = Field(default=None, gt=0)
     memory_gib: float | None = Field(default=None, gt=0)
     expected_duration: timedelta | None = None
@@ -197,19 +203,58 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def matching_flavors(policy: Policy, lane_name: str, gpu_type: str | None) -> list[str]:
-    """Flavors (in the lane's order) that the lane has GPU quota on and that match gpu_type."""
+def matching_flavors(policy: Policy, lane_name: str, gpu_type: str | None, resource: str = GPU) -> list[str]:
+    """Flavors (in the lane's order) that the lane has quota of `resource` on and that match gpu_type."""
     lane = policy.lanes.get(lane_name)
     if lane is None:
         return []
     out = []
     for name in lane.flavor_names:
         flavor = policy.flavor_by_name.get(name)
-        if flavor is None or lane.quota(name, GPU) is None:
+        if flavor is None or lane.quota(name, resource) is None:
             continue
         if gpu_type in (None, "any", flavor.name, flavor.gpu_product):
             out.append(name)
     return out
+
+
+def _sharing_problems(policy: Policy, lane: Any, req: JobRequest) -> list[str]:
+    """gpu_resource against the lane's sharing modes and the flavors that offer it."""
+    res = req.gpu_resource
+    if res == GPU and req.gpu_memory_gib is None:
+        return []
+    errors: list[str] = []
+    if not is_gpu_resource(res):
+        offered = sorted({r for f in policy.flavors for r in f.gpu_resources})
+        return [f"gpu_resource: {res!r} is not a GPU resource (offered by this pool: {', '.join(offered)})"]
+    mode = mode_of(res)
+    if mode == "shared" and req.gpu_memory_gib is None:
+        errors.append("gpu_memory_gib: required for shared GPUs (nvidia.com/gpu.shared): the memory the job stays under")
+    if mode != "shared" and req.gpu_memory_gib is not None:
+        errors.append(f"gpu_memory_gib: only for shared GPUs; {res} isolates memory itself")
+    if lane is None:
+        return errors
+    if mode not in lane.sharing_modes:
+        errors.append(
+            f"gpu_resource: lane {lane.name} may not use {mode} GPUs ({res}); it allows: {', '.join(lane.sharing_modes)}"
+        )
+        return errors
+    flavors = matching_flavors(policy, lane.name, req.gpu_type, res)
+    if not flavors:
+        choices = sorted({q.resource for q in lane.quotas if is_gpu_resource(q.resource)})
+        errors.append(
+            f"gpu_resource: lane {lane.name} has no quota of {res} on a flavor matching {req.gpu_type or 'any'!r} "
+            f"(it has: {', '.join(choices)})"
+        )
+        return errors
+    most = max(policy.flavor(f).offered.get(res, 0) for f in flavors)
+    if req.gpu_count is not None and req.gpu_count > most:
+        errors.append(f"gpu_count: {req.gpu_count} x {res} exceed every flavor that offers it (at most {most:g})")
+    if mode == "shared" and req.gpu_memory_gib is not None:
+        limit = min(policy.flavor(f).sharing.replica_memory_gib or 0 for f in flavors)
+        if req.gpu_memory_gib > limit:
+            errors.append(f"gpu_memory_gib: {req.gpu_memory_gib:g} exceeds the per-replica limit of {limit:g} GiB")
+    return errors
 
 
 def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRequest:
@@ -266,6 +311,8 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
             )
 
     if partial is not None:
+        errors.extend(_sharing_problems(policy, lane, partial))
+    if partial is not None and partial.gpu_resource == GPU:
         req_ = partial
         if req_.gpu_count is not None and req_.gpu_count > policy.largest_flavor_gpus:
             errors.append(
@@ -283,6 +330,8 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
                 biggest = max(policy.flavor(f).gpus for f in flavors)
                 if req_.gpu_count > biggest:
                     errors.append(f"gpu_count: {req_.gpu_count} GPUs exceed every flavor matching {req_.gpu_type!r} (at most {biggest})")
+    if partial is not None:
+        req_ = partial
         if req_.expected_duration is not None and req_.timeout is not None and req_.expected_duration > req_.timeout:
             errors.append(f"expected_duration: {req_.expected_duration} exceeds timeout {req_.timeout}")
         if lane is not None and req_.timeout is not None and req_.timeout > lane.max_run_duration:

@@ -19,7 +19,7 @@ from gpu_platform.admission.model import (
     ResourceQuota,
     Workload,
 )
-from gpu_platform.policy import GPU, Lane, Policy
+from gpu_platform.policy import Lane, Policy
 from gpu_platform.requests import JobRequest, matching_flavors
 
 
@@ -79,12 +79,12 @@ def workload_for(
     """One request as a workload: lane priority, GPU count (plus cpu/memory where the lane has quota)."""
     lane = policy.lane(req.lane or "")
     resources = {q.resource for q in lane.quotas}
-    requests: dict[str, float] = {GPU: float(req.gpu_count or 0)}
+    requests: dict[str, float] = {req.gpu_resource: float(req.gpu_count or 0)}
     if req.cpu is not None and "cpu" in resources:
         requests["cpu"] = float(req.cpu)
     if req.memory_gib is not None and "memory" in resources:
         requests["memory"] = float(req.memory_gib)
-    allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type))
+    allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource))
     return Workload(
         name=name,
         cq=lane.name,
@@ -116,7 +116,7 @@ def from_policy(
     """
     spent = {k: float(v) for k, v in (budget_spent or {}).items()}
     cqs = tuple(cluster_queue_for(lane, spent.get(lane.name, 0.0)) for lane in policy.lanes_by_priority())
-    flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.capacity)) for f in policy.flavors)
+    flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.offered)) for f in policy.flavors)
     adm: list[Workload] = []
     for i, a in enumerate(admitted):
         if isinstance(a, Workload):

@@ -12,6 +12,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpu_platform.sharing import (
+    SHARED,
+    SHARING_MODES,
+    SharingMode,
+    is_gpu_resource,
+    layout_errors,
+    mig_resource,
+    mode_of,
+    parse_layout,
+)
 from gpu_platform.units import parse_duration
 
 GPU = "nvidia.com/gpu"
@@ -49,11 +59,34 @@ class Taint(_Frozen):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
+class Sharing(_Frozen):
+    """How a flavor's GPUs are offered (see `gpu_platform.sharing`).
+
+    exclusive: whole GPUs (`nvidia.com/gpu`). mig: every GPU cut into `layout` (`"7 x 1g.10gb"` or
+    `"3 x 2g.20gb + 1 x 1g.10gb"`), offered as `nvidia.com/mig-<profile>`; `profile_weights`
+    (optional) price a profile as that share of a GPU instead of compute slices / 7. shared:
+    `replicas` time-slicing / MPS replicas per GPU as `nvidia.com/gpu.shared`, each limited to
+    `replica_memory_gib` that the workload must respect (device-plugin sharing does not enforce it).
+    """
+
+    mode: SharingMode = "exclusive"
+    layout: dict[str, int] | None = None
+    profile_weights: dict[str, float] | None = None
+    replicas: int | None = Field(default=None, ge=2)
+    replica_memory_gib: float | None = Field(default=None, gt=0)
+
+    @field_validator("layout", mode="before")
+    @classmethod
+    def _layout(cls, v: Any) -> Any:
+        return None if v is None else parse_layout(v)
+
+
 class Flavor(_Frozen):
     """A Kueue ResourceFlavor: one GPU product in one node pool.
 
-    capacity: total amount per resource in the pool (`nvidia.com/gpu` required; `cpu` in cores,
-    `memory` in GiB when present).
+    capacity: total amount per resource in the pool (`nvidia.com/gpu` required: the physical GPUs;
+    `cpu` in cores, `memory` in GiB when present). sharing: how those GPUs are offered; `offered`
+    is the capacity per resource name the device plugin exposes.
     """
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -63,6 +96,7 @@ class Flavor(_Frozen):
     capacity: dict[str, float]
     taints: tuple[Taint, ...] = ()
     node_labels: dict[str, str] = Field(default_factory=dict)
+    sharing: Sharing = Sharing()
 
     @field_validator("capacity")
     @classmethod
@@ -77,6 +111,15 @@ class Flavor(_Frozen):
     @property
     def gpus(self) -> int:
         return int(self.capacity[GPU])
+
+    @property
+    def offered(self) -> dict[str, float]:
+        """Capacity per resource as the device plugin exposes it (MIG slices, shared replicas)."""
+        return offered_capacity(self.capacity, self.sharing)
+
+    @property
+    def gpu_resources(self) -> tuple[str, ...]:
+        return tuple(r for r in self.offered if is_gpu_resource(r))
 
 
 class Quota(_Frozen):
@@ -132,6 +175,8 @@ class Lane(_Frozen):
     protected: this lane's running jobs are never preemption victims.
     evidence: the lane produces release/safety evidence; its jobs are preemption candidates only
     once checkpointed with immutable logs.
+    sharing_modes: the ways the lane may use GPUs (exclusive, mig, shared); an evidence lane may not
+    use shared GPUs (no memory isolation between tenants, so results are not reproducible).
     """
 
     name: str
@@ -146,6 +191,7 @@ class Lane(_Frozen):
     preemption: Preemption = Preemption()
     yields_to: tuple[str, ...] | None = None
     evidence: bool = False
+    sharing_modes: tuple[SharingMode, ...] = SHARING_MODES
     max_concurrent_runs: int = Field(ge=1)
     max_run_duration: timedelta
     budget: Decimal = Field(ge=0)
@@ -169,6 +215,19 @@ class Lane(_Frozen):
         for q in self.quotas:
             seen.setdefault(q.flavor_name)
         return tuple(seen)
+
+
+def offered_capacity(capacity: dict[str, float], sharing: Sharing) -> dict[str, float]:
+    gpus = capacity.get(GPU, 0)
+    out = {k: v for k, v in capacity.items() if k != GPU}
+    if sharing.mode == "mig":
+        for profile, n in (sharing.layout or {}).items():
+            out[mig_resource(profile)] = gpus * n
+    elif sharing.mode == "shared":
+        out[SHARED] = gpus * (sharing.replicas or 1)
+    else:
+        out[GPU] = gpus
+    return out
 
 
 class Team(_Frozen):
@@ -239,9 +298,19 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
     for name, n in Counter(flavor_names).items():
         if n > 1:
             errors.append(f"flavors: duplicate flavor name {name!r}")
-    capacity = {
-        f.get("name"): (f.get("capacity") or {}) for f in flavors if isinstance(f, dict)
-    }
+    capacity: dict[Any, dict[str, Any]] = {}
+    modes: dict[Any, str] = {}
+    for i, f in enumerate(flavors):
+        if not isinstance(f, dict):
+            continue
+        cap = f.get("capacity") or {}
+        sharing = f.get("sharing") or {}
+        errors.extend(_sharing_errors(f"flavors[{i}].sharing", f, sharing))
+        try:
+            capacity[f.get("name")] = offered_capacity(cap, Sharing.model_validate(sharing))
+        except (ValidationError, ValueError, TypeError):
+            capacity[f.get("name")] = dict(cap)
+        modes[f.get("name")] = sharing.get("mode", "exclusive") if isinstance(sharing, dict) else "exclusive"
     raw_cohorts = [c for c in raw.get("cohorts") or [] if isinstance(c, dict)]
     cohorts = [c.get("name") for c in raw_cohorts]
     for name, n in Counter(cohorts).items():
@@ -274,6 +343,19 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
                 errors.append(f"{base}.yields_to[{i}]: unknown lane {other!r}")
             elif other == lane_name:
                 errors.append(f"{base}.yields_to[{i}]: a lane cannot yield to itself")
+        allowed = lane.get("sharing_modes") or SHARING_MODES
+        if lane.get("evidence") and "shared" in allowed and "sharing_modes" in lane:
+            errors.append(
+                f"{base}.sharing_modes: an evidence lane may not use shared GPUs (no memory isolation); use exclusive or mig"
+            )
+        for i, q in enumerate(lane.get("quotas") or []):
+            if isinstance(q, dict) and is_gpu_resource(str(q.get("resource", GPU))):
+                mode = mode_of(str(q.get("resource", GPU)))
+                if mode not in allowed:
+                    errors.append(
+                        f"{base}.quotas[{i}].resource: {q.get('resource', GPU)} is {mode}, which the lane's "
+                        f"sharing_modes ({', '.join(allowed)}) do not allow"
+                    )
         if lane.get("protected") and lane.get("yields_to"):
             errors.append(f"{base}.yields_to: a protected lane is never preempted; remove yields_to or protected")
     for (flavor, resource), total in nominal_sum.items():
@@ -299,6 +381,34 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _sharing_errors(path: str, flavor: dict[str, Any], sharing: Any) -> list[str]:
+    """A flavor's sharing block against its GPU product's real MIG geometry."""
+    if not isinstance(sharing, dict):
+        return []
+    errors: list[str] = []
+    mode = sharing.get("mode", "exclusive")
+    if mode == "mig":
+        raw = sharing.get("layout")
+        if raw is None:
+            return [f"{path}.layout: required for mode mig (e.g. '7 x 1g.10gb')"]
+        try:
+            layout = parse_layout(raw)
+        except ValueError as exc:
+            return [f"{path}.layout: {exc}"]
+        errors.extend(f"{path}.layout: {e}" for e in layout_errors(str(flavor.get("gpu_product")), layout))
+    elif mode == "shared":
+        for key in ("replicas", "replica_memory_gib"):
+            if sharing.get(key) is None:
+                errors.append(f"{path}.{key}: required for mode shared")
+    for key in ("layout", "profile_weights"):
+        if mode != "mig" and sharing.get(key) is not None:
+            errors.append(f"{path}.{key}: only for mode mig")
+    for key in ("replicas", "replica_memory_gib"):
+        if mode != "shared" and sharing.get(key) is not None:
+            errors.append(f"{path}.{key}: only for mode shared")
+    return errors
+
+
 def _quota_errors(
     qp: str,
     q: dict[str, Any],
@@ -315,7 +425,8 @@ def _quota_errors(
     if flavor not in capacity:
         errors.append(f"{qp}.flavor_name: unknown flavor {flavor!r} (known: {', '.join(map(str, capacity))})")
     elif resource not in capacity[flavor]:
-        errors.append(f"{qp}.resource: flavor {flavor!r} declares no capacity for {resource!r}")
+        offered = ", ".join(sorted(capacity[flavor]))
+        errors.append(f"{qp}.resource: flavor {flavor!r} offers no {resource!r} (it offers: {offered})")
     if (flavor, resource) in seen:
         errors.append(f"{qp}: duplicate quota for ({flavor}, {resource})")
     seen.add((flavor, resource))
