@@ -30,6 +30,7 @@ from gpu_platform.cluster.names import (  # noqa: F401  (re-exported: the Job's 
     KUEUE_QUEUE_NAME,
     LABEL_ATTEMPT,
     LABEL_GPU_PRODUCT,
+    LABEL_GPU_SHARING,
     LABEL_LANE,
     LABEL_NODE_POOL,
     LABEL_REQUEST_ID,
@@ -151,11 +152,14 @@ def _memory_quantity(gib: float) -> str:
 
 
 def resources_for(request: JobRequest) -> dict[str, dict[str, str | int]]:
-    """Container resources. GPUs are whole devices: request == limit (Kubernetes requires it)."""
+    """Container resources: `gpu_count` of the request's GPU resource (whole GPUs, a MIG profile
+    or shared replicas, as the device plugin names them); request == limit (Kubernetes requires it
+    for extended resources)."""
     if request.gpu_count is None:
         raise ValueError("gpu_count: required")
-    limits: dict[str, str | int] = {GPU: request.gpu_count}
-    requests: dict[str, str | int] = {GPU: request.gpu_count}
+    res = request.gpu_resource or GPU
+    limits: dict[str, str | int] = {res: request.gpu_count}
+    requests: dict[str, str | int] = {res: request.gpu_count}
     if request.cpu is not None:
         requests["cpu"] = _cpu_quantity(request.cpu)
     if request.memory_gib is not None:
@@ -182,15 +186,20 @@ def node_selector_for(flavor: Flavor) -> dict[str, str]:
     """A flavor's node labels (the exported ResourceFlavor's `spec.nodeLabels`): GPU product and
     node pool, plus any extra node labels it declares. Kueue injects them as the pod's
     nodeSelector when it admits the Job on this flavor."""
-    return {LABEL_GPU_PRODUCT: flavor.gpu_product, LABEL_NODE_POOL: flavor.node_pool, **flavor.node_labels}
+    labels = {LABEL_GPU_PRODUCT: flavor.gpu_product, LABEL_NODE_POOL: flavor.node_pool}
+    if flavor.sharing.mode != "exclusive":
+        labels[LABEL_GPU_SHARING] = flavor.sharing.mode
+    return {**labels, **flavor.node_labels}
 
 
 def accepted_flavors(request: JobRequest, policy: Policy) -> list[Flavor]:
     """The flavors a request may run on: its lane's flavors (quota order) matching its gpu_type."""
     lane, _ = _lane_and_team(request, policy)
-    names = matching_flavors(policy, lane, request.gpu_type)
+    names = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource)
     if not names:
-        raise ValueError(f"lane {lane} has no quota on a flavor matching gpu_type {request.gpu_type!r}")
+        raise ValueError(
+            f"lane {lane} has no quota of {request.gpu_resource} on a flavor matching gpu_type {request.gpu_type!r}"
+        )
     return [policy.flavor(n) for n in names]
 
 

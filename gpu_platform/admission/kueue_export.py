@@ -58,21 +58,6 @@ def resource_flavor(policy: Policy, name: str) -> dict[str, Any]:
 
 
 def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
-    resources = list(
-        dict.fromkeys([GPU] * any(q.resource == GPU for q in lane.quotas) + [q.resource for q in lane.quotas])
-    )
-    flavors = []
-    for fname in lane.flavor_names:
-        entries = []
-        for r in resources:
-            q = lane.quota(fname, r)
-            entry: dict[str, Any] = {"name": r, "nominalQuota": quantity(r, q.nominal_quota if q else 0)}
-            if q is not None and q.borrowing_limit is not None:
-                entry["borrowingLimit"] = quantity(r, q.borrowing_limit)
-            if q is not None and q.lending_limit is not None:
-                entry["lendingLimit"] = quantity(r, q.lending_limit)
-            entries.append(entry)
-        flavors.append({"name": resource_flavor_name(fname), "resources": entries})
     pre = lane.preemption
     preemption: dict[str, Any] = {
         "withinClusterQueue": pre.within_cluster_queue,
@@ -86,7 +71,7 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "queueingStrategy": lane.queueing_strategy,
-        "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
+        "resourceGroups": _resource_groups(lane.quotas),
         "preemption": preemption,
     }
     if lane.cohort_name is not None:
@@ -111,26 +96,45 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
 
 
 def _resource_groups(quotas: Any) -> list[dict[str, Any]]:
-    """One resource group over every resource the quotas name; each flavor lists all of them
-    (the CRD requires as many resources per flavor as coveredResources)."""
+    """Kueue resource groups from quota rows: resources that share a flavor form one group (a MIG
+    or shared flavor's resources get groups of their own); each flavor of a group lists all of the
+    group's resources (the CRD requires as many resources per flavor as coveredResources)."""
     quotas = list(quotas)
     if not quotas:
         return []
-    resources = list(dict.fromkeys([GPU] * any(q.resource == GPU for q in quotas) + [q.resource for q in quotas]))
+    groups: list[tuple[list[str], list[str]]] = []  # (resources, flavors)
+    for q in quotas:
+        hit = [g for g in groups if q.flavor_name in g[1] or q.resource in g[0]]
+        if not hit:
+            groups.append(([q.resource], [q.flavor_name]))
+            continue
+        g = hit[0]
+        for other in hit[1:]:
+            g[0].extend(r for r in other[0] if r not in g[0])
+            g[1].extend(f for f in other[1] if f not in g[1])
+            groups.remove(other)
+        if q.resource not in g[0]:
+            g[0].append(q.resource)
+        if q.flavor_name not in g[1]:
+            g[1].append(q.flavor_name)
     by = {(q.flavor_name, q.resource): q for q in quotas}
-    flavors = []
-    for fname in dict.fromkeys(q.flavor_name for q in quotas):
-        entries = []
-        for r in resources:
-            q = by.get((fname, r))
-            entry: dict[str, Any] = {"name": r, "nominalQuota": quantity(r, q.nominal_quota if q else 0)}
-            if q is not None and q.borrowing_limit is not None:
-                entry["borrowingLimit"] = quantity(r, q.borrowing_limit)
-            if q is not None and q.lending_limit is not None:
-                entry["lendingLimit"] = quantity(r, q.lending_limit)
-            entries.append(entry)
-        flavors.append({"name": fname, "resources": entries})
-    return [{"coveredResources": resources, "flavors": flavors}]
+    out = []
+    for resources, fnames in groups:
+        resources = sorted(resources, key=lambda r: (r != GPU, resources.index(r)))
+        flavors = []
+        for fname in fnames:
+            entries = []
+            for r in resources:
+                q = by.get((fname, r))
+                entry: dict[str, Any] = {"name": r, "nominalQuota": quantity(r, q.nominal_quota if q else 0)}
+                if q is not None and q.borrowing_limit is not None:
+                    entry["borrowingLimit"] = quantity(r, q.borrowing_limit)
+                if q is not None and q.lending_limit is not None:
+                    entry["lendingLimit"] = quantity(r, q.lending_limit)
+                entries.append(entry)
+            flavors.append({"name": fname, "resources": entries})
+        out.append({"coveredResources": resources, "flavors": flavors})
+    return out
 
 
 def cohort(policy: Policy, c: Any) -> dict[str, Any]:

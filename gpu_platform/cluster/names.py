@@ -38,6 +38,10 @@ LABEL_NODE_POOL = "gpu-platform.io/node-pool"
 """Node label naming the node pool (`training`, `inference`, `spot`) of a flavor."""
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 """Node label set by NVIDIA GPU feature discovery (`NVIDIA-H100-80GB-HBM3`)."""
+LABEL_GPU_SHARING = "gpu-platform.io/gpu-sharing"
+"""Node label of a fractional-GPU pool (`mig` or `shared`); absent on whole-GPU nodes. Two flavors
+of one GPU product in one node pool differ by it (the GPU operator's MIG / time-slicing config
+is per node)."""
 
 # Kueue's own labels.
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"

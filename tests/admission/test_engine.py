@@ -42,7 +42,7 @@ def running(
 
 def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     state = from_policy(pol, budget_spent={"release_eval": Decimal("1000")})
-    assert len(state.cluster_queues) == 8 and len(state.flavors) == 3
+    assert len(state.cluster_queues) == 8 and len(state.flavors) == 5
     assert [(c.name, c.parent) for c in state.cohorts] == [
         ("gpu-pool", None),
         ("assurance", "gpu-pool"),
@@ -58,8 +58,15 @@ def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     assert cqs["candidate_train"].max_priority_threshold == 200
     q = next(q for q in cqs["candidate_train"].quotas if q.flavor == "h100-ondemand")
     assert (q.nominal, q.borrowing_limit, q.lending_limit) == (8, 12, 4)
-    caps = {f.name: f.capacity[GPU] for f in state.flavors}
-    assert caps == {"h100-ondemand": 32, "l4-inference": 16, "a100-spot": 16}
+    caps = {f.name: {r: v for r, v in f.capacity.items() if r.startswith("nvidia.com/")} for f in state.flavors}
+    assert caps == {
+        "h100-ondemand": {GPU: 32},
+        "l4-inference": {GPU: 16},
+        "a100-spot": {GPU: 16},
+        # Fractional flavors offer what the device plugin exposes: 2 GPUs cut into slices, or replicas.
+        "h100-mig": {"nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-1g.10gb": 6},
+        "l4-shared": {"nvidia.com/gpu.shared": 8},
+    }
     assert {f.name for f in state.flavors if f.spot} == {"a100-spot"}
 
 

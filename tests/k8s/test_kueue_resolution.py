@@ -60,7 +60,15 @@ def test_example_job_resolves_against_the_export(path: Path, k8s_policy, example
         node_taints = [t.model_dump(exclude_none=True) for t in k8s_policy.flavor(name).taints]
         assert tolerates(admitted_pod, node_taints)
         assert node_taints and not tolerates(pod, node_taints)
-    lane_flavors = [f["name"] for g in res.cluster_queue["spec"]["resourceGroups"] for f in g["flavors"]]
+    # Flavors of the resource groups the Job asks from (a MIG or shared flavor sits in a group of
+    # its own resources, which a whole-GPU Job never asks for).
+    requested = {r for c in pod["containers"] for r in (c.get("resources") or {}).get("requests") or {}}
+    lane_flavors = [
+        f["name"]
+        for g in res.cluster_queue["spec"]["resourceGroups"]
+        if set(g["coveredResources"]) & requested
+        for f in g["flavors"]
+    ]
     keys = {k for f in flavors.values() for k in f["spec"]["nodeLabels"]}
     for name in set(lane_flavors) - set(res.flavors):
         assert not pod_matches_labels(pod, flavors[name]["spec"]["nodeLabels"], keys), f"{name} not ruled out"
