@@ -126,7 +126,7 @@ def resolve_flavor(request: JobRequest, policy: Policy, flavor_name: str | None 
     """The flavor a request runs on: `flavor_name` (admission's choice) checked against the lane's
     quota and the request's gpu_type, or, when None, the first flavor that matches."""
     lane, _ = _lane_and_team(request, policy)
-    candidates = matching_flavors(policy, lane, request.gpu_type)
+    candidates = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource)
     if flavor_name is None:
         if not candidates:
             raise ValueError(f"lane {lane} has no quota on a flavor matching gpu_type {request.gpu_type!r}")

@@ -57,6 +57,7 @@ def test_every_platform_rule_has_a_case() -> None:
         "positions",
         "estimated-start",
         "strict-fifo",
+        "mig",
         "best-effort-fifo",
     ):
         assert word in ids, word

@@ -75,19 +75,20 @@ def test_example_renders_valid_job(path: Path, k8s_policy, example_request) -> N
     # No pinned flavor: Kueue injects the chosen flavor's node labels and tolerations.
     assert "nodeSelector" not in pod["spec"] and not pod["spec"].get("tolerations")
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert {
-        "matchExpressions": [
-            {"key": LABEL_GPU_PRODUCT, "operator": "In", "values": [flavor.gpu_product]},
-            {"key": LABEL_NODE_POOL, "operator": "In", "values": [flavor.node_pool]},
-        ]
-    } in terms
+    expected = [
+        {"key": LABEL_GPU_PRODUCT, "operator": "In", "values": [flavor.gpu_product]},
+        {"key": LABEL_NODE_POOL, "operator": "In", "values": [flavor.node_pool]},
+    ]
+    if flavor.sharing.mode != "exclusive":
+        expected.append({"key": "gpu-platform.io/gpu-sharing", "operator": "In", "values": [flavor.sharing.mode]})
+    assert {"matchExpressions": expected} in terms
 
     (container,) = pod["spec"]["containers"]
     assert container["image"] == req.image_ref
     assert "@sha256:" in container["image"]
     gpus = str(req.gpu_count)
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
-    assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
+    assert container["resources"]["limits"][req.gpu_resource] == gpus
+    assert container["resources"]["requests"][req.gpu_resource] == gpus
     assert {"name": "GPU_PLATFORM_REQUEST_ID", "value": req.request_id} in container["env"]
 
 
