@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -38,6 +39,26 @@ class GpuDevice:
     uuid: str
     name: str
     memory_mib: int
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a GPU instance + compute instance of a MIG-enabled GPU). CUDA addresses it
+    by `uuid` (`MIG-...`) in `CUDA_VISIBLE_DEVICES`; `profile` is its MIG profile (`1g.10gb`)."""
+
+    parent_index: int
+    uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_mib: int
+
+    @property
+    def resource(self) -> str:
+        return "nvidia.com/mig-" + self.profile
+
+
+_PROFILE = re.compile(r"(\d+g\.\d+gb)")
 
 
 class NvmlUnavailable(RuntimeError):
@@ -86,21 +107,71 @@ def nvml_handles(nvml: Any) -> list[tuple[int, Any]]:
     return [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
 
 
+def _mig_enabled(nvml: Any, handle: Any) -> bool:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # NVMLError_NotSupported on GPUs without MIG (L4, consumer cards)
+        return False
+    return current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+
+
+def _mig_devices_of(nvml: Any, index: int, handle: Any) -> list[MigDevice]:
+    out = []
+    for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except Exception:  # NVMLError_NotFound: an empty slot
+            continue
+        name = nvml_text(nvml.nvmlDeviceGetName(mig))
+        m = _PROFILE.search(name)
+        out.append(
+            MigDevice(
+                parent_index=index,
+                uuid=nvml_text(nvml.nvmlDeviceGetUUID(mig)),
+                profile=m.group(1) if m else name,
+                gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+                compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(mig).total) // _MIB,
+            )
+        )
+    return out
+
+
+def discover_devices(nvml_module: Any = None) -> tuple[list[GpuDevice], list[MigDevice]]:
+    """Whole GPUs (MIG disabled) and the MIG devices of MIG-enabled GPUs, through NVML.
+
+    A MIG-enabled GPU is not usable as a whole device, so it appears only through its MIG
+    devices. Raises NvmlUnavailable(reason) when pynvml is missing or NVML cannot initialize.
+    """
+    with nvml_session(nvml_module) as nvml:
+        whole: list[GpuDevice] = []
+        migs: list[MigDevice] = []
+        for i, handle in nvml_handles(nvml):
+            if _mig_enabled(nvml, handle):
+                migs.extend(_mig_devices_of(nvml, i, handle))
+                continue
+            whole.append(
+                GpuDevice(
+                    index=i,
+                    uuid=nvml_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=nvml_text(nvml.nvmlDeviceGetName(handle)),
+                    memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
+                )
+            )
+        return whole, migs
+
+
 def discover_gpus(nvml_module: Any = None) -> list[GpuDevice]:
-    """List GPUs through NVML. `nvml_module=None` imports `pynvml`; pass a `FakeNvml` in tests.
+    """List whole GPUs through NVML. `nvml_module=None` imports `pynvml`; pass a `FakeNvml` in tests.
 
     Raises NvmlUnavailable(reason) when pynvml is missing or NVML cannot initialize.
     """
-    with nvml_session(nvml_module) as nvml:
-        return [
-            GpuDevice(
-                index=i,
-                uuid=nvml_text(nvml.nvmlDeviceGetUUID(handle)),
-                name=nvml_text(nvml.nvmlDeviceGetName(handle)),
-                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
-            )
-            for i, handle in nvml_handles(nvml)
-        ]
+    return discover_devices(nvml_module)[0]
+
+
+def discover_mig_devices(nvml_module: Any = None) -> list[MigDevice]:
+    """The MIG devices of every MIG-enabled GPU (empty when none has MIG on)."""
+    return discover_devices(nvml_module)[1]
 
 
 def cuda_visible_devices(devices: Iterable[GpuDevice]) -> str:
@@ -116,9 +187,10 @@ class ConfiguredInventory:
     Unset or empty: no GPUs.
     """
 
-    def __init__(self, devices: Sequence[GpuDevice], text: str | None = None):
+    def __init__(self, devices: Sequence[GpuDevice], text: str | None = None, mig: Sequence[MigDevice] = ()):
         self.devices = tuple(devices)
         self.text = text
+        self.mig = tuple(mig)
 
     @classmethod
     def parse(cls, text: str | None) -> ConfiguredInventory:
@@ -142,9 +214,13 @@ class ConfiguredInventory:
                 f"{ENV_LOCAL_GPUS}={text!r}: use a count (4), indices (0,1,3) or a JSON list ({exc})"
             ) from exc
         devices = []
+        migs: list[MigDevice] = []
         for item in items:
             if isinstance(item, int) and not isinstance(item, bool):
                 item = {"index": item}
+            if isinstance(item, dict) and "mig" in item:
+                migs.extend(_configured_migs(text, item))
+                continue
             if not isinstance(item, dict) or not isinstance(item.get("index"), int) or item["index"] < 0:
                 raise InventoryError(
                     f"{ENV_LOCAL_GPUS}={text!r}: bad device {item!r} (need a non-negative index)"
@@ -158,10 +234,10 @@ class ConfiguredInventory:
                     memory_mib=int(item.get("memory_mib", 0)),
                 )
             )
-        indices = [d.index for d in devices]
+        indices = [d.index for d in devices] + sorted({m.parent_index for m in migs})
         if len(set(indices)) != len(indices):
             raise InventoryError(f"{ENV_LOCAL_GPUS}={text!r}: duplicate device indices")
-        return cls(sorted(devices, key=lambda d: d.index), text)
+        return cls(sorted(devices, key=lambda d: d.index), text, migs)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConfiguredInventory:
@@ -176,10 +252,21 @@ class Inventory:
     devices: tuple[GpuDevice, ...]
     source: Literal["nvml", "configured"]
     detail: str
+    mig: tuple[MigDevice, ...] = ()
 
     @property
     def indices(self) -> tuple[int, ...]:
         return tuple(d.index for d in self.devices)
+
+    def allocatable(self, resource: str) -> tuple[int | str, ...]:
+        """What the allocator hands out for a GPU resource: whole-GPU indices for `nvidia.com/gpu`,
+        MIG device UUIDs of that profile for `nvidia.com/mig-<profile>`."""
+        if resource == "nvidia.com/gpu":
+            return self.indices
+        if resource.startswith("nvidia.com/mig-"):
+            profile = resource.removeprefix("nvidia.com/mig-")
+            return tuple(m.uuid for m in self.mig if m.profile == profile)
+        raise ValueError(f"{resource}: the local executor hands out whole GPUs and MIG devices only")
 
 
 def local_inventory(
@@ -196,7 +283,7 @@ def local_inventory(
     try:
         if not use_nvml:
             raise NvmlUnavailable("NVML disabled by configuration (use_nvml=false)")
-        devices = discover_gpus(nvml_module)
+        devices, migs = discover_devices(nvml_module)
     except NvmlUnavailable as exc:
         env = os.environ if env is None else env
         text = configured if configured is not None else env.get(ENV_LOCAL_GPUS)
@@ -206,10 +293,36 @@ def local_inventory(
             inv.devices,
             "configured",
             f"no NVML ({exc.reason}): using configured inventory {ENV_LOCAL_GPUS}={shown}"
-            f" -> {len(inv.devices)} GPU(s)",
+            f" -> {len(inv.devices)} GPU(s)" + (f", {len(inv.mig)} MIG device(s)" if inv.mig else ""),
+            inv.mig,
         )
     names = ", ".join(f"{d.index}:{d.name}" for d in devices) or "none"
-    return Inventory(tuple(devices), "nvml", f"NVML inventory: {len(devices)} GPU(s) ({names})")
+    mig_text = f"; {len(migs)} MIG device(s) ({', '.join(sorted({m.profile for m in migs}))})" if migs else ""
+    return Inventory(
+        tuple(devices), "nvml", f"NVML inventory: {len(devices)} GPU(s) ({names}){mig_text}", tuple(migs)
+    )
+
+
+def _configured_migs(text: str | None, item: dict[str, Any]) -> list[MigDevice]:
+    """`{"index": 0, "mig": [{"uuid": "MIG-...", "profile": "1g.10gb"}, ...]}`: a MIG-enabled GPU."""
+    index = item.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0 or not isinstance(item["mig"], list):
+        raise InventoryError(f"{ENV_LOCAL_GPUS}={text!r}: bad MIG GPU {item!r} (need index and a mig list)")
+    out = []
+    for j, m in enumerate(item["mig"]):
+        if not isinstance(m, dict) or not _PROFILE.fullmatch(str(m.get("profile", ""))):
+            raise InventoryError(f"{ENV_LOCAL_GPUS}={text!r}: bad MIG device {m!r} (need a profile like 1g.10gb)")
+        out.append(
+            MigDevice(
+                parent_index=index,
+                uuid=str(m.get("uuid", f"MIG-configured-{index}-{j}")),
+                profile=str(m["profile"]),
+                gpu_instance_id=int(m.get("gpu_instance_id", j)),
+                compute_instance_id=int(m.get("compute_instance_id", 0)),
+                memory_mib=int(m.get("memory_mib", 0)),
+            )
+        )
+    return out
 
 
 class GpusBusy(RuntimeError):
@@ -243,8 +356,8 @@ class LocalGpuAllocator:
     process has died is reclaimed on the next acquire.
     """
 
-    def __init__(self, devices: Sequence[int], state_dir: str | Path | None = None):
-        self.devices = tuple(sorted(set(devices)))
+    def __init__(self, devices: Sequence[int | str], state_dir: str | Path | None = None):
+        self.devices = tuple(sorted(set(devices), key=lambda d: (isinstance(d, str), str(d).zfill(8))))
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._state = self.state_dir / "allocations.json"
@@ -341,6 +454,44 @@ class FakeGpu:
     minor: int = 0
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     unsupported: frozenset[str] = frozenset()
+    mig: list[FakeMig] | None = None
+    """None: MIG disabled (or not supported); a list: MIG enabled with these devices."""
+
+
+@dataclass
+class FakeMig:
+    """One MIG device of a `FakeGpu` (TEST DOUBLE): NVML names it `<GPU name> MIG <profile>`."""
+
+    uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    memory_total: int = 10 * 1024 * _MIB
+
+
+def fake_mig_gpu(index: int, layout: Mapping[str, int], name: str = "NVIDIA H100 80GB HBM3") -> FakeGpu:
+    """A MIG-partitioned `FakeGpu` cut into `layout` (`{"1g.10gb": 7}`), for tests."""
+    migs = []
+    gi = 0
+    for profile, n in layout.items():
+        mem_gb = int(profile.split(".")[1].removesuffix("gb"))
+        for _ in range(n):
+            migs.append(
+                FakeMig(
+                    uuid=f"MIG-{index:08d}-0000-0000-0000-{gi:012d}",
+                    profile=profile,
+                    gpu_instance_id=gi,
+                    memory_total=mem_gb * 1024 * _MIB,
+                )
+            )
+            gi += 1
+    return FakeGpu(
+        uuid=f"GPU-00000000-0000-0000-0000-{index:012d}",
+        name=name,
+        bus_id=f"00000000:{0x18 + index:02X}:00.0",
+        minor=index,
+        mig=migs,
+    )
 
 
 class _Struct:
@@ -354,8 +505,11 @@ class FakeNvml:
     nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetUUID, nvmlDeviceGetName,
     nvmlDeviceGetMemoryInfo (`discover_gpus`), plus nvmlDeviceGetUtilizationRates,
     nvmlDeviceGetPowerUsage, nvmlDeviceGetTemperature, nvmlDeviceGetPciInfo,
-    nvmlDeviceGetMinorNumber and nvmlDeviceGetComputeRunningProcesses (`NvmlSampler`), and the
-    `NVMLError` / `NVML_TEMPERATURE_GPU` names. The real path is covered by the `gpu`-marked tests
+    nvmlDeviceGetMinorNumber and nvmlDeviceGetComputeRunningProcesses (`NvmlSampler`), the MIG
+    calls nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
+    nvmlDeviceGetGpuInstanceId and nvmlDeviceGetComputeInstanceId (`discover_devices`; a GPU built
+    by `fake_mig_gpu` is MIG-partitioned), and the `NVMLError` / `NVML_TEMPERATURE_GPU` /
+    `NVML_DEVICE_MIG_ENABLE` names. The real path is covered by the `gpu`-marked tests
     (`make test-gpu`).
 
     `gpus=[FakeGpu(...), ...]` describes each device; without it, `count` identical devices named
@@ -367,6 +521,7 @@ class FakeNvml:
         """Raised by FakeNvml where pynvml would raise an NVMLError."""
 
     NVML_TEMPERATURE_GPU = 0
+    NVML_DEVICE_MIG_ENABLE = 1
 
     def __init__(
         self,
@@ -426,15 +581,42 @@ class FakeNvml:
             raise self.NVMLError("Invalid Argument")
         return self.gpus[index]
 
-    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, h: FakeGpu | tuple) -> str:  # noqa: N802
+        if isinstance(h, tuple):
+            return h[1].uuid
         return self._gpu(h, "nvmlDeviceGetUUID").uuid
 
-    def nvmlDeviceGetName(self, h: FakeGpu) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, h: FakeGpu | tuple) -> str:  # noqa: N802
+        if isinstance(h, tuple):
+            return f"{h[0].name} MIG {h[1].profile}"
         return self._gpu(h, "nvmlDeviceGetName").name
 
-    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> Any:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu | tuple) -> Any:  # noqa: N802
+        if isinstance(h, tuple):
+            return _Struct(total=h[1].memory_total, used=0, free=h[1].memory_total)
         g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
         return _Struct(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
+
+    # MIG: a MIG device handle is (parent FakeGpu, FakeMig).
+    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> tuple[int, int]:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetMigMode")
+        on = int(g.mig is not None)
+        return on, on
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeGpu) -> int:  # noqa: N802
+        return 7 if self._gpu(h, "nvmlDeviceGetMaxMigDeviceCount").mig is not None else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: FakeGpu, index: int) -> tuple:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if g.mig is None or not 0 <= index < len(g.mig):
+            raise self.NVMLError("Not Found")
+        return (g, g.mig[index])
+
+    def nvmlDeviceGetGpuInstanceId(self, h: tuple) -> int:  # noqa: N802
+        return h[1].gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, h: tuple) -> int:  # noqa: N802
+        return h[1].compute_instance_id
 
     def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> Any:  # noqa: N802
         g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
