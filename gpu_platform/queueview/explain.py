@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -130,8 +130,9 @@ def rule_for(
             text = "fair_sharing.enabled = true"
         elif knob and by is not None:
             value = getattr(by.preemption, knob)
-            value = getattr(value, "policy", value)
-            text = f"lanes.{by.name}.preemption.{knob} = {value}"
+            text = f"lanes.{by.name}.preemption.{knob} = {getattr(value, 'policy', value)}"
+            if getattr(value, "max_priority_threshold", None) is not None:
+                text += f" (max_priority_threshold {value.max_priority_threshold})"
         else:
             text = f"preemption ({code or 'unknown reason'})"
         if lane.yields_to:
@@ -160,7 +161,7 @@ def _victims_by_preemptor(ledger: Ledger, request_id: str) -> list[tuple[datetim
     with ledger.engine.connect() as conn:
         for at, victim, details in conn.execute(q):
             if json.loads(details).get("by") == request_id:
-                out.append((at, victim))
+                out.append((at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC), victim))
     return out
 
 
