@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 import sqlalchemy as sa
 
@@ -71,6 +72,22 @@ class Demand:
         return dict(out)
 
 
+@lru_cache(maxsize=1024)
+def _duration(text: str) -> timedelta | None:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
+
+
+def _expected_duration(payload: str | None) -> timedelta | None:
+    """A request's expected_duration from its stored payload (None: absent or unreadable)."""
+    if not payload:
+        return None
+    value = json.loads(payload).get("expected_duration")
+    return _duration(value) if isinstance(value, str) else None
+
+
 def _utc(dt: datetime) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
@@ -94,6 +111,10 @@ def load_demand(
     lanes = {lane.name: LaneDemand(lane.name) for lane in policy.lanes_by_priority()}
     latest = sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id")).group_by(e.c.request_id).subquery()
     live = (*PENDING_STATES, *ACTIVE_STATES)
+    # One pass over each request's latest event: pending requests are aggregated in SQL; admitted
+    # ones stay one row each (grouped by their event id) to carry their admission time; their
+    # payloads (for expected_duration) are read by primary key afterwards.
+    one_row = sa.case((e.c.event.in_(ACTIVE_STATES), e.c.id), else_=None)
     grouped = (
         sa.select(
             r.c.lane,
@@ -103,17 +124,13 @@ def load_demand(
             sa.func.count().label("n"),
             sa.func.sum(r.c.gpu_count).label("gpus"),
             sa.func.min(r.c.submitted_at).label("oldest"),
+            sa.func.min(e.c.at).label("at"),
+            sa.func.min(sa.case((e.c.event.in_(ACTIVE_STATES), r.c.seq), else_=None)).label("seq"),
         )
         .join(latest, latest.c.request_id == r.c.request_id)
         .join(e, e.c.id == latest.c.last_id)
         .where(e.c.event.in_(live))
-        .group_by(r.c.lane, r.c.gpu_type, e.c.event, e.c.flavor)
-    )
-    admitted_q = (
-        sa.select(e.c.flavor, e.c.at, r.c.gpu_count, r.c.payload)
-        .join(latest, latest.c.last_id == e.c.id)
-        .join(r, r.c.request_id == e.c.request_id)
-        .where(e.c.event.in_(ACTIVE_STATES))
+        .group_by(r.c.lane, r.c.gpu_type, e.c.event, e.c.flavor, one_row)
     )
     totals = (
         sa.select(r.c.lane, e.c.event, sa.func.count())
@@ -135,7 +152,8 @@ def load_demand(
     demand = Demand(at=now, lanes=lanes)
     first: dict[tuple[str, str | None], str | None] = {}
     with ledger.engine.connect() as conn:
-        for lane, gpu_type, event, flavor, n, gpus, oldest in conn.execute(grouped):
+        admitted_rows: list[tuple[int, str, int, datetime]] = []
+        for lane, gpu_type, event, flavor, n, gpus, oldest, at, seq in conn.execute(grouped):
             ld = lanes.get(lane)
             if ld is None:
                 continue
@@ -144,6 +162,7 @@ def load_demand(
                 ld.admitted += n
                 key = flavor or "unknown"
                 ld.gpus_in_use[key] = ld.gpus_in_use.get(key, 0) + gpus
+                admitted_rows.append((seq, key, gpus, _utc(at)))
             else:
                 ld.pending += n
                 if (lane, gpu_type) not in first:
@@ -153,15 +172,15 @@ def load_demand(
                 oldest = _utc(oldest)
                 if ld.oldest_submitted is None or oldest < ld.oldest_submitted:
                     ld.oldest_submitted = oldest
-        for flavor, at, gpus, payload in conn.execute(admitted_q):
-            expected = json.loads(payload).get("expected_duration")
-            if expected is None:
-                continue
-            try:
-                end = _utc(at) + parse_duration(expected)
-            except ValueError:
-                continue
-            demand.admitted_ends.append((flavor or "unknown", int(gpus or 0), end))
+        payloads: dict[int, str] = {}
+        seqs = [row[0] for row in admitted_rows]
+        for i in range(0, len(seqs), 500):
+            q = sa.select(r.c.seq, r.c.payload).where(r.c.seq.in_(seqs[i : i + 500]))
+            payloads.update((seq, payload) for seq, payload in conn.execute(q))
+        for seq, key, gpus, at in admitted_rows:
+            expected = _expected_duration(payloads.get(seq))
+            if expected is not None:
+                demand.admitted_ends.append((key, gpus, at + expected))
         for lane, event, n in conn.execute(totals):
             ld = lanes.get(lane)
             if ld is None:
