@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from matplotlib import dates as mdates
 from matplotlib.figure import Figure
 
 from gpu_platform.ledger import Ledger
@@ -45,7 +46,15 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _plot_waits(rows: list[WaitRow], path: Path) -> Path:
+def _days_axis(ax, first: date, last: date) -> None:
+    """The report's period on the x axis, one tick label per day at most (not matplotlib's years
+    around a single point)."""
+    ax.set_xlim(first - timedelta(hours=12), last + timedelta(hours=12))
+    ax.xaxis.set_major_locator(mdates.DayLocator(interval=max(1, (last - first).days // 10)))
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+
+
+def _plot_waits(rows: list[WaitRow], first: date, last: date, path: Path) -> Path:
     fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
     by_lane: dict[str, list[WaitRow]] = defaultdict(list)
@@ -53,15 +62,17 @@ def _plot_waits(rows: list[WaitRow], path: Path) -> Path:
         by_lane[r.lane].append(r)
     for lane, rs in sorted(by_lane.items()):
         ax.plot([r.day for r in rs], [r.p95_s / 60 for r in rs], marker="o", label=lane)
+    _days_axis(ax, first, last)
     ax.set_title("Queue wait p95 by lane (submission or requeue to admission)")
     ax.set_ylabel("minutes")
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.autofmt_xdate()
     return _save(fig, path)
 
 
-def _plot_utilization(rows: list[dict[str, Any]], path: Path) -> Path:
+def _plot_utilization(rows: list[dict[str, Any]], first: date, last: date, path: Path) -> Path:
     fig = Figure(figsize=(9, 4))
     ax = fig.add_subplot()
     by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -69,6 +80,7 @@ def _plot_utilization(rows: list[dict[str, Any]], path: Path) -> Path:
         by_pool[r["node_pool"]].append(r)
     for pool, rs in sorted(by_pool.items()):
         ax.plot([r["day"] for r in rs], [100 * r["utilization"] for r in rs], marker="o", label=pool)
+    _days_axis(ax, first, last)
     ax.set_title("GPU utilization by node pool (busy / allocated GPU-hours)")
     ax.set_ylabel("%")
     ax.set_ylim(0, 100)
@@ -142,7 +154,7 @@ def build_report(
 
     waits = queue_waits(ledger, since)
     if waits:
-        report.pngs.append(_plot_waits(waits, out / "queue_wait_by_lane.png"))
+        report.pngs.append(_plot_waits(waits, first, last, out / "queue_wait_by_lane.png"))
         sections.append('<h2>Queue wait by lane</h2><img src="queue_wait_by_lane.png" alt="queue wait p95 by lane">')
         wait_rows = [
             {"day": w.day, "lane": w.lane, "admissions": w.admissions,
@@ -189,7 +201,7 @@ def _warehouse_sections(
     sections = []
     util = utilization_by_pool(con, policy, first, last)
     if util:
-        report.pngs.append(_plot_utilization(util, out / "utilization_by_pool.png"))
+        report.pngs.append(_plot_utilization(util, first, last, out / "utilization_by_pool.png"))
         sections.append('<h2>Utilization by pool</h2><img src="utilization_by_pool.png" alt="utilization by pool">')
     else:
         report.notes["utilization"] = "no priced GPU-hours (fct_gpu_cost_by_request) in the period"
