@@ -138,16 +138,18 @@ def load_demand(
         .where(e.c.event.in_(("preempted", "rejected")))
         .group_by(r.c.lane, e.c.event)
     )
-    first_admit = (
-        sa.select(e.c.request_id, sa.func.min(e.c.at).label("first_at"))
-        .where(e.c.event == "admitted")
-        .group_by(e.c.request_id)
-        .subquery()
-    )
+    # first admissions within the window only: the cost follows the window, not the history
+    earlier = e.alias("earlier")
     waits_q = (
-        sa.select(r.c.lane, r.c.submitted_at, first_admit.c.first_at)
-        .join(first_admit, first_admit.c.request_id == r.c.request_id)
-        .where(first_admit.c.first_at >= now - wait_window)
+        sa.select(r.c.lane, r.c.submitted_at, e.c.at)
+        .join(r, r.c.request_id == e.c.request_id)
+        .where(
+            e.c.event == "admitted",
+            e.c.at >= now - wait_window,
+            ~sa.exists().where(
+                earlier.c.request_id == e.c.request_id, earlier.c.event == "admitted", earlier.c.id < e.c.id
+            ),
+        )
     )
     demand = Demand(at=now, lanes=lanes)
     first: dict[tuple[str, str | None], str | None] = {}
