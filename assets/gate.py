@@ -1,7 +1,8 @@
 """The admission gate in Dagster: submit from the Launchpad, admit by sensor, launch workload runs.
 
 Thin by design: decisions come from `gpu_platform.gate` (pure), this module only reads the
-ledger and the instance's runs, records, launches and terminates.
+ledger and the instance's runs, records, launches and terminates, and reports the queue as
+observations of the `gpu_queue` asset (numbers from `gpu_platform.queueview`).
 """
 
 import socket
@@ -17,6 +18,7 @@ from gpu_platform.gate import (
     TAG_REQUEST_ID,
     Launch,
     RunInfo,
+    TickPlan,
     budget_period_start,
     checkpoint_dir,
     has_checkpoint,
@@ -24,7 +26,8 @@ from gpu_platform.gate import (
     reconcile,
     record_plan,
 )
-from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES
+from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.policy import Policy
 from gpu_platform.policy.model import WORKLOAD_KINDS
 from gpu_platform.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
 from gpu_platform.requests import RequestError, validate_request
@@ -115,7 +118,9 @@ def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg
     )
 
 
-def _queue_observations(pol, led, states, plan, runs: list[RunInfo], now: datetime) -> list[dg.AssetObservation]:
+def _queue_observations(
+    pol: Policy, led: Ledger, states: list[RequestState], plan: TickPlan, runs: list[RunInfo], now: datetime
+) -> list[dg.AssetObservation]:
     """One `gpu_queue` observation per lane, and the per-lane view `/metrics` reads."""
     current = {s.request_id: s.attempts for s in states}
     running = {r.request_id for r in runs if r.status == "active" and current.get(r.request_id) == r.attempt}
