@@ -2,11 +2,12 @@
 
 For each pool in `policy.autoscaling.node_pools`:
 
-    unmet   = max(0, pending GPUs - GPUs that running jobs free within the pool's startup_time)
+    unmet   = max(0, pending GPUs - waiting for upstream - GPUs that running jobs free within startup_time)
     desired = GPUs in use + unmet + warm-pool GPUs of the pool
     nodes   = clamp(ceil(desired / node_gpus), min_nodes, max_nodes)
 
-Pending GPUs count on the first flavor their request may use (see `demand_flavor`). Running
+Pending GPUs count on the first flavor their request may use (see `demand_flavor`); requests
+waiting for their inputs (WaitingForUpstream) are left out: a node would not start them. Running
 jobs whose expected end (admission + expected_duration) falls within the startup time are not
 worth a node: their GPUs come free before a new node would. max_nodes defaults to what the
 pool's flavors' capacity holds, so the plan never asks for more than the quotas can admit.
@@ -31,6 +32,7 @@ class PoolPlan:
     startup_time_s: float
     gpus_in_use: int
     gpus_pending: int
+    gpus_waiting_for_upstream: int
     gpus_freed_within_startup: int
     unmet_gpus: int
     warm_gpus: dict[str, int] = field(default_factory=dict)
@@ -55,6 +57,7 @@ def plan_pools(policy: Policy, demand: Demand, now: datetime | None = None) -> l
     now = now or demand.at
     in_use = demand.gpus_in_use_by_flavor()
     pending = demand.gpus_pending_by_flavor()
+    blocked = demand.gpus_waiting_for_upstream_by_flavor()
     plans = []
     for pool, scaling in cfg.node_pools.items():
         flavors = tuple(f.name for f in policy.flavors if f.node_pool == pool)
@@ -62,9 +65,10 @@ def plan_pools(policy: Policy, demand: Demand, now: datetime | None = None) -> l
         max_nodes = scaling.max_nodes if scaling.max_nodes is not None else math.ceil(capacity / scaling.node_gpus)
         used = sum(in_use.get(f, 0) for f in flavors)
         waiting = sum(pending.get(f, 0) for f in flavors)
+        upstream = sum(blocked.get(f, 0) for f in flavors)
         horizon = now + timedelta(seconds=scaling.startup_time.total_seconds())
         freed = sum(g for f, g, end in demand.admitted_ends if f in flavors and end <= horizon)
-        unmet = max(0, waiting - freed)
+        unmet = max(0, waiting - upstream - freed)
         warm = {w.lane: w.gpus for w in cfg.warm_pools if w.node_pool == pool}
         desired = used + unmet + sum(warm.values())
         raw_nodes = math.ceil(desired / scaling.node_gpus)
@@ -76,6 +80,8 @@ def plan_pools(policy: Policy, demand: Demand, now: datetime | None = None) -> l
             reason = f"below min_nodes {scaling.min_nodes}"
         elif unmet:
             reason = f"{unmet} pending GPUs not freed by running jobs within {scaling.startup_time}"
+        elif waiting and upstream == waiting:
+            reason = "pending GPUs all wait for upstream outputs; no node for them yet"
         elif waiting:
             reason = f"pending GPUs are freed by running jobs within {scaling.startup_time}; no node for them"
         else:
@@ -88,6 +94,7 @@ def plan_pools(policy: Policy, demand: Demand, now: datetime | None = None) -> l
                 startup_time_s=scaling.startup_time.total_seconds(),
                 gpus_in_use=used,
                 gpus_pending=waiting,
+            gpus_waiting_for_upstream=upstream,
                 gpus_freed_within_startup=freed,
                 unmet_gpus=unmet,
                 warm_gpus=warm,

@@ -34,13 +34,18 @@ def demand_flavor(policy: Policy, lane: str, gpu_type: str | None) -> str | None
 
 @dataclass(slots=True)
 class LaneDemand:
-    """One lane's figures. oldest_submitted=None: nothing pending."""
+    """One lane's figures. oldest_submitted=None: nothing pending.
+
+    gpus_waiting_for_upstream: the part of gpus_pending whose last recorded reason is
+    WaitingForUpstream (their inputs do not exist yet, so more nodes would not start them).
+    """
 
     lane: str
     pending: int = 0
     admitted: int = 0
     gpus_pending: dict[str, int] = field(default_factory=dict)
     gpus_in_use: dict[str, int] = field(default_factory=dict)
+    gpus_waiting_for_upstream: dict[str, int] = field(default_factory=dict)
     oldest_submitted: datetime | None = None
     preemptions_total: int = 0
     rejections_total: int = 0
@@ -61,6 +66,13 @@ class Demand:
         out: dict[str, int] = defaultdict(int)
         for ld in self.lanes.values():
             for f, n in ld.gpus_pending.items():
+                out[f] += n
+        return dict(out)
+
+    def gpus_waiting_for_upstream_by_flavor(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for ld in self.lanes.values():
+            for f, n in ld.gpus_waiting_for_upstream.items():
                 out[f] += n
         return dict(out)
 
@@ -115,6 +127,7 @@ def load_demand(
     # ones stay one row each (grouped by their event id) to carry their admission time; their
     # payloads (for expected_duration) are read by primary key afterwards.
     one_row = sa.case((e.c.event.in_(ACTIVE_STATES), e.c.id), else_=None)
+    upstream = sa.case((e.c.reason.like("WaitingForUpstream%"), 1), else_=0)
     grouped = (
         sa.select(
             r.c.lane,
@@ -126,11 +139,12 @@ def load_demand(
             sa.func.min(r.c.submitted_at).label("oldest"),
             sa.func.min(e.c.at).label("at"),
             sa.func.min(sa.case((e.c.event.in_(ACTIVE_STATES), r.c.seq), else_=None)).label("seq"),
+            upstream.label("upstream"),
         )
         .join(latest, latest.c.request_id == r.c.request_id)
         .join(e, e.c.id == latest.c.last_id)
         .where(e.c.event.in_(live))
-        .group_by(r.c.lane, r.c.gpu_type, e.c.event, e.c.flavor, one_row)
+        .group_by(r.c.lane, r.c.gpu_type, e.c.event, e.c.flavor, one_row, upstream)
     )
     totals = (
         sa.select(r.c.lane, e.c.event, sa.func.count())
@@ -155,7 +169,7 @@ def load_demand(
     first: dict[tuple[str, str | None], str | None] = {}
     with ledger.engine.connect() as conn:
         admitted_rows: list[tuple[int, str, int, datetime]] = []
-        for lane, gpu_type, event, flavor, n, gpus, oldest, at, seq in conn.execute(grouped):
+        for lane, gpu_type, event, flavor, n, gpus, oldest, at, seq, blocked in conn.execute(grouped):
             ld = lanes.get(lane)
             if ld is None:
                 continue
@@ -171,6 +185,8 @@ def load_demand(
                     first[(lane, gpu_type)] = demand_flavor(policy, lane, gpu_type)
                 key = first[(lane, gpu_type)] or "unknown"
                 ld.gpus_pending[key] = ld.gpus_pending.get(key, 0) + gpus
+                if blocked:
+                    ld.gpus_waiting_for_upstream[key] = ld.gpus_waiting_for_upstream.get(key, 0) + gpus
                 oldest = _utc(oldest)
                 if ld.oldest_submitted is None or oldest < ld.oldest_submitted:
                     ld.oldest_submitted = oldest

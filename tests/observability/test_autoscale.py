@@ -122,3 +122,15 @@ def test_warm_pool_may_not_name_a_pool_without_scaling(raw_policy):
     with pytest.raises(PolicyError) as exc:
         parse_policy(raw)
     assert "autoscaling.warm_pools[1].node_pool: 'inference' has no entry in autoscaling.node_pools" in exc.value.errors
+
+
+def test_requests_waiting_for_upstream_ask_for_no_node(policy):
+    d = _demand(
+        release_eval=LaneDemand(
+            "release_eval", gpus_pending={"h100-ondemand": 16}, gpus_waiting_for_upstream={"h100-ondemand": 16}
+        ),
+    )
+    train = next(p for p in plan_pools(policy, d) if p.node_pool == "training")
+    assert (train.gpus_pending, train.gpus_waiting_for_upstream, train.unmet_gpus) == (16, 16, 0)
+    assert train.desired_gpus == 8  # the warm pool only
+    assert train.reason == "pending GPUs all wait for upstream outputs; no node for them yet"

@@ -36,12 +36,18 @@ def test_same_figures_on_every_backend(ledger_url, policy):
         ],
         at=later,
     )
+    blocked = sub("release_eval", 0)
+    led.record(blocked, "waiting", "WaitingForUpstream: needs m1 from r1 (admitted)", details={"position": 0, "of": 0}, at=later)
     now = T0 + timedelta(minutes=30)
     d = load_demand(led, policy, now, wait_window=timedelta(hours=1))
     ct = d.lanes["candidate_train"]
     assert (ct.pending, ct.admitted) == (3, 2)
     assert ct.gpus_in_use == {"h100-ondemand": 16} and ct.gpus_pending == {"h100-ondemand": 24}
     assert ct.oldest_submitted == T0
+    assert ct.gpus_waiting_for_upstream == {}
+    gpus = led.get(blocked).gpu_count
+    assert d.lanes["release_eval"].gpus_waiting_for_upstream == {"h100-ondemand": gpus}
+    assert d.lanes["release_eval"].gpus_pending == {"h100-ondemand": gpus}
     assert d.lanes["research_best_effort"].preemptions_total == 1
     assert d.lanes["research_best_effort"].pending == 1
     assert sorted(d.waits_s["candidate_train"]) == [600.0, 600.0]
