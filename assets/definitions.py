@@ -10,7 +10,7 @@ import os
 import dagster as dg
 
 from assets.finops import finops_assets, finops_jobs, finops_schedules
-from assets.gate import gate_jobs, gate_sensors, make_workload_job
+from assets.gate import gate_assets, gate_jobs, gate_sensors, make_workload_job
 from assets.ingest import ingest_assets
 from assets.workloads import workload_assets, workload_checks, workload_jobs, workload_schedules
 from resources.build import build_resources
@@ -24,7 +24,7 @@ def build_definitions(env_name: str | None = None) -> dg.Definitions:
 
         executor = k8s_job_executor
     return dg.Definitions(
-        assets=[*workload_assets, *ingest_assets, *finops_assets],
+        assets=[*workload_assets, *ingest_assets, *finops_assets, *gate_assets],
         asset_checks=[*workload_checks],
         jobs=[*gate_jobs, make_workload_job(executor), *workload_jobs, *finops_jobs],
         sensors=[*gate_sensors],

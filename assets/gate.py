@@ -1,7 +1,8 @@
 """The admission gate in Dagster: submit from the Launchpad, admit by sensor, launch workload runs.
 
 Thin by design: decisions come from `gpu_platform.gate` (pure), this module only reads the
-ledger and the instance's runs, records, launches and terminates.
+ledger and the instance's runs, records, launches and terminates, and reports the queue as
+observations of the `gpu_queue` asset (numbers from `gpu_platform.queueview`).
 """
 
 import socket
@@ -19,6 +20,7 @@ from gpu_platform.gate import (
     TAG_REQUEST_ID,
     Launch,
     RunInfo,
+    TickPlan,
     budget_period_start,
     checkpoints_under,
     has_checkpoint,
@@ -26,14 +28,35 @@ from gpu_platform.gate import (
     reconcile,
     record_plan,
 )
-from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES
+from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.policy import Policy
 from gpu_platform.policy.model import WORKLOAD_KINDS
+from gpu_platform.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
 from gpu_platform.requests import RequestError, validate_request
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
 
 WORKLOAD_JOB = "gpu_workload_job"
+GPU_QUEUE = dg.AssetKey("gpu_queue")
+
+gpu_queue = dg.AssetSpec(
+    GPU_QUEUE,
+    group_name="admission",
+    kinds={"python"},
+    description=(
+        "The live GPU queue, observed by `admission_sensor` on every tick (one observation per lane). "
+        "Open **Plots**: each lane's measures are named `<lane>/<measure>`: `pending` (requests waiting), "
+        "`admitted` (holding quota), `running` (admitted with a live run; admitted minus running are "
+        "runs queued or starting), `gpus_in_use` and `gpus_pending` (also per flavor as "
+        "`gpus_in_use/<flavor>`; pending GPUs count on the first flavor the request may use), and "
+        "`oldest_wait_s` (seconds the oldest pending request has waited). A pending line that climbs "
+        "while `gpus_in_use` is flat means the lane is at its quota; a growing `oldest_wait_s` with "
+        "few pending means the head is blocked. Each observation's `<lane>/head_reason` says why the "
+        "head of the lane waits. Not materialized: nothing to run. "
+        "`gpu-platform explain REQUEST_ID` shows one request's decisions."
+    ),
+)
 
 
 
@@ -120,6 +143,26 @@ def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg
     )
 
 
+def _queue_observations(
+    pol: Policy, led: Ledger, states: list[RequestState], plan: TickPlan, runs: list[RunInfo], now: datetime
+) -> list[dg.AssetObservation]:
+    """One `gpu_queue` observation per lane, and the per-lane view `/metrics` reads."""
+    current = {s.request_id: s.attempts for s in states}
+    running = {r.request_id for r in runs if r.status == "active" and current.get(r.request_id) == r.attempt}
+    snaps = lane_snapshots(
+        pol,
+        states,
+        now,
+        admitted_now={x.request_id: x.flavor for x in plan.launches},
+        requeued_now=[p.victim for p in plan.preemptions],
+        rejected_now=[r.name for r in plan.rejections],
+        waits=plan.waits,
+        running_ids=running,
+    )
+    write_gate_snapshot(led.engine, snaps, now)
+    return [dg.AssetObservation(GPU_QUEUE, metadata=observation_metadata(pol, snap)) for snap in snaps]
+
+
 @dg.sensor(
     job_name=WORKLOAD_JOB,
     minimum_interval_seconds=15,
@@ -165,12 +208,14 @@ def admission_sensor(
             context.instance.run_coordinator.cancel_run(run.run_id)
 
     launches = settled.relaunch + plan.launches
+    observations = _queue_observations(pol, led, states, plan, runs, now)
     if not launches and not plan.preemptions and not settled.events:
         waiting = len(plan.waits)
-        return dg.SkipReason(
-            "nothing to admit: no pending requests"
+        return dg.SensorResult(
+            asset_events=observations,
+            skip_reason="nothing to admit: no pending requests"
             if not waiting
-            else f"{waiting} request(s) wait; head of queue: {plan.waits[0].message}"
+            else f"{waiting} request(s) wait; head of queue: {plan.waits[0].message}",
         )
     by_id = {s.request_id: s.request for s in states}
     if settings.executor == "k8s":
@@ -184,11 +229,13 @@ def admission_sensor(
         run_requests = [_run_request(x) for x in launches]
     return dg.SensorResult(
         run_requests=run_requests,
+        asset_events=observations,
         dynamic_partitions_requests=[requests_partitions.build_add_request([launch.request_id for launch in launches])]
         if launches
         else [],
     )
 
 
+gate_assets = [gpu_queue]
 gate_jobs = [submit_request]
 gate_sensors = [admission_sensor]

@@ -28,6 +28,7 @@ BENCHES = [
         "admit_until_stable draining 5,000 pending into an empty pool < 1 s; near-linear growth to 100k",
     ),
     ("sensor_tick", [PY, "bench/bench_gate.py", "--runs", "5"], "sensor tick with 5,000 pending and 500 active runs: median < 2 s"),
+    ("metrics_scrape", [PY, "bench/bench_metrics.py"], "a /metrics scrape with 10,000 pending (+500 admitted): median < 50 ms"),
     ("dcgm_parse", [PY, "bench/bench_dcgm_parse.py"], ">= 1M samples/s and >= 20x prometheus_client's parser"),
     (
         "chargeback",
@@ -95,6 +96,9 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
     tick = _find(by_name.get("sensor_tick", []), benchmark="sensor_tick")
     if tick:
         rows.append(("sensor tick, 5k pending + 500 active", f"{tick['median_s']:.3f} s", "< 2 s", tick["median_s"] < 2))
+    scrape = _find(by_name.get("metrics_scrape", []), benchmark="metrics_scrape")
+    if scrape:
+        rows.append(("/metrics scrape, 10k pending", f"{scrape['median_ms']:.1f} ms (HTTP {scrape['http_median_ms']:.1f} ms)", "< 50 ms", scrape["median_ms"] < 50))
     dcgm = next(iter(by_name.get("dcgm_parse", [])), {})
     if dcgm:
         rows.append(("DCGM text parsing", f"{dcgm['ours_samples_per_s']:,} samples/s", ">= 1,000,000/s", dcgm["ours_samples_per_s"] >= 1e6))

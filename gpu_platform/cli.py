@@ -6,8 +6,11 @@ Exit codes: 0 success, 2 invalid input (every problem is printed), 1 any other f
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -16,6 +19,7 @@ from rich.tree import Tree
 
 from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
+from gpu_platform.queueview.rows import dry_run, queue_rows
 from gpu_platform.requests import RequestError, validate_request_file
 from gpu_platform.units import format_duration
 
@@ -152,57 +156,49 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
 
 @main.command("queue")
 @ledger_option
+@policy_option
 @click.option("--all", "show_all", is_flag=True, help="Include finished, failed and rejected requests.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
-def queue(ledger_url: str | None, show_all: bool, fmt: str) -> None:
-    """Show pending and admitted requests by lane, with the reason each one waits and, on a
-    cluster, what Kueue last said about its Job (its reason and message)."""
+def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: str) -> None:
+    """Show requests by lane: position, the reason each one waits, and its estimated start.
+
+    Positions, reasons and estimates come from a dry run of the next gate tick (nothing recorded);
+    on a cluster the last column says what Kueue last said about the request's Job.
+    """
     ledger = Ledger(ledger_url or default_ledger_url())
-    wanted = None if show_all else (*PENDING_STATES, "admitted", "preempted")
-    states = ledger.states(wanted)
+    pol = policy_or_exit(policy_path)
+    now = datetime.now(UTC)
+    live = ledger.states((*PENDING_STATES, "admitted"))
+    plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")))
+    states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
+    rows = queue_rows(states, plan, now)
     if fmt == "json":
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "request_id": s.request_id,
-                        "lane": s.request.lane,
-                        "team": s.request.team,
-                        "state": s.state,
-                        "reason": s.reason,
-                        "flavor": s.flavor,
-                        "gpus": s.request.gpu_count,
-                        "attempts": s.attempts,
-                        "position": s.details.get("position"),
-                        "updated_at": s.updated_at.isoformat(),
-                        "cluster": s.cluster,
-                    }
-                    for s in states
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
     table = Table(title="GPU queue")
-    for col in ("lane", "request", "team", "state", "GPUs", "flavor", "position", "reason", "cluster (Kueue)"):
+    for col in ("lane", "request", "team", "state", "GPUs", "flavor", "position", "est. start", "reason", "cluster (Kueue)"):
         table.add_column(col, overflow="fold")
-    by_lane = sorted(states, key=lambda s: (s.request.lane or "", s.state != "admitted", s.seq))
-    for s in by_lane:
-        pos = s.details.get("position")
-        of = s.details.get("of")
+    for r in rows:
+        est = ""
+        if r.estimated_start is not None:
+            ahead = (r.estimated_start - now).total_seconds()
+            est = "now" if ahead <= 0 else f"in {format_duration(timedelta(seconds=round(ahead)))}"
+        elif r.position:
+            est = "unknown"
         table.add_row(
-            s.request.lane or "",
-            s.request_id,
-            s.request.team or "",
-            s.state,
-            str(s.request.gpu_count),
-            s.flavor or "",
-            f"{pos} of {of}" if pos else "",
-            s.reason,
-            (s.cluster or {}).get("reason", ""),
+            r.lane,
+            r.request_id,
+            r.team,
+            r.state,
+            str(r.gpus),
+            r.flavor or "",
+            f"{r.position} of {r.of}" if r.position else "",
+            est,
+            r.reason,
+            (r.cluster or {}).get("reason", ""),
         )
     console.print(table)
-    counts = Counter(s.state for s in states)
+    counts = Counter(r.state for r in rows)
     console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "queue is empty")
 
 

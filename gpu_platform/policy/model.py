@@ -242,6 +242,86 @@ class FairSharing(_Frozen):
     enabled: bool = False
 
 
+# --- autoscaling: node pools and warm pools (read by `gpu-platform autoscale plan` and /metrics) ---
+
+
+class NodePoolScaling(_Frozen):
+    """How one node pool grows.
+
+    node_gpus: GPUs on one node of the pool; startup_time: from scale-up to a node taking work
+    (running jobs that end sooner free GPUs faster than a new node arrives);
+    max_nodes=None: as many nodes as the capacity of the pool's flavors holds.
+    """
+
+    node_gpus: int = Field(gt=0)
+    startup_time: timedelta
+    min_nodes: int = Field(default=0, ge=0)
+    max_nodes: int | None = Field(default=None, ge=0)
+
+    @field_validator("startup_time", mode="before")
+    @classmethod
+    def _startup(cls, v: Any) -> timedelta:
+        return parse_duration(v)
+
+
+class WarmPool(_Frozen):
+    """GPUs kept free (nodes kept up) in a node pool for one lane, so its jobs never wait for a node."""
+
+    lane: str
+    node_pool: NodePool
+    gpus: int = Field(gt=0)
+
+
+class Autoscaling(_Frozen):
+    node_pools: dict[NodePool, NodePoolScaling]
+    warm_pools: tuple[WarmPool, ...] = ()
+
+
+def _autoscaling_errors(raw: dict[str, Any]) -> list[str]:
+    """Cross-references of the autoscaling block (pools have flavors, warm lanes exist and may
+    hold that many GPUs in the pool)."""
+    block = raw.get("autoscaling")
+    if not isinstance(block, dict):
+        return []
+    errors: list[str] = []
+    flavors = [f for f in raw.get("flavors") or [] if isinstance(f, dict)]
+    pool_of = {f.get("name"): f.get("node_pool") for f in flavors}
+    pools = block.get("node_pools") or {}
+    if isinstance(pools, dict):
+        for name, cfg in pools.items():
+            if name not in pool_of.values():
+                errors.append(f"autoscaling.node_pools.{name}: no flavor is in node pool {name!r}")
+            if isinstance(cfg, dict):
+                lo, hi = cfg.get("min_nodes", 0), cfg.get("max_nodes")
+                if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+                    errors.append(f"autoscaling.node_pools.{name}.min_nodes: {lo} exceeds max_nodes {hi}")
+    lanes = raw.get("lanes") if isinstance(raw.get("lanes"), dict) else {}
+    for i, w in enumerate(block.get("warm_pools") or []):
+        if not isinstance(w, dict):
+            continue
+        base = f"autoscaling.warm_pools[{i}]"
+        lane, pool, gpus = w.get("lane"), w.get("node_pool"), w.get("gpus")
+        if lane not in lanes:
+            errors.append(f"{base}.lane: unknown lane {lane!r}")
+            continue
+        if isinstance(pools, dict) and pool not in pools:
+            errors.append(f"{base}.node_pool: {pool!r} has no entry in autoscaling.node_pools")
+        quotas = [q for q in (lanes[lane] or {}).get("quotas") or [] if isinstance(q, dict)]
+        limit = 0.0
+        for q in quotas:
+            if pool_of.get(q.get("flavor_name")) == pool and q.get("resource", GPU) == GPU:
+                nominal = q.get("nominal_quota") or 0
+                borrow = q.get("borrowing_limit")
+                limit += float(nominal) + (float(borrow) if isinstance(borrow, int | float) else float("inf"))
+        if limit == 0:
+            errors.append(f"{base}: lane {lane!r} has no GPU quota on a flavor in node pool {pool!r}")
+        elif isinstance(gpus, int | float) and gpus > limit:
+            errors.append(f"{base}.gpus: {gpus} exceeds the {limit:g} GPUs lane {lane!r} may hold in node pool {pool!r}")
+    return errors
+
+# --- end autoscaling ---
+
+
 class Policy(_Frozen):
     version: int = 1
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
@@ -252,6 +332,7 @@ class Policy(_Frozen):
     common_required_fields: tuple[str, ...] = ()
     lanes: dict[str, Lane]
     teams: dict[str, Team]
+    autoscaling: Autoscaling | None = None  # None: `autoscale plan` has nothing to plan
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
@@ -496,6 +577,7 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
             errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
     errors.extend(_semantic_errors(data))
+    errors.extend(_autoscaling_errors(data))
     if errors:
         raise PolicyError(sorted(dict.fromkeys(errors)), source)
     assert policy is not None

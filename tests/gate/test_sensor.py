@@ -15,8 +15,8 @@ from tests.gate.helpers import add_run, fill_h100, raw_request, submit, tick
 def test_empty_queue_skips_with_reason(env):
     instance, _, resources, _ = env
     result = tick(instance, resources)
-    assert isinstance(result, dg.SkipReason)
-    assert "no pending requests" in result.skip_message
+    assert isinstance(result, dg.SensorResult) and not result.run_requests
+    assert "no pending requests" in result.skip_reason.skip_message
 
 
 def test_mixed_requests_are_admitted_as_the_engine_says(env, policy):
@@ -54,7 +54,7 @@ def test_crash_between_recording_and_launching_relaunches_same_run_key_once(env,
     assert [e.event for e in ledger.events(rid)] == ["submitted", "admitted"]
     add_run(instance, rid, 1, lane="release_eval")
     third = tick(instance, resources)
-    assert isinstance(third, dg.SkipReason)
+    assert third.skip_reason is not None and not third.run_requests
     assert ledger.state(rid).attempts == 1
 
 

@@ -1,0 +1,52 @@
+"""`gpu-platform explain REQUEST_ID`: one request's decision history (table or JSON)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
+from gpu_platform.ledger import Ledger, LedgerError, default_ledger_url
+from gpu_platform.queueview.explain import explain as explain_request
+
+
+@click.command("explain")
+@click.argument("request_id")
+@policy_option
+@ledger_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fmt: str) -> None:
+    """Print every decision on REQUEST_ID: reason, position, flavor, preemptor or victims, policy rule.
+
+    Exit 2 when the request id is unknown.
+    """
+    pol = policy_or_exit(policy_path)
+    ledger = Ledger(ledger_url or default_ledger_url())
+    try:
+        ex = explain_request(ledger, pol, request_id)
+    except LedgerError as exc:
+        click.echo(f"explain: {exc}", err=True)
+        sys.exit(2)
+    if fmt == "json":
+        click.echo(json.dumps(ex.to_json(), indent=2, default=str))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    table = Table(title=f"{ex.request_id}: {ex.lane}, team {ex.team}, {ex.gpus} x {ex.gpu_type}, now {ex.state}")
+    for col in ("at (UTC)", "event", "position", "flavor", "preemptor / victims", "reason", "policy rule"):
+        table.add_column(col, overflow="fold")
+    for s in ex.steps:
+        who = f"by {s.preempted_by}" if s.preempted_by else (", ".join(s.victims) and f"preempted {', '.join(s.victims)}")
+        table.add_row(
+            s.at.strftime("%Y-%m-%d %H:%M:%S"),
+            s.event,
+            f"{s.position} of {s.of}" if s.position else "",
+            s.flavor or "",
+            who or "",
+            s.reason,
+            s.rule,
+        )
+    console.print(table)

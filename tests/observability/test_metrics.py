@@ -1,0 +1,132 @@
+"""`/metrics`: served by prometheus-client on loopback, scraped over HTTP, parsed with its parser."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_platform.metrics import METRIC_NAMES, registry_for, serve
+from gpu_platform.metrics.collector import QueueCollector
+from gpu_platform.queueview.demand import percentile
+from tests.gate.helpers import add_run, submit, tick
+
+
+def _scrape(ledger, policy, **kw) -> dict[str, dict[tuple, float]]:
+    server, thread = serve(registry_for(ledger, policy, **kw), 0, addr="127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain")
+            text = resp.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def _v(m, name, **labels) -> float:
+    return m[name][tuple(sorted(labels.items()))]
+
+
+def test_every_gauge_answers_with_lane_flavor_and_pool_labels_only(env, policy):
+    instance, ledger, resources, _ = env
+    ids = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(4)]
+    refused = submit(ledger, policy, "research_best_effort", output_artifact_ids=["x"])
+    ledger.record(refused, "rejected", "BudgetExceeded: max_cost above what is left of the lane budget")
+    tick(instance, resources)
+    admitted = [r for r in ids if ledger.state(r).state == "admitted"]
+    add_run(instance, admitted[0], 1, lane="candidate_train")
+    tick(instance, resources)
+    m = _scrape(ledger, policy)
+    families = {n if n in m else n + "_total" for n in METRIC_NAMES}
+    assert families <= set(m), families - set(m)
+    for series in m.values():
+        for labels in series:
+            assert {k for k, _ in labels} <= {"lane", "flavor", "node_pool"}
+    pending = [r for r in ids if ledger.state(r).state == "waiting"]
+    assert _v(m, "gpu_platform_requests_pending", lane="candidate_train") == len(pending)
+    assert _v(m, "gpu_platform_requests_admitted", lane="candidate_train") == len(admitted)
+    assert _v(m, "gpu_platform_requests_running", lane="candidate_train") == 1
+    assert _v(m, "gpu_platform_gpus_in_use", lane="candidate_train", flavor="h100-ondemand") == 8 * len(admitted)
+    assert _v(m, "gpu_platform_gpus_pending", flavor="h100-ondemand", node_pool="training") == 8 * len(pending)
+    assert _v(m, "gpu_platform_gpus_pending", flavor="a100-spot", node_pool="spot") == 0
+    assert _v(m, "gpu_platform_rejections_total", lane="research_best_effort") == 1
+    assert _v(m, "gpu_platform_preemptions_total", lane="research_best_effort") == 0
+    assert _v(m, "gpu_platform_queue_oldest_wait_seconds", lane="candidate_train") > 0
+    reserved = sum(ledger.get(r).max_cost for r in admitted)
+    assert _v(m, "gpu_platform_lane_budget_reserved", lane="candidate_train") == pytest.approx(float(reserved))
+    budget = float(policy.lane("candidate_train").budget)
+    assert _v(m, "gpu_platform_lane_budget", lane="candidate_train") == budget
+    assert _v(m, "gpu_platform_lane_budget_used_ratio", lane="candidate_train") == pytest.approx(float(reserved) / budget)
+    tick_at = _v(m, "gpu_platform_gate_last_tick_timestamp_seconds")
+    assert abs(tick_at - datetime.now(UTC).timestamp()) < 120
+    assert _v(m, "gpu_platform_autoscale_warm_gpus", node_pool="training") == 8
+    assert _v(m, "gpu_platform_autoscale_desired_nodes", node_pool="training") >= 1
+
+
+def test_preemptions_counted_on_the_victims_lane(preempted, policy):
+    _, ledger, _, _, _, victim, _ = preempted
+    m = _scrape(ledger, policy)
+    assert _v(m, "gpu_platform_preemptions_total", lane="research_best_effort") == 1
+    assert _v(m, "gpu_platform_preemptions_total", lane="incident_response") == 0
+    assert _v(m, "gpu_platform_requests_pending", lane="research_best_effort") >= 1
+
+
+def test_wait_p95_covers_admissions_in_the_window(env, policy):
+    _, ledger, _, _ = env
+    t0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    from gpu_platform.requests import validate_request
+    from tests.gate.helpers import raw_request
+
+    waits_min = [1, 2, 3, 4, 5, 6, 7, 8, 9, 60]
+    for i, w in enumerate(waits_min):
+        rid = ledger.submit(validate_request(raw_request("labeler_batch", output_artifact_ids=[f"o{i}"]), policy), at=t0)
+        ledger.record(rid, "admitted", "test", flavor="l4-inference", at=t0 + timedelta(minutes=w))
+    old = ledger.submit(validate_request(raw_request("labeler_batch", output_artifact_ids=["old"]), policy), at=t0 - timedelta(hours=5))
+    ledger.record(old, "admitted", "test", flavor="l4-inference", at=t0 - timedelta(hours=3))  # outside the window
+    now = t0 + timedelta(minutes=61)
+    collector = QueueCollector(ledger, policy, wait_window=timedelta(hours=1), clock=lambda: now)
+    fam = next(f for f in collector.collect() if f.name == "gpu_platform_queue_wait_p95_seconds")
+    value = next(s.value for s in fam.samples if s.labels["lane"] == "labeler_batch")
+    assert value == percentile([w * 60.0 for w in waits_min], 95) == 3600.0
+    assert next(s.value for s in fam.samples if s.labels["lane"] == "release_eval") == 0.0
+
+
+def test_cli_serves_until_interrupted(tmp_path, policy):
+    """The command itself binds the port it is given (checked with a real socket)."""
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_platform.cli", "metrics", "serve", "--port", str(port), "--addr", "127.0.0.1", "--ledger", url],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        text = ""
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                    text = resp.read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        names = {f.name for f in text_string_to_metric_families(text)}
+        assert "gpu_platform_requests_pending" in names
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
