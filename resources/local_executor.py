@@ -151,7 +151,12 @@ class LocalGpuExecutor(dg.ConfigurableResource):
         else:
             context.log.warning(inventory.detail)
         gpu_count = request.gpu_count or 0
-        allocator = LocalGpuAllocator(inventory.indices, self.state_dir)
+        resource = request.gpu_resource or "nvidia.com/gpu"
+        try:
+            allocatable = inventory.allocatable(resource)
+        except ValueError as exc:
+            raise dg.Failure(description=f"request {request_id}: {exc}") from exc
+        allocator = LocalGpuAllocator(allocatable, self.state_dir)
         timeout = (
             request.timeout.total_seconds() if request.timeout is not None else self.default_timeout_seconds
         )
@@ -161,6 +166,8 @@ class LocalGpuExecutor(dg.ConfigurableResource):
             with allocator.allocated(
                 request_id, gpu_count, wait_seconds=self.allocation_wait_seconds
             ) as devices:
+                # Whole GPUs by index (CUDA_DEVICE_ORDER=PCI_BUS_ID matches NVML's order); MIG devices
+                # by their MIG-... UUID, the only way CUDA addresses a MIG device.
                 visible = ",".join(str(i) for i in devices)
                 source = "NVML" if inventory.source == "nvml" else "configured inventory"
                 context.log.info(

@@ -147,7 +147,7 @@ def test_real_nvml_inventory_and_run(tmp_path: Path, make_request) -> None:
             pytest.fail(f"{message} ({exc.reason})")
         pytest.skip(message)
     assert devices, "NVML initialized but reports no GPU"
-    assert [d.index for d in devices] == list(range(len(devices)))
+    assert [d.index for d in devices] == sorted(d.index for d in devices)
     assert all(d.uuid.startswith(("GPU-", "MIG-")) and d.memory_mib > 0 for d in devices)
     executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"))
     with dg.instance_for_test() as instance:
@@ -155,3 +155,59 @@ def test_real_nvml_inventory_and_run(tmp_path: Path, make_request) -> None:
         assert result.success
         assert _metadata(result)["cuda_visible_devices"] == "0"
         assert any(m.startswith("NVML inventory:") for m in _messages(instance, result))
+
+
+def test_mig_slice_runs_on_a_mig_device_of_the_double(tmp_path: Path, make_request) -> None:
+    """FakeNvml (a test double: no GPU here) with GPU 1 MIG-partitioned: a 1g.10gb request gets one
+    MIG device by its UUID; whole-GPU requests never see the partitioned GPU."""
+    from gpu_platform.gpus import FakeGpu, fake_mig_gpu
+
+    nvml = FakeNvml(gpus=[FakeGpu(uuid="GPU-whole-0"), fake_mig_gpu(1, {"2g.20gb": 2, "1g.10gb": 3})])
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"))
+    inv = executor.inventory(nvml)
+    assert inv.indices == (0,)
+    assert [m.profile for m in inv.mig] == ["2g.20gb", "2g.20gb", "1g.10gb", "1g.10gb", "1g.10gb"]
+    assert "5 MIG device(s) (1g.10gb, 2g.20gb)" in inv.detail
+    slice_request = make_request(gpu_count=1).model_copy(update={"gpu_resource": "nvidia.com/mig-1g.10gb"})
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, slice_request, tmp_path / "ckpt", nvml, instance)
+        assert result.success
+        visible = _metadata(result)["cuda_visible_devices"]
+        assert visible == inv.mig[2].uuid and visible.startswith("MIG-")
+        too_many = make_request(gpu_count=4).model_copy(
+            update={"gpu_resource": "nvidia.com/mig-1g.10gb", "request_id": "req-too-many"}
+        )
+        failed = _materialize(executor, too_many, tmp_path / "ckpt2", nvml, instance)
+        assert not failed.success
+        (failure,) = [e for e in failed.all_events if e.is_step_failure]
+        assert "needs 4 GPU(s); this machine has 3" in failure.step_failure_data.error.message
+
+
+def test_configured_inventory_declares_mig_devices() -> None:
+    from gpu_platform.gpus import ConfiguredInventory, InventoryError
+
+    inv = ConfiguredInventory.parse(
+        '[0, {"index": 1, "mig": [{"uuid": "MIG-a", "profile": "1g.10gb"}, {"uuid": "MIG-b", "profile": "1g.10gb"}]}]'
+    )
+    assert [d.index for d in inv.devices] == [0]
+    assert [m.uuid for m in inv.mig] == ["MIG-a", "MIG-b"]
+    with pytest.raises(InventoryError, match="need a profile like 1g.10gb"):
+        ConfiguredInventory.parse('[{"index": 1, "mig": [{"uuid": "MIG-a", "profile": "tiny"}]}]')
+
+
+@pytest.mark.gpu
+def test_real_mig_devices_when_mig_is_enabled(tmp_path: Path) -> None:
+    """On a GPU node with MIG enabled (`nvidia-smi -mig 1` and a layout), the inventory lists
+    its MIG devices by MIG-... UUID and profile. Needs `make test-gpu` on such a node."""
+    from gpu_platform.gpus import discover_devices
+
+    try:
+        _whole, migs = discover_devices()
+    except NvmlUnavailable as exc:
+        message = "needs an NVIDIA GPU with a driver (NVML); run on a GPU node with: make test-gpu"
+        if os.environ.get("GPU_PLATFORM_REQUIRE_GPU"):
+            pytest.fail(f"{message} ({exc.reason})")
+        pytest.skip(message)
+    if not migs:
+        pytest.skip("no MIG-enabled GPU on this node (enable MIG and create instances to run this test)")
+    assert all(m.uuid.startswith("MIG-") and "g." in m.profile and m.memory_mib > 0 for m in migs)
