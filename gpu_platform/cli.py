@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
+from gpu_platform.ledger import PENDING_STATES, BatchConflict, Ledger, content_request_id, default_ledger_url
 from gpu_platform.requests import RequestError, validate_request_file
 from gpu_platform.units import format_duration
 
@@ -99,7 +99,10 @@ def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
 def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | None) -> None:
     """Validate and record requests in the ledger; print each request id.
 
-    Nothing is recorded unless every file is valid (exit 2 listing every problem).
+    Every file is validated first; then all are recorded in one transaction, or none (exit 2
+    listing every problem, or naming the file whose request_id exists with other content).
+    A file without `request_id` gets a content-derived id, so re-running a batch never
+    records a request twice.
     """
     pol = policy_or_exit(policy_path)
     valid, problems = [], 0
@@ -108,14 +111,25 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
             valid.append(validate_request_file(f, pol))
         except RequestError as exc:
             problems += 1
-            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)")
+            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)", markup=True, highlight=False)
             for e in exc.errors:
                 err_console.print(f"  {e}", markup=False, highlight=False)
     if problems:
         sys.exit(2)
+    keyed = [r if r.request_id else r.model_copy(update={"request_id": content_request_id(r)}) for r in valid]
     ledger = Ledger(ledger_url or default_ledger_url())
-    for req in valid:
-        click.echo(ledger.submit(req))
+    before = ledger.known_ids([r.request_id for r in keyed if r.request_id])
+    try:
+        ids = ledger.submit_batch(keyed, sources=list(files))
+    except BatchConflict as exc:
+        for source, message in exc.conflicts:
+            err_console.print(f"[bold red]conflict[/] {source}: {message}", highlight=False)
+        err_console.print("nothing was recorded", highlight=False)
+        sys.exit(2)
+    for f, rid in zip(files, ids, strict=True):
+        click.echo(rid)
+        if rid in before:
+            err_console.print(f"{f}: already recorded as {rid}", markup=False, highlight=False)
 
 
 @main.command("queue")
