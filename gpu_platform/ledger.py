@@ -136,7 +136,7 @@ def _make_engine(url: str) -> sa.Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": 30})
+        engine = sa.create_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
 
         @sa.event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
@@ -147,7 +147,8 @@ def _make_engine(url: str) -> sa.Engine:
             cur.close()
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    # hide_parameters: a failing statement's error never echoes request values (or anything else).
+    return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
 
 
 class Ledger:

@@ -7,6 +7,16 @@ from pathlib import Path
 import dagster as dg
 
 
+def resolved(value: str) -> str:
+    """A config value as the process sees it: an unresolved `dg.EnvVar` is read now."""
+    if isinstance(value, dg.EnvVar):
+        found = value.get_value()
+        if found is None:
+            raise RuntimeError(f"environment variable {value.env_var_name} is not set")
+        return found
+    return value
+
+
 class PlatformSettings(dg.ConfigurableResource):
     """home: local state directory (checkpoints, evidence, warehouse) — GPU_PLATFORM_HOME.
     executor: `local` (subprocesses on this machine) or `k8s` (one Kubernetes Job per step, Kueue-labelled).
@@ -28,4 +38,4 @@ class PlatformSettings(dg.ConfigurableResource):
         return Path(self.home) / "feeds" / feed
 
     def dcgm_endpoint_list(self) -> list[str]:
-        return [u.strip() for u in self.dcgm_endpoints.split(",") if u.strip()]
+        return [u.strip() for u in resolved(self.dcgm_endpoints).split(",") if u.strip()]
