@@ -22,6 +22,7 @@ from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo,
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
 from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.policy import Policy
+from gpu_platform.safeload import path_key
 
 TAG_REQUEST_ID = "gpu-platform/request-id"
 TAG_LANE = "gpu-platform/lane"
@@ -35,8 +36,8 @@ CHECKPOINT_GLOB = "ckpt-*"
 
 
 def safe_name(request_id: str) -> str:
-    """A request id as one path component."""
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in request_id)
+    """A request id as one path component, distinct for distinct ids (see `path_key`)."""
+    return path_key(request_id)
 
 
 def work_dir(home: Path, request_id: str) -> Path:

@@ -25,6 +25,7 @@ from gpu_platform.safeload.loader import (
     read_text,
     show,
 )
+from gpu_platform.safeload.paths import path_key
 
 __all__ = [
     "CASES_LIMITS",
@@ -40,6 +41,7 @@ __all__ = [
     "load_document",
     "load_json_text",
     "load_yaml_text",
+    "path_key",
     "read_bytes",
     "read_text",
     "show",
