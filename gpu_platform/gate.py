@@ -238,12 +238,19 @@ def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], host
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """A Dagster run of a request as the gate sees it. status: active | success | failure | canceled."""
+    """A Dagster run of a request as the gate sees it. status: active | success | failure | canceled.
+
+    phase: the run's Dagster status name (`NOT_STARTED`, `STARTING`, `STARTED`, ...).
+    starting_for: seconds the run has been `NOT_STARTED` or `STARTING`; None in any other phase
+    (a `QUEUED` run waits for run-level concurrency, which is not a fault).
+    """
 
     run_id: str
     request_id: str
     attempt: int
     status: str
+    phase: str = ""
+    starting_for: float | None = None
 
 
 @dataclass(slots=True)
@@ -256,7 +263,9 @@ class Reconciliation:
     draining: set[str] = field(default_factory=set)
 
 
-def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo]) -> Reconciliation:
+def reconcile(
+    policy: Policy, states: list[RequestState], runs: Iterable[RunInfo], start_timeout: float | None = None
+) -> Reconciliation:
     """Settle the ledger against the runs that exist.
 
     - an admitted request whose run finished: `finished` / `failed` (a run canceled without a
@@ -265,7 +274,11 @@ def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo
       recording and launching; the run key makes this a no-op if the run was in fact created);
     - a live run whose attempt is not the request's current admitted attempt (a preempted victim
       whose termination was not carried out): terminate it; the request drains meanwhile and is
-      not relaunched until its old run has stopped.
+      not relaunched until its old run has stopped;
+    - the current run stuck `NOT_STARTED` / `STARTING` for more than `start_timeout` seconds (a
+      daemon that died between creating the run and launching it, a launcher that never picked
+      it up): the run is terminated and the request relaunched under its next attempt, recorded
+      as an `admitted` event with reason code `StartTimeout` (it keeps its quota and flavor).
     """
     out = Reconciliation()
     by_req: dict[str, list[RunInfo]] = {}
@@ -283,6 +296,27 @@ def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo
         run = next((r for r in mine if r.attempt == current), None)
         if run is None:
             out.relaunch.append(launch_for(policy, s, current, s.flavor or ""))
+        elif (
+            run.status == "active"
+            and start_timeout is not None
+            and run.starting_for is not None
+            and run.starting_for > start_timeout
+        ):
+            nxt = current + 1
+            out.terminate.append(run)
+            out.events.append(
+                (
+                    s.request_id,
+                    "admitted",
+                    f"StartTimeout: run {run.run_id} stayed {run.phase or 'NOT_STARTED'} for "
+                    f"{run.starting_for:.0f}s (limit {start_timeout:g}s); relaunched as attempt {nxt}",
+                    s.flavor,
+                    None,
+                    {"attempt": nxt, "run_key": run_key(s.request_id, nxt), "previous_run": run.run_id,
+                     "reason_code": "StartTimeout"},
+                )
+            )
+            out.relaunch.append(launch_for(policy, s, nxt, s.flavor or ""))
         elif run.status == "success":
             out.events.append((s.request_id, "finished", f"run {run.run_id} succeeded", s.flavor, run.run_id, None))
         elif run.status in ("failure", "canceled"):

@@ -22,11 +22,14 @@ class PlatformSettings(dg.ConfigurableResource):
     executor: `local` (subprocesses on this machine) or `k8s` (one Kubernetes Job per step, Kueue-labelled).
     dcgm_endpoints: comma-separated dcgm-exporter `/metrics` URLs scraped for today's partition
     (GPU_PLATFORM_DCGM_ENDPOINTS); "" = none, only saved files are loaded.
+    run_start_timeout_seconds: how long a workload run may stay NOT_STARTED or STARTING before the
+    gate cancels it and relaunches the request under its next attempt.
     """
 
     home: str
     executor: str = "local"
     dcgm_endpoints: str = ""
+    run_start_timeout_seconds: float = 600.0
 
     def home_path(self) -> Path:
         path = Path(self.home)
