@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.policy.model import WorkloadKind
-from gpu_platform.safeload import REQUEST_LIMITS, InputError, check_tree, load_document, show
+from gpu_platform.safeload import REQUEST_LIMITS, InputError, check_tree, load_document, show, show_key
 from gpu_platform.units import parse_duration
 
 PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
@@ -291,7 +291,7 @@ def _missing(value: Any) -> bool:
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + show_key(part)
     return out
 
 

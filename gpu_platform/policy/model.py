@@ -334,4 +334,6 @@ def load_policy(path: str | Path | None = None) -> Policy:
         raw = load_document(p, POLICY_LIMITS)
     except InputError as exc:
         raise PolicyError(exc.errors, str(p)) from None
-    return parse_policy(raw, str(p))
+    from gpu_platform.policy.loading import parse_policy_document
+
+    return parse_policy_document(raw, str(p))

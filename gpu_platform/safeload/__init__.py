@@ -24,6 +24,7 @@ from gpu_platform.safeload.loader import (
     read_bytes,
     read_text,
     show,
+    show_key,
 )
 from gpu_platform.safeload.paths import path_key
 
@@ -45,4 +46,5 @@ __all__ = [
     "read_bytes",
     "read_text",
     "show",
+    "show_key",
 ]

@@ -53,6 +53,14 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.:/@-]{1,64}$")
+
+
+def show_key(key: Any) -> str:
+    """A mapping key for a field path: as it is when plain, else quoted and cut (`'a\\nb'`)."""
+    return key if isinstance(key, str) and _PLAIN_KEY.match(key) else show(key, 40)
+
+
 def _line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
@@ -230,11 +238,19 @@ def _measure(root: Node, limits: Limits, problems: list[str]) -> None:
     walk(root)
 
 
+def _reader_problem(text: str, exc: yaml.reader.ReaderError) -> str:
+    line = text.count("\n", 0, exc.position) + 1
+    return f"<yaml> line {line}: character U+{exc.character:04X} is not allowed in YAML (control character)"
+
+
 def load_yaml_text(text: str, source: str, limits: Limits) -> Any:
     """One YAML document, bounded by `limits`; InputError lists every problem."""
     if len(text.encode()) > limits.max_bytes:
         raise InputError([f"<file>: larger than the limit of {limits.max_bytes:,} bytes"], source)
-    loader = _BoundedLoader(text, limits)
+    try:
+        loader = _BoundedLoader(text, limits)
+    except yaml.reader.ReaderError as exc:
+        raise InputError([_reader_problem(text, exc)], source) from None
     try:
         root = loader.get_single_node()
         if root is None:
@@ -253,6 +269,8 @@ def load_yaml_text(text: str, source: str, limits: Limits) -> Any:
         where = f"<yaml> line {mark.line + 1}, column {mark.column + 1}" if mark else "<yaml>"
         what = " ".join(str(x) for x in (exc.context, exc.problem) if x)
         raise InputError([*loader.problems, f"{where}: {what or 'invalid YAML'}"], source) from None
+    except yaml.reader.ReaderError as exc:
+        raise InputError([*loader.problems, _reader_problem(text, exc)], source) from None
     except yaml.YAMLError as exc:
         raise InputError([*loader.problems, f"<yaml>: {str(exc).splitlines()[0][:200]}"], source) from None
     except (ValueError, TypeError, OverflowError) as exc:
@@ -364,7 +382,7 @@ def check_tree(value: Any, limits: Limits, path: str = "") -> list[str]:
             return
         if isinstance(v, Mapping):
             for k, item in v.items():
-                walk(item, f"{where}.{k}" if where else str(k), depth + 1)
+                walk(item, f"{where}.{show_key(k)}" if where else show_key(k), depth + 1)
         elif isinstance(v, list | tuple):
             for i, item in enumerate(v):
                 walk(item, f"{where}[{i}]", depth + 1)
