@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -80,7 +81,7 @@ def test_kill_9_during_a_batch_leaves_all_or_nothing_and_rerun_completes(tmp_pat
     cmd = [sys.executable, "-m", "gpu_platform.cli", "submit", *files, "--ledger", url]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     seen = []
-    for delay in [0.3 + 0.1 * k for k in range(40)]:
+    for delay in [0.4 + 0.2 * k for k in range(15)]:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         killed = proc.poll() is None
@@ -98,3 +99,52 @@ def test_kill_9_during_a_batch_leaves_all_or_nothing_and_rerun_completes(tmp_pat
     assert done.returncode == 0, done.stderr
     assert len(set(done.stdout.split())) == n
     assert Ledger(url).count() == (n, n)
+
+
+def test_kill_9_inside_the_batch_transaction_records_nothing(tmp_path):
+    """The ledger is write-locked by another writer, so the batch waits inside its transaction
+    (after reading which ids exist, at its insert); it is killed there, and nothing is recorded."""
+    n = 50
+    files = [str(_write(tmp_path, f"t{i}.yaml", experiment_id=f"exp-t{i}")) for i in range(n)]
+    db = tmp_path / "ledger.db"
+    url = f"sqlite:///{db}"
+    Ledger(url)
+    cmd = [sys.executable, "-m", "gpu_platform.cli", "submit", *files, "--ledger", url]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    other = sqlite3.connect(db, isolation_level=None, timeout=30)
+    other.execute("begin immediate")  # another writer holds the write lock
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # It validates and reaches its insert, then waits for the lock (busy timeout 30s).
+    waited = 0.0
+    while waited < 25 and proc.poll() is None:
+        time.sleep(0.5)
+        waited = time.monotonic() - started
+        if _waiting_for_lock(db, proc):
+            break
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    other.execute("rollback")
+    other.close()
+    assert Ledger(url).count() == (0, 0)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert Ledger(url).count() == (n, n)
+
+
+def _waiting_for_lock(db: Path, proc: subprocess.Popen) -> bool:
+    """The submitter has opened the ledger and stopped using CPU: it sleeps in SQLite's busy wait."""
+    try:
+        fds = os.listdir(f"/proc/{proc.pid}/fd")
+        opened = any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(db) for fd in fds)
+        stat = Path(f"/proc/{proc.pid}/stat").read_text().split()
+    except OSError:
+        return False
+    cpu = int(stat[13]) + int(stat[14])
+    time.sleep(0.5)
+    try:
+        stat2 = Path(f"/proc/{proc.pid}/stat").read_text().split()
+    except OSError:
+        return False
+    return opened and int(stat2[13]) + int(stat2[14]) - cpu <= 1
