@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 
 import click
+import sqlalchemy as sa
 from rich.console import Console
 from rich.table import Table
 
@@ -117,15 +118,20 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
     if problems:
         sys.exit(2)
     keyed = [r if r.request_id else r.model_copy(update={"request_id": content_request_id(r)}) for r in valid]
-    ledger = Ledger(ledger_url or default_ledger_url())
-    before = ledger.known_ids([r.request_id for r in keyed if r.request_id])
     try:
+        ledger = Ledger(ledger_url or default_ledger_url())
+        before = ledger.known_ids([r.request_id for r in keyed if r.request_id])
         ids = ledger.submit_batch(keyed, sources=list(files))
     except BatchConflict as exc:
         for source, message in exc.conflicts:
             err_console.print(f"[bold red]conflict[/] {source}: {message}", highlight=False)
         err_console.print("nothing was recorded", highlight=False)
         sys.exit(2)
+    except sa.exc.SQLAlchemyError as exc:
+        # One line, without the URL or statement parameters.
+        reason = str(getattr(exc, "orig", None) or type(exc).__name__).strip().splitlines()[0][:300]
+        err_console.print(f"ledger unavailable: {type(exc).__name__}: {reason}; nothing was recorded", markup=False)
+        sys.exit(1)
     for f, rid in zip(files, ids, strict=True):
         click.echo(rid)
         if rid in before:

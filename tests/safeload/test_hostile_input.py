@@ -208,3 +208,20 @@ def test_longest_valid_strings_fit_both_ledgers(policy, ledger_url):
     assert ledger.submit(req) == "r" * 200
     stored = ledger.get("r" * 200)
     assert stored.owner == "o" * 200 and stored.max_cost == Decimal("0.000001")
+
+
+def test_case_files_are_read_by_the_same_loader(tmp_path):
+    laughs = tmp_path / "cases.yaml"
+    laughs.write_text(_laughs("cases"))
+    _refused(_cli("admit", "--cases", str(laughs)), "expands to more than")
+
+
+def test_an_unreachable_ledger_is_one_line_without_the_password(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(EXAMPLE)
+    result = CliRunner().invoke(
+        main, ["submit", str(path), "--ledger", "postgresql+psycopg2://gp:hunter2-s3cret@127.0.0.1:1/gp"]
+    )
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output and "s3cret" not in result.output
+    assert result.output.strip().startswith("ledger unavailable: OperationalError")
