@@ -18,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.policy.model import WorkloadKind
-from gpu_platform.safeload import REQUEST_LIMITS, InputError, check_tree, load_document, show, show_key
+from gpu_platform.safeload import (
+    REQUEST_LIMITS,
+    InputError,
+    check_tree,
+    load_document,
+    one_line,
+    show,
+    show_key,
+)
 from gpu_platform.units import parse_duration
 
 PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
@@ -395,7 +403,7 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
         if lane is not None and lane.name == "incident_response" and req_.evidence_hold is False:
             errors.append("evidence_hold: incident_response jobs keep their evidence under hold; must be true")
     if errors:
-        raise RequestError(list(dict.fromkeys(errors)), source)
+        raise RequestError([one_line(e) for e in dict.fromkeys(errors)], source)
     assert req is not None
     if req.workload is None and lane is not None:
         req = req.model_copy(update={"workload": lane.default_workload})

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpu_platform.policy.model import Policy, PolicyError, _path, parse_policy
+from gpu_platform.safeload import one_line
 
 
 def _named(mapping: Any) -> Any:
@@ -36,13 +37,13 @@ def schema_errors(raw: dict[str, Any]) -> list[str]:
 
 def parse_policy_document(raw: Any, source: str) -> Policy:
     """`parse_policy`, with any failure of its cross-reference checks on a malformed document
-    turned into the schema errors that explain it."""
+    turned into the schema errors that explain it; every problem is one printable line."""
     try:
         return parse_policy(raw, source)
-    except PolicyError:
-        raise
+    except PolicyError as exc:
+        raise PolicyError([one_line(e) for e in exc.errors], source) from None
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
         errors = schema_errors(raw) if isinstance(raw, dict) else []
         if not errors:
             errors = [f"<root>: cannot be checked ({type(exc).__name__}: {str(exc)[:200]})"]
-        raise PolicyError(errors, source) from None
+        raise PolicyError([one_line(e) for e in errors], source) from None

@@ -53,6 +53,13 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def one_line(problem: str) -> str:
+    """A problem as one printable line (a key or value may hold a newline or a control character)."""
+    if problem.isprintable():
+        return problem
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in problem)
+
+
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.:/@-]{1,64}$")
 
 
