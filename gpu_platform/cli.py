@@ -84,9 +84,9 @@ def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
             req = validate_request_file(f, pol)
         except RequestError as exc:
             failed += 1
-            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)")
+            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)", soft_wrap=True)
             for e in exc.errors:
-                err_console.print(f"  {e}", markup=False, highlight=False)
+                err_console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
             continue
         console.print(f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}, workload {req.workload}")
     if failed:
@@ -112,9 +112,9 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
             valid.append(validate_request_file(f, pol))
         except RequestError as exc:
             problems += 1
-            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)", markup=True, highlight=False)
+            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)", markup=True, highlight=False, soft_wrap=True)
             for e in exc.errors:
-                err_console.print(f"  {e}", markup=False, highlight=False)
+                err_console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
     if problems:
         sys.exit(2)
     keyed = [r if r.request_id else r.model_copy(update={"request_id": content_request_id(r)}) for r in valid]
@@ -124,18 +124,18 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
         ids = ledger.submit_batch(keyed, sources=list(files))
     except BatchConflict as exc:
         for source, message in exc.conflicts:
-            err_console.print(f"[bold red]conflict[/] {source}: {message}", highlight=False)
-        err_console.print("nothing was recorded", highlight=False)
+            err_console.print(f"[bold red]conflict[/] {source}: {message}", highlight=False, soft_wrap=True)
+        err_console.print("nothing was recorded", highlight=False, soft_wrap=True)
         sys.exit(2)
     except sa.exc.SQLAlchemyError as exc:
         # One line, without the URL or statement parameters.
         reason = str(getattr(exc, "orig", None) or type(exc).__name__).strip().splitlines()[0][:300]
-        err_console.print(f"ledger unavailable: {type(exc).__name__}: {reason}; nothing was recorded", markup=False)
+        err_console.print(f"ledger unavailable: {type(exc).__name__}: {reason}; nothing was recorded", markup=False, soft_wrap=True)
         sys.exit(1)
     for f, rid in zip(files, ids, strict=True):
         click.echo(rid)
         if rid in before:
-            err_console.print(f"{f}: already recorded as {rid}", markup=False, highlight=False)
+            err_console.print(f"{f}: already recorded as {rid}", markup=False, highlight=False, soft_wrap=True)
 
 
 @main.command("queue")

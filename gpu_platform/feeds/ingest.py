@@ -44,6 +44,7 @@ from gpu_platform.safeload import (
     FEED_FILE_MAX_BYTES,
     FEED_JSON_LIMITS,
     InputError,
+    check_utf8_file,
     decode_utf8,
     load_json_text,
 )
@@ -323,6 +324,14 @@ def focus_day_batch(batch: FeedBatch, day: date, anchor_day: date) -> FeedBatch:
     return FeedBatch(rows=rows, quarantine=quarantine, rows_in=rows.height + quarantine.height)
 
 
+def _read_focus_file(path: Path, source: str) -> FeedBatch:
+    if path.suffix.lower() == ".csv":
+        problem = check_utf8_file(path)
+        if problem:
+            raise InputError([problem], source)
+    return focus.load_focus(path, source=source)
+
+
 def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> IngestReport:
     """Load the rows of every FOCUS file under `feeds/focus/` whose ChargePeriodStart is on `day`.
 
@@ -337,7 +346,7 @@ def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> In
     for path in _files(feeds / "focus", FOCUS_SUFFIXES):
         source = path.relative_to(feeds).as_posix()
         report.files_in += 1
-        batch, size, reason = read_feed_file(path, lambda p=path, s=source: focus.load_focus(p, source=s))
+        batch, size, reason = read_feed_file(path, lambda p=path, s=source: _read_focus_file(p, s))
         if batch is None:
             bad_files.append((source, size, reason or "unreadable"))
             report.quarantined_files.append((source, reason or "unreadable"))

@@ -17,6 +17,7 @@ from gpu_platform.safeload.limits import (
 from gpu_platform.safeload.loader import (
     InputError,
     check_tree,
+    check_utf8_file,
     decode_utf8,
     load_document,
     load_json_text,
@@ -39,6 +40,7 @@ __all__ = [
     "InputError",
     "Limits",
     "check_tree",
+    "check_utf8_file",
     "decode_utf8",
     "load_document",
     "load_json_text",

@@ -13,6 +13,7 @@ Refused, each as one line naming the position (`line 7, column 3: ...`), all pro
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -111,6 +112,32 @@ def read_bytes(path: str | Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise InputError([f"<file>: larger than the limit of {max_bytes:,} bytes"], str(p))
     return data
+
+
+def check_utf8_file(path: str | Path, chunk: int = 16 * 1024 * 1024) -> str | None:
+    """None when the file is UTF-8 throughout, else the problem naming the byte offset; reads in
+    chunks, so a large feed file is checked without holding it in memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with Path(path).open("rb") as fh:
+        first = True
+        while block := fh.read(chunk):
+            if first:
+                for bom, name in _BOMS:
+                    if block.startswith(bom):
+                        return f"byte offset 0: not UTF-8 (a {name} byte order mark)"
+                first = False
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                bad = block[exc.start : exc.start + 1].hex()
+                return f"byte offset {offset + exc.start}: not UTF-8 (byte 0x{bad}: {exc.reason})"
+            offset += len(block)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        return f"byte offset {offset - len(exc.object) + exc.start}: not UTF-8 ({exc.reason} at the end of the file)"
+    return None
 
 
 def read_text(path: str | Path, limits: Limits) -> str:

@@ -225,3 +225,17 @@ def test_an_unreachable_ledger_is_one_line_without_the_password(tmp_path):
     assert result.exit_code == 1
     assert "Traceback" not in result.output and "s3cret" not in result.output
     assert result.output.strip().startswith("ledger unavailable: OperationalError")
+
+
+def test_feed_files_are_checked_for_utf8_in_chunks(tmp_path):
+    from gpu_platform.safeload import check_utf8_file
+
+    ok = tmp_path / "ok.csv"
+    ok.write_bytes(("é" * 10).encode())  # 2-byte characters straddle every 3-byte chunk boundary
+    assert check_utf8_file(ok, chunk=3) is None
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"abcdef" + "é".encode("latin-1") + b"xyz")
+    assert check_utf8_file(bad, chunk=4) == "byte offset 6: not UTF-8 (byte 0xe9: invalid continuation byte)"
+    cut = tmp_path / "cut.csv"
+    cut.write_bytes(b"ab" + "é".encode()[:1])
+    assert check_utf8_file(cut, chunk=2).startswith("byte offset 2: not UTF-8")
