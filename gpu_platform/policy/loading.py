@@ -42,7 +42,7 @@ def parse_policy_document(raw: Any, source: str) -> Policy:
         return parse_policy(raw, source)
     except PolicyError as exc:
         raise PolicyError([one_line(e) for e in exc.errors], source) from None
-    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+    except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as exc:
         errors = schema_errors(raw) if isinstance(raw, dict) else []
         if not errors:
             errors = [f"<root>: cannot be checked ({type(exc).__name__}: {str(exc)[:200]})"]

@@ -239,3 +239,9 @@ def test_feed_files_are_checked_for_utf8_in_chunks(tmp_path):
     cut = tmp_path / "cut.csv"
     cut.write_bytes(b"ab" + "é".encode()[:1])
     assert check_utf8_file(cut, chunk=2).startswith("byte offset 2: not UTF-8")
+
+
+@pytest.mark.parametrize("value", ["1e308", "99999999999d", "P99999999999999W", 10**400, float("nan")])
+def test_durations_that_overflow_are_problems_not_tracebacks(policy, value):
+    errors = _errors(policy, timeout=value)
+    assert any(e.startswith("timeout: ") for e in errors), errors

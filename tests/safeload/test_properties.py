@@ -40,7 +40,7 @@ scalars = (
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=40)
-    | st.sampled_from(["0s", "-1h", "1e-10", "PT4H", "\x00", "true", "lane_default", "sha256:", "any", "🙂" * 3])
+    | st.sampled_from(["0s", "-1h", "1e-10", "1e308", "99999999999d", "PT4H", "\x00", "true", "lane_default", "sha256:", "any", "🙂" * 3])
 )
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
 
