@@ -72,6 +72,8 @@ class IngestReport:
     files_loaded: int = 0
     quarantined_files: list[tuple[str, str]] = field(default_factory=list)
     """(source, reason) of every file quarantined as a whole."""
+    currency_flags: list[str] = field(default_factory=list)
+    """FOCUS charge periods billed only in a currency the rest of their file does not use."""
 
     def add(self, batch: FeedBatch, accepted: int, quarantined: int) -> None:
         self.rows_in += batch.rows_in
@@ -110,7 +112,10 @@ class IngestReport:
             "quarantine_reasons": table if self.reasons else "no quarantined rows",
             "files_in": self.files_in,
             "files_quarantined": len(self.quarantined_files),
+            "currency_flagged_periods": len(self.currency_flags),
         }
+        if self.currency_flags:
+            md["currency_flags"] = "\n".join(f"- {flag}" for flag in self.currency_flags)
         if self.quarantined_files:
             md["quarantined_files"] = "| file | reason |\n|---|---|\n" + "".join(
                 f"| {src} | {reason.replace('|', '/')} |\n" for src, reason in self.quarantined_files
@@ -133,6 +138,7 @@ def merge_reports(reports: Iterable[IngestReport]) -> IngestReport:
         out.files_in += r.files_in
         out.files_loaded += r.files_loaded
         out.quarantined_files += r.quarantined_files
+        out.currency_flags += r.currency_flags
     return out
 
 
@@ -316,6 +322,34 @@ def drop_duplicate_rows(batch: FeedBatch, seen: dict[str, tuple[str, int]]) -> F
     return FeedBatch(rows=rows[keep], quarantine=quarantine, rows_in=batch.rows_in)
 
 
+def lone_currency_periods(rows: pl.DataFrame, source: str) -> list[tuple[date, str]]:
+    """Charge periods whose every accepted row is in a currency other than the one most of the
+    file's periods use: with one currency per charge period, such a row is its own period's
+    currency and passes unconverted, though it is most likely mis-billed. Flagged (asset
+    metadata `currency_flags`), not quarantined: the row may be right.
+    Returns (day of the period's start, message)."""
+    if rows.height == 0 or "original_currency" not in rows.columns:
+        return []
+    per_period = rows.group_by("ChargePeriodStart", "ChargePeriodEnd").agg(
+        pl.col("original_currency").unique().alias("currencies"), pl.len().alias("rows")
+    )
+    usage = rows.group_by("original_currency").agg(pl.col("ChargePeriodStart").n_unique().alias("periods"))
+    if usage.height < 2:
+        return []
+    dominant = usage.sort("periods", descending=True)["original_currency"][0]
+    flags = []
+    for start, end, currencies, n in per_period.sort("ChargePeriodStart").iter_rows():
+        if start is None or len(currencies) != 1 or currencies[0] == dominant:
+            continue
+        until = f"-{end:%Y-%m-%d %H:%M}" if end is not None else ""
+        message = (
+            f"{source}: charge period {start:%Y-%m-%d %H:%M}{until} is billed only in {currencies[0]} "
+            f"({n} row(s)); the file's other periods use {dominant}"
+        )
+        flags.append((start.date(), message))
+    return flags
+
+
 def focus_day_batch(batch: FeedBatch, day: date, anchor_day: date) -> FeedBatch:
     """The rows of `batch` charged on `day`; its quarantined rows (no trustworthy charge period)
     belong to one day per file, `anchor_day`."""
@@ -354,6 +388,7 @@ def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> In
         starts = batch.rows["ChargePeriodStart"].drop_nulls()
         anchor = starts.min().date() if len(starts) else datetime.fromtimestamp(path.stat().st_mtime, UTC).date()
         part = drop_duplicate_rows(focus_day_batch(batch, day, anchor), seen)
+        report.currency_flags += [msg for on, msg in lone_currency_periods(batch.rows, source) if on == day]
         stats = load_batch(con, "focus", part, source=source, day=day)
         report.add(part, stats.accepted, stats.quarantined)
         report.files_loaded += 1

@@ -6,6 +6,8 @@ samples land on the day of their timestamp, whatever directory they came in.
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -132,3 +134,26 @@ def test_dcgm_samples_belong_to_the_day_of_their_timestamp(tmp_path):
     load_dcgm_day(con, feeds, d1, [])
     assert con.execute("select day, value from raw_dcgm_samples order by ts").fetchall() == rows
     assert con.execute("select count(*) from raw_dcgm_quarantine").fetchone() == (1,)
+
+
+def test_a_currency_alone_in_its_charge_period_is_flagged(tmp_path, fixtures):
+    lines = (fixtures / SAMPLE).read_text().splitlines()
+    header = lines[0].split(",")
+    cur, start, end = (header.index(f'"{c}"') for c in ("BillingCurrency", "ChargePeriodStart", "ChargePeriodEnd"))
+    rows = list(csv.reader(lines[1:6]))
+    lone = list(rows[0])
+    lone[cur], lone[start], lone[end] = "EUR", "2024-09-18 03:00:00", "2024-09-18 04:00:00"
+    feeds = tmp_path / "feeds"
+    (feeds / "focus").mkdir(parents=True)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([h.strip('"') for h in header])
+    writer.writerows([*rows, lone])
+    (feeds / "focus" / "mixed.csv").write_text(out.getvalue())
+    report = load_focus_day(duckdb.connect(), feeds, date(2024, 9, 18))
+    assert report.currency_flags == [
+        "focus/mixed.csv: charge period 2024-09-18 03:00-2024-09-18 04:00 is billed only in EUR (1 row(s)); "
+        "the file's other periods use USD"
+    ]
+    md = report.metadata()
+    assert md["currency_flagged_periods"] == 1 and "billed only in EUR" in md["currency_flags"]
