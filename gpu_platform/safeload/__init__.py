@@ -12,6 +12,7 @@ from gpu_platform.safeload.limits import (
     MAX_INT,
     POLICY_LIMITS,
     REQUEST_LIMITS,
+    RESULT_LIMITS,
     Limits,
 )
 from gpu_platform.safeload.loader import (
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_INT",
     "POLICY_LIMITS",
     "REQUEST_LIMITS",
+    "RESULT_LIMITS",
     "InputError",
     "Limits",
     "check_tree",

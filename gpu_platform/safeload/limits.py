@@ -45,5 +45,8 @@ FEED_JSON_LIMITS = Limits(
 )
 """A saved Prometheus `query_range` answer (DCGM history)."""
 
+RESULT_LIMITS = Limits(max_bytes=16 * 1024 * 1024, max_depth=32, max_nodes=1_000_000)
+"""A workload program's `result.json` (written by code the platform does not control)."""
+
 FEED_FILE_MAX_BYTES = 2 * 1024 * 1024 * 1024
 """A saved feed file (DCGM text / Parquet, FOCUS CSV / Parquet) larger than this is quarantined."""
