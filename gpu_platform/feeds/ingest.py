@@ -195,7 +195,7 @@ def read_feed_file(path: Path, read: Callable[[], FeedBatch]) -> tuple[FeedBatch
         return None, size, f"not UTF-8: byte 0x{bad} at byte offset {exc.start} ({exc.reason})"
     except InputError as exc:
         return None, size, "; ".join(exc.errors)[:500]
-    except Exception as exc:  # noqa: BLE001 - one unreadable file never aborts the day
+    except Exception as exc:  # one unreadable file never aborts the day
         text = (str(exc).strip().splitlines() or [""])[0][:400]
         return None, size, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -253,10 +253,11 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
             part = dcgm_day_batch(batch, day, directory_day)
             sources.append(source)
             report.files_loaded += own
-            if not own and part.rows_in == 0:
-                continue
+            # A neighbour's file is loaded even when it has nothing for this day: that replaces
+            # whatever an earlier version of it left here. It counts as a source only with rows.
             stats = load_batch(con, "dcgm", part, source=source, day=day)
-            report.add(part, stats.accepted, stats.quarantined)
+            if own or part.rows_in:
+                report.add(part, stats.accepted, stats.quarantined)
     _forget_removed(con, ("raw_dcgm_samples", "raw_dcgm_quarantine"), "dcgm/", day, sources)
     record_file_quarantine(con, "dcgm", day, bad_files)
     for url in endpoints:

@@ -157,3 +157,19 @@ def test_a_currency_alone_in_its_charge_period_is_flagged(tmp_path, fixtures):
     ]
     md = report.metadata()
     assert md["currency_flagged_periods"] == 1 and "billed only in EUR" in md["currency_flags"]
+
+
+def test_a_neighbour_file_edited_to_have_nothing_for_a_day_leaves_nothing_there(tmp_path):
+    d1, d2 = date(2024, 9, 18), date(2024, 9, 19)
+    feeds = tmp_path / "feeds"
+    (feeds / "dcgm" / d1.isoformat()).mkdir(parents=True)
+    path = feeds / "dcgm" / d1.isoformat() / "node-1.prom"
+    midnight = datetime(2024, 9, 19, tzinfo=UTC)
+    path.write_text(_prom_line(midnight - timedelta(minutes=1), 10) + _prom_line(midnight + timedelta(minutes=1), 20))
+    con = duckdb.connect()
+    load_dcgm_day(con, feeds, d2, [])
+    assert con.execute("select count(*) from raw_dcgm_samples where day = ?", [d2]).fetchone() == (1,)
+    path.write_text(_prom_line(midnight - timedelta(minutes=1), 10))  # the 00:01 sample removed
+    report = load_dcgm_day(con, feeds, d2, [])
+    assert con.execute("select count(*) from raw_dcgm_samples where day = ?", [d2]).fetchone() == (0,)
+    assert report.sources == 0
