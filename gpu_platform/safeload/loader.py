@@ -204,7 +204,6 @@ class _BoundedLoader(yaml.SafeLoader):
             return 0.0
         return value
 
-
     def construct_yaml_timestamp(self, node: ScalarNode) -> Any:
         try:
             return super().construct_yaml_timestamp(node)
@@ -219,17 +218,26 @@ _BoundedLoader.add_constructor(_FLOAT_TAG, _BoundedLoader.construct_yaml_float)
 
 
 def _measure(root: Node, limits: Limits, problems: list[str]) -> None:
-    """Count nodes and scalar characters with aliases expanded (memoized: linear in the file),
-    and check every distinct scalar once."""
-    sizes: dict[int, tuple[int, int]] = {}
+    """Count nodes, scalar characters and depth with aliases expanded (memoized: linear in the
+    file; recursion never deeper than `max_depth`), and check every distinct scalar once."""
+    sizes: dict[int, tuple[int, int, int]] = {}  # id -> (nodes, characters, height)
     active: set[int] = set()
 
-    def walk(node: Node) -> tuple[int, int]:
+    def deeper(node: Node) -> _Refused:
+        return _Refused(
+            f"{_where(node)}: nested deeper than {limits.max_depth} levels once aliases are expanded"
+        )
+
+    def walk(node: Node, depth: int) -> tuple[int, int, int]:
         key = id(node)
         if key in sizes:
+            if depth + sizes[key][2] - 1 > limits.max_depth:
+                raise deeper(node)
             return sizes[key]
         if key in active:
             raise _Refused(f"{_where(node)}: recursive alias (a node that contains itself)")
+        if depth > limits.max_depth:
+            raise deeper(node)
         active.add(key)
         if isinstance(node, ScalarNode):
             text = node.value
@@ -240,7 +248,7 @@ def _measure(root: Node, limits: Limits, problems: list[str]) -> None:
             if node.tag == _INT_TAG and len(text.replace("_", "")) > 24:
                 problems.append(f"{_where(node)}: integer of {len(text):,} characters is larger than {MAX_INT}")
                 node.value = "0"
-            size = (1, len(text))
+            size = (1, len(text), 1)
         else:
             children: list[Node] = []
             if isinstance(node, SequenceNode):
@@ -248,13 +256,13 @@ def _measure(root: Node, limits: Limits, problems: list[str]) -> None:
             elif isinstance(node, MappingNode):
                 for k, v in node.value:
                     children += [k, v]
-            n, c = 1, 0
+            n, c, h = 1, 0, 1
             for child in children:
-                cn, cc = walk(child)
-                n, c = n + cn, c + cc
+                cn, cc, ch = walk(child, depth + 1)
+                n, c, h = n + cn, c + cc, max(h, ch + 1)
                 if n > limits.max_nodes or c > limits.max_expanded_chars:
                     break
-            size = (n, c)
+            size = (n, c, h)
         active.discard(key)
         sizes[key] = size
         if size[0] > limits.max_nodes:
@@ -269,7 +277,7 @@ def _measure(root: Node, limits: Limits, problems: list[str]) -> None:
             )
         return size
 
-    walk(root)
+    walk(root, 1)
 
 
 def _reader_problem(text: str, exc: yaml.reader.ReaderError) -> str:

@@ -91,6 +91,8 @@ def test_text_that_is_not_utf8_names_file_and_byte_offset(tmp_path, name, data, 
         ("bigint.yaml", EXAMPLE.replace("gpu_count: 4", "gpu_count: " + "9" * 5000), "larger than 9223372036854775807"),
         ("bigint.json", '{"gpu_count": ' + "9" * 5000 + "}", "larger than 9223372036854775807"),
         ("recursive.yaml", "owner: &a [*a]\n", "recursive alias"),
+        ("alias-depth.yaml", "\n".join(f"a{i}: &a{i} " + "[" * 20 + (f"*a{i - 1}" if i else "1") + "]" * 20
+                                        for i in range(60)), "nested deeper than 32 levels once aliases are expanded"),
         ("nan.json", '{"max_cost": NaN}', "NaN is not a finite number"),
         ("inf.yaml", EXAMPLE.replace("max_cost: 400", "max_cost: .inf"), "'.inf' is not a finite number"),
         ("nul.yaml", EXAMPLE.replace("owner: ana@example.com", 'owner: "ana\\0@example.com"'), "NUL character"),
@@ -245,3 +247,11 @@ def test_feed_files_are_checked_for_utf8_in_chunks(tmp_path):
 def test_durations_that_overflow_are_problems_not_tracebacks(policy, value):
     errors = _errors(policy, timeout=value)
     assert any(e.startswith("timeout: ") for e in errors), errors
+
+
+def test_aliases_cannot_build_depth_the_file_does_not_show(tmp_path):
+    # 60 anchors of 30 brackets, each holding the previous one: 1,800 levels once expanded, within
+    # the policy's node limit; refused before anything walks it.
+    path = tmp_path / "deep-aliases.yaml"
+    path.write_text("\n".join(f"a{i}: &a{i} " + "[" * 30 + (f"*a{i - 1}" if i else "1") + "]" * 30 for i in range(60)))
+    _refused(_cli("policy", "check", str(path)), "nested deeper than 32 levels once aliases are expanded")
