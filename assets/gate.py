@@ -98,15 +98,42 @@ def submit_request():
     submit_request_op()
 
 
+_STARTING = {dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING}
+
+
+def _epoch(dt: datetime | None) -> float | None:
+    if dt is None:
+        return None
+    return (dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt).timestamp()
+
+
 def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
     if not request_ids:
         return []
-    records = instance.get_runs(filters=dg.RunsFilter(job_name=WORKLOAD_JOB, tags={TAG_REQUEST_ID: sorted(request_ids)}))
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=WORKLOAD_JOB, tags={TAG_REQUEST_ID: sorted(request_ids)})
+    )
+    now = datetime.now(UTC).timestamp()
     out = []
-    for run in records:
+    for record in records:
+        run = record.dagster_run
         rid = run.tags[TAG_REQUEST_ID]
         status = _STATUS.get(run.status, "active")
-        out.append(RunInfo(run.run_id, rid, int(run.tags.get(TAG_ATTEMPT, "0")), status, run.tags.get(TAG_FLAVOR, "")))
+        starting_for = None
+        if run.status in _STARTING:
+            since = _epoch(record.create_timestamp if run.status == dg.DagsterRunStatus.NOT_STARTED else record.update_timestamp)
+            starting_for = max(0.0, now - since) if since is not None else None
+        out.append(
+            RunInfo(
+                run.run_id,
+                rid,
+                int(run.tags.get(TAG_ATTEMPT, "0")),
+                status,
+                flavor=run.tags.get(TAG_FLAVOR, ""),
+                phase=run.status.value,
+                starting_for=starting_for,
+            )
+        )
     return out
 
 
@@ -179,7 +206,7 @@ def admission_sensor(
     now = datetime.now(UTC)
     states = led.states((*PENDING_STATES, *ACTIVE_STATES))
     runs = _runs(context.instance, {s.request_id for s in states})
-    settled = reconcile(pol, states, runs)
+    settled = reconcile(pol, states, runs, start_timeout=settings.run_start_timeout_seconds)
     if settled.events:
         led.record_many(settled.events)
         states = led.states((*PENDING_STATES, *ACTIVE_STATES))

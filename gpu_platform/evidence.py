@@ -4,8 +4,14 @@ Layout under `root` (a local directory; see docs/lineage-and-evidence.md for the
 layout used in production, which is the same keys under `s3://bucket/prefix/`):
 
     objects/sha256/<hex[:2]>/<hex>            the bytes, read-only (0o444), never overwritten
-    refs/<request_id>/<kind>-<hex[:16]>.json   one reference: who stored it, why, until when
-    holds/<request_id>/<holder>.json           an evidence hold on every object the request references
+    refs/<key>/<hex[:16]>-<kind>-....json      one reference: who stored it, why, until when
+    holds/<key>/<holder>.json                  an evidence hold on every object the request references
+    holds/<key>/released/<holder>-<time>.json  a released hold: who released it, when and why
+
+`<key>` is `path_key(request_id)`: a readable slug plus a hash of the id, so distinct ids
+(`perc:exp-1`, `perc/exp-1`) never share a directory; every record also carries its exact
+request id, which is what reads match on (a store written before keys were hashed is read
+through the old slug directories the same way).
 
 The index is plain files rather than a database table so that a store is self-describing
 (copying the directory copies the evidence and its holds) and so that concurrent writers from
@@ -13,7 +19,9 @@ many runs need no lock: every file is created once with an atomic rename or link
 
 An object is deleted by `sweep` only when every reference to it has expired and no reference
 is held, neither by its own `hold` flag nor by a hold on its request. Anything ambiguous (an
-unreadable ref, an object without refs) is kept and reported.
+unreadable ref, an object without refs) is kept and reported. A sweep is restartable: it
+deletes an object before its references, and repairs what an interrupted sweep or writer left
+(references to an object it deleted, `.tmp-` files of writes that never finished).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from gpu_platform.safeload import path_key
 
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -80,10 +90,21 @@ class SweepReport:
     deleted: list[str] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)
     freed_bytes: int = 0
+    repaired: list[str] = field(default_factory=list)
+    """References removed because an interrupted sweep had deleted their (expired) object."""
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    """(digest, reference) of held or unexpired references whose object is gone: evidence lost."""
+    cleaned: int = 0
+    """`.tmp-` files of interrupted writes removed."""
 
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
-        return f"{verb} {len(self.deleted)} object(s) ({self.freed_bytes} bytes), kept {len(self.kept)}"
+        out = f"{verb} {len(self.deleted)} object(s) ({self.freed_bytes} bytes), kept {len(self.kept)}"
+        if self.repaired or self.cleaned:
+            out += f"; repaired {len(self.repaired)} dangling reference(s), removed {self.cleaned} partial write(s)"
+        if self.missing:
+            out += f"; {len(self.missing)} held or unexpired reference(s) point at a missing object"
+        return out
 
 
 def sha256_file(path: str | Path) -> str:
@@ -113,6 +134,16 @@ def _utc(dt: datetime | None) -> datetime | None:
 
 def _safe(name: str) -> str:
     return _SAFE.sub("_", name) or "_"
+
+
+def _dirs(base: Path, request_id: str) -> list[Path]:
+    """The request's directory under `base`, then the slug directory of stores written before
+    keys were hashed (shared by ids that differ only in unsafe characters: filter by id)."""
+    out = [base / path_key(request_id)]
+    legacy = base / _safe(request_id)
+    if legacy.is_dir():
+        out.append(legacy)
+    return out
 
 
 def _write_once(path: Path, data: bytes) -> bool:
@@ -204,7 +235,7 @@ class EvidenceStore:
             # reference file cannot be parsed.
             until = _safe(record["retention_until"] or "none")
             ref_name = f"{digest[7:23]}-{_safe(kind)}-{'held' if hold else 'r'}-{until}.json"
-            _write_once(self.refs_dir / _safe(request_id) / ref_name, json.dumps(record, sort_keys=True).encode())
+            _write_once(self.refs_dir / path_key(request_id) / ref_name, json.dumps(record, sort_keys=True).encode())
         return EvidenceRef(digest=digest, uri=self.path(digest).as_uri(), size=size)
 
     def _put_file(self, src: Path) -> tuple[str, int]:
@@ -265,14 +296,18 @@ class EvidenceStore:
     # references and holds ------------------------------------------------------------------
 
     def refs(self, request_id: str | None = None) -> list[RefRecord]:
-        base = self.refs_dir / _safe(request_id) if request_id is not None else self.refs_dir
-        pattern = "*.json" if request_id is not None else "*/*.json"
+        if request_id is None:
+            paths = sorted(self.refs_dir.glob("*/*.json")) if self.refs_dir.exists() else []
+        else:
+            paths = sorted(p for d in _dirs(self.refs_dir, request_id) for p in d.glob("*.json"))
         out = []
-        for p in sorted(base.glob(pattern)) if base.exists() else []:
+        for p in paths:
             try:
-                out.append(_load_ref(p))
+                rec = _load_ref(p)
             except (OSError, ValueError, KeyError):
                 continue
+            if request_id is None or rec.request_id == request_id:
+                out.append(rec)
         return out
 
     def set_hold(self, request_id: str, holder: str = "manual", reason: str = "") -> Hold:
@@ -280,34 +315,94 @@ class EvidenceStore:
         hold = Hold(request_id, holder, reason, datetime.now(UTC))
         body = {"request_id": request_id, "holder": holder, "reason": reason, "set_at": hold.set_at.isoformat()}
         with self._lock(fcntl.LOCK_SH):
-            _write_once(self.holds_dir / _safe(request_id) / f"{_safe(holder)}.json", json.dumps(body).encode())
+            _write_once(self.holds_dir / path_key(request_id) / f"{_safe(holder)}.json", json.dumps(body).encode())
         return hold
 
-    def release_hold(self, request_id: str, holder: str = "manual") -> bool:
-        """Remove one holder's hold; other holders' holds on the same request stay."""
-        p = self.holds_dir / _safe(request_id) / f"{_safe(holder)}.json"
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            return False
-        return True
-
-    def holds(self, request_id: str | None = None) -> list[Hold]:
-        base = self.holds_dir / _safe(request_id) if request_id is not None else self.holds_dir
-        pattern = "*.json" if request_id is not None else "*/*.json"
-        out = []
-        for p in sorted(base.glob(pattern)) if base.exists() else []:
+    def release_hold(self, request_id: str, holder: str = "manual", *, released_by: str = "", reason: str = "") -> bool:
+        """Remove one holder's hold (other holders' holds stay), first recording who released it,
+        when and why under `holds/<key>/released/`; False when there was no such hold."""
+        for d in _dirs(self.holds_dir, request_id):
+            p = d / f"{_safe(holder)}.json"
             try:
                 raw = json.loads(p.read_text())
-                out.append(Hold(raw["request_id"], raw["holder"], raw.get("reason", ""), datetime.fromisoformat(raw["set_at"])))
-            except (OSError, ValueError, KeyError):
-                out.append(Hold(p.parent.name, p.stem, "unreadable hold file (kept as a hold)", datetime.now(UTC)))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                raw = {}
+            if raw.get("request_id", request_id) != request_id:
+                continue
+            now = datetime.now(UTC)
+            record = {
+                **raw,
+                "request_id": request_id,
+                "holder": holder,
+                "released_at": now.isoformat(),
+                "released_by": released_by or os.environ.get("USER", "unknown"),
+                "release_reason": reason,
+            }
+            with self._lock(fcntl.LOCK_SH):
+                _write_once(
+                    self.holds_dir / path_key(request_id) / "released" / f"{_safe(holder)}-{now:%Y%m%dT%H%M%S%fZ}.json",
+                    json.dumps(record, sort_keys=True).encode(),
+                )
+                p.unlink(missing_ok=True)
+            return True
+        return False
+
+    def released_holds(self, request_id: str) -> list[dict[str, str]]:
+        """The release records of `request_id`'s holds, oldest first."""
+        base = self.holds_dir / path_key(request_id) / "released"
+        out = []
+        for p in sorted(base.glob("*.json")) if base.exists() else []:
+            with contextlib.suppress(OSError, ValueError):
+                out.append(json.loads(p.read_text()))
         return out
+
+    def holds(self, request_id: str | None = None) -> list[Hold]:
+        if request_id is None:
+            paths = sorted(self.holds_dir.glob("*/*.json")) if self.holds_dir.exists() else []
+        else:
+            paths = sorted(p for d in _dirs(self.holds_dir, request_id) for p in d.glob("*.json"))
+        out = []
+        for p in paths:
+            try:
+                raw = json.loads(p.read_text())
+                hold = Hold(raw["request_id"], raw["holder"], raw.get("reason", ""), datetime.fromisoformat(raw["set_at"]))
+            except (OSError, ValueError, KeyError):
+                # Unreadable: its request is not known for sure; `_sweep` keeps its whole directory.
+                hold = Hold(p.parent.name, p.stem, "unreadable hold file (kept as a hold)", datetime.now(UTC))
+                if request_id is not None:
+                    hold = Hold(request_id, p.stem, hold.reason, hold.set_at)
+            if request_id is None or hold.request_id == request_id:
+                out.append(hold)
+        return out
+
+    def _held(self) -> tuple[dict[str, list[Hold]], set[str]]:
+        """Holds by exact request id, and the directories holding an unreadable hold file."""
+        by_id: dict[str, list[Hold]] = defaultdict(list)
+        dirs: set[str] = set()
+        for p in sorted(self.holds_dir.glob("*/*.json")) if self.holds_dir.exists() else []:
+            try:
+                raw = json.loads(p.read_text())
+                by_id[raw["request_id"]].append(
+                    Hold(raw["request_id"], raw["holder"], raw.get("reason", ""), datetime.fromisoformat(raw["set_at"]))
+                )
+            except (OSError, ValueError, KeyError):
+                dirs.add(p.parent.name)
+        return by_id, dirs
 
     def held_digests(self) -> set[str]:
         """Every digest that a sweep must keep because of a hold."""
-        held_requests = {_safe(h.request_id) for h in self.holds()}
-        return {r.digest for r in self.refs() if r.hold or _safe(r.request_id) in held_requests}
+        by_id, dirs = self._held()
+        out = set()
+        for p in sorted(self.refs_dir.glob("*/*.json")) if self.refs_dir.exists() else []:
+            try:
+                r = _load_ref(p)
+            except (OSError, ValueError, KeyError):
+                continue
+            if r.hold or r.request_id in by_id or dirs & {p.parent.name, path_key(r.request_id), _safe(r.request_id)}:
+                out.add(r.digest)
+        return out
 
     def is_held(self, digest: str) -> bool:
         return digest in self.held_digests()
@@ -325,9 +420,12 @@ class EvidenceStore:
 
     def _sweep(self, now: datetime, dry_run: bool) -> SweepReport:
         report = SweepReport(now=now, dry_run=dry_run)
-        held_by: dict[str, list[Hold]] = defaultdict(list)
-        for h in self.holds():
-            held_by[_safe(h.request_id)].append(h)
+        by_id, held_dirs = self._held()
+        # Under the exclusive lock no writer is running: every `.tmp-` file is a write that died.
+        for tmp in self._partial_writes():
+            report.cleaned += 1
+            if not dry_run:
+                tmp.unlink(missing_ok=True)
         refs_by_digest: dict[str, list[tuple[Path, RefRecord]]] = defaultdict(list)
         unreadable: dict[str, str] = {}
         if self.refs_dir.exists():
@@ -338,13 +436,23 @@ class EvidenceStore:
                     unreadable[p.name[:16]] = f"{p.parent.name}/{p.name}"
                     continue
                 refs_by_digest[rec.digest].append((p, rec))
+
+        def held(p: Path, r: RefRecord) -> Hold | None:
+            if r.request_id in by_id:
+                return by_id[r.request_id][0]
+            if held_dirs & {p.parent.name, path_key(r.request_id), _safe(r.request_id)}:
+                return Hold(r.request_id, "?", "unreadable hold file (kept as a hold)", now)
+            return None
+
         stored = sorted(self.objects.glob("*/*")) if self.objects.exists() else []
+        present = set()
         for obj in stored:
             if obj.name.startswith(".tmp-"):
                 continue
             digest = f"sha256:{obj.name}"
-            refs = [r for _, r in refs_by_digest.get(digest, [])]
-            reason = _keep_reason(refs, held_by, now)
+            present.add(digest)
+            refs = refs_by_digest.get(digest, [])
+            reason = _keep_reason(refs, held, now)
             if obj.name[:16] in unreadable:
                 reason = f"unreadable reference {unreadable[obj.name[:16]]}; kept for a person to review"
             if reason:
@@ -353,23 +461,44 @@ class EvidenceStore:
             report.deleted.append(digest)
             report.freed_bytes += obj.stat().st_size
             if not dry_run:
+                # Object first, then its references: a crash in between leaves references the
+                # next sweep recognises (expired, unheld, object gone) and removes.
                 obj.chmod(stat.S_IRUSR | stat.S_IWUSR)
                 obj.unlink()
-                for p, _ in refs_by_digest.get(digest, []):
+                for p, _ in refs:
                     p.unlink(missing_ok=True)
+        for digest, refs in refs_by_digest.items():
+            if digest in present:
+                continue
+            for p, r in refs:
+                name = f"{p.parent.name}/{p.name}"
+                expired = r.retention_until is not None and r.retention_until <= now
+                if expired and not r.hold and held(p, r) is None:
+                    report.repaired.append(name)
+                    if not dry_run:
+                        p.unlink(missing_ok=True)
+                else:
+                    report.missing.append((digest, name))
         return report
 
+    def _partial_writes(self) -> list[Path]:
+        out: list[Path] = []
+        for base, pattern in ((self.objects, "**/.tmp-*"), (self.refs_dir, "**/.tmp-*"), (self.holds_dir, "**/.tmp-*")):
+            if base.exists():
+                out += [p for p in base.glob(pattern) if p.is_file()]
+        return sorted(out)
 
-def _keep_reason(refs: list[RefRecord], held_by: dict[str, list[Hold]], now: datetime) -> str:
+
+def _keep_reason(refs: list[tuple[Path, RefRecord]], held, now: datetime) -> str:
     if not refs:
         return "no reference records; kept for a person to review"
-    for r in refs:
+    for p, r in refs:
         if r.hold:
             return f"held: stored under evidence hold by {r.request_id} ({r.kind})"
-        if held_by.get(_safe(r.request_id)):
-            h = held_by[_safe(r.request_id)][0]
+        h = held(p, r)
+        if h is not None:
             return f"held: request {r.request_id} under hold by {h.holder}" + (f" ({h.reason})" if h.reason else "")
-    live = [r for r in refs if r.retention_until is None or r.retention_until > now]
+    live = [r for _, r in refs if r.retention_until is None or r.retention_until > now]
     if live:
         r = max(live, key=lambda x: x.retention_until or datetime.max.replace(tzinfo=UTC))
         until = r.retention_until.isoformat() if r.retention_until else "no expiry"

@@ -22,6 +22,7 @@ from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo,
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
 from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.policy import Policy
+from gpu_platform.safeload import path_key
 
 TAG_REQUEST_ID = "gpu-platform/request-id"
 TAG_LANE = "gpu-platform/lane"
@@ -35,8 +36,8 @@ CHECKPOINT_GLOB = "ckpt-*"
 
 
 def safe_name(request_id: str) -> str:
-    """A request id as one path component."""
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in request_id)
+    """A request id as one path component, distinct for distinct ids (see `path_key`)."""
+    return path_key(request_id)
 
 
 def work_dir(home: Path, request_id: str) -> Path:
@@ -310,13 +311,20 @@ def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], host
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """A Dagster run of a request as the gate sees it. status: active | success | failure | canceled."""
+    """A Dagster run of a request as the gate sees it. status: active | success | failure | canceled.
+
+    phase: the run's Dagster status name (`NOT_STARTED`, `STARTING`, `STARTED`, ...).
+    starting_for: seconds the run has been `NOT_STARTED` or `STARTING`; None in any other phase
+    (a `QUEUED` run waits for run-level concurrency, which is not a fault).
+    """
 
     run_id: str
     request_id: str
     attempt: int
     status: str
     flavor: str = ""
+    phase: str = ""
+    starting_for: float | None = None
 
 
 @dataclass(slots=True)
@@ -331,7 +339,9 @@ class Reconciliation:
     """Draining requests -> the flavor their stopping run still holds ("" when unknown)."""
 
 
-def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo]) -> Reconciliation:
+def reconcile(
+    policy: Policy, states: list[RequestState], runs: Iterable[RunInfo], start_timeout: float | None = None
+) -> Reconciliation:
     """Settle the ledger against the runs that exist.
 
     - an admitted request whose run finished: `finished` / `failed` (a run canceled without a
@@ -340,7 +350,11 @@ def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo
       recording and launching; the run key makes this a no-op if the run was in fact created);
     - a live run whose attempt is not the request's current admitted attempt (a preempted victim
       whose termination was not carried out): terminate it; the request drains meanwhile and is
-      not relaunched until its old run has stopped.
+      not relaunched until its old run has stopped;
+    - the current run stuck `NOT_STARTED` / `STARTING` for more than `start_timeout` seconds (a
+      daemon that died between creating the run and launching it, a launcher that never picked
+      it up): the run is terminated and the request relaunched under its next attempt, recorded
+      as an `admitted` event with reason code `StartTimeout` (it keeps its quota and flavor).
     """
     out = Reconciliation()
     by_req: dict[str, list[RunInfo]] = {}
@@ -359,6 +373,27 @@ def reconcile(policy: Policy, states: list[RequestState], runs: Iterable[RunInfo
         run = next((r for r in mine if r.attempt == current), None)
         if run is None:
             out.relaunch.append(launch_for(policy, s, current, s.flavor or ""))
+        elif (
+            run.status == "active"
+            and start_timeout is not None
+            and run.starting_for is not None
+            and run.starting_for > start_timeout
+        ):
+            nxt = current + 1
+            out.terminate.append(run)
+            out.events.append(
+                (
+                    s.request_id,
+                    "admitted",
+                    f"StartTimeout: run {run.run_id} stayed {run.phase or 'NOT_STARTED'} for "
+                    f"{run.starting_for:.0f}s (limit {start_timeout:g}s); relaunched as attempt {nxt}",
+                    s.flavor,
+                    None,
+                    {"attempt": nxt, "run_key": run_key(s.request_id, nxt), "previous_run": run.run_id,
+                     "reason_code": "StartTimeout"},
+                )
+            )
+            out.relaunch.append(launch_for(policy, s, nxt, s.flavor or ""))
         elif run.status == "success":
             out.events.append((s.request_id, "finished", f"run {run.run_id} succeeded", s.flavor, run.run_id, None))
         elif run.status in ("failure", "canceled"):

@@ -13,6 +13,7 @@ with the same id and the same content is answered with the existing id instead o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -26,7 +27,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from gpu_platform.requests import JobRequest
+from gpu_platform.requests import FIELD_MAX_CHARS, MONEY_PRECISION, MONEY_SCALE, JobRequest
 
 Event = Literal["submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster"]
 EVENTS: tuple[str, ...] = Event.__args__
@@ -41,22 +42,30 @@ class LedgerError(RuntimeError):
     """A ledger operation that cannot be carried out (unknown request, conflicting resubmission)."""
 
 
+class BatchConflict(LedgerError):
+    """A batch refused as a whole: `conflicts` lists (source, problem) for each conflicting request."""
+
+    def __init__(self, conflicts: list[tuple[str, str]]):
+        self.conflicts = conflicts
+        super().__init__("; ".join(f"{src}: {msg}" for src, msg in conflicts))
+
+
 metadata = sa.MetaData()
 
 requests_table = sa.Table(
     "gp_requests",
     metadata,
     sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
-    sa.Column("request_id", sa.String(200), nullable=False, unique=True),
+    sa.Column("request_id", sa.String(FIELD_MAX_CHARS["request_id"]), nullable=False, unique=True),
     sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("lane", sa.String(64), nullable=False, index=True),
-    sa.Column("team", sa.String(64), nullable=False),
-    sa.Column("cost_center", sa.String(64), nullable=False),
-    sa.Column("owner", sa.String(200), nullable=False),
-    sa.Column("workload", sa.String(32), nullable=False),
-    sa.Column("gpu_type", sa.String(64), nullable=False),
+    sa.Column("lane", sa.String(FIELD_MAX_CHARS["lane"]), nullable=False, index=True),
+    sa.Column("team", sa.String(FIELD_MAX_CHARS["team"]), nullable=False),
+    sa.Column("cost_center", sa.String(FIELD_MAX_CHARS["cost_center"]), nullable=False),
+    sa.Column("owner", sa.String(FIELD_MAX_CHARS["owner"]), nullable=False),
+    sa.Column("workload", sa.String(FIELD_MAX_CHARS["workload"]), nullable=False),
+    sa.Column("gpu_type", sa.String(FIELD_MAX_CHARS["gpu_type"]), nullable=False),
     sa.Column("gpu_count", sa.Integer, nullable=False),
-    sa.Column("max_cost", sa.Numeric(18, 6), nullable=False),
+    sa.Column("max_cost", sa.Numeric(MONEY_PRECISION, MONEY_SCALE), nullable=False),
     sa.Column("payload", sa.Text, nullable=False),
 )
 
@@ -119,6 +128,14 @@ def new_request_id() -> str:
     return f"req-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:10]}"
 
 
+def content_request_id(request: JobRequest) -> str:
+    """The idempotency key of a request without `request_id`: `req-` + 20 hex characters of the
+    SHA-256 of its validated content (canonical JSON). The same file submitted again (a re-run
+    batch) is the same request; any change of content is a new one."""
+    canonical = json.dumps(json.loads(request.to_json()), sort_keys=True, separators=(",", ":"))
+    return "req-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
 def default_ledger_url(env: Mapping[str, str] | None = None) -> str:
     """`GPU_PLATFORM_LEDGER_URL`, else a SQLite file under `GPU_PLATFORM_HOME` (default `./var`)."""
     env = os.environ if env is None else env
@@ -137,7 +154,7 @@ def _make_engine(url: str) -> sa.Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": 30})
+        engine = sa.create_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
 
         @sa.event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
@@ -148,7 +165,8 @@ def _make_engine(url: str) -> sa.Engine:
             cur.close()
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    # hide_parameters: a failing statement's error never echoes request values (or anything else).
+    return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
 
 
 class Ledger:
@@ -160,17 +178,8 @@ class Ledger:
         self.metadata = metadata
         metadata.create_all(self.engine, checkfirst=True)
 
-    def submit(self, request: JobRequest, at: datetime | None = None) -> str:
-        """Append a validated request and its `submitted` event; return its id.
-
-        A request that carries its own `request_id` is idempotent: submitting the same content
-        again returns the same id; different content under an existing id raises LedgerError.
-        """
-        request_id = request.request_id or new_request_id()
-        request = request.model_copy(update={"request_id": request_id})
-        payload = request.to_json()
-        now = _utc(at or datetime.now(UTC))
-        row = {
+    def _row(self, request: JobRequest, request_id: str, now: datetime) -> dict[str, Any]:
+        return {
             "request_id": request_id,
             "submitted_at": now,
             "lane": request.lane,
@@ -181,27 +190,95 @@ class Ledger:
             "gpu_type": request.gpu_type,
             "gpu_count": request.gpu_count,
             "max_cost": request.max_cost,
-            "payload": payload,
+            "payload": request.to_json(),
         }
+
+    def submit(self, request: JobRequest, at: datetime | None = None) -> str:
+        """Append a validated request and its `submitted` event; return its id.
+
+        A request that carries its own `request_id` is idempotent: submitting the same content
+        again returns the same id; different content under an existing id raises LedgerError.
+        """
         try:
-            with self.engine.begin() as conn:
-                conn.execute(requests_table.insert().values(**row))
-                conn.execute(
-                    events_table.insert().values(request_id=request_id, event="submitted", at=now, reason="validated")
-                )
-        except IntegrityError as exc:
-            with self.engine.connect() as conn:
-                existing = conn.execute(
-                    sa.select(requests_table.c.payload).where(requests_table.c.request_id == request_id)
-                ).scalar_one_or_none()
-            if existing is None:
-                raise
-            if JobRequest.from_json(existing) != request:
-                raise LedgerError(f"request_id {request_id!r} already exists with different content") from exc
-        return request_id
+            return self.submit_batch([request], at=at)[0]
+        except BatchConflict as exc:
+            raise LedgerError(exc.conflicts[0][1]) from exc
 
     def submit_many(self, requests: Iterable[JobRequest]) -> list[str]:
-        return [self.submit(r) for r in requests]
+        return self.submit_batch(list(requests))
+
+    def submit_batch(
+        self,
+        requests: list[JobRequest],
+        sources: list[str] | None = None,
+        at: datetime | None = None,
+    ) -> list[str]:
+        """Record every request in one transaction, or none; return their ids in order.
+
+        Requests without `request_id` get a new random id. One whose id is already recorded
+        with the same content is answered with that id (nothing new is written), so a batch
+        interrupted before its commit, or committed, can be re-run without duplicates. One whose
+        id exists with other content, or that appears twice in the batch with different
+        content, makes the whole batch fail with BatchConflict naming its source (`sources[i]`,
+        default `request i`); nothing of the batch is then recorded.
+        """
+        sources = sources or [f"request {i}" for i in range(len(requests))]
+        now = _utc(at or datetime.now(UTC))
+        ids: list[str] = []
+        wanted: dict[str, tuple[JobRequest, str]] = {}
+        conflicts: list[tuple[str, str]] = []
+        for request, source in zip(requests, sources, strict=True):
+            request_id = request.request_id or new_request_id()
+            request = request.model_copy(update={"request_id": request_id})
+            ids.append(request_id)
+            if request_id in wanted:
+                if wanted[request_id][0] != request:
+                    conflicts.append(
+                        (source, f"request_id {request_id!r} is also in {wanted[request_id][1]} with different content")
+                    )
+                continue
+            wanted[request_id] = (request, source)
+        if conflicts:
+            raise BatchConflict(conflicts)
+        for attempt in range(3):
+            try:
+                with self.engine.begin() as conn:
+                    existing = self._payloads(conn, list(wanted))
+                    for request_id, (request, source) in wanted.items():
+                        if request_id in existing and JobRequest.from_json(existing[request_id]) != request:
+                            conflicts.append((source, f"request_id {request_id!r} already exists with different content"))
+                    if conflicts:
+                        raise BatchConflict(conflicts)
+                    new = [(rid, req) for rid, (req, _src) in wanted.items() if rid not in existing]
+                    if new:
+                        conn.execute(requests_table.insert(), [self._row(req, rid, now) for rid, req in new])
+                        conn.execute(
+                            events_table.insert(),
+                            [{"request_id": rid, "event": "submitted", "at": now, "reason": "validated"} for rid, _ in new],
+                        )
+                return ids
+            except IntegrityError:
+                # A concurrent submitter recorded one of these ids between our read and insert:
+                # the transaction rolled back as a whole; read again and decide again.
+                if attempt == 2:
+                    raise
+        return ids
+
+    def known_ids(self, request_ids: list[str]) -> set[str]:
+        """Which of `request_ids` are recorded."""
+        with self.engine.connect() as conn:
+            return set(self._payloads(conn, request_ids))
+
+    @staticmethod
+    def _payloads(conn: sa.Connection, request_ids: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for i in range(0, len(request_ids), 500):
+            chunk = request_ids[i : i + 500]
+            q = sa.select(requests_table.c.request_id, requests_table.c.payload).where(
+                requests_table.c.request_id.in_(chunk)
+            )
+            out.update({rid: payload for rid, payload in conn.execute(q)})
+        return out
 
     def record(
         self,

@@ -90,26 +90,44 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
     """Delete expired evidence not under hold; print what was kept and why."""
     report = EvidenceStore(evidence_root or default_evidence_root()).sweep(datetime.now(UTC), dry_run=dry_run)
     if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "deleted": report.deleted, "kept": report.kept}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "dry_run": dry_run,
+                    "deleted": report.deleted,
+                    "kept": report.kept,
+                    "repaired": report.repaired,
+                    "missing": report.missing,
+                    "partial_writes_removed": report.cleaned,
+                },
+                indent=2,
+            )
+        )
         return
     for digest in report.deleted:
         click.echo(f"{'would delete' if dry_run else 'deleted'} {digest}")
     for digest, why in report.kept:
         click.echo(f"kept {digest}: {why}")
+    for name in report.repaired:
+        click.echo(f"{'would remove' if dry_run else 'removed'} dangling reference {name} (its expired object was deleted)")
+    for digest, name in report.missing:
+        click.echo(f"MISSING {digest}: reference {name} is held or unexpired but the object is gone")
     click.echo(report.summary())
+    if report.missing:
+        sys.exit(1)
 
 
 @retention.command("hold")
 @click.argument("request_id")
 @_evidence_option
 @click.option("--holder", default="manual", show_default=True)
-@click.option("--reason", default="")
+@click.option("--reason", default="", help="Why the hold is placed (or released); recorded with it.")
 @click.option("--release", is_flag=True, help="Release this holder's hold instead of placing one.")
 def retention_hold(request_id: str, evidence_root: str | None, holder: str, reason: str, release: bool) -> None:
     """Place (or --release) an evidence hold on everything REQUEST_ID stored."""
     store = EvidenceStore(evidence_root or default_evidence_root())
     if release:
-        found = store.release_hold(request_id, holder)
+        found = store.release_hold(request_id, holder, reason=reason)
         click.echo(f"{'released' if found else 'no'} hold {holder} on {request_id}")
     else:
         store.set_hold(request_id, holder, reason)

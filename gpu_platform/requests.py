@@ -7,18 +7,26 @@ required by lane release_eval`).
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.policy.model import WorkloadKind
+from gpu_platform.safeload import (
+    REQUEST_LIMITS,
+    InputError,
+    check_tree,
+    load_document,
+    one_line,
+    show,
+    show_key,
+)
 from gpu_platform.sharing import is_gpu_resource, mode_of
 from gpu_platform.units import parse_duration
 
@@ -29,6 +37,28 @@ or fail without retry."""
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+
+FIELD_MAX_CHARS: dict[str, int] = {
+    "request_id": 200,
+    "owner": 200,
+    "lane": 64,
+    "team": 64,
+    "cost_center": 64,
+    "workload": 32,
+    "gpu_type": 64,
+}
+"""Longest value of the fields the ledger stores in their own columns (the ledger's column sizes
+come from here, so validation refuses before either database would, identically on both)."""
+MAX_TEXT_CHARS = 1024
+"""Longest value of any other string field (ids: 200; command arguments and env values: 4096)."""
+MAX_ARG_CHARS = 4096
+MAX_LIST_ITEMS = 1000
+"""Most items in one list field (ids, command arguments) and entries in `env`."""
+MONEY_PRECISION = 18
+MONEY_SCALE = 6
+"""`max_cost` is stored as NUMERIC(18, 6): at most 12 digits before the point and 6 after; a
+value with more is refused rather than rounded, so the ledger stores exactly what was sent."""
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 ID_LIST_FIELDS = (
     "dataset_ids",
@@ -131,10 +161,77 @@ class JobRequest(BaseModel):
     change_ticket: str | None = None
     maintenance_window: str | None = None
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _text_bounds(cls, v: Any, info: ValidationInfo) -> Any:
+        """Every string is bounded and free of NUL (PostgreSQL refuses NUL; SQLite would keep it)."""
+        name = info.field_name or ""
+        if isinstance(v, str):
+            _check_text(v, FIELD_MAX_CHARS.get(name, MAX_TEXT_CHARS))
+        elif isinstance(v, tuple):
+            if len(v) > MAX_LIST_ITEMS:
+                raise ValueError(f"{len(v)} items exceed the limit of {MAX_LIST_ITEMS}")
+            for i, item in enumerate(v):
+                try:
+                    _check_text(item, MAX_ARG_CHARS if name == "command" else MAX_TEXT_CHARS)
+                except ValueError as exc:
+                    raise ValueError(f"item {i}: {exc}") from None
+        elif isinstance(v, dict):
+            if len(v) > MAX_LIST_ITEMS:
+                raise ValueError(f"{len(v)} entries exceed the limit of {MAX_LIST_ITEMS}")
+            for key, item in v.items():
+                if not _ENV_NAME.match(key):
+                    raise ValueError(f"{show(key)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, max 128)")
+                try:
+                    _check_text(item, MAX_ARG_CHARS)
+                except ValueError as exc:
+                    raise ValueError(f"{key}: {exc}") from None
+        return v
+
+    @field_validator("gpu_count", "cpu", "memory_gib", "max_cost", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        # YAML `true` is not 1 GPU; pydantic's lax mode would take it as one.
+        if isinstance(v, bool):
+            raise ValueError(f"must be a number, not a boolean ({str(v).lower()})")
+        return v
+
+    @field_validator("max_cost", mode="before")
+    @classmethod
+    def _money_text(cls, v: Any) -> Any:
+        # A float becomes a Decimal through its shortest repr: `0.1` stays 0.1, `1e-10` stays 1E-10.
+        if isinstance(v, float) and math.isfinite(v):
+            return Decimal(repr(v))
+        return v
+
+    @field_validator("max_cost")
+    @classmethod
+    def _money(cls, v: Decimal | None) -> Decimal | None:
+        if v is None:
+            return v
+        if not v.is_finite():
+            raise ValueError("must be a finite amount")
+        exponent = v.as_tuple().exponent
+        places = max(0, -exponent) if isinstance(exponent, int) else 0
+        if abs(v) >= Decimal(10) ** (MONEY_PRECISION - MONEY_SCALE):
+            raise ValueError(f"{v} is too large (at most {MONEY_PRECISION - MONEY_SCALE} digits before the point)")
+        if places > MONEY_SCALE and v != v.quantize(Decimal(1).scaleb(-MONEY_SCALE)):
+            raise ValueError(
+                f"{v} has {places} decimal places; the ledger stores money to {MONEY_SCALE} (round it)"
+            )
+        return v
+
     @field_validator("expected_duration", "timeout", "checkpoint_interval", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> timedelta | None:
-        return None if v is None else parse_duration(v)
+        if v is None:
+            return None
+        d = parse_duration(v)
+        if d <= timedelta(0):
+            raise ValueError(f"must be a positive duration, not {show(v)}")
+        if d > timedelta(days=3650):
+            raise ValueError(f"{show(v)} is longer than 10 years")
+        return d
 
     @field_validator("source_commit")
     @classmethod
@@ -192,6 +289,15 @@ class JobRequest(BaseModel):
         return cls.model_validate_json(text)
 
 
+def _check_text(v: Any, limit: int) -> None:
+    if not isinstance(v, str):
+        return
+    if len(v) > limit:
+        raise ValueError(f"{len(v)} characters exceed the limit of {limit}")
+    if "\x00" in v:
+        raise ValueError("contains a NUL character")
+
+
 def _missing(value: Any) -> bool:
     return value is None or value == "" or (isinstance(value, list | tuple | dict) and len(value) == 0)
 
@@ -199,7 +305,7 @@ def _missing(value: Any) -> bool:
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + show_key(part)
     return out
 
 
@@ -263,6 +369,9 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
         raw = raw.model_dump(exclude_none=True)
     if not isinstance(raw, dict):
         raise RequestError([f"<root>: expected a mapping of request fields, got {type(raw).__name__}"], source)
+    shape = check_tree(raw, REQUEST_LIMITS)
+    if shape:
+        raise RequestError(shape, source)
     errors: list[str] = []
     bad_fields: set[str] = set()
     req: JobRequest | None = None
@@ -295,19 +404,19 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
             errors.append(f"{name}: {why}")
 
     if not _missing(lane_name) and lane is None:
-        errors.append(f"lane: unknown lane {lane_name!r} (one of: {', '.join(sorted(policy.lanes))})")
+        errors.append(f"lane: unknown lane {show(lane_name)} (one of: {', '.join(sorted(policy.lanes))})")
     team_name = raw.get("team")
     team = policy.teams.get(team_name) if isinstance(team_name, str) else None
     if not _missing(team_name) and team is None:
-        errors.append(f"team: unknown team {team_name!r} (one of: {', '.join(sorted(policy.teams))})")
+        errors.append(f"team: unknown team {show(team_name)} (one of: {', '.join(sorted(policy.teams))})")
     if team is not None:
         cc = raw.get("cost_center")
         if not _missing(cc) and cc != team.cost_center:
-            errors.append(f"cost_center: {cc!r} is not team {team.name}'s cost center {team.cost_center!r}")
+            errors.append(f"cost_center: {show(cc)} is not team {team.name}'s cost center {team.cost_center!r}")
         scope = raw.get("data_access_scope")
         if not _missing(scope) and scope not in team.data_access_scopes:
             errors.append(
-                f"data_access_scope: team {team.name} may not use {scope!r} (allowed: {', '.join(team.data_access_scopes)})"
+                f"data_access_scope: team {team.name} may not use {show(scope)} (allowed: {', '.join(team.data_access_scopes)})"
             )
 
     if partial is not None:
@@ -323,7 +432,7 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
             if not flavors:
                 known = sorted({f.name for f in policy.flavors} | {f.gpu_product for f in policy.flavors})
                 if req_.gpu_type not in known and req_.gpu_type != "any":
-                    errors.append(f"gpu_type: unknown GPU type {req_.gpu_type!r} (one of: any, {', '.join(known)})")
+                    errors.append(f"gpu_type: unknown GPU type {show(req_.gpu_type)} (one of: any, {', '.join(known)})")
                 else:
                     errors.append(f"gpu_type: lane {lane.name} has no quota on a flavor matching {req_.gpu_type!r}")
             elif req_.gpu_count is not None and req_.gpu_count <= policy.largest_flavor_gpus:
@@ -343,7 +452,7 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
         if lane is not None and lane.name == "incident_response" and req_.evidence_hold is False:
             errors.append("evidence_hold: incident_response jobs keep their evidence under hold; must be true")
     if errors:
-        raise RequestError(list(dict.fromkeys(errors)), source)
+        raise RequestError([one_line(e) for e in dict.fromkeys(errors)], source)
     assert req is not None
     if req.workload is None and lane is not None:
         req = req.model_copy(update={"workload": lane.default_workload})
@@ -351,22 +460,12 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
 
 
 def load_request_file(path: str | Path) -> Any:
-    """Read a YAML or JSON request file; raise RequestError naming the line on a syntax error."""
-    p = Path(path)
+    """Read a YAML or JSON request file within `REQUEST_LIMITS`; RequestError names each problem's
+    line (or byte offset for text that is not UTF-8)."""
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise RequestError([f"<file>: cannot read: {exc.strerror}"], str(p)) from exc
-    try:
-        if p.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise RequestError([f"<json> line {exc.lineno}, column {exc.colno}: {exc.msg}"], str(p)) from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise RequestError([f"<yaml> {where}: {getattr(exc, 'problem', exc)}"], str(p)) from exc
+        return load_document(path, REQUEST_LIMITS)
+    except InputError as exc:
+        raise RequestError(exc.errors, exc.source) from None
 
 
 def validate_request_file(path: str | Path, policy: Policy) -> JobRequest:

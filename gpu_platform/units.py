@@ -21,6 +21,8 @@ def parse_duration(value: object) -> timedelta:
     elif isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     elif isinstance(value, int | float):
+        if isinstance(value, int) and abs(value) > 10**15:
+            raise ValueError(f"duration too long: {str(value)[:40]!r}")
         seconds = float(value)
     elif isinstance(value, str):
         text = value.strip()
@@ -32,7 +34,7 @@ def parse_duration(value: object) -> timedelta:
             iso = _ISO.match(text)
             if iso and any(iso.groups()):
                 w, d, h, mi, s = (float(g) if g else 0.0 for g in iso.groups())
-                return timedelta(seconds=w * 604800 + d * 86400 + h * 3600 + mi * 60 + s)
+                return _seconds(w * 604800 + d * 86400 + h * 3600 + mi * 60 + s, value)
             m = _DURATION.match(text)
             if not m or not any(m.groups()):
                 raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 30m, 4h, 1h30m, 14d)") from None
@@ -42,7 +44,16 @@ def parse_duration(value: object) -> timedelta:
         raise ValueError(f"not a duration: {value!r}")
     if seconds < 0:
         raise ValueError(f"negative duration: {value!r}")
-    return timedelta(seconds=seconds)
+    return _seconds(seconds, value)
+
+
+def _seconds(seconds: float, value: object) -> timedelta:
+    if seconds != seconds:  # NaN
+        raise ValueError(f"not a duration: {value!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration too long: {str(value)[:40]!r}") from None
 
 
 def format_duration(td: timedelta) -> str:

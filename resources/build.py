@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
+
 from gpu_platform.evidence import default_evidence_root
 from gpu_platform.ledger import default_ledger_url
 from resources.evidence import EvidenceStoreResource
@@ -17,6 +19,23 @@ from resources.settings import PlatformSettings
 from resources.warehouse import Warehouse
 
 ENVIRONMENTS = ("local", "test", "prod")
+
+
+SECRET_VARIABLES = ("GPU_PLATFORM_LEDGER_URL", "GPU_PLATFORM_DCGM_ENDPOINTS")
+"""Variables whose values may carry credentials (a password in a URL): resources get them as
+`dg.EnvVar`, resolved when a run or sensor starts, so the repository snapshot and run config
+hold the variable's name only."""
+
+
+def _config_value(env: Mapping[str, str], name: str, default: str) -> str:
+    """`dg.EnvVar(name)` when `env` is the process environment's view of `name` (Dagster resolves
+    EnvVars from the process environment), else the literal value (a test's own mapping)."""
+    value = env.get(name)
+    if not value:
+        return default
+    if name in SECRET_VARIABLES and os.environ.get(name) == value:
+        return dg.EnvVar(name)
+    return value
 
 
 def platform_home(env: Mapping[str, str]) -> Path:
@@ -40,11 +59,11 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
     work_root = env.get("GPU_PLATFORM_WORK_ROOT") or str(home / "work")
     return {
         "policy": PolicyResource(path=env.get("GPU_PLATFORM_POLICY", "")),
-        "ledger": LedgerResource(url=default_ledger_url(env)),
+        "ledger": LedgerResource(url=_config_value(env, "GPU_PLATFORM_LEDGER_URL", default_ledger_url(env))),
         "settings": PlatformSettings(
             home=str(home),
             executor="k8s" if name == "prod" else "local",
-            dcgm_endpoints=env.get("GPU_PLATFORM_DCGM_ENDPOINTS", ""),
+            dcgm_endpoints=_config_value(env, "GPU_PLATFORM_DCGM_ENDPOINTS", ""),
             work_root=work_root,
             work_claim=env.get("GPU_PLATFORM_WORK_CLAIM", ""),
             kubeconfig=env.get("KUBECONFIG", "") if name == "prod" else "",

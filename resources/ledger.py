@@ -7,6 +7,7 @@ from functools import cache
 import dagster as dg
 
 from gpu_platform.ledger import Ledger
+from resources.settings import resolved
 
 
 @cache
@@ -18,6 +19,8 @@ class LedgerResource(dg.ConfigurableResource):
     """Append-only request ledger. url: SQLAlchemy URL (`sqlite:///...` or `postgresql+psycopg2://...`)."""
 
     url: str
+    """A literal URL, or `dg.EnvVar("GPU_PLATFORM_LEDGER_URL")` when it carries a password."""
 
     def ledger(self) -> Ledger:
-        return _ledger(self.url)
+        return _ledger(resolved(self.url))
+

@@ -26,6 +26,38 @@ from gpu_platform.k8s import ENV_CHECKPOINT_DIR, ENV_REQUEST_ID
 from gpu_platform.requests import JobRequest
 from gpu_platform.units import format_duration
 
+WORKLOAD_ENV_ALLOWLIST: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "XDG_CACHE_HOME",
+    "GPU_PLATFORM_HOME",
+)
+"""The variables of the orchestrator's environment a workload inherits (when set); nothing else
+passes (no ledger URL, no `DAGSTER_PG_PASSWORD`, no cloud credentials). A request adds its own
+`env`; `LocalGpuExecutor.pass_env` names more variables for a site that needs them."""
+
+
+def workload_environment(extra_names: Sequence[str] = (), source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of `source` (default: this process's environment)."""
+    source = os.environ if source is None else source
+    names = (*WORKLOAD_ENV_ALLOWLIST, *extra_names)
+    return {name: source[name] for name in names if name in source}
+
 
 def _kill_group(process: subprocess.Popen, grace_seconds: float, first: int = signal.SIGTERM) -> None:
     """Signal the whole process group, then SIGKILL whatever is left of it after the grace."""
@@ -58,6 +90,7 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
         cwd: str | None = None,
         extras: dict[str, Any] | None = None,
         description: str = "command",
+        pass_env: Sequence[str] = (),
     ) -> dg.PipesClientCompletedInvocation:
         with dg.open_pipes_session(
             context=context,
@@ -68,7 +101,12 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
             process = subprocess.Popen(
                 list(command),
                 cwd=cwd or self.cwd,
-                env={**os.environ, **self.env, **(env or {}), **session.get_bootstrap_env_vars()},
+                env={
+                    **workload_environment(pass_env),
+                    **(self.env or {}),
+                    **(env or {}),
+                    **session.get_bootstrap_env_vars(),
+                },
                 start_new_session=True,
             )
             try:
@@ -108,7 +146,8 @@ def _human(seconds: float) -> str:
 class LocalGpuExecutor(dg.ConfigurableResource):
     """Runs a request's command on this machine's GPUs through dagster-pipes.
 
-    The subprocess gets `CUDA_VISIBLE_DEVICES` (the allocated NVML indices, with
+    The subprocess's environment is built, not inherited: the allow-listed variables of this
+    process (`WORKLOAD_ENV_ALLOWLIST`, plus `pass_env`), then `CUDA_VISIBLE_DEVICES` (the allocated NVML indices, with
     `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers them as NVML does), `GPU_PLATFORM_REQUEST_ID`,
     `GPU_PLATFORM_CHECKPOINT_DIR`, and the request's own `env`. The same values are in the pipes
     extras (`request_id`, `gpu_indices`, `checkpoint_dir`).
@@ -127,6 +166,9 @@ class LocalGpuExecutor(dg.ConfigurableResource):
     allocation_wait_seconds: float = 0.0
     """How long a step waits for busy GPUs to free up before failing."""
     cwd: str | None = None
+    pass_env: list[str] = []
+    """Variables of this process's environment passed to workloads beyond
+    `WORKLOAD_ENV_ALLOWLIST` (e.g. `HF_TOKEN` where a site wants it); none by default."""
 
     def inventory(self, nvml_module: Any = None) -> Inventory:
         """This machine's GPUs. `nvml_module`: a stand-in for `pynvml` (tests pass `FakeNvml`)."""
@@ -195,6 +237,7 @@ class LocalGpuExecutor(dg.ConfigurableResource):
                         "checkpoint_dir": str(ckpt),
                     },
                     description=f"request {request_id}",
+                    pass_env=self.pass_env,
                 )
         except GpusBusy as exc:
             hint = (

@@ -7,6 +7,16 @@ from pathlib import Path
 import dagster as dg
 
 
+def resolved(value: str) -> str:
+    """A config value as the process sees it: an unresolved `dg.EnvVar` is read now."""
+    if isinstance(value, dg.EnvVar):
+        found = value.get_value()
+        if found is None:
+            raise RuntimeError(f"environment variable {value.env_var_name} is not set")
+        return found
+    return value
+
+
 class PlatformSettings(dg.ConfigurableResource):
     """home: local state directory (checkpoints, evidence, warehouse) — GPU_PLATFORM_HOME.
     executor: `local` (subprocesses on this machine) or `k8s` (one Kubernetes Job per step, Kueue-labelled).
@@ -19,6 +29,8 @@ class PlatformSettings(dg.ConfigurableResource):
     filesystem, lost with the pod: evidence jobs are never preemptible and a requeued job restarts).
     kubeconfig: kubeconfig file the gate reads Kueue's Workloads with; "" = the pod's in-cluster
     service account.
+    run_start_timeout_seconds: how long a workload run may stay NOT_STARTED or STARTING before the
+    gate cancels it and relaunches the request under its next attempt.
     """
 
     home: str
@@ -27,6 +39,7 @@ class PlatformSettings(dg.ConfigurableResource):
     work_root: str = ""
     work_claim: str = ""
     kubeconfig: str = ""
+    run_start_timeout_seconds: float = 600.0
 
     def home_path(self) -> Path:
         path = Path(self.home)
@@ -49,4 +62,4 @@ class PlatformSettings(dg.ConfigurableResource):
         return Path(self.home) / "feeds" / feed
 
     def dcgm_endpoint_list(self) -> list[str]:
-        return [u.strip() for u in self.dcgm_endpoints.split(",") if u.strip()]
+        return [u.strip() for u in resolved(self.dcgm_endpoints).split(",") if u.strip()]

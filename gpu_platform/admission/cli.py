@@ -15,7 +15,22 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpu_platform.admission.cases import load_cases, run_case
+from gpu_platform.admission.cases import run_case
+from gpu_platform.cli_common import fail
+from gpu_platform.safeload import CASES_LIMITS, InputError, load_document
+
+
+def _cases(path: str) -> list[dict]:
+    """The file's `cases`, read within CASES_LIMITS (exit 2 listing the problems otherwise)."""
+    try:
+        raw = load_document(path, CASES_LIMITS)
+    except InputError as exc:
+        fail(f"cases invalid: {exc.source}", exc.errors)
+    if raw is None:
+        return []
+    if not isinstance(raw, dict) or not isinstance(raw.get("cases") or [], list):
+        fail(f"cases invalid: {path}", ["<root>: expected a mapping with a `cases` list"])
+    return [c for c in raw.get("cases") or []]
 
 
 @click.command("admit")
@@ -34,7 +49,7 @@ def admit(case_files: tuple[str, ...], only: str | None, summary: bool) -> None:
     failed = 0
     rows = []
     for path in case_files:
-        for case in load_cases(path):
+        for case in _cases(path):
             if only is not None and case.get("id") != only:
                 continue
             outcome = run_case(case)

@@ -25,9 +25,11 @@ from gpu_platform.feeds.focus import FOCUS_TABLE_SCHEMA
 from gpu_platform.feeds.schemas import (
     DCGM_QUARANTINE_SCHEMA,
     DCGM_SAMPLE_SCHEMA,
+    FILE_QUARANTINE_SCHEMA,
     FOCUS_QUARANTINE_SCHEMA,
     RAW_DCGM_QUARANTINE,
     RAW_DCGM_SAMPLES,
+    RAW_FEED_FILE_QUARANTINE,
     RAW_FOCUS_BILLING,
     RAW_FOCUS_QUARANTINE,
     FeedBatch,
@@ -68,6 +70,7 @@ _TABLES: dict[str, dict[str, pl.DataType]] = {
     RAW_DCGM_QUARANTINE: DCGM_QUARANTINE_SCHEMA,
     RAW_FOCUS_BILLING: FOCUS_TABLE_SCHEMA,
     RAW_FOCUS_QUARANTINE: FOCUS_QUARANTINE_SCHEMA,
+    RAW_FEED_FILE_QUARANTINE: FILE_QUARANTINE_SCHEMA,
 }
 _FEEDS: dict[str, tuple[str, str]] = {
     "dcgm": (RAW_DCGM_SAMPLES, RAW_DCGM_QUARANTINE),
@@ -78,6 +81,7 @@ _NOT_NULL = {
     RAW_DCGM_QUARANTINE: {"source", "reason"},
     RAW_FOCUS_BILLING: {"source", "source_row", "focus_version"},
     RAW_FOCUS_QUARANTINE: {"source", "reason"},
+    RAW_FEED_FILE_QUARANTINE: {"feed", "source", "reason"},
 }
 
 
@@ -93,7 +97,7 @@ def table_ddl(table: str) -> str:
 
 
 def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the four raw tables when missing; add columns a table created elsewhere lacks.
+    """Create the raw tables (samples, billing, their row quarantines, the file quarantine) when missing; add columns a table created elsewhere lacks.
 
     A table made first by another writer with the agreed columns only (``extra_labels``,
     ``day`` or FOCUS columns missing) gets the missing ones as nullable columns; existing
@@ -112,6 +116,25 @@ def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
         for name, sql_type in wanted.items():
             if name not in present:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {sql_type}')
+
+
+def record_file_quarantine(
+    con: duckdb.DuckDBPyConnection, feed: Feed, day: date, files: list[tuple[str, int | None, str]]
+) -> None:
+    """Replace the (``feed``, ``day``) file quarantine with ``files``: (source, size_bytes, reason)."""
+    ensure_tables(con)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"DELETE FROM {RAW_FEED_FILE_QUARANTINE} WHERE feed = ? AND day = ?", [feed, day])
+        if files:
+            con.executemany(
+                f"INSERT INTO {RAW_FEED_FILE_QUARANTINE} (feed, source, size_bytes, reason, day) VALUES (?, ?, ?, ?, ?)",
+                [[feed, src, size, reason, day] for src, size, reason in files],
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ RAW_DCGM_SAMPLES = "raw_dcgm_samples"
 RAW_DCGM_QUARANTINE = "raw_dcgm_quarantine"
 RAW_FOCUS_BILLING = "raw_focus_billing"
 RAW_FOCUS_QUARANTINE = "raw_focus_quarantine"
+RAW_FEED_FILE_QUARANTINE = "raw_feed_file_quarantine"
 
 UTC_TS = pl.Datetime("us", "UTC")
 
@@ -58,6 +59,15 @@ FOCUS_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "raw": pl.String(),
     "reason": pl.String(),
 }
+
+FILE_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "feed": pl.String(),
+    "source": pl.String(),
+    "size_bytes": pl.Int64(),
+    "reason": pl.String(),
+}
+"""Columns of ``raw_feed_file_quarantine``: a saved feed file that could not be read as a whole
+(not UTF-8, broken header, not Parquet, not JSON), with its path under ``feeds/`` and why."""
 
 
 class FeedSchemaError(ValueError):

@@ -9,9 +9,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document
 from gpu_platform.sharing import (
     SHARED,
     SHARING_MODES,
@@ -585,16 +585,13 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
-    """Load and validate a policy file (default: the packaged `default.yaml`)."""
+    """Load and validate a policy file (default: the packaged `default.yaml`), read within
+    `POLICY_LIMITS` (see `gpu_platform.safeload`)."""
     p = Path(path) if path is not None else default_policy_path()
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise PolicyError([f"<file>: cannot read {p}: {exc.strerror}"], str(p)) from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise PolicyError([f"<yaml> {where}: {getattr(exc, 'problem', exc)}"], str(p)) from exc
-    return parse_policy(raw, str(p))
+        raw = load_document(p, POLICY_LIMITS)
+    except InputError as exc:
+        raise PolicyError(exc.errors, str(p)) from None
+    from gpu_platform.policy.loading import parse_policy_document
+
+    return parse_policy_document(raw, str(p))

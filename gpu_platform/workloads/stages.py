@@ -33,6 +33,7 @@ from gpu_platform.lineage import (
 )
 from gpu_platform.policy import Policy
 from gpu_platform.requests import JobRequest
+from gpu_platform.safeload import RESULT_LIMITS, InputError, load_json_text, read_text
 from gpu_platform.workloads import demo_command
 from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE
 
@@ -110,11 +111,16 @@ def stage_metadata(req: JobRequest, run: WorkloadRun, parents: list[Parent], uri
 
 
 def read_result(out_dir: Path) -> dict[str, Any] | None:
-    """The program's result.json, or None when it wrote none (or an unreadable one)."""
-    try:
-        return json.loads((out_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
+    """The program's result.json, or None when it wrote none, or one that is unreadable or over
+    `RESULT_LIMITS` (the program is not ours: 100,000 brackets must not crash the step)."""
+    path = out_dir / RESULT_FILE
+    if not path.is_file():
         return None
+    try:
+        value = load_json_text(read_text(path, RESULT_LIMITS), str(path), RESULT_LIMITS)
+    except InputError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def newest_log(out_dir: Path) -> Path | None:

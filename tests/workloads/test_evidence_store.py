@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_platform.evidence import EvidenceError, EvidenceStore, sha256_bytes
+from gpu_platform.safeload import path_key
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 PAST = NOW - timedelta(days=1)
@@ -103,9 +104,10 @@ def test_unreadable_reference_or_hold_keeps_the_object(tmp_path: Path):
     store = EvidenceStore(tmp_path)
     a = store.put(b"a", "req-1", "log", PAST)
     b = store.put(b"b", "req-2", "log", PAST)
-    ref_file = next((store.refs_dir / "req-1").glob("*.json"))
+    ref_file = next((store.refs_dir / path_key("req-1")).glob("*.json"))
     ref_file.chmod(0o644)
     ref_file.write_text("{not json")
+    # an unreadable hold in the slug directory of a store written before keys were hashed
     (store.holds_dir / "req-2").mkdir(parents=True)
     (store.holds_dir / "req-2" / "legal.json").write_text("garbage")
     report = store.sweep(NOW)

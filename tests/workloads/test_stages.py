@@ -147,3 +147,14 @@ def test_cost_check_counts_stages_after_the_last_priced_day_as_awaiting_not_miss
     assert awaiting_pricing(run, date(2026, 11, 28))
     assert not awaiting_pricing(run, date(2026, 11, 29))
     assert not awaiting_pricing(run, None)
+
+
+def test_a_hostile_result_file_is_unreadable_not_a_crash(tmp_path):
+    from gpu_platform.workloads.stages import RESULT_FILE, read_result
+
+    (tmp_path / RESULT_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert read_result(tmp_path) is None
+    (tmp_path / RESULT_FILE).write_text('{"frames": 3, "frames": 4}')
+    assert read_result(tmp_path) is None
+    (tmp_path / RESULT_FILE).write_text('{"frames": 3}')
+    assert read_result(tmp_path) == {"frames": 3}

@@ -1,0 +1,56 @@
+"""Bounded parsing: every request, policy, case and feed document enters through here.
+
+`load_document(path, limits)` reads YAML or JSON within documented `Limits`; anything hostile
+(aliases that explode, deep nesting, huge integers, duplicate keys, text that is not UTF-8) is
+an `InputError` listing one line per problem. See docs/reliability.md for the limits.
+"""
+
+from gpu_platform.safeload.limits import (
+    CASES_LIMITS,
+    FEED_FILE_MAX_BYTES,
+    FEED_JSON_LIMITS,
+    MAX_INT,
+    POLICY_LIMITS,
+    REQUEST_LIMITS,
+    RESULT_LIMITS,
+    Limits,
+)
+from gpu_platform.safeload.loader import (
+    InputError,
+    check_tree,
+    check_utf8_file,
+    decode_utf8,
+    load_document,
+    load_json_text,
+    load_yaml_text,
+    one_line,
+    read_bytes,
+    read_text,
+    show,
+    show_key,
+)
+from gpu_platform.safeload.paths import path_key
+
+__all__ = [
+    "CASES_LIMITS",
+    "FEED_FILE_MAX_BYTES",
+    "FEED_JSON_LIMITS",
+    "MAX_INT",
+    "POLICY_LIMITS",
+    "REQUEST_LIMITS",
+    "RESULT_LIMITS",
+    "InputError",
+    "Limits",
+    "check_tree",
+    "check_utf8_file",
+    "decode_utf8",
+    "load_document",
+    "load_json_text",
+    "load_yaml_text",
+    "one_line",
+    "path_key",
+    "read_bytes",
+    "read_text",
+    "show",
+    "show_key",
+]
