@@ -1,7 +1,7 @@
 """Raw tables the cost models read, and the request-ledger snapshot loader.
 
 `raw_requests` / `raw_pod_requests` are owned here: the request ledger exports into them with
-`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` belong to the feed loaders
+`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` / `raw_nodes` / `raw_pods` belong to the feed loaders
 (`gpu_platform.feeds`); `ensure_raw_tables` creates them with the loader's DDL only when they are
 missing, so the models can build on a fresh warehouse.
 """
@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 
 from gpu_platform.feeds.load import table_ddl
+from gpu_platform.feeds.k8s_inventory import RAW_NODES, RAW_PODS
 from gpu_platform.feeds.schemas import RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING
 
 WORKLOADS = (
@@ -80,7 +81,7 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(RAW_POD_REQUESTS_DDL)
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
-    for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING):
+    for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
         if table not in present:
             con.execute(table_ddl(table))
             con.execute(f"alter table {table} alter column day drop not null")

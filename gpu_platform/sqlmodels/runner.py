@@ -57,6 +57,11 @@ class DataTest:
     sql: str
     target: str | None = None
     """relationships: the parent model."""
+    blocking: bool = False
+    """`blocking: true` in the yml: in Dagster a blocking ERROR check (downstream assets do not run)."""
+    details: str | None = None
+    """`details:` in the yml: a query run when the test fails (binds $day_from / $day_to), whose
+    rows explain the failure (e.g. the largest exceptions)."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +118,17 @@ class TestResult:
     test_name: str
     failures: int
     sql: str
+    blocking: bool = False
+    details: tuple[dict[str, Any], ...] = ()
+    """Rows of the test's `details` query when it failed."""
 
     @property
     def passed(self) -> bool:
         return self.failures == 0
+
+    def describe(self) -> str:
+        """One line per failure detail (empty when passed or without details)."""
+        return "\n".join(", ".join(f"{k}={v}" for k, v in row.items() if v is not None) for row in self.details)
 
 
 Progress = Callable[[str, int, int], None]
@@ -222,7 +234,14 @@ def _parse_tests(model: str, spec: dict[str, Any], where: str) -> list[DataTest]
         target = None
         if kind == "relationships":
             target = re.fullmatch(r"\s*ref\('([a-z_][a-z0-9_]*)'\)\s*", args["to"]).group(1)
-        out.append(DataTest(model=model, name=name, kind=kind, sql=sql, target=target))
+        blocking = bool(args.get("blocking")) if isinstance(args, dict) else False
+        details = args.get("details") if isinstance(args, dict) else None
+        if details is not None:
+            if _ANY_JINJA.search(details):
+                raise ProjectError(f"{where}: test {name}: details is plain SQL (model names, $day_from/$day_to)")
+            _validate_sql(details, f"{where}: test {name}: details")
+        out.append(DataTest(model=model, name=name, kind=kind, sql=sql, target=target, blocking=blocking,
+                            details=details.strip() if details else None))
 
     def items(tests: list[Any]) -> Iterable[tuple[str, Any]]:
         for t in tests or []:
@@ -475,8 +494,22 @@ class Project:
             for t in self.models[name].tests:
                 sql, params = self.test_query(t, span, variables)
                 failures = con.execute(f"select count(*) from ({sql})", params).fetchall()[0][0]
-                out.append(TestResult(model=name, test_name=t.name, failures=int(failures), sql=sql))
+                details: tuple[dict[str, Any], ...] = ()
+                if failures and t.details:
+                    details = self._details(con, t.details, span)
+                out.append(TestResult(model=name, test_name=t.name, failures=int(failures), sql=sql,
+                                      blocking=t.blocking, details=details))
         return out
+
+    @staticmethod
+    def _details(con: duckdb.DuckDBPyConnection, sql: str, span: Days | None) -> tuple[dict[str, Any], ...]:
+        names = set(_params(sql))
+        if span is None:
+            span = (date(1, 1, 1), date(9999, 12, 31))
+        params = {k: v for k, v in (("day_from", span[0]), ("day_to", span[1])) if k in names}
+        cur = con.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return tuple(dict(zip(cols, row, strict=True)) for row in cur.fetchall())
 
     def test_query(
         self, t: DataTest, days: Days | None, variables: dict[str, Any] | None = None
