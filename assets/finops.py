@@ -11,6 +11,7 @@ import warnings
 import dagster as dg
 
 from gpu_platform.sqlmodels import Model, Project, default_project_path
+from gpu_platform.sqlmodels.report import markdown_table
 from resources.warehouse import Warehouse
 
 FINOPS_GROUP = "finops"
@@ -29,7 +30,9 @@ def _check_name(model: Model, test_name: str, asset: str) -> str:
 def _check_specs(model: Model, asset: str) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(name=_check_name(model, t.name, asset), asset=dg.AssetKey([asset]),
-                          description=f"{model.name}: {t.kind} (failing rows = 0)\n\n{t.sql}")
+                          blocking=t.blocking,
+                          description=f"{model.name}: {t.kind} (failing rows = 0)"
+                          f"{' - blocking' if t.blocking else ''}\n\n{t.sql}")
         for t in model.tests
     ]
 
@@ -84,10 +87,16 @@ def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, .
         build = warehouse.build_partition(model.name, days=days, with_tests_of=tuple(e.name for e in ephemeral))
         yield dg.MaterializeResult(metadata=_metadata(build))
         for t in build.tests:
+            metadata = {"failing_rows": dg.MetadataValue.int(t.failures), "sql": dg.MetadataValue.md(f"```sql\n{t.sql}\n```")}
+            if t.details:
+                metadata["details"] = dg.MetadataValue.md(markdown_table(list(t.details), list(t.details[0])))
             yield dg.AssetCheckResult(
                 check_name=names[(t.model, t.test_name)],
                 passed=t.passed,
-                metadata={"failing_rows": dg.MetadataValue.int(t.failures), "sql": dg.MetadataValue.md(f"```sql\n{t.sql}\n```")},
+                # ERROR: a failing blocking check stops the assets downstream of this one
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=(t.describe() or None) if not t.passed else None,
+                metadata=metadata,
             )
 
     with warnings.catch_warnings():

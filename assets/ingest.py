@@ -19,6 +19,8 @@ from gpu_platform.feeds.ingest import (
     IngestReport,
     load_dcgm_day,
     load_focus_day,
+    load_inventory_day,
+    load_inventory_from_cluster,
     merge_reports,
 )
 from gpu_platform.finops_snapshot import ledger_snapshot
@@ -95,6 +97,43 @@ def raw_focus_billing(
     return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
 
 
+def _inventory(context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings,
+               kind: str) -> dg.MaterializeResult:
+    today = datetime.now(UTC).date()
+    con = warehouse.connect()
+    try:
+        reports = []
+        for day in _days(context):
+            reports.append(load_inventory_day(con, Path(settings.home) / "feeds", day, kind))
+            if day == today and settings.executor == "k8s":
+                # on a cluster, today's partition also reads the inventory through the API
+                _, report = load_inventory_from_cluster(con, day, kind)
+                reports.append(report)
+    finally:
+        con.close()
+    return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
+
+
+@_daily_asset
+def raw_nodes(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """Node inventory of the day: every `kubectl get nodes -o json` snapshot under
+    feeds/nodes/<day>/ (and, on Kubernetes, today's nodes read through the API). GPU counts,
+    providerID and pool labels for pricing; bad items go to raw_nodes_quarantine."""
+    return _inventory(context, warehouse, settings, "nodes")
+
+
+@_daily_asset
+def raw_pods(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """Pod inventory of the day: every `kubectl get pods -A -o json` snapshot under
+    feeds/pods/<day>/ (and, on Kubernetes, today's pods read through the API). Maps DCGM samples
+    of step pods to requests by the gpu-platform.io/request-id label."""
+    return _inventory(context, warehouse, settings, "pods")
+
+
 @dg.asset(**_COMMON)
 def raw_ledger_snapshot(
     warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource
@@ -119,5 +158,5 @@ def raw_ledger_snapshot(
     )
 
 
-ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_ledger_snapshot]
+ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_nodes, raw_pods, raw_ledger_snapshot]
 INGEST_ASSET_NAMES = tuple(a.key.to_user_string() for a in ingest_assets)
