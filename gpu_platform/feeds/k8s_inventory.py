@@ -383,7 +383,7 @@ def read_cluster(kind: str, api: Any = None, page_size: int = 500) -> dict[str, 
         except config.ConfigException:
             config.load_kube_config()
         api = client.CoreV1Api()
-    fetch = {"Node": api.list_node, "Pod": api.list_pod_for_all_namespaces}[kind]
+    fetch = api.list_node if kind == "Node" else api.list_pod_for_all_namespaces
     items: list[Any] = []
     token = None
     while True:

@@ -67,8 +67,6 @@ def build(day: str, until: str | None, warehouse: str | None, select: tuple[str,
           shared_policy: str | None, project_path: str | None, unreconciled_threshold: float | None,
           no_tests: bool) -> None:
     """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     warehouse = _warehouse(warehouse)
     try:
         project = _project(project_path)
@@ -78,34 +76,44 @@ def build(day: str, until: str | None, warehouse: str | None, select: tuple[str,
             variables["unreconciled_threshold"] = unreconciled_threshold
         Path(warehouse).parent.mkdir(parents=True, exist_ok=True)
         con = duckdb.connect(warehouse)
-        ensure_raw_tables(con)
-        with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=False) as bar:
-            total = len([n for n in project.select(select) if not project.models[n].is_ephemeral])
-            task = bar.add_task("building", total=total)
-
-            def progress(name: str, i: int, total: int) -> None:
-                bar.update(task, completed=i, description=name)
-
-            days = (day, until or day)
-            results = project.build(con, days=days, select=select or None, progress=progress, variables=variables)
-            bar.update(task, completed=len(results), description="done")
-        rows = sum(r.rows for r in results)
-        span = day if days[0] == days[1] else f"{days[0]}..{days[1]}"
-        click.echo(f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s")
-        if not no_tests:
-            tests = project.run_tests(con, days=days, select=select or None, variables=variables)
-            failed = [t for t in tests if t.failures]
-            for t in failed:
-                kind = "FAIL (blocking)" if t.blocking else "FAIL"
-                click.echo(f"{kind} {t.model}.{t.test_name}: {t.failures} row(s)\n  {t.sql}", err=True)
-                for line in t.describe().splitlines():
-                    click.echo(f"    {line}", err=True)
-            click.echo(f"data tests: {len(tests) - len(failed)} passed, {len(failed)} failed")
-            if failed:
-                raise SystemExit(1)
+        try:
+            _build(con, project, day, until, select, variables, no_tests)
+        finally:
+            con.close()
     except (ProjectError, duckdb.Error) as e:
         raise click.ClickException(str(e)) from e
+
+
+def _build(con: duckdb.DuckDBPyConnection, project: Project, day: str, until: str | None, select: tuple[str, ...],
+           variables: dict[str, object], no_tests: bool) -> None:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ensure_raw_tables(con)
+    with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), transient=False) as bar:
+        total = len([n for n in project.select(select) if not project.models[n].is_ephemeral])
+        task = bar.add_task("building", total=total)
+
+        def progress(name: str, i: int, total: int) -> None:
+            bar.update(task, completed=i, description=name)
+
+        days = (day, until or day)
+        results = project.build(con, days=days, select=select or None, progress=progress, variables=variables)
+        bar.update(task, completed=len(results), description="done")
+    rows = sum(r.rows for r in results)
+    span = day if days[0] == days[1] else f"{days[0]}..{days[1]}"
+    click.echo(f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s")
+    if not no_tests:
+        tests = project.run_tests(con, days=days, select=select or None, variables=variables)
+        failed = [t for t in tests if t.failures]
+        for t in failed:
+            kind = "FAIL (blocking)" if t.blocking else "FAIL"
+            click.echo(f"{kind} {t.model}.{t.test_name}: {t.failures} row(s)\n  {t.sql}", err=True)
+            for line in t.describe().splitlines():
+                click.echo(f"    {line}", err=True)
+        click.echo(f"data tests: {len(tests) - len(failed)} passed, {len(failed)} failed")
+        if failed:
+            raise SystemExit(1)
 
 
 @cost.command()
@@ -121,7 +129,10 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
             f"to the one your feeds were ingested into; a new one is filled by `gpu-platform feeds ingest --day {day} "
             f"...` and then `gpu-platform cost build --day {day}`)")
     con = duckdb.connect(warehouse, read_only=True)
-    data = cost_report(con, day)
+    try:
+        data = cost_report(con, day)
+    finally:
+        con.close()
     if fmt == "json":
         click.echo(json.dumps(to_jsonable(data), indent=2))
         return

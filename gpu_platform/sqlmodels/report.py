@@ -82,7 +82,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                 select currency, sum({cost_col}) as cost, {unit_expr} as units
                 from {table} group by currency order by currency"""):
             per = None
-            if r["units"]:
+            if r["units"] and r["cost"] is not None:
                 per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
             out["unit_costs"].append({"unit": label, "currency": r["currency"], "cost": r["cost"],
                                       "units": r["units"], "cost_per_unit": per})
