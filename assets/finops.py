@@ -7,6 +7,7 @@ models' `ref()`s; staging models depend on the raw ingestion assets (`raw_dcgm_s
 """
 
 import warnings
+from datetime import UTC, timedelta
 
 import dagster as dg
 
@@ -19,7 +20,9 @@ INGEST_GROUP = "finops_raw"
 WAREHOUSE_POOL = "duckdb_warehouse"
 """Every cost asset shares this pool; its limit of 1 (instance config) keeps DuckDB to one writer."""
 
-finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC")
+finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC", end_offset=1)
+"""UTC days up to and including today: today's partition is "today so far" (rebuilt by
+`finops_today_sensor` after finished runs), the daily schedule finalises yesterday."""
 
 
 def _check_name(model: Model, test_name: str, asset: str) -> str:
@@ -137,9 +140,15 @@ def build_finops_definitions(project: Project | None = None):
         description="Ingest one day's feeds and the ledger snapshot, then rebuild every cost model for it "
         "(unpartitioned marts are rebuilt in full).",
     )
-    # 02:00 UTC each day, for the partition that just ended (yesterday).
-    schedule = dg.build_schedule_from_partitioned_job(job, name="finops_daily_schedule", hour_of_day=2, minute_of_hour=0)
-    return assets, checks, [job], [schedule]
+
+    @dg.schedule(cron_schedule="0 2 * * *", job=job, execution_timezone="UTC", name="finops_daily_schedule",
+                 default_status=dg.DefaultScheduleStatus.RUNNING,
+                 description="02:00 UTC: ingest and price the day that just ended (yesterday), final.")
+    def finops_daily_schedule(context: dg.ScheduleEvaluationContext):
+        yesterday = (context.scheduled_execution_time.astimezone(UTC) - timedelta(days=1)).date().isoformat()
+        return dg.RunRequest(run_key=f"finops-final-{yesterday}", partition_key=yesterday)
+
+    return assets, checks, [job], [finops_daily_schedule]
 
 
 finops_assets, finops_checks, finops_jobs, finops_schedules = build_finops_definitions()

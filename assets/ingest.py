@@ -7,6 +7,7 @@ metadata. Saved feed files live under `$GPU_PLATFORM_HOME/feeds/` (layout: see
 `gpu_platform.feeds.ingest`); today's DCGM partition also scrapes every `dcgm_endpoints` URL.
 """
 
+import socket
 import warnings
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -21,9 +22,11 @@ from gpu_platform.feeds.ingest import (
     load_focus_day,
     load_inventory_day,
     load_inventory_from_cluster,
+    load_local_node,
     merge_reports,
 )
 from gpu_platform.finops_snapshot import ledger_snapshot
+from gpu_platform.gpus import local_inventory
 from gpu_platform.lineage import LineageStore
 from gpu_platform.sqlmodels.raw import load_ledger_snapshot
 from resources.ledger import LedgerResource
@@ -109,6 +112,9 @@ def _inventory(context: dg.AssetExecutionContext, warehouse: Warehouse, settings
                 # on a cluster, today's partition also reads the inventory through the API
                 _, report = load_inventory_from_cluster(con, day, kind)
                 reports.append(report)
+            elif day == today and kind == "nodes":
+                # the local executor's machine is a node too: its runs are priced the day they run
+                reports.append(load_local_node(con, day, socket.gethostname(), local_inventory()))
     finally:
         con.close()
     return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
@@ -136,13 +142,15 @@ def raw_pods(
 
 @dg.asset(**_COMMON)
 def raw_ledger_snapshot(
-    warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource
+    warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource, settings: PlatformSettings
 ) -> dg.MaterializeResult:
     """The request ledger now (every request, one pod per admitted attempt) with recorded
     workload results, replacing raw_requests and raw_pod_requests. Unpartitioned: a snapshot
     holds every day's pods, and each daily build reads the pods overlapping its day."""
     led = ledger.ledger()
-    requests, pods = ledger_snapshot(led, policy.load(), LineageStore(led.engine))
+    # local executor: pods without a recorded host ran on this machine (raw_nodes lists it)
+    local_host = socket.gethostname() if settings.executor == "local" else None
+    requests, pods = ledger_snapshot(led, policy.load(), LineageStore(led.engine), local_host=local_host)
     con = warehouse.connect()
     try:
         n_requests, n_pods = load_ledger_snapshot(con, requests, pods)

@@ -219,3 +219,16 @@ def load_inventory_from_cluster(con: duckdb.DuckDBPyConnection, day: date, kind:
     report = IngestReport()
     report.add(batch, stats.accepted, stats.quarantined)
     return source, report
+
+
+def load_local_node(con: duckdb.DuckDBPyConnection, day: date, hostname: str, inventory) -> IngestReport:
+    """This machine (the local executor's GPUs, `gpu_platform.gpus.local_inventory()`) as one
+    `raw_nodes` row under `day`, source `local:nodes`, so local runs are priced the day they run."""
+    from gpu_platform.feeds import k8s_inventory
+
+    doc = k8s_inventory.local_node_list(hostname.lower(), list(inventory.devices), inventory.detail)
+    batch = k8s_inventory.parse_nodes(doc, source="local:nodes")
+    stats = load_batch(con, "nodes", batch, source="local:nodes", day=day)
+    report = IngestReport()
+    report.add(batch, stats.accepted, stats.quarantined)
+    return report

@@ -397,3 +397,20 @@ def read_cluster(kind: str, api: Any = None, page_size: int = 500) -> dict[str, 
         if not token:
             break
     return {"apiVersion": "v1", "kind": f"{kind}List", "items": items}
+
+
+def local_node_list(hostname: str, devices: list[Any], source_detail: str = "") -> dict[str, Any]:
+    """This machine as a one-node `v1` List, for the local executor: `nvidia.com/gpu` capacity =
+    the local inventory's GPUs (NVML, else `GPU_PLATFORM_LOCAL_GPUS`), the product label = the
+    first device's name, no providerID (on-prem: priced from the price book unless billed)."""
+    labels = {"kubernetes.io/hostname": hostname, LABEL_NODE_POOL: "local"}
+    if devices:
+        labels[LABEL_GPU_PRODUCT] = str(getattr(devices[0], "name", "") or "configured GPU")
+    node = {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": hostname, "labels": labels,
+                     "annotations": {"gpu-platform.io/inventory": source_detail} if source_detail else {}},
+        "spec": {},
+        "status": {"capacity": {GPU_RESOURCE: str(len(devices))}},
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [node]}

@@ -52,7 +52,8 @@ def test_definitions_job_and_schedule_for_yesterday():
     assert job.partitions_def == finops_daily_partitions
     (schedule,) = finops_schedules
     assert schedule.cron_schedule == "0 2 * * *"
-    ctx = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=UTC))
+    ctx = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=UTC),
+                                    repository_def=defs.get_repository_def())
     (request,) = schedule.evaluate_tick(ctx).run_requests
     assert request.partition_key == DAY
 
