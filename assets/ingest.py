@@ -25,7 +25,7 @@ from gpu_platform.feeds.ingest import (
     load_local_node,
     merge_reports,
 )
-from gpu_platform.finops_snapshot import ledger_snapshot
+from gpu_platform.finops_snapshot import ledger_snapshot, lineage_edges
 from gpu_platform.gpus import local_inventory
 from gpu_platform.lineage import LineageStore
 from gpu_platform.sqlmodels.raw import load_ledger_snapshot
@@ -150,15 +150,18 @@ def raw_ledger_snapshot(
     led = ledger.ledger()
     # local executor: pods without a recorded host ran on this machine (raw_nodes lists it)
     local_host = socket.gethostname() if settings.executor == "local" else None
-    requests, pods = ledger_snapshot(led, policy.load(), LineageStore(led.engine), local_host=local_host)
+    store = LineageStore(led.engine)
+    requests, pods = ledger_snapshot(led, policy.load(), store, local_host=local_host)
+    edges = lineage_edges(store)
     con = warehouse.connect()
     try:
-        n_requests, n_pods = load_ledger_snapshot(con, requests, pods)
+        n_requests, n_pods = load_ledger_snapshot(con, requests, pods, edges)
     finally:
         con.close()
     return dg.MaterializeResult(
         metadata={
             "requests": dg.MetadataValue.int(n_requests),
+            "lineage_edges": dg.MetadataValue.int(len(edges)),
             "pods": dg.MetadataValue.int(n_pods),
             "pods_without_hostname": dg.MetadataValue.int(sum(p["hostname"] is None for p in pods)),
             "running_pods": dg.MetadataValue.int(sum(p["ended_at"] is None for p in pods)),

@@ -139,3 +139,11 @@ def ledger_snapshot(
             if p["hostname"] is None:
                 p["hostname"] = local_host.lower()
     return requests, pods
+
+
+def lineage_edges(lineage_store: LineageStore | None) -> list[tuple[str, str]]:
+    """(child request id, parent request id) of every recorded lineage edge between requests."""
+    if lineage_store is None:
+        return []
+    return sorted({(child, p.request_id) for (child, _), parents in lineage_store.edges().items() for p in parents
+                   if p.request_id != child})
