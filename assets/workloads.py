@@ -21,6 +21,7 @@ import duckdb
 
 from assets.partitions import requests_partitions
 from gpu_platform.evidence import EvidenceStore
+from gpu_platform.k8s import namespace_for
 from gpu_platform.ledger import Ledger, LedgerError
 from gpu_platform.lineage import (
     RELEASE_KINDS,
@@ -153,7 +154,12 @@ def run_program_stage(
     work = evidence.work_dir(req.request_id or "")
     stage = prepare_program(req, kind, work, context.run_id, led, lineage, store, policy.load())
     try:
-        invocation = executor.run(context, stage.run_request, stage.ckpt_dir, stage.pipes_extras)
+        # the pod's namespace labels the run's NVML samples, as dcgm-exporter's k8s mapping would
+        try:
+            extras = {**stage.pipes_extras, "namespace": namespace_for(req, policy.load())}
+        except ValueError:  # a team the policy does not know: samples keep no namespace
+            extras = dict(stage.pipes_extras)
+        invocation = executor.run(context, stage.run_request, stage.ckpt_dir, extras)
     except BaseException as exc:  # a failure, a timeout, or the run being terminated (preemption)
         try:
             record_program_failure(stage, _exit_code(exc), interrupted=not isinstance(exc, Exception))
