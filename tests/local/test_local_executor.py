@@ -155,3 +155,18 @@ def test_real_nvml_inventory_and_run(tmp_path: Path, make_request) -> None:
         assert result.success
         assert _metadata(result)["cuda_visible_devices"] == "0"
         assert any(m.startswith("NVML inventory:") for m in _messages(instance, result))
+
+
+def test_run_records_nvml_samples_of_its_gpus_as_a_dcgm_feed(tmp_path: Path, make_request) -> None:
+    feeds = tmp_path / "feeds"
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), nvml_feeds_dir=str(feeds))
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, make_request(gpu_count=2), tmp_path / "ckpt", FakeNvml(count=4), instance)
+        assert result.success
+        files = list(feeds.glob("dcgm/*/nvml-req-20261129-local-report-a1-*.parquet"))
+        assert len(files) >= 1  # the first reading is taken when the run starts
+        import polars as pl
+
+        gpus = set(pl.concat([pl.read_parquet(f) for f in files])["gpu"].to_list())
+        assert gpus == {0, 1}
+        assert any("NVML samples in" in m for m in _messages(instance, result))
