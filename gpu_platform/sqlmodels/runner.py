@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, timedelta
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any
@@ -491,13 +491,33 @@ class Project:
         span = _days(day, days)
         out = []
         for name in self.select(select):
-            for t in self.models[name].tests:
-                sql, params = self.test_query(t, span, variables)
-                failures = con.execute(f"select count(*) from ({sql})", params).fetchall()[0][0]
+            m = self.models[name]
+            # an ephemeral partitioned model is evaluated per day: its tests then never hold more
+            # than one day of samples (its unique test hashes every sample of the span otherwise)
+            spans = _each_day(span) if m.is_ephemeral and m.partition_by and span else [span]
+            row_tests = [t for t in m.tests if _row_predicate(t) is not None]
+            failures: dict[str, int] = {t.name: 0 for t in m.tests}
+            for part in spans:
+                if row_tests:
+                    # every row-level test (not_null, accepted_values, expression_is_true) of the
+                    # model in one scan: one count(*) filter (where <failing>) per test
+                    combined = replace(row_tests[0], name="_row_tests", sql="select " + ", ".join(
+                        f"count(*) filter (where {_row_predicate(t)})" for t in row_tests) + f" from {m.name}")
+                    sql, params = self.test_query(combined, part, variables)
+                    counts = con.execute(sql, params).fetchall()[0]
+                    for t, n in zip(row_tests, counts, strict=True):
+                        failures[t.name] += int(n)
+                for t in m.tests:
+                    if t in row_tests:
+                        continue
+                    sql, params = self.test_query(t, part, variables)
+                    failures[t.name] += int(con.execute(f"select count(*) from ({sql})", params).fetchall()[0][0])
+            for t in m.tests:
+                sql, _ = self.test_query(t, span, variables)
                 details: tuple[dict[str, Any], ...] = ()
-                if failures and t.details:
+                if failures[t.name] and t.details:
                     details = self._details(con, t.details, span)
-                out.append(TestResult(model=name, test_name=t.name, failures=int(failures), sql=sql,
+                out.append(TestResult(model=name, test_name=t.name, failures=failures[t.name], sql=sql,
                                       blocking=t.blocking, details=details))
         return out
 
@@ -528,6 +548,19 @@ class Project:
 
 
 Days = tuple[date, date]
+
+
+def _each_day(span: Days) -> list[Days]:
+    first, last = span
+    return [(first + timedelta(days=i),) * 2 for i in range((last - first).days + 1)]
+
+
+def _row_predicate(t: DataTest) -> str | None:
+    """The failing-row condition of a row-level test (`select * from m where <cond>`), else None."""
+    prefix = f"select * from {t.model} where "
+    if t.kind in ("not_null", "accepted_values", "expression_is_true") and t.sql.startswith(prefix):
+        return t.sql[len(prefix):]
+    return None
 
 
 def _days(day: str | date | None, days: tuple[str | date, str | date] | None) -> Days | None:
