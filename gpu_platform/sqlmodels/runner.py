@@ -197,9 +197,20 @@ def _test_sql(model: str, kind: str, column: str | None, args: Any, where: str) 
     if kind == "unique":
         cols = _cols(args["columns"]) if isinstance(args, dict) and "columns" in args else [column]
         key = ", ".join(cols)
+        if len(cols) == 1:
+            return (
+                f"unique_{'__'.join(cols)}",
+                f"select {key}, count(*) as n from {model} group by {key} having count(*) > 1",
+            )
+        # two phases, exact: group on one 64-bit hash of the key (far cheaper than hashing and
+        # comparing every key column), then recount exactly only the rows of hashes seen twice (a
+        # collision is a candidate, never a silent pass; with no candidate the second scan's join
+        # has an empty side and reads nothing)
         return (
             f"unique_{'__'.join(cols)}",
-            f"select {key}, count(*) as n from {model} group by {key} having count(*) > 1",
+            f"select {key}, count(*) as n from {model} semi join ("
+            f"select hash({key}) as _h from {model} group by _h having count(*) > 1) as _dup "
+            f"on hash({key}) = _dup._h group by {key} having count(*) > 1",
         )
     if kind == "accepted_values":
         values = args["values"] if isinstance(args, dict) else args
