@@ -12,7 +12,7 @@ A release request (`workload: released_model | released_map`) runs as one job ov
 release asset materializes. A failing ERROR check stops the release in that run.
 """
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -330,6 +330,11 @@ def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> tuple[dict[str
         return None, None
     finally:
         con.close()
+    # today's partition is "today so far" (finops_today_sensor): a stage of today with no cost yet
+    # awaits pricing rather than failing; only days before today are final
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    if priced_through is not None and priced_through > yesterday:
+        priced_through = yesterday
     return {rid: float(cost) for rid, cost in rows}, priced_through
 
 
