@@ -10,6 +10,7 @@ import os
 import dagster as dg
 
 from assets.finops import finops_assets, finops_jobs, finops_schedules
+from assets.finops_today import finops_today_sensor
 from assets.gate import gate_assets, gate_jobs, gate_sensors, make_workload_job
 from assets.ingest import ingest_assets
 from assets.workloads import workload_assets, workload_checks, workload_jobs, workload_schedules
@@ -27,7 +28,7 @@ def build_definitions(env_name: str | None = None) -> dg.Definitions:
         assets=[*workload_assets, *ingest_assets, *finops_assets, *gate_assets],
         asset_checks=[*workload_checks],
         jobs=[*gate_jobs, make_workload_job(executor), *workload_jobs, *finops_jobs],
-        sensors=[*gate_sensors],
+        sensors=[*gate_sensors, finops_today_sensor],
         schedules=[*workload_schedules, *finops_schedules],
         resources=build_resources(env_name),
     )

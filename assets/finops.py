@@ -7,17 +7,21 @@ models' `ref()`s; staging models depend on the raw ingestion assets (`raw_dcgm_s
 """
 
 import warnings
+from datetime import UTC, timedelta
 
 import dagster as dg
 
 from gpu_platform.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
 from gpu_platform.sqlmodels import Model, Project, default_project_path
+from gpu_platform.sqlmodels.report import markdown_table
 from resources.warehouse import Warehouse
 
 FINOPS_GROUP = "finops"
 INGEST_GROUP = "finops_raw"
 
-finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC")
+finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC", end_offset=1)
+"""UTC days up to and including today: today's partition is "today so far" (rebuilt by
+`finops_today_sensor` after finished runs), the daily schedule finalises yesterday."""
 
 
 def _check_name(model: Model, test_name: str, asset: str) -> str:
@@ -28,7 +32,9 @@ def _check_name(model: Model, test_name: str, asset: str) -> str:
 def _check_specs(model: Model, asset: str) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(name=_check_name(model, t.name, asset), asset=dg.AssetKey([asset]),
-                          description=f"{model.name}: {t.kind} (failing rows = 0)\n\n{t.sql}")
+                          blocking=t.blocking,
+                          description=f"{model.name}: {t.kind} (failing rows = 0)"
+                          f"{' - blocking' if t.blocking else ''}\n\n{t.sql}")
         for t in model.tests
     ]
 
@@ -83,10 +89,16 @@ def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, .
         build = warehouse.build_partition(model.name, days=days, with_tests_of=tuple(e.name for e in ephemeral))
         yield dg.MaterializeResult(metadata=_metadata(build))
         for t in build.tests:
+            metadata = {"failing_rows": dg.MetadataValue.int(t.failures), "sql": dg.MetadataValue.md(f"```sql\n{t.sql}\n```")}
+            if t.details:
+                metadata["details"] = dg.MetadataValue.md(markdown_table(list(t.details), list(t.details[0])))
             yield dg.AssetCheckResult(
                 check_name=names[(t.model, t.test_name)],
                 passed=t.passed,
-                metadata={"failing_rows": dg.MetadataValue.int(t.failures), "sql": dg.MetadataValue.md(f"```sql\n{t.sql}\n```")},
+                # ERROR: a failing blocking check stops the assets downstream of this one
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=(t.describe() or None) if not t.passed else None,
+                metadata=metadata,
             )
 
     with warnings.catch_warnings():
@@ -127,9 +139,15 @@ def build_finops_definitions(project: Project | None = None):
         description="Ingest one day's feeds and the ledger snapshot, then rebuild every cost model for it "
         "(unpartitioned marts are rebuilt in full).",
     )
-    # 02:00 UTC each day, for the partition that just ended (yesterday).
-    schedule = dg.build_schedule_from_partitioned_job(job, name="finops_daily_schedule", hour_of_day=2, minute_of_hour=0)
-    return assets, checks, [job], [schedule]
+
+    @dg.schedule(cron_schedule="0 2 * * *", job=job, execution_timezone="UTC", name="finops_daily_schedule",
+                 default_status=dg.DefaultScheduleStatus.RUNNING,
+                 description="02:00 UTC: ingest and price the day that just ended (yesterday), final.")
+    def finops_daily_schedule(context: dg.ScheduleEvaluationContext):
+        yesterday = (context.scheduled_execution_time.astimezone(UTC) - timedelta(days=1)).date().isoformat()
+        return dg.RunRequest(run_key=f"finops-final-{yesterday}", partition_key=yesterday)
+
+    return assets, checks, [job], [finops_daily_schedule]
 
 
 finops_assets, finops_checks, finops_jobs, finops_schedules = build_finops_definitions()

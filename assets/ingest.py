@@ -7,6 +7,7 @@ metadata. Saved feed files live under `$GPU_PLATFORM_HOME/feeds/` (layout: see
 `gpu_platform.feeds.ingest`); today's DCGM partition also scrapes every `dcgm_endpoints` URL.
 """
 
+import socket
 import warnings
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -19,9 +20,13 @@ from gpu_platform.feeds.ingest import (
     IngestReport,
     load_dcgm_day,
     load_focus_day,
+    load_inventory_day,
+    load_inventory_from_cluster,
+    load_local_node,
     merge_reports,
 )
-from gpu_platform.finops_snapshot import ledger_snapshot
+from gpu_platform.finops_snapshot import ledger_snapshot, lineage_edges
+from gpu_platform.gpus import local_inventory
 from gpu_platform.lineage import LineageStore
 from gpu_platform.sqlmodels.raw import load_ledger_snapshot
 from resources.ledger import LedgerResource
@@ -95,23 +100,68 @@ def raw_focus_billing(
     return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
 
 
+def _inventory(context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings,
+               kind: str) -> dg.MaterializeResult:
+    today = datetime.now(UTC).date()
+    con = warehouse.connect()
+    try:
+        reports = []
+        for day in _days(context):
+            reports.append(load_inventory_day(con, Path(settings.home) / "feeds", day, kind))
+            if day == today and settings.executor == "k8s":
+                # on a cluster, today's partition also reads the inventory through the API
+                _, report = load_inventory_from_cluster(con, day, kind)
+                reports.append(report)
+            elif day == today and kind == "nodes":
+                # the local executor's machine is a node too: its runs are priced the day they run
+                reports.append(load_local_node(con, day, socket.gethostname(), local_inventory()))
+    finally:
+        con.close()
+    return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
+
+
+@_daily_asset
+def raw_nodes(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """Node inventory of the day: every `kubectl get nodes -o json` snapshot under
+    feeds/nodes/<day>/ (and, on Kubernetes, today's nodes read through the API). GPU counts,
+    providerID and pool labels for pricing; bad items go to raw_nodes_quarantine."""
+    return _inventory(context, warehouse, settings, "nodes")
+
+
+@_daily_asset
+def raw_pods(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """Pod inventory of the day: every `kubectl get pods -A -o json` snapshot under
+    feeds/pods/<day>/ (and, on Kubernetes, today's pods read through the API). Maps DCGM samples
+    of step pods to requests by the gpu-platform.io/request-id label."""
+    return _inventory(context, warehouse, settings, "pods")
+
+
 @dg.asset(**_COMMON)
 def raw_ledger_snapshot(
-    warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource
+    warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource, settings: PlatformSettings
 ) -> dg.MaterializeResult:
     """The request ledger now (every request, one pod per admitted attempt) with recorded
     workload results, replacing raw_requests and raw_pod_requests. Unpartitioned: a snapshot
     holds every day's pods, and each daily build reads the pods overlapping its day."""
     led = ledger.ledger()
-    requests, pods = ledger_snapshot(led, policy.load(), LineageStore(led.engine))
+    # local executor: pods without a recorded host ran on this machine (raw_nodes lists it)
+    local_host = socket.gethostname() if settings.executor == "local" else None
+    store = LineageStore(led.engine)
+    requests, pods = ledger_snapshot(led, policy.load(), store, local_host=local_host)
+    edges = lineage_edges(store)
     con = warehouse.connect()
     try:
-        n_requests, n_pods = load_ledger_snapshot(con, requests, pods)
+        n_requests, n_pods = load_ledger_snapshot(con, requests, pods, edges)
     finally:
         con.close()
     return dg.MaterializeResult(
         metadata={
             "requests": dg.MetadataValue.int(n_requests),
+            "lineage_edges": dg.MetadataValue.int(len(edges)),
             "pods": dg.MetadataValue.int(n_pods),
             "pods_without_hostname": dg.MetadataValue.int(sum(p["hostname"] is None for p in pods)),
             "running_pods": dg.MetadataValue.int(sum(p["ended_at"] is None for p in pods)),
@@ -119,5 +169,5 @@ def raw_ledger_snapshot(
     )
 
 
-ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_ledger_snapshot]
+ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_nodes, raw_pods, raw_ledger_snapshot]
 INGEST_ASSET_NAMES = tuple(a.key.to_user_string() for a in ingest_assets)

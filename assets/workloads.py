@@ -12,7 +12,7 @@ A release request (`workload: released_model | released_map`) runs as one job ov
 release asset materializes. A failing ERROR check stops the release in that run.
 """
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import duckdb
 
 from assets.partitions import requests_partitions
 from gpu_platform.evidence import EvidenceStore
+from gpu_platform.k8s import namespace_for
 from gpu_platform.ledger import Ledger, LedgerError
 from gpu_platform.lineage import (
     RELEASE_KINDS,
@@ -153,7 +154,12 @@ def run_program_stage(
     work = evidence.work_dir(req.request_id or "")
     stage = prepare_program(req, kind, work, context.run_id, led, lineage, store, policy.load())
     try:
-        invocation = executor.run(context, stage.run_request, stage.ckpt_dir, stage.pipes_extras)
+        # the pod's namespace labels the run's NVML samples, as dcgm-exporter's k8s mapping would
+        try:
+            extras = {**stage.pipes_extras, "namespace": namespace_for(req, policy.load())}
+        except ValueError:  # a team the policy does not know: samples keep no namespace
+            extras = dict(stage.pipes_extras)
+        invocation = executor.run(context, stage.run_request, stage.ckpt_dir, extras)
     except BaseException as exc:  # a failure, a timeout, or the run being terminated (preemption)
         try:
             record_program_failure(stage, _exit_code(exc), interrupted=not isinstance(exc, Exception))
@@ -324,6 +330,11 @@ def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> tuple[dict[str
         return None, None
     finally:
         con.close()
+    # today's partition is "today so far" (finops_today_sensor): a stage of today with no cost yet
+    # awaits pricing rather than failing; only days before today are final
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    if priced_through is not None and priced_through > yesterday:
+        priced_through = yesterday
     return {rid: float(cost) for rid, cost in rows}, priced_through
 
 

@@ -137,7 +137,7 @@ def seed_warehouse(con, gpus: int, days: int) -> None:
     con.execute(
         "create view raw_dcgm_samples as select ts, metric, value, hostname, gpu, uuid, model_name, "
         "null::varchar as pci_bus_id, null::varchar as device, null::varchar as gpu_instance_profile, "
-        "gpu_instance_id, namespace, pod, container, source, source_line "
+        "gpu_instance_id, namespace, pod, container, source, source_line, null::date as day "
         f"from read_parquet({_files(gpus, days)!r})"
     )
     start_s = int((START - date(1970, 1, 1)).total_seconds())

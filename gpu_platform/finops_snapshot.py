@@ -119,11 +119,13 @@ def request_row(state: RequestState, policy: Policy, results: dict[str, Any] | N
 
 
 def ledger_snapshot(
-    ledger: Ledger, policy: Policy, lineage_store: LineageStore | None = None
+    ledger: Ledger, policy: Policy, lineage_store: LineageStore | None = None, local_host: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(requests, pods) of every request in the ledger, in submission order.
 
     lineage_store=None: no workload results (accepted/rejected labels and replay hours are None).
+    local_host: the machine the local executor runs on; pods without a recorded hostname ran
+    there (pass it only when the executor is local, so live runs are priced on this node).
     """
     states = ledger.states()
     by_request: dict[str, list[EventRow]] = {}
@@ -132,4 +134,16 @@ def ledger_snapshot(
     results = _results(lineage_store.runs()) if lineage_store is not None else {}
     requests = [request_row(s, policy, results.get(s.request_id)) for s in states]
     pods = [p for s in states for p in pod_rows(s, by_request.get(s.request_id, []), policy)]
+    if local_host:
+        for p in pods:
+            if p["hostname"] is None:
+                p["hostname"] = local_host.lower()
     return requests, pods
+
+
+def lineage_edges(lineage_store: LineageStore | None) -> list[tuple[str, str]]:
+    """(child request id, parent request id) of every recorded lineage edge between requests."""
+    if lineage_store is None:
+        return []
+    return sorted({(child, p.request_id) for (child, _), parents in lineage_store.edges().items() for p in parents
+                   if p.request_id != child})

@@ -72,6 +72,7 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
         "executor": LocalGpuExecutor(
             state_dir=str(home / "gpus"),
             local_gpus=env.get("GPU_PLATFORM_LOCAL_GPUS") or None,
+            nvml_feeds_dir=str(home / "feeds"),
         ),
         "warehouse": Warehouse(path=env.get("GPU_PLATFORM_WAREHOUSE", str(home / "warehouse.duckdb"))),
     }

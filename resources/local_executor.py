@@ -169,10 +169,25 @@ class LocalGpuExecutor(dg.ConfigurableResource):
     pass_env: list[str] = []
     """Variables of this process's environment passed to workloads beyond
     `WORKLOAD_ENV_ALLOWLIST` (e.g. `HF_TOKEN` where a site wants it); none by default."""
+    nvml_feeds_dir: str | None = None
+    """Where NVML samples of each run's GPUs are written as DCGM history (`feeds/`, so the
+    `raw_dcgm_samples` asset loads them); None: not recorded. Only with an NVML inventory."""
 
     def inventory(self, nvml_module: Any = None) -> Inventory:
         """This machine's GPUs. `nvml_module`: a stand-in for `pynvml` (tests pass `FakeNvml`)."""
         return local_inventory(nvml_module=nvml_module, configured=self.local_gpus, use_nvml=self.use_nvml)
+
+    def _recorder(self, context: Any, request_id: str, devices: list[int], inventory: Inventory,
+                  extras: Mapping[str, Any] | None, nvml_module: Any) -> Any:
+        """An NVML recorder of this run's GPUs, started; None without NVML, GPUs or a feeds dir."""
+        if not self.nvml_feeds_dir or inventory.source != "nvml" or not devices:
+            return None
+        from gpu_platform.feeds.nvml_recorder import NvmlRecorder
+        from gpu_platform.finops_snapshot import pod_name
+
+        attempt = int((getattr(context, "run", None) and context.run.tags.get("gpu-platform/attempt")) or 1)
+        return NvmlRecorder(self.nvml_feeds_dir, devices, (extras or {}).get("namespace"),
+                            pod_name(request_id, attempt), run_id=context.run_id, nvml_module=nvml_module).start()
 
     def run(
         self,
@@ -223,22 +238,33 @@ class LocalGpuExecutor(dg.ConfigurableResource):
                     ENV_REQUEST_ID: request_id,
                     ENV_CHECKPOINT_DIR: str(ckpt),
                 }
-                return DeadlinePipesSubprocessClient(cwd=self.cwd).run_with_deadline(
-                    context=context,
-                    command=request.command,
-                    timeout_seconds=timeout,
-                    kill_grace_seconds=self.kill_grace_seconds,
-                    env=env,
-                    extras={
-                        **(extras or {}),
-                        "request_id": request_id,
-                        "gpu_indices": list(devices),
-                        "gpu_source": inventory.source,
-                        "checkpoint_dir": str(ckpt),
-                    },
-                    description=f"request {request_id}",
-                    pass_env=self.pass_env,
+                recorder = (
+                    self._recorder(context, request_id, list(devices), inventory, extras, nvml_module)
+                    if resource == "nvidia.com/gpu"
+                    else None  # MIG devices are sampled by DCGM on clusters; NVML sampling here is per GPU
                 )
+                try:
+                    return DeadlinePipesSubprocessClient(cwd=self.cwd).run_with_deadline(
+                        context=context,
+                        command=request.command,
+                        timeout_seconds=timeout,
+                        kill_grace_seconds=self.kill_grace_seconds,
+                        env=env,
+                        extras={
+                            **(extras or {}),
+                            "request_id": request_id,
+                            "gpu_indices": list(devices),
+                            "gpu_source": inventory.source,
+                            "checkpoint_dir": str(ckpt),
+                        },
+                        description=f"request {request_id}",
+                        pass_env=self.pass_env,
+                    )
+                finally:
+                    if recorder is not None:
+                        files = recorder.stop()
+                        context.log.info(f"request {request_id}: NVML samples in {', '.join(map(str, files)) or 'none'}"
+                                         + (f"; sampling errors: {recorder.errors[:3]}" if recorder.errors else ""))
         except GpusBusy as exc:
             hint = (
                 ""

@@ -47,6 +47,8 @@ class PartitionBuild:
 class Warehouse(dg.ConfigurableResource):
     """path: the DuckDB file. project_dir: the dbt_like_sql directory ("" = the repository's).
     idle_policy / shared_policy: proportional | even | none ("" = project.yml's default).
+    unreconciled_threshold: share of the day's cost chargeback's (unreconciled) row may hold before
+    its blocking check fails (< 0 = project.yml's default, 0.01).
     memory_limit / threads: DuckDB settings ("" / 0 = DuckDB's defaults).
     """
 
@@ -54,6 +56,7 @@ class Warehouse(dg.ConfigurableResource):
     project_dir: str = ""
     idle_policy: str = ""
     shared_policy: str = ""
+    unreconciled_threshold: float = -1.0
     memory_limit: str = ""
     threads: int = 0
 
@@ -61,7 +64,11 @@ class Warehouse(dg.ConfigurableResource):
         return _load_project(self.project_dir or str(default_project_path()))
 
     def variables(self) -> dict[str, Any]:
-        return {k: v for k, v in (("idle_policy", self.idle_policy), ("shared_policy", self.shared_policy)) if v}
+        out: dict[str, Any] = {
+            k: v for k, v in (("idle_policy", self.idle_policy), ("shared_policy", self.shared_policy)) if v}
+        if self.unreconciled_threshold >= 0:
+            out["unreconciled_threshold"] = self.unreconciled_threshold
+        return out
 
     def connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A connection to the warehouse file (created with its raw tables when missing)."""

@@ -7,7 +7,8 @@
 with source as not materialized (
 
     -- the ts range is a filter on the Parquet/table scan (row groups outside it are skipped)
-    select * from {{ source('raw_dcgm_samples') }}
+    -- load_day: the day whose feed directory the sample was loaded under (NULL for seeded tables)
+    select *, day as load_day from {{ source('raw_dcgm_samples') }}
     where ts >= {{ var('day_from') }}::timestamp
       and ts < {{ var('day_to') }}::timestamp + interval 1 day
       and metric in ('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL')
@@ -30,6 +31,8 @@ partials as materialized (
         source,
         min(model_name) as model_name,
         count(*) as samples,
+        -- samples loaded under another day than their own (next-day samples in today's directory)
+        count(*) filter (where load_day <> cast(ts as date)) as outside_samples,
         -- the staging busy rule, per sample: GPU_UTIL/100, clamped to 1 (value >= 0 is a filter),
         -- rounded to 1e-6 as cast(... as decimal(9, 6)) does (round half away from zero), here as
         -- whole micro-units in a double: every term and partial sum is an integer below 2^53, so
@@ -54,6 +57,7 @@ normalised as (
         source,
         model_name,
         samples,
+        outside_samples,
         busy_micro
     from partials
 
@@ -82,6 +86,7 @@ single_source as (
         n.metric,
         min(n.model_name) as model_name,
         sum(n.samples) as samples,
+        sum(n.outside_samples) as outside_samples,
         sum(n.busy_micro) as busy_micro
     from normalised as n
     anti join multi_source as g
@@ -103,6 +108,7 @@ deduped as (
         metric,
         min(model_name) as model_name,
         count(*) as samples,
+        count(*) filter (where load_day <> day) as outside_samples,
         sum(busy_micro) as busy_micro
     from (
         select
@@ -114,6 +120,7 @@ deduped as (
             s.pod,
             s.metric,
             s.model_name,
+            s.load_day,
             round(least(case when s.metric = 'DCGM_FI_DEV_GPU_UTIL' then s.value / 100.0 else s.value end, 1.0)
                 * 1000000.0) as busy_micro
         from (
@@ -128,6 +135,7 @@ deduped as (
                 metric,
                 model_name,
                 value,
+                load_day,
                 source,
                 source_line
             from source
@@ -154,6 +162,7 @@ final as (
         metric,
         model_name,
         cast(samples as bigint) as samples,
+        cast(outside_samples as bigint) as outside_samples,
         -- micro-units back to an exact decimal(38, 6)
         cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
     from single_source
@@ -168,6 +177,7 @@ final as (
         metric,
         model_name,
         samples,
+        outside_samples,
         cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
     from deduped
 

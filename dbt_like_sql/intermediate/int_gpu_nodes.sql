@@ -1,7 +1,24 @@
--- GPU node inventory per day, from the GPUs DCGM reported on each node.
+-- GPU nodes per day: the cluster inventory (stg_nodes) joined with the nodes DCGM reported.
+-- GPU counts come from the inventory; the DCGM index count is kept to flag disagreements and
+-- used only for a node the inventory does not list (on-prem hosts without a snapshot).
 with busy as (
 
-    select * from {{ ref('int_gpu_busy') }}
+    select
+        day,
+        hostname,
+        count(distinct gpu) as dcgm_gpus,
+        min(model_name) as model_name,
+        sum(samples) - sum(outside_samples) as day_samples,
+        sum(outside_samples) as outside_samples
+    from {{ ref('int_gpu_busy') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, hostname
+
+),
+
+inventory as (
+
+    select * from {{ ref('stg_nodes') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
 
 ),
@@ -9,12 +26,24 @@ with busy as (
 final as (
 
     select
-        day,
-        hostname,
-        count(distinct gpu) as gpus,
-        min(model_name) as model_name
-    from busy
-    group by day, hostname
+        coalesce(i.day, b.day) as day,
+        coalesce(i.node, b.hostname) as hostname,
+        cast(coalesce(i.gpus, b.dcgm_gpus) as bigint) as gpus,
+        cast(b.dcgm_gpus as bigint) as dcgm_gpus,
+        cast(i.gpus as bigint) as inventory_gpus,
+        -- DCGM modelName, else the GPU feature discovery product label
+        coalesce(b.model_name, i.gpu_product) as model_name,
+        i.provider,
+        i.provider_id,
+        i.provider_key,
+        i.alt_provider_key,
+        i.instance_type,
+        i.node_pool,
+        i.node is not null as in_inventory,
+        coalesce(b.day_samples, 0) > 0 as has_telemetry,
+        cast(coalesce(b.outside_samples, 0) as bigint) as outside_samples
+    from inventory as i
+    full outer join busy as b on b.day = i.day and b.hostname = i.node
 
 )
 

@@ -1,4 +1,7 @@
--- Capacity, allocation and idle per node and day; idle cost is the node's cost nobody was allocated.
+-- Capacity, allocation and idle per node and day. The node's cost = allocated (pods of admitted
+-- requests) + unattributed (GPU time on no admitted request) + idle, exactly; for a billed node
+-- with no telemetry of the day the part nobody was allocated is unreconciled, not idle: nothing
+-- shows whether it sat idle or ran work nobody recorded.
 with prices as (
 
     select * from {{ ref('int_node_hour_prices') }}
@@ -20,24 +23,54 @@ allocated as (
 
 ),
 
+unattributed as (
+
+    select day, hostname, sum(gpu_hours) as gpu_hours, sum(cost) as cost
+    from {{ ref('int_unattributed_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, hostname
+
+),
+
+joined as (
+
+    select
+        p.*,
+        coalesce(a.allocated_gpu_hours, 0.0) as allocated_gpu_hours,
+        coalesce(a.used_gpu_hours, 0.0) as used_gpu_hours,
+        coalesce(a.allocated_cost, 0) as allocated_cost,
+        coalesce(u.gpu_hours, 0.0) as unattributed_gpu_hours,
+        coalesce(u.cost, 0) as unattributed_cost,
+        p.node_cost - coalesce(a.allocated_cost, 0) - coalesce(u.cost, 0) as remainder
+    from prices as p
+    left join allocated as a on a.day = p.day and a.hostname = p.hostname
+    left join unattributed as u on u.day = p.day and u.hostname = p.hostname
+
+),
+
 final as (
 
     select
-        p.day,
-        p.hostname,
-        p.gpus,
-        p.capacity_gpu_hours,
-        coalesce(a.allocated_gpu_hours, 0.0) as allocated_gpu_hours,
-        coalesce(a.used_gpu_hours, 0.0) as used_gpu_hours,
-        greatest(p.capacity_gpu_hours - coalesce(a.allocated_gpu_hours, 0.0), 0.0) as idle_gpu_hours,
-        p.currency,
-        p.price_source,
-        p.node_cost,
-        coalesce(a.allocated_cost, 0) as allocated_cost,
-        -- exact in decimals: allocated + idle = node cost to the micro-unit
-        p.node_cost - coalesce(a.allocated_cost, 0) as idle_cost
-    from prices as p
-    left join allocated as a on a.day = p.day and a.hostname = p.hostname
+        day,
+        hostname,
+        gpus,
+        capacity_gpu_hours,
+        allocated_gpu_hours,
+        used_gpu_hours,
+        unattributed_gpu_hours,
+        greatest(capacity_gpu_hours - allocated_gpu_hours - unattributed_gpu_hours, 0.0) as idle_gpu_hours,
+        currency,
+        price_source,
+        has_telemetry,
+        node_cost,
+        allocated_cost,
+        unattributed_cost,
+        -- exact in decimals: allocated + unattributed + idle + unreconciled = node cost
+        case when price_source = 'billing' and not has_telemetry then cast(0 as decimal(38, 6))
+             else remainder end as idle_cost,
+        case when price_source = 'billing' and not has_telemetry then remainder
+             else cast(0 as decimal(38, 6)) end as unreconciled_cost
+    from joined
 
 )
 

@@ -8,35 +8,55 @@ with nodes as (
 
 billing as (
 
-    select b.*
-    from {{ ref('stg_focus_billing') }} as b
-    semi join nodes as n on n.day = b.day and n.hostname = b.resource_id
-    where b.day between {{ var('day_from') }} and {{ var('day_to') }}
+    -- the node's billing pieces of the day; repeated rows are exceptions, not prices
+    select * from {{ ref('int_billing_nodes') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and not is_duplicate
 
 ),
 
 node_cost as (
 
-    select
-        day,
-        resource_id as hostname,
-        currency,
-        sum(billed_cost) as node_cost
+    select day, hostname, currency, sum(billed_cost) as node_cost
     from billing
-    group by day, resource_id, currency
+    group by day, hostname, currency
+
+),
+
+periods as (
+
+    -- several rows (instance, disk, hourly and daily) cover the same hours: count the union once
+    select distinct day, hostname, currency, day_period_start as s, day_period_end as e from billing
+
+),
+
+marked as (
+
+    select
+        *,
+        max(e) over (partition by day, hostname, currency order by s, e
+                     rows between unbounded preceding and 1 preceding) as prev_end
+    from periods
+
+),
+
+islands as (
+
+    select
+        *,
+        sum(case when prev_end is null or s > prev_end then 1 else 0 end)
+            over (partition by day, hostname, currency order by s, e rows unbounded preceding) as island
+    from marked
 
 ),
 
 node_hours as (
 
-    -- several rows (instance, disk, ...) can share one charge period: count each period once
-    select
-        day,
-        resource_id as hostname,
-        currency,
-        sum(epoch(charge_period_end - charge_period_start)) / 3600.0 as billed_hours
-    from (select distinct day, resource_id, currency, charge_period_start, charge_period_end from billing)
-    group by day, resource_id, currency
+    select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as billed_hours
+    from (
+        select day, hostname, currency, island, min(s) as island_start, max(e) as island_end
+        from islands group by day, hostname, currency, island
+    )
+    group by day, hostname, currency
 
 ),
 
@@ -47,6 +67,9 @@ billed as (
         n.hostname,
         n.gpus,
         n.model_name,
+        n.provider,
+        n.has_telemetry,
+        n.in_inventory,
         h.billed_hours as node_hours,
         c.node_cost,
         c.currency,
@@ -70,6 +93,8 @@ book as (
 
 unbilled as (
 
+    -- no billing row: priced from the book when the node is known to exist that day (inventory
+    -- or the day's own samples), never from samples loaded under another day alone
     select
         n.*,
         b.book_price,
@@ -79,6 +104,7 @@ unbilled as (
     from nodes as n
     inner join book as b on n.model_name ilike b.model_pattern
     anti join node_cost as c on c.day = n.day and c.hostname = n.hostname
+    where n.has_telemetry or n.in_inventory
     qualify row_number() over (partition by n.day, n.hostname order by b.priority) = 1
 
 ),
@@ -90,6 +116,9 @@ fallback as (
         hostname,
         gpus,
         model_name,
+        provider,
+        has_telemetry,
+        in_inventory,
         cast({{ var('fallback_node_hours') }} as double) as node_hours,
         cast(book_price * gpus * cast({{ var('fallback_node_hours') }} as integer) as decimal(18, 6)) as node_cost,
         currency,
@@ -115,6 +144,9 @@ final as (
         hostname,
         gpus,
         model_name,
+        provider,
+        has_telemetry,
+        in_inventory,
         node_hours,
         gpus * node_hours as capacity_gpu_hours,
         node_cost,

@@ -13,7 +13,7 @@ with days as (
 
 pods as (
 
-    select * from {{ ref('stg_pod_requests') }}
+    select * from {{ ref('int_pods') }}
 
 ),
 

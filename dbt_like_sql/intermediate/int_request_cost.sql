@@ -11,7 +11,7 @@ pods as (
         request_id,
         count(distinct attempt) as attempts,
         count(distinct attempt) filter (where failed) as failed_attempts
-    from {{ ref('stg_pod_requests') }}
+    from {{ ref('int_pods') }}
     group by request_id
 
 ),

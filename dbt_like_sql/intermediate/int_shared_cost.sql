@@ -1,28 +1,21 @@
--- Billed cost that is not a GPU node's: control plane, storage, network, support, tax.
+-- Billed cost that is not a GPU node's: control plane, storage, network, support, tax, credits.
+-- Repeated rows and GPU instances no node explains are exceptions, not shared cost.
 with billing as (
 
-    select * from {{ ref('stg_focus_billing') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-
-),
-
-nodes as (
-
-    select day, hostname from {{ ref('int_node_hour_prices') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }} and price_source = 'billing'
+    select * from {{ ref('int_billing_classes') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and billing_class = 'shared'
 
 ),
 
 final as (
 
     select
-        b.day,
-        b.currency,
-        sum(b.billed_cost) as shared_cost,
+        day,
+        currency,
+        sum(billed_cost) as shared_cost,
         count(*) as billing_rows
-    from billing as b
-    anti join nodes as n on n.day = b.day and n.hostname = b.resource_id
-    group by b.day, b.currency
+    from billing
+    group by day, currency
 
 )
 

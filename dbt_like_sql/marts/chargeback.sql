@@ -3,6 +3,11 @@
 --   proportional: by share of the day's allocated cost (OpenCost "weighted")
 --   even:         equal share per team, split inside a team by allocated cost
 --   none:         not distributed; shown on an '(unallocated)' row
+-- Only matched money is distributed: the money of reconciliation_exceptions with treatment
+-- 'unreconciled' (a billed node without telemetry, GPU time on no admitted request, repeated
+-- billing rows, GPU instances no node explains) stays on an '(unreconciled)' row, whose
+-- unreconciled_limit (unreconciled_threshold x the day's billed + price-book cost) a blocking
+-- check compares it with.
 with policy_check as (
 
     select
@@ -48,6 +53,30 @@ shared as (
     select day, currency, sum(shared_cost) as pool
     from {{ ref('int_shared_cost') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, currency
+
+),
+
+exceptions as (
+
+    select day, currency, sum(amount) as pool
+    from {{ ref('reconciliation_exceptions') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and treatment = 'unreconciled'
+    group by day, currency
+
+),
+
+day_cost as (
+
+    -- the day's cost the threshold is a share of: every billed piece + price-book node cost
+    select day, currency, sum(cost) as cost
+    from (
+        select day, currency, billed_cost as cost from {{ ref('stg_focus_billing') }}
+        where day between {{ var('day_from') }} and {{ var('day_to') }}
+        union all
+        select day, currency, node_cost from {{ ref('int_node_hour_prices') }}
+        where day between {{ var('day_from') }} and {{ var('day_to') }} and price_source = 'price_book'
+    )
     group by day, currency
 
 ),
@@ -159,7 +188,9 @@ unallocated as (
         0.0 as used_gpu_hours,
         cast(0 as decimal(18, 6)) as allocated_cost,
         p.idle_pool - coalesce(d.idle_cost, 0) as idle_cost,
-        p.shared_pool - coalesce(d.shared_cost, 0) as shared_cost
+        p.shared_pool - coalesce(d.shared_cost, 0) as shared_cost,
+        cast(0 as decimal(18, 6)) as unreconciled_cost,
+        cast(null as decimal(18, 6)) as unreconciled_limit
     from pools as p
     left join (
         select day, currency, sum(idle_cost) as idle_cost, sum(shared_cost) as shared_cost
@@ -169,11 +200,37 @@ unallocated as (
 
 ),
 
+unreconciled as (
+
+    select
+        e.day,
+        '(unreconciled)' as team,
+        '(unreconciled)' as cost_center,
+        '(unreconciled)' as site,
+        '(unreconciled)' as lane,
+        e.currency,
+        0.0 as allocated_gpu_hours,
+        0.0 as used_gpu_hours,
+        cast(0 as decimal(18, 6)) as allocated_cost,
+        cast(0 as decimal(18, 6)) as idle_cost,
+        cast(0 as decimal(18, 6)) as shared_cost,
+        e.pool as unreconciled_cost,
+        cast(coalesce(c.cost, 0) * cast({{ var('unreconciled_threshold') }} as decimal(18, 6)) as decimal(18, 6))
+            as unreconciled_limit
+    from exceptions as e
+    left join day_cost as c on c.day = e.day and c.currency = e.currency
+    where e.pool <> 0
+
+),
+
 combined as (
 
-    select * from distributed
+    select *, cast(0 as decimal(18, 6)) as unreconciled_cost, cast(null as decimal(18, 6)) as unreconciled_limit
+    from distributed
     union all by name
     select * from unallocated
+    union all by name
+    select * from unreconciled
 
 ),
 
@@ -191,7 +248,9 @@ final as (
         cast(c.allocated_cost as decimal(18, 6)) as allocated_cost,
         cast(c.idle_cost as decimal(18, 6)) as idle_cost,
         cast(c.shared_cost as decimal(18, 6)) as shared_cost,
-        cast(c.allocated_cost + c.idle_cost + c.shared_cost as decimal(18, 6)) as total_cost,
+        cast(c.unreconciled_cost as decimal(18, 6)) as unreconciled_cost,
+        cast(c.unreconciled_limit as decimal(18, 6)) as unreconciled_limit,
+        cast(c.allocated_cost + c.idle_cost + c.shared_cost + c.unreconciled_cost as decimal(18, 6)) as total_cost,
         {{ var('idle_policy') }} as idle_policy,
         {{ var('shared_policy') }} as shared_policy
     from combined as c

@@ -1,5 +1,6 @@
--- Cost of each released model: its own request plus every request of its candidate (training
--- runs and their failed retries) and of its release packet (replays, evidence packs), each once.
+-- Cost of each released model: every request of its recorded lineage tree (label batches, training
+-- incl. failed attempts, replays, evidence pack), each once. A release with no recorded lineage
+-- (history imported without edges) falls back to the requests sharing its candidate or packet id.
 with requests as (
 
     select * from {{ ref('stg_requests') }}
@@ -13,14 +14,38 @@ released as (
 
 ),
 
-lineage as (
+tree as (
 
-    select distinct rel.request_id as released_request_id, r.request_id
+    select * from {{ ref('int_request_lineage') }}
+
+),
+
+recorded as (
+
+    select rel.request_id as released_request_id, t.ancestor_request_id as request_id, 'lineage' as lineage_source
+    from released as rel
+    inner join tree as t on t.request_id = rel.request_id
+    where rel.request_id in (select request_id from tree where depth > 0)
+
+),
+
+shared_ids as (
+
+    select distinct rel.request_id as released_request_id, r.request_id, 'shared_ids' as lineage_source
     from released as rel
     inner join requests as r
         on r.request_id = rel.request_id
         or (rel.candidate_id is not null and r.candidate_id = rel.candidate_id)
         or (rel.release_packet_id is not null and r.release_packet_id = rel.release_packet_id)
+    where rel.request_id not in (select request_id from tree where depth > 0)
+
+),
+
+lineage as (
+
+    select * from recorded
+    union all
+    select * from shared_ids
 
 ),
 
@@ -39,6 +64,7 @@ final as (
         rel.candidate_id,
         rel.release_packet_id,
         c.currency,
+        min(l.lineage_source) as lineage_source,
         count(distinct l.request_id) as lineage_requests,
         sum(c.allocated_gpu_hours) as allocated_gpu_hours,
         sum(c.cost) as cost_per_released_model

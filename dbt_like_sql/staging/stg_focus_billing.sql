@@ -1,20 +1,108 @@
--- FOCUS billing rows by the UTC day their charge period starts on, FOCUS names turned snake_case.
+-- FOCUS billing rows prorated to the UTC days their charge period covers, FOCUS names snake_case.
+-- A row's BilledCost is split by the share of its [ChargePeriodStart, ChargePeriodEnd) on each day
+-- (23:00-01:00 is half on each day); every piece but the last day's is rounded to 1e-6 and the
+-- last day takes the remainder, so the pieces add up to the row exactly whichever days are built.
+-- A row whose period is empty or inverted is charged to the day it starts.
+-- Rows repeated in content (the same charge in two exports) keep the first by (source, source_row);
+-- the others are flagged is_duplicate and end on reconciliation_exceptions, never in a price.
 with source as (
 
-    select * from {{ source('raw_focus_billing') }}
-    where ChargePeriodStart >= {{ var('day_from') }}::timestamp
-      and ChargePeriodStart < {{ var('day_to') }}::timestamp + interval 1 day
+    -- the load day (`day`) is the ingestion partition; pieces get their own day below
+    select
+        * exclude (day),
+        case when ChargePeriodEnd > ChargePeriodStart then ChargePeriodEnd else ChargePeriodStart end as period_end
+    from {{ source('raw_focus_billing') }}
+    where ChargePeriodStart < {{ var('day_to') }}::timestamp + interval 1 day
+      and ChargePeriodStart >= {{ var('day_from') }}::timestamp - interval 400 day
+      and (ChargePeriodEnd > {{ var('day_from') }}::timestamp or ChargePeriodStart >= {{ var('day_from') }}::timestamp)
+
+),
+
+flagged as (
+
+    select
+        *,
+        row_number() over (
+            partition by BillingAccountId, SubAccountId, ResourceId, ResourceName, ChargePeriodStart, ChargePeriodEnd,
+                ChargeCategory, ChargeClass, ChargeDescription, SkuId, SkuPriceId, BilledCost, EffectiveCost,
+                BillingCurrency, ConsumedQuantity, Tags, extra_columns
+            order by source, source_row
+        ) > 1 as is_duplicate
+    from source
+
+),
+
+pieces as (
+
+    select
+        f.*,
+        cast(d.d as date) as day,
+        epoch(f.period_end - f.ChargePeriodStart) as period_s,
+        epoch(least(f.period_end, cast(d.d as timestamp) + interval 1 day)
+              - greatest(f.ChargePeriodStart, cast(d.d as timestamp))) as day_s,
+        cast(d.d as date) = cast(f.period_end - interval 1 microsecond as date)
+            or f.period_end = f.ChargePeriodStart as is_last
+    from flagged as f,
+        unnest(generate_series(
+            date_trunc('day', f.ChargePeriodStart),
+            date_trunc('day', greatest(f.period_end - interval 1 microsecond, f.ChargePeriodStart)),
+            interval 1 day
+        )) as d(d)
+
+),
+
+costed as (
+
+    select
+        *,
+        cast(BilledCost as decimal(18, 6)) as row_billed_cost,
+        case when period_s > 0 then day_s / period_s else 1.0 end as day_share,
+        cast(case when period_s > 0 then round(cast(BilledCost as double) * day_s / period_s, 6)
+                  else cast(BilledCost as double) end as decimal(18, 6)) as rounded_piece
+    from pieces
+
+),
+
+settled as (
+
+    select
+        *,
+        -- the last day takes what the earlier days' rounded pieces left
+        case when is_last
+            then row_billed_cost - coalesce(sum(rounded_piece) over (partition by source, source_row) - rounded_piece, 0)
+            else rounded_piece end as billed_piece,
+        cast(EffectiveCost as decimal(18, 6))
+            * cast(case when period_s > 0 then day_s / period_s else 1.0 end as decimal(18, 6)) as effective_piece
+    from costed
 
 ),
 
 final as (
 
     select
-        cast(ChargePeriodStart as date) as day,
+        day,
         ChargePeriodStart as charge_period_start,
         ChargePeriodEnd as charge_period_end,
-        -- node rows: ResourceId is the Kubernetes node name, which DCGM reports as hostname
+        greatest(ChargePeriodStart, cast(day as timestamp)) as day_period_start,
+        least(period_end, cast(day as timestamp) + interval 1 day) as day_period_end,
+        day_share,
         lower(ResourceId) as resource_id,
+        -- the provider identity (same rules as gpu_platform.feeds.k8s_inventory.provider_key)
+        case
+            when regexp_matches(lower(ResourceId), '^(aws://|arn:aws|i-)')
+                then nullif('aws:' || regexp_extract(lower(ResourceId), '(?:^|/)(i-[0-9a-z]+)$', 1), 'aws:')
+            when starts_with(lower(ResourceId), '/subscriptions/') then 'azure:' || lower(ResourceId)
+            when starts_with(lower(ResourceId), 'azure://') then 'azure:' || substr(lower(ResourceId), 9)
+            when starts_with(lower(ResourceId), 'gce://') and len(string_split(substr(lower(ResourceId), 7), '/')) = 3
+                then 'gce:' || substr(lower(ResourceId), 7)
+            when contains(lower(ResourceId), 'googleapis.com')
+                and regexp_matches(lower(ResourceId), 'projects/[^/]+/zones/[^/]+/instances/[^/]+$')
+                then 'gce:' || regexp_replace(lower(ResourceId), '^.*projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$',
+                                              '\1/\2/\3')
+            when regexp_matches(lower(ResourceId), '^[0-9]{10,}$') then 'gce-id:' || lower(ResourceId)
+            when regexp_matches(lower(ResourceId), '^(oci://|ocid1\.instance)')
+                then nullif('oci:' || regexp_extract(lower(ResourceId), '(ocid1\.instance\.[0-9a-z._-]+)$', 1), 'oci:')
+        end as resource_key,
         ResourceName as resource_name,
         ResourceType as resource_type,
         ServiceName as service_name,
@@ -27,12 +115,15 @@ final as (
         ProviderName as provider_name,
         BillingAccountId as billing_account_id,
         SubAccountId as sub_account_id,
-        cast(BilledCost as decimal(18, 6)) as billed_cost,
-        cast(EffectiveCost as decimal(18, 6)) as effective_cost,
+        row_billed_cost,
+        cast(billed_piece as decimal(18, 6)) as billed_cost,
+        cast(effective_piece as decimal(18, 6)) as effective_cost,
         upper(BillingCurrency) as currency,
+        is_duplicate,
         source,
         source_row
-    from source
+    from settled
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
 
 )
 

@@ -397,3 +397,62 @@ def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> In
     _forget_removed(con, ("raw_focus_billing", "raw_focus_quarantine"), "focus/", day, sources)
     record_file_quarantine(con, "focus", day, bad_files)
     return report
+
+
+INVENTORY_SUFFIXES = (".json",)
+
+
+def read_inventory_file(kind: str, path: Path, source: str, snapshot_at: datetime | None = None) -> FeedBatch:
+    """One `kubectl get nodes -o json` / `kubectl get pods -A -o json` file (`kind`: nodes | pods).
+
+    The snapshot time is the file's modification time unless given."""
+    from gpu_platform.feeds import k8s_inventory
+
+    at = snapshot_at or datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
+    return parse(path.read_bytes(), source=source, snapshot_at=at)
+
+
+def load_inventory_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, kind: str) -> IngestReport:
+    """Load every `feeds/<kind>/<day>/*.json` snapshot (`kind`: nodes | pods) under `day`."""
+    if kind not in ("nodes", "pods"):
+        raise ValueError(f"unknown inventory kind {kind!r}")
+    report = IngestReport()
+    sources = []
+    for path in _files(feeds / kind / day.isoformat(), INVENTORY_SUFFIXES):
+        source = path.relative_to(feeds).as_posix()
+        batch = read_inventory_file(kind, path, source)
+        stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+        report.add(batch, stats.accepted, stats.quarantined)
+        sources.append(source)
+    tables = ("raw_nodes", "raw_nodes_quarantine") if kind == "nodes" else ("raw_pods", "raw_pods_quarantine")
+    _forget_removed(con, tables, f"{kind}/", day, sources)
+    return report
+
+
+def load_inventory_from_cluster(con: duckdb.DuckDBPyConnection, day: date, kind: str, api=None) -> tuple[str, IngestReport]:
+    """Read nodes or pods through the Kubernetes API (`kubernetes` client) and load them under `day`
+    as one source `cluster:<kind>` (a re-run of the day replaces that day's snapshot)."""
+    from gpu_platform.feeds import k8s_inventory
+
+    doc = k8s_inventory.read_cluster("Node" if kind == "nodes" else "Pod", api=api)
+    source = f"cluster:{kind}"
+    parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
+    batch = parse(doc, source=source)
+    stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+    report = IngestReport()
+    report.add(batch, stats.accepted, stats.quarantined)
+    return source, report
+
+
+def load_local_node(con: duckdb.DuckDBPyConnection, day: date, hostname: str, inventory) -> IngestReport:
+    """This machine (the local executor's GPUs, `gpu_platform.gpus.local_inventory()`) as one
+    `raw_nodes` row under `day`, source `local:nodes`, so local runs are priced the day they run."""
+    from gpu_platform.feeds import k8s_inventory
+
+    doc = k8s_inventory.local_node_list(hostname.lower(), list(inventory.devices), inventory.detail)
+    batch = k8s_inventory.parse_nodes(doc, source="local:nodes")
+    stats = load_batch(con, "nodes", batch, source="local:nodes", day=day)
+    report = IngestReport()
+    report.add(batch, stats.accepted, stats.quarantined)
+    return report

@@ -22,6 +22,15 @@ import duckdb
 import polars as pl
 
 from gpu_platform.feeds.focus import FOCUS_TABLE_SCHEMA
+from gpu_platform.feeds.k8s_inventory import (
+    NODE_SCHEMA,
+    POD_SCHEMA,
+    QUARANTINE_SCHEMA,
+    RAW_NODES,
+    RAW_NODES_QUARANTINE,
+    RAW_PODS,
+    RAW_PODS_QUARANTINE,
+)
 from gpu_platform.feeds.schemas import (
     DCGM_QUARANTINE_SCHEMA,
     DCGM_SAMPLE_SCHEMA,
@@ -35,7 +44,7 @@ from gpu_platform.feeds.schemas import (
     FeedBatch,
 )
 
-Feed = Literal["dcgm", "focus"]
+Feed = Literal["dcgm", "focus", "nodes", "pods"]
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,16 @@ _TABLES: dict[str, dict[str, pl.DataType]] = {
     RAW_FOCUS_BILLING: FOCUS_TABLE_SCHEMA,
     RAW_FOCUS_QUARANTINE: FOCUS_QUARANTINE_SCHEMA,
     RAW_FEED_FILE_QUARANTINE: FILE_QUARANTINE_SCHEMA,
+    RAW_NODES: NODE_SCHEMA,
+    RAW_NODES_QUARANTINE: QUARANTINE_SCHEMA,
+    RAW_PODS: POD_SCHEMA,
+    RAW_PODS_QUARANTINE: QUARANTINE_SCHEMA,
 }
 _FEEDS: dict[str, tuple[str, str]] = {
     "dcgm": (RAW_DCGM_SAMPLES, RAW_DCGM_QUARANTINE),
     "focus": (RAW_FOCUS_BILLING, RAW_FOCUS_QUARANTINE),
+    "nodes": (RAW_NODES, RAW_NODES_QUARANTINE),
+    "pods": (RAW_PODS, RAW_PODS_QUARANTINE),
 }
 _NOT_NULL = {
     RAW_DCGM_SAMPLES: {"ts", "metric", "value", "source", "source_line"},
@@ -82,6 +97,10 @@ _NOT_NULL = {
     RAW_FOCUS_BILLING: {"source", "source_row", "focus_version"},
     RAW_FOCUS_QUARANTINE: {"source", "reason"},
     RAW_FEED_FILE_QUARANTINE: {"feed", "source", "reason"},
+    RAW_NODES: {"node", "snapshot_at", "source", "source_row"},
+    RAW_NODES_QUARANTINE: {"source", "reason"},
+    RAW_PODS: {"namespace", "pod", "snapshot_at", "source", "source_row"},
+    RAW_PODS_QUARANTINE: {"source", "reason"},
 }
 
 

@@ -33,9 +33,15 @@ def _project(path: str | None) -> Project:
 
 
 warehouse_option = click.option(
-    "--warehouse", type=click.Path(dir_okay=False), default="warehouse.duckdb", show_default=True,
-    envvar="GPU_PLATFORM_WAREHOUSE", help="DuckDB file (env GPU_PLATFORM_WAREHOUSE).",
+    "--warehouse", type=click.Path(dir_okay=False), default=None,
+    help="DuckDB file (default: $GPU_PLATFORM_WAREHOUSE, else $GPU_PLATFORM_HOME/warehouse.duckdb).",
 )
+
+
+def _warehouse(value: str | None) -> str:
+    from gpu_platform.paths import default_warehouse
+
+    return str(Path(value) if value else default_warehouse())
 
 
 @click.group()
@@ -53,53 +59,80 @@ def cost() -> None:
 @click.option("--shared-policy", type=POLICIES, default=None, help="How shared platform cost is distributed.")
 @click.option("--project", "project_path", type=click.Path(file_okay=False, exists=True), default=None,
               help="dbt_like_sql directory (default: the repository's).")
+@click.option("--unreconciled-threshold", type=click.FloatRange(0, 1), default=None,
+              help="Share of the day's cost the (unreconciled) row may hold before the blocking check fails "
+                   "(default: project.yml, 0.01).")
 @click.option("--no-tests", is_flag=True, help="Skip the data tests.")
-def build(day: str, until: str | None, warehouse: str, select: tuple[str, ...], idle_policy: str | None,
-          shared_policy: str | None, project_path: str | None, no_tests: bool) -> None:
+def build(day: str, until: str | None, warehouse: str | None, select: tuple[str, ...], idle_policy: str | None,
+          shared_policy: str | None, project_path: str | None, unreconciled_threshold: float | None,
+          no_tests: bool) -> None:
     """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    warehouse = _warehouse(warehouse)
     try:
         project = _project(project_path)
-        variables = {k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v}
+        variables: dict[str, object] = {
+            k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v}
+        if unreconciled_threshold is not None:
+            variables["unreconciled_threshold"] = unreconciled_threshold
+        Path(warehouse).parent.mkdir(parents=True, exist_ok=True)
         con = duckdb.connect(warehouse)
-        ensure_raw_tables(con)
-        with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=False) as bar:
-            total = len([n for n in project.select(select) if not project.models[n].is_ephemeral])
-            task = bar.add_task("building", total=total)
-
-            def progress(name: str, i: int, total: int) -> None:
-                bar.update(task, completed=i, description=name)
-
-            days = (day, until or day)
-            results = project.build(con, days=days, select=select or None, progress=progress, variables=variables)
-            bar.update(task, completed=len(results), description="done")
-        rows = sum(r.rows for r in results)
-        span = day if days[0] == days[1] else f"{days[0]}..{days[1]}"
-        click.echo(f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s")
-        if not no_tests:
-            tests = project.run_tests(con, days=days, select=select or None, variables=variables)
-            failed = [t for t in tests if t.failures]
-            for t in failed:
-                click.echo(f"FAIL {t.model}.{t.test_name}: {t.failures} row(s)\n  {t.sql}", err=True)
-            click.echo(f"data tests: {len(tests) - len(failed)} passed, {len(failed)} failed")
-            if failed:
-                raise SystemExit(1)
+        try:
+            _build(con, project, day, until, select, variables, no_tests)
+        finally:
+            con.close()
     except (ProjectError, duckdb.Error) as e:
         raise click.ClickException(str(e)) from e
+
+
+def _build(con: duckdb.DuckDBPyConnection, project: Project, day: str, until: str | None, select: tuple[str, ...],
+           variables: dict[str, object], no_tests: bool) -> None:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ensure_raw_tables(con)
+    with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), transient=False) as bar:
+        total = len([n for n in project.select(select) if not project.models[n].is_ephemeral])
+        task = bar.add_task("building", total=total)
+
+        def progress(name: str, i: int, total: int) -> None:
+            bar.update(task, completed=i, description=name)
+
+        days = (day, until or day)
+        results = project.build(con, days=days, select=select or None, progress=progress, variables=variables)
+        bar.update(task, completed=len(results), description="done")
+    rows = sum(r.rows for r in results)
+    span = day if days[0] == days[1] else f"{days[0]}..{days[1]}"
+    click.echo(f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s")
+    if not no_tests:
+        tests = project.run_tests(con, days=days, select=select or None, variables=variables)
+        failed = [t for t in tests if t.failures]
+        for t in failed:
+            kind = "FAIL (blocking)" if t.blocking else "FAIL"
+            click.echo(f"{kind} {t.model}.{t.test_name}: {t.failures} row(s)\n  {t.sql}", err=True)
+            for line in t.describe().splitlines():
+                click.echo(f"    {line}", err=True)
+        click.echo(f"data tests: {len(tests) - len(failed)} passed, {len(failed)} failed")
+        if failed:
+            raise SystemExit(1)
 
 
 @cost.command()
 @click.option("--day", required=True, callback=_day, help="UTC day, YYYY-MM-DD.")
 @warehouse_option
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
-def report(day: str, warehouse: str, fmt: str) -> None:
-    """Billed and allocated totals, unit costs and chargeback by team for DAY."""
+def report(day: str, warehouse: str | None, fmt: str) -> None:
+    """Billed, allocated, idle, shared and unreconciled cost, exceptions, unit costs and chargeback for DAY."""
+    warehouse = _warehouse(warehouse)
     if not Path(warehouse).exists():
-        raise click.ClickException(f"{warehouse}: no warehouse; run `cost build --day {day}` first")
+        raise click.ClickException(
+            f"{warehouse}: no warehouse there (set GPU_PLATFORM_HOME or GPU_PLATFORM_WAREHOUSE, or pass --warehouse, "
+            f"to the one your feeds were ingested into; a new one is filled by `gpu-platform feeds ingest --day {day} "
+            f"...` and then `gpu-platform cost build --day {day}`)")
     con = duckdb.connect(warehouse, read_only=True)
-    data = cost_report(con, day)
+    try:
+        data = cost_report(con, day)
+    finally:
+        con.close()
     if fmt == "json":
         click.echo(json.dumps(to_jsonable(data), indent=2))
         return
@@ -108,8 +141,9 @@ def report(day: str, warehouse: str, fmt: str) -> None:
 
     console = Console()
     sections = (
-        ("Totals", data["totals"], ["currency", "billed_cost", "allocated_cost", "billed_idle_cost", "shared_cost",
-                                    "price_book_cost", "chargeback_total", "difference"]),
+        ("Totals", data["totals"], ["currency", "billed", "allocated", "idle", "shared", "unreconciled",
+                                    "price_book", "chargeback_total", "difference"]),
+        ("Exceptions", data["exceptions"], ["kind", "treatment", "currency", "amount", "hostname", "pod", "reason"]),
         ("Unit costs (lifetime to date)", data["unit_costs"], ["unit", "currency", "cost", "units", "cost_per_unit"]),
         ("Chargeback by team", data["chargeback_by_team"], ["team", "cost_center", "currency", "allocated_cost",
                                                             "idle_cost", "shared_cost", "total_cost"]),
@@ -117,7 +151,8 @@ def report(day: str, warehouse: str, fmt: str) -> None:
     for title, rows, cols in sections:
         table = Table(title=f"{title} — {day}")
         for c in cols:
-            table.add_column(c, justify="left" if c in ("currency", "unit", "team", "cost_center") else "right")
+            table.add_column(c, justify="left" if c in ("currency", "unit", "team", "cost_center", "kind", "treatment",
+                                                         "hostname", "pod", "reason") else "right")
         for r in to_jsonable(rows):
             table.add_row(*(str(r.get(c, "")) for c in cols))
         console.print(table)

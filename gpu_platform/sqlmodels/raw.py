@@ -1,7 +1,7 @@
 """Raw tables the cost models read, and the request-ledger snapshot loader.
 
 `raw_requests` / `raw_pod_requests` are owned here: the request ledger exports into them with
-`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` belong to the feed loaders
+`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` / `raw_nodes` / `raw_pods` belong to the feed loaders
 (`gpu_platform.feeds`); `ensure_raw_tables` creates them with the loader's DDL only when they are
 missing, so the models can build on a fresh warehouse.
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from gpu_platform.feeds.k8s_inventory import RAW_NODES, RAW_PODS
 from gpu_platform.feeds.load import table_ddl
 from gpu_platform.feeds.schemas import RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING
 
@@ -57,6 +58,14 @@ create table if not exists raw_pod_requests (
     exit_status varchar
 )"""
 
+RAW_REQUEST_LINEAGE_DDL = """
+create table if not exists raw_request_lineage (
+    child_request_id varchar,
+    parent_request_id varchar
+)"""
+"""One row per recorded lineage edge between two requests (`gpu_platform.lineage` edges):
+the parent's output is an input of the child. Unit costs sum over these trees."""
+
 REQUEST_COLUMNS = (
     "request_id", "team", "cost_center", "lane", "site", "odd_cell", "workload", "gpu_type", "gpu_count",
     "submitted_at", "state", "attempts", "release_packet_id", "candidate_id", "incident_id",
@@ -78,9 +87,10 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     """
     con.execute(RAW_REQUESTS_DDL)
     con.execute(RAW_POD_REQUESTS_DDL)
+    con.execute(RAW_REQUEST_LINEAGE_DDL)
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
-    for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING):
+    for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
         if table not in present:
             con.execute(table_ddl(table))
             con.execute(f"alter table {table} alter column day drop not null")
@@ -97,20 +107,27 @@ def _rows(records: Sequence[dict[str, Any]], columns: Sequence[str], what: str) 
 
 
 def load_ledger_snapshot(
-    con: duckdb.DuckDBPyConnection, requests: list[dict[str, Any]], pods: list[dict[str, Any]]
+    con: duckdb.DuckDBPyConnection, requests: list[dict[str, Any]], pods: list[dict[str, Any]],
+    lineage: list[tuple[str, str]] | None = None,
 ) -> tuple[int, int]:
-    """Replace `raw_requests` and `raw_pod_requests` with one ledger snapshot, atomically.
+    """Replace `raw_requests`, `raw_pod_requests` and `raw_request_lineage` with one ledger
+    snapshot, atomically.
 
-    Each dict holds the table's columns by name (missing keys are NULL, unknown keys are an error).
+    Each dict holds the table's columns by name (missing keys are NULL, unknown keys are an error);
+    `lineage`: (child request id, parent request id) edges (None: no edges recorded).
     Returns (requests loaded, pods loaded).
     """
     req_rows = _rows(requests, REQUEST_COLUMNS, "requests")
     pod_rows = _rows(pods, POD_COLUMNS, "pods")
+    edges = sorted({(c, p) for c, p in (lineage or []) if c and p and c != p})
     ensure_raw_tables(con)
     con.execute("begin transaction")
     try:
         con.execute("delete from raw_requests")
         con.execute("delete from raw_pod_requests")
+        con.execute("delete from raw_request_lineage")
+        if edges:
+            con.executemany("insert into raw_request_lineage values (?, ?)", edges)
         if req_rows:
             marks = ", ".join("?" for _ in REQUEST_COLUMNS)
             con.executemany(f"insert into raw_requests ({', '.join(REQUEST_COLUMNS)}) values ({marks})", req_rows)

@@ -37,13 +37,27 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     """
     d = date.fromisoformat(str(day))
     have = _tables(con)
-    out: dict[str, Any] = {"day": d.isoformat(), "totals": [], "unit_costs": [], "chargeback_by_team": [],
-                           "top_requests": []}
+    out: dict[str, Any] = {"day": d.isoformat(), "totals": [], "exceptions": [], "unit_costs": [],
+                           "chargeback_by_team": [], "top_requests": []}
     if "reconciliation" in have:
+        # billed: every FOCUS piece of the day; allocated / idle: all priced GPU nodes (billed and
+        # price book); shared: billed non-node cost; unreconciled: exception money charged to no team
         out["totals"] = _rows(con, """
-            select currency, billed_cost, allocated_cost as billed_allocated_cost, idle_cost as billed_idle_cost,
-                   shared_cost, price_book_cost, chargeback_total, difference
-            from reconciliation where day = $day order by currency""", {"day": d})
+            select r.currency, r.billed_cost as billed, r.allocated_cost as billed_allocated_cost,
+                   r.idle_cost as billed_idle_cost, coalesce(i.idle, 0) as idle, r.shared_cost as shared,
+                   r.unreconciled_cost as unreconciled, r.price_book_cost as price_book, r.chargeback_total,
+                   r.charged_to_teams, r.exceptions, r.difference,
+                   r.billed_cost, r.shared_cost, r.price_book_cost
+            from reconciliation as r
+            left join (select currency, sum(idle_cost) as idle from int_idle_capacity where day = $day
+                       group by currency) as i on i.currency = r.currency
+            where r.day = $day order by r.currency""", {"day": d})
+    if "reconciliation_exceptions" in have:
+        out["exceptions"] = _rows(con, """
+            select kind, treatment, currency, amount, gpu_hours, hostname, namespace, pod, source, source_row,
+                   price_source, reason
+            from reconciliation_exceptions where day = $day
+            order by treatment = 'unreconciled' desc, amount desc, exception_id""", {"day": d})
     if "fct_gpu_cost_by_request" in have:
         hours = _rows(con, """
             select currency, sum(allocated_cost) as allocated_cost, sum(allocated_gpu_hours) as allocated_gpu_hours,
@@ -52,7 +66,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
         by_cur = {h["currency"]: h for h in hours}
         for t in out["totals"]:
             h = by_cur.get(t["currency"], {})
-            t["allocated_cost"] = h.get("allocated_cost", Decimal(0))
+            t["allocated"] = t["allocated_cost"] = h.get("allocated_cost", Decimal(0))
             t["allocated_gpu_hours"] = h.get("allocated_gpu_hours", 0.0)
             t["used_gpu_hours"] = h.get("used_gpu_hours", 0.0)
         out["top_requests"] = _rows(con, """
@@ -68,7 +82,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                 select currency, sum({cost_col}) as cost, {unit_expr} as units
                 from {table} group by currency order by currency"""):
             per = None
-            if r["units"]:
+            if r["units"] and r["cost"] is not None:
                 per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
             out["unit_costs"].append({"unit": label, "currency": r["currency"], "cost": r["cost"],
                                       "units": r["units"], "cost_per_unit": per})

@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, timedelta
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,11 @@ class DataTest:
     sql: str
     target: str | None = None
     """relationships: the parent model."""
+    blocking: bool = False
+    """`blocking: true` in the yml: in Dagster a blocking ERROR check (downstream assets do not run)."""
+    details: str | None = None
+    """`details:` in the yml: a query run when the test fails (binds $day_from / $day_to), whose
+    rows explain the failure (e.g. the largest exceptions)."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +118,17 @@ class TestResult:
     test_name: str
     failures: int
     sql: str
+    blocking: bool = False
+    details: tuple[dict[str, Any], ...] = ()
+    """Rows of the test's `details` query when it failed."""
 
     @property
     def passed(self) -> bool:
         return self.failures == 0
+
+    def describe(self) -> str:
+        """One line per failure detail (empty when passed or without details)."""
+        return "\n".join(", ".join(f"{k}={v}" for k, v in row.items() if v is not None) for row in self.details)
 
 
 Progress = Callable[[str, int, int], None]
@@ -185,9 +197,20 @@ def _test_sql(model: str, kind: str, column: str | None, args: Any, where: str) 
     if kind == "unique":
         cols = _cols(args["columns"]) if isinstance(args, dict) and "columns" in args else [column]
         key = ", ".join(cols)
+        if len(cols) == 1:
+            return (
+                f"unique_{'__'.join(cols)}",
+                f"select {key}, count(*) as n from {model} group by {key} having count(*) > 1",
+            )
+        # two phases, exact: group on one 64-bit hash of the key (far cheaper than hashing and
+        # comparing every key column), then recount exactly only the rows of hashes seen twice (a
+        # collision is a candidate, never a silent pass; with no candidate the second scan's join
+        # has an empty side and reads nothing)
         return (
             f"unique_{'__'.join(cols)}",
-            f"select {key}, count(*) as n from {model} group by {key} having count(*) > 1",
+            f"select {key}, count(*) as n from {model} semi join ("
+            f"select hash({key}) as _h from {model} group by _h having count(*) > 1) as _dup "
+            f"on hash({key}) = _dup._h group by {key} having count(*) > 1",
         )
     if kind == "accepted_values":
         values = args["values"] if isinstance(args, dict) else args
@@ -222,7 +245,14 @@ def _parse_tests(model: str, spec: dict[str, Any], where: str) -> list[DataTest]
         target = None
         if kind == "relationships":
             target = re.fullmatch(r"\s*ref\('([a-z_][a-z0-9_]*)'\)\s*", args["to"]).group(1)
-        out.append(DataTest(model=model, name=name, kind=kind, sql=sql, target=target))
+        blocking = bool(args.get("blocking")) if isinstance(args, dict) else False
+        details = args.get("details") if isinstance(args, dict) else None
+        if details is not None:
+            if _ANY_JINJA.search(details):
+                raise ProjectError(f"{where}: test {name}: details is plain SQL (model names, $day_from/$day_to)")
+            _validate_sql(details, f"{where}: test {name}: details")
+        out.append(DataTest(model=model, name=name, kind=kind, sql=sql, target=target, blocking=blocking,
+                            details=details.strip() if details else None))
 
     def items(tests: list[Any]) -> Iterable[tuple[str, Any]]:
         for t in tests or []:
@@ -472,11 +502,45 @@ class Project:
         span = _days(day, days)
         out = []
         for name in self.select(select):
-            for t in self.models[name].tests:
-                sql, params = self.test_query(t, span, variables)
-                failures = con.execute(f"select count(*) from ({sql})", params).fetchall()[0][0]
-                out.append(TestResult(model=name, test_name=t.name, failures=int(failures), sql=sql))
+            m = self.models[name]
+            # an ephemeral partitioned model is evaluated per day: its tests then never hold more
+            # than one day of samples (its unique test hashes every sample of the span otherwise)
+            spans = _each_day(span) if m.is_ephemeral and m.partition_by and span else [span]
+            row_tests = [t for t in m.tests if _row_predicate(t) is not None]
+            failures: dict[str, int] = {t.name: 0 for t in m.tests}
+            for part in spans:
+                if row_tests:
+                    # every row-level test (not_null, accepted_values, expression_is_true) of the
+                    # model in one scan: one count(*) filter (where <failing>) per test
+                    combined = replace(row_tests[0], name="_row_tests", sql="select " + ", ".join(
+                        f"count(*) filter (where {_row_predicate(t)})" for t in row_tests) + f" from {m.name}")
+                    sql, params = self.test_query(combined, part, variables)
+                    counts = con.execute(sql, params).fetchall()[0]
+                    for t, n in zip(row_tests, counts, strict=True):
+                        failures[t.name] += int(n)
+                for t in m.tests:
+                    if t in row_tests:
+                        continue
+                    sql, params = self.test_query(t, part, variables)
+                    failures[t.name] += int(con.execute(f"select count(*) from ({sql})", params).fetchall()[0][0])
+            for t in m.tests:
+                sql, _ = self.test_query(t, span, variables)
+                details: tuple[dict[str, Any], ...] = ()
+                if failures[t.name] and t.details:
+                    details = self._details(con, t.details, span)
+                out.append(TestResult(model=name, test_name=t.name, failures=failures[t.name], sql=sql,
+                                      blocking=t.blocking, details=details))
         return out
+
+    @staticmethod
+    def _details(con: duckdb.DuckDBPyConnection, sql: str, span: Days | None) -> tuple[dict[str, Any], ...]:
+        names = set(_params(sql))
+        if span is None:
+            span = (date(1, 1, 1), date(9999, 12, 31))
+        params = {k: v for k, v in (("day_from", span[0]), ("day_to", span[1])) if k in names}
+        cur = con.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return tuple(dict(zip(cols, row, strict=True)) for row in cur.fetchall())
 
     def test_query(
         self, t: DataTest, days: Days | None, variables: dict[str, Any] | None = None
@@ -495,6 +559,19 @@ class Project:
 
 
 Days = tuple[date, date]
+
+
+def _each_day(span: Days) -> list[Days]:
+    first, last = span
+    return [(first + timedelta(days=i),) * 2 for i in range((last - first).days + 1)]
+
+
+def _row_predicate(t: DataTest) -> str | None:
+    """The failing-row condition of a row-level test (`select * from m where <cond>`), else None."""
+    prefix = f"select * from {t.model} where "
+    if t.kind in ("not_null", "accepted_values", "expression_is_true") and t.sql.startswith(prefix):
+        return t.sql[len(prefix):]
+    return None
 
 
 def _days(day: str | date | None, days: tuple[str | date, str | date] | None) -> Days | None:

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ttc-min", type=float, default=0.5, help="seconds")
     p.add_argument("--fail-suites", default="", help="suites to run with a degraded policy (demo of a failure)")
     p.add_argument("--model-ids", default="", help="comma-separated model artifact ids under test (recorded)")
+    p.add_argument("--segment-s", type=float, default=30.0,
+                   help="seconds of recorded drive log one scenario replays (replay hours = scenarios x this)")
     args = p.parse_args(argv)
     with session("replay", args) as s:
         degraded = set(csv_list(args.fail_suites))
@@ -63,9 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         results_path = s.out_dir / "replay-results.json"
         summary = {"odd_cell": args.odd_cell, "model_ids": csv_list(args.model_ids), "suites": suites}
         write_atomic(results_path, json.dumps(summary, indent=2, sort_keys=True).encode())
+        # the unit of unit_cost_replay_hour: hours of drive log replayed, over every suite
+        replay_hours = round(sum(r["scenarios"] for r in suites.values()) * args.segment_s / 3600.0, 6)
         s.report(
             {
                 "odd_cell": args.odd_cell,
+                "replay_hours": replay_hours,
                 "suites": suites,
                 "suites_passed": sorted(k for k, v in suites.items() if v["status"] == "passed"),
                 "suites_failed": sorted(k for k, v in suites.items() if v["status"] == "failed"),

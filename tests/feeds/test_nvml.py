@@ -126,3 +126,25 @@ def test_real_nvml_lists_and_samples_gpus() -> None:
     batch = NvmlSampler().sample()
     assert batch.rows_in == len(gpus) * 6 == batch.accepted + batch.quarantined
     assert batch.rows.filter(batch.rows["metric"] == "DCGM_FI_DEV_FB_FREE").height == len(gpus)
+
+
+def test_recorder_writes_a_days_samples_of_the_pods_gpus_as_dcgm_history(tmp_path):
+    """NVML readings of a local run's GPUs become a raw DCGM feed file the ingest loads."""
+    from datetime import UTC, datetime, timedelta
+
+    from gpu_platform.feeds.dcgm import read_history_parquet
+    from gpu_platform.feeds.nvml_recorder import NvmlRecorder
+    from gpu_platform.gpus import FakeNvml
+
+    rec = NvmlRecorder(tmp_path, [1, 2], "team-perception", "req-1-a2", run_id="abcdef123456",
+                       nvml_module=FakeNvml(count=4), hostname="Box-1")
+    t0 = datetime(2026, 11, 28, 23, 59, 45, tzinfo=UTC)
+    assert rec.sample_once(at=t0) == 2 * 6  # two GPUs x six fields
+    rec.sample_once(at=t0 + timedelta(seconds=30))  # the next day
+    files = rec.stop()
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == [
+        "dcgm/2026-11-28/nvml-req-1-a2-abcdef12.parquet", "dcgm/2026-11-29/nvml-req-1-a2-abcdef12.parquet"]
+    batch = read_history_parquet(files[0], source="dcgm/2026-11-28/x.parquet")
+    assert batch.accepted == 12 and batch.quarantined == 0
+    row = batch.rows.filter(batch.rows["metric"] == "DCGM_FI_DEV_GPU_UTIL").row(0, named=True)
+    assert (row["hostname"], row["namespace"], row["pod"], row["gpu"]) == ("box-1", "team-perception", "req-1-a2", 1)

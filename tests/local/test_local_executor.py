@@ -211,3 +211,18 @@ def test_real_mig_devices_when_mig_is_enabled(tmp_path: Path) -> None:
     if not migs:
         pytest.skip("no MIG-enabled GPU on this node (enable MIG and create instances to run this test)")
     assert all(m.uuid.startswith("MIG-") and "g." in m.profile and m.memory_mib > 0 for m in migs)
+
+
+def test_run_records_nvml_samples_of_its_gpus_as_a_dcgm_feed(tmp_path: Path, make_request) -> None:
+    feeds = tmp_path / "feeds"
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), nvml_feeds_dir=str(feeds))
+    with dg.instance_for_test() as instance:
+        result = _materialize(executor, make_request(gpu_count=2), tmp_path / "ckpt", FakeNvml(count=4), instance)
+        assert result.success
+        files = list(feeds.glob("dcgm/*/nvml-req-20261129-local-report-a1-*.parquet"))
+        assert len(files) >= 1  # the first reading is taken when the run starts
+        import polars as pl
+
+        gpus = set(pl.concat([pl.read_parquet(f) for f in files])["gpu"].to_list())
+        assert gpus == {0, 1}
+        assert any("NVML samples in" in m for m in _messages(instance, result))

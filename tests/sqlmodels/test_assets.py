@@ -30,7 +30,7 @@ def test_asset_graph_follows_refs_and_raw_sources():
     deps = {k.to_user_string() for k in assets["stg_requests"].asset_deps[dg.AssetKey(["stg_requests"])]}
     assert deps == {"raw_ledger_snapshot"}
     deps = {k.to_user_string() for k in assets["int_node_hour_prices"].asset_deps[dg.AssetKey(["int_node_hour_prices"])]}
-    assert deps == {"int_gpu_nodes", "stg_focus_billing", "price_book"}
+    assert deps == {"int_gpu_nodes", "int_billing_nodes", "price_book"}
     assert "stg_dcgm_samples" not in assets  # ephemeral: inlined into int_gpu_busy, its tests run there
     busy = assets["int_gpu_busy"]
     assert {k.to_user_string() for k in busy.asset_deps[dg.AssetKey(["int_gpu_busy"])]} == {"raw_dcgm_samples"}
@@ -52,7 +52,8 @@ def test_definitions_job_and_schedule_for_yesterday():
     assert job.partitions_def == finops_daily_partitions
     (schedule,) = finops_schedules
     assert schedule.cron_schedule == "0 2 * * *"
-    ctx = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=UTC))
+    ctx = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 29, 2, 0, tzinfo=UTC),
+                                    repository_def=defs.get_repository_def())
     (request,) = schedule.evaluate_tick(ctx).run_requests
     assert request.partition_key == DAY
 

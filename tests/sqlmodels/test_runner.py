@@ -38,7 +38,7 @@ def test_real_project_graph():
     order = p.order
     assert order.index("stg_dcgm_samples") < order.index("int_pod_gpu_hours") < order.index("fct_gpu_cost_by_request")
     assert order.index("chargeback") < order.index("reconciliation")
-    assert set(p.graph["int_node_hour_prices"]) == {"int_gpu_nodes", "stg_focus_billing", "price_book"}
+    assert set(p.graph["int_node_hour_prices"]) == {"int_gpu_nodes", "int_billing_nodes", "price_book"}
     assert p.models["stg_dcgm_samples"].sources == ("raw_dcgm_samples",)
     assert p.sources["raw_requests"] == "raw_ledger_snapshot"
     for m in p.models.values():
@@ -49,7 +49,7 @@ def test_real_project_graph():
             assert not re.search(r"\b(SELECT|FROM|WHERE|GROUP BY|JOIN|WITH)\b", m.sql), f"{m.name}: lower-case SQL"
     assert p.select(["+int_node_hour_prices"]) == [
         n for n in p.order if n in {"int_node_hour_prices", "int_gpu_nodes", "int_gpu_busy", "stg_dcgm_samples",
-                                    "stg_focus_billing", "price_book"}]
+                                    "stg_focus_billing", "price_book", "stg_nodes", "int_billing_nodes"}]
     assert "reconciliation" in p.select(["chargeback+"])
 
 

@@ -226,3 +226,21 @@ def test_node_billed_in_two_currencies_fails_tests(project):
 
 def test_billing_rows_default_currency_is_usd():
     assert {r[1] for r in billing_rows()} == {"USD"}
+
+
+def test_released_model_cost_follows_recorded_lineage_not_shared_ids(tmp_path):
+    """With lineage recorded, R5 costs its tree (R3 -> R1, R4), not every request sharing C1 / P1."""
+    from gpu_platform.sqlmodels import load_ledger_snapshot
+    from tests.sqlmodels.finops_scenario import REQUESTS, pod_dicts
+
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    load_scenario(con)
+    # R8 reuses candidate C1 but is not in R5's lineage; R2's labels fed R1 (a label batch upstream)
+    extra = dict(REQUESTS[0], request_id="R8", candidate_id="C1")
+    load_ledger_snapshot(con, [*REQUESTS, extra], [*pod_dicts(), dict(pod_dicts()[1], pod="r8-a1", request_id="R8")],
+                         [("R5", "R3"), ("R5", "R4"), ("R3", "R1"), ("R1", "R2"), ("R4", "R3")])
+    project = Project.load(default_project_path())
+    project.build(con, day=DAY)
+    rm = con.execute("select cost_per_released_model, lineage_requests, lineage_source "
+                     "from unit_cost_released_model").fetchall()
+    assert rm == [(D("129.600000") + D("194.400000") + D("3.688000") + D("44.256000"), 4, "lineage")]  # R5 itself has no pods

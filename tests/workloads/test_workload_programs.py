@@ -52,6 +52,8 @@ def test_replay_program_writes_per_suite_results(tmp_path: Path):
     assert r["suites"]["s-day"]["status"] == "passed"
     assert r["suites"]["s-night"]["status"] == "failed"
     assert r["suites_failed"] == ["s-night"]
+    # two suites x 200 scenarios x 30 s of drive log each: the unit of unit_cost_replay_hour
+    assert r["replay_hours"] == pytest.approx(2 * 200 * 30 / 3600)
     for suite in ("s-day", "s-night"):
         per_suite = json.loads((tmp_path / "suites" / f"{suite}.json").read_text())
         assert per_suite["odd_cell"] == "odd-urban-day"

@@ -1,0 +1,68 @@
+-- Every pod that ran for an admitted request: the ledger's pods (local executor, demo, pods with a
+-- recorded host) and the Kubernetes pods labelled with an admitted request's id. On Kubernetes the
+-- ledger only knows a placeholder per attempt (no host); the cluster's pods of that request
+-- replace it, each taking the attempt whose ledger window contains the pod's start.
+with ledger as (
+
+    select *, 'ledger' as origin from {{ ref('stg_pod_requests') }}
+
+),
+
+admitted as (
+
+    select distinct request_id from ledger
+
+),
+
+k8s as (
+
+    select p.*
+    from {{ ref('stg_pods') }} as p
+    semi join admitted as a on a.request_id = p.request_id
+    where p.started_at is not null
+
+),
+
+k8s_attempts as (
+
+    select
+        k.*,
+        l.attempt,
+        l.flavor_name
+    from k8s as k
+    left join ledger as l
+        on l.request_id = k.request_id
+        and l.started_at <= k.started_at
+        and (l.ended_at is null or l.ended_at >= k.started_at)
+    qualify row_number() over (partition by k.namespace, k.pod, k.uid order by l.attempt desc nulls last) = 1
+
+),
+
+final as (
+
+    select
+        namespace, pod, request_id, attempt, flavor_name, hostname, gpu_uuids, assigned_gpus,
+        started_at, ended_at, exit_status, failed, origin
+    from ledger as l
+    where l.hostname is not null
+       or l.request_id not in (select request_id from k8s)
+    union all
+    select
+        namespace,
+        pod,
+        request_id,
+        coalesce(attempt, 1) as attempt,
+        flavor_name,
+        node as hostname,
+        cast(null as varchar[]) as gpu_uuids,
+        cast(nullif(gpu_requests, 0) as bigint) as assigned_gpus,
+        started_at,
+        ended_at,
+        lower(coalesce(phase, 'running')) as exit_status,
+        failed,
+        'kubernetes' as origin
+    from k8s_attempts
+
+)
+
+select * from final

@@ -1,0 +1,157 @@
+"""`gpu-platform feeds ingest`: load one day's feeds into the warehouse and count every row.
+
+    gpu-platform feeds ingest --day D [--dcgm PATH_OR_URL...] [--focus PATH...]
+        [--nodes PATH | --from-cluster] [--pods PATH | --from-cluster] [--warehouse FILE]
+        [--format table|json]
+
+Each file (or URL, or cluster read) is one loader source and one line of output: rows in,
+accepted, quarantined. With no input option at all, the saved feed files of the day under
+`$GPU_PLATFORM_HOME/feeds/` are loaded (what the Dagster ingest assets do). `--from-cluster`
+reads the nodes and/or pods not given as files through the Kubernetes API (in-cluster config,
+else KUBECONFIG). Exit 2 when an input cannot be read at all (every such problem listed), 1
+when rows in != accepted + quarantined.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpu_platform.paths import default_warehouse, platform_home
+
+
+def _day(_ctx: click.Context, _param: click.Parameter, value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError as e:
+        raise click.BadParameter(f"{value!r} is not YYYY-MM-DD") from e
+
+
+@click.group()
+def feeds() -> None:
+    """Feed ingestion: DCGM, FOCUS billing, node and pod inventory."""
+
+
+@feeds.command("ingest")
+@click.option("--day", required=True, callback=_day, help="UTC day the rows are loaded under, YYYY-MM-DD.")
+@click.option("--dcgm", "dcgm_inputs", multiple=True,
+              help="dcgm-exporter text/.prom, query_range .json, history .parquet, or an http(s) /metrics URL.")
+@click.option("--focus", "focus_inputs", multiple=True, type=click.Path(dir_okay=False),
+              help="FOCUS 1.0/1.2 export (.csv or .parquet); the rows charged on DAY are loaded.")
+@click.option("--nodes", "nodes_input", type=click.Path(dir_okay=False), help="`kubectl get nodes -o json` output.")
+@click.option("--pods", "pods_input", type=click.Path(dir_okay=False), help="`kubectl get pods -A -o json` output.")
+@click.option("--from-cluster", is_flag=True, help="Read nodes and pods (those not given as files) through the API.")
+@click.option("--warehouse", type=click.Path(dir_okay=False), default=None,
+              help="DuckDB file (default: $GPU_PLATFORM_WAREHOUSE, else $GPU_PLATFORM_HOME/warehouse.duckdb).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def ingest(day: date, dcgm_inputs: tuple[str, ...], focus_inputs: tuple[str, ...], nodes_input: str | None,
+           pods_input: str | None, from_cluster: bool, warehouse: str | None, fmt: str) -> None:
+    """Load DAY's feeds into the warehouse; print rows in / accepted / quarantined per feed and file."""
+    import duckdb
+
+    from gpu_platform.feeds import dcgm as dcgm_feed
+    from gpu_platform.feeds import focus as focus_feed
+    from gpu_platform.feeds import ingest as ing
+    from gpu_platform.feeds.k8s_inventory import InventoryError
+    from gpu_platform.feeds.load import load_batch
+    from gpu_platform.feeds.schemas import FeedSchemaError
+
+    path = Path(warehouse) if warehouse else default_warehouse()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    explicit = bool(dcgm_inputs or focus_inputs or nodes_input or pods_input or from_cluster)
+    missing = [p for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input)
+               if p and not Path(p).is_file()]
+    if missing:
+        _fail([f"{p}: no such file" for p in missing])
+    lines: list[dict[str, Any]] = []
+    problems: list[str] = []
+
+    def add(feed: str, source: str, batch_or_report: Any, accepted: int, quarantined: int) -> None:
+        lines.append({"feed": feed, "source": source, "rows_in": batch_or_report.rows_in,
+                      "accepted": accepted, "quarantined": quarantined})
+
+    con = duckdb.connect(str(path))
+    try:
+        if not explicit:
+            feeds_dir = platform_home() / "feeds"
+            for feed, report in (("dcgm", ing.load_dcgm_day(con, feeds_dir, day, [])),
+                                 ("focus", ing.load_focus_day(con, feeds_dir, day)),
+                                 ("nodes", ing.load_inventory_day(con, feeds_dir, day, "nodes")),
+                                 ("pods", ing.load_inventory_day(con, feeds_dir, day, "pods"))):
+                lines.append({"feed": feed, "source": str(feeds_dir / feed), "rows_in": report.rows_in,
+                              "accepted": report.accepted, "quarantined": report.quarantined})
+        for item in dcgm_inputs:
+            try:
+                if "://" in item:
+                    source = f"scrape:{item}@{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+                    batch = dcgm_feed.scrape(item, source=source)
+                else:
+                    source = str(Path(item).resolve())
+                    batch = ing.read_dcgm_file(Path(item), source)
+            except (dcgm_feed.ScrapeError, FeedSchemaError, ValueError, OSError) as e:
+                problems.append(f"--dcgm {item}: {e}")
+                continue
+            stats = load_batch(con, "dcgm", batch, source=source, day=day)
+            add("dcgm", source, batch, stats.accepted, stats.quarantined)
+        for item in focus_inputs:
+            source = str(Path(item).resolve())
+            try:
+                batch = focus_feed.load_focus(Path(item), source=source)
+            except (FeedSchemaError, ValueError, OSError) as e:
+                problems.append(f"--focus {item}: {e}")
+                continue
+            starts = batch.rows["ChargePeriodStart"].drop_nulls()
+            anchor = starts.min().date() if len(starts) else day
+            part = ing.focus_day_batch(batch, day, anchor)
+            stats = load_batch(con, "focus", part, source=source, day=day)
+            add("focus", source, part, stats.accepted, stats.quarantined)
+        for kind, given in (("nodes", nodes_input), ("pods", pods_input)):
+            try:
+                if given:
+                    source = str(Path(given).resolve())
+                    batch = ing.read_inventory_file(kind, Path(given), source)
+                    stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+                    add(kind, source, batch, stats.accepted, stats.quarantined)
+                elif from_cluster:
+                    source, report = ing.load_inventory_from_cluster(con, day, kind)
+                    add(kind, source, report, report.accepted, report.quarantined)
+            except (InventoryError, OSError) as e:
+                problems.append(f"--{kind} {given or '--from-cluster'}: {e}")
+            except Exception as e:  # the kubernetes client's config and API errors
+                if given:
+                    raise
+                problems.append(f"--from-cluster ({kind}): {type(e).__name__}: {e}")
+    finally:
+        con.close()
+    if fmt == "json":
+        click.echo(json.dumps({"day": day.isoformat(), "warehouse": str(path), "feeds": lines,
+                               "errors": problems}, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"feeds ingested for {day.isoformat()} into {path}")
+        for col in ("feed", "source", "rows_in", "accepted", "quarantined"):
+            table.add_column(col, justify="right" if col in ("rows_in", "accepted", "quarantined") else "left",
+                             overflow="fold")
+        for row in lines:
+            table.add_row(row["feed"], row["source"], *(str(row[c]) for c in ("rows_in", "accepted", "quarantined")))
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
+    if problems:
+        _fail(problems)
+    bad = [r for r in lines if r["rows_in"] != r["accepted"] + r["quarantined"]]
+    if bad:
+        click.echo(f"rows in != accepted + quarantined for {', '.join(r['source'] for r in bad)}", err=True)
+        sys.exit(1)
+
+
+def _fail(problems: list[str]) -> None:
+    click.echo(f"feeds ingest: {len(problems)} problem(s)", err=True)
+    for p in problems:
+        click.echo(f"  {p}", err=True)
+    sys.exit(2)
