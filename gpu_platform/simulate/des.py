@@ -243,12 +243,14 @@ class _Sim:
                 done.append(name)
         self.uncheckpointed.difference_update(done)
 
-    def _shown(self, cq: str, full: bool, limit: int, expand: dict[tuple, int]):
+    def _shown(self, cq: str, full: bool, limit: int, expand: dict[tuple, int], parked: set[tuple]):
         """The workloads of `cq` shown to the engine, in queue order, and whether some were held back
         (beyond `limit` distinct ones). full=False: only this call's arrivals (the rest stay parked)."""
         if full or cq in self.strict:
             reps: list[tuple[tuple, JobRun, tuple, bool]] = []
             for sh, group in self.shapes[cq].items():
+                if (cq, sh) in parked:
+                    continue
                 k = expand.get((cq, sh), self.shown_per_shape)
                 for j in range(min(k, len(group))):
                     reps.append((group[j][0], group[j][1], sh, j == min(k, len(group)) - 1 and len(group) > k))
@@ -260,6 +262,8 @@ class _Sim:
                 if r.state != "pending":
                     continue
                 sh = self._shape(r.wl)  # type: ignore[arg-type]
+                if (cq, sh) in parked:
+                    continue
                 n = seen.get(sh, 0)
                 seen[sh] = n + 1
                 k = expand.get((cq, sh), self.shown_per_shape)
@@ -275,6 +279,10 @@ class _Sim:
     def schedule(self, now: float, full: bool) -> None:
         limits = dict.fromkeys(self.shapes, self.window)
         expand: dict[tuple, int] = {}
+        # Found inadmissible at this instant: not shown again after evictions here, since what
+        # evictions free is the preemptors' (Kueue's inadmissible list; without it two queues
+        # can trade the same GPUs back and forth at one instant).
+        parked: set[tuple] = set()
         for _ in range(10_000):
             self._refresh_checkpoints(now)
             pending: list[Workload] = []
@@ -284,7 +292,7 @@ class _Sim:
             for cq in self.shapes:
                 if not self.size[cq] or (not full and not self.fresh[cq]):
                     continue
-                reps, more = self._shown(cq, full, limits[cq], expand)
+                reps, more = self._shown(cq, full, limits[cq], expand, parked)
                 held[cq] = more
                 asked.append(cq)
                 for _key, r, sh, followers in reps:
@@ -329,6 +337,8 @@ class _Sim:
             for info in res.pending:
                 code = info.reason_code
                 if code == BUDGET_EXHAUSTED or (code == INADMISSIBLE and info.cq not in self.strict):
+                    if info.name in idx:
+                        parked.add((info.cq, idx[info.name][1]))
                     continue
                 if info.position < best.get(info.cq, 1 << 62):
                     best[info.cq] = info.position

@@ -41,7 +41,8 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
-    """One job of a trace. cls: a workload class for reports (Kueue scenarios); None: none."""
+    """One job of a trace. cls: a workload class for reports (Kueue scenarios); None: none.
+    priority=None: the lane's priority (set only by generated scenarios)."""
 
     job_id: str
     submit_ts: float
@@ -53,6 +54,7 @@ class TraceJob:
     status: str | None = None
     preemption_policy: str = "checkpoint_requeue"
     cls: str | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
