@@ -9,6 +9,7 @@ def commands() -> list[click.Command]:
     from gpu_platform.admission.cli import admit, kueue
     from gpu_platform.k8s_cli import dagster_config, k8s
     from gpu_platform.lineage_cli import lineage, retention
+    from gpu_platform.simulate.cli import simulate_cmd
     from gpu_platform.sqlmodels.cli import cost
 
-    return [admit, kueue, k8s, dagster_config, lineage, retention, cost]
+    return [admit, kueue, k8s, dagster_config, lineage, retention, cost, simulate_cmd]

@@ -73,7 +73,7 @@ class SimResult:
     end: float
     engine_calls: int = 0
     cycles: int = 0
-    # (time, cq, delta GPUs in use) for plots and per-queue usage
+    # (time, lane, change in GPUs held) for plots
     usage_events: list[tuple[float, str, float]] = field(default_factory=list)
     checkpoint_interval_s: float = 0.0
     tick_s: float = 0.0
@@ -184,7 +184,7 @@ class _Sim:
         self.uncheckpointed.discard(name)
         ran = now - r.start
         r.used_gpu_s += r.job.gpus * ran
-        self.usage.append((now, r.wl.cq, -r.job.gpus))  # type: ignore[union-attr]
+        self.usage.append((now, r.job.lane, -r.job.gpus))
         return ran
 
     def complete(self, r: JobRun, now: float) -> None:
@@ -208,7 +208,7 @@ class _Sim:
         r.seq += 1
         self.counter += 1
         heapq.heappush(self.heap, (now + r.job.duration_s - r.saved_s, self.counter, r.seq, r))
-        self.usage.append((now, wl.cq, r.job.gpus))
+        self.usage.append((now, r.job.lane, r.job.gpus))
 
     def _evict(self, r: JobRun, now: float) -> None:
         ran = self._stop(r, now)
