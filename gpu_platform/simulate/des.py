@@ -14,6 +14,13 @@ The engine is only asked when its answer can change, and only about what can cha
   capacity is freed). Queues with no arrival are left out of that call;
 - all events at one instant are applied before the engine runs (with `tick`, all events up to
   the next tick boundary, as a gate that runs every `tick` seconds).
+A waiting workload of a BestEffortFIFO queue that would take its own queue over nominal quota
+plus borrowing limit on every flavor it may use, with nothing in its own queue it may preempt,
+is not shown: Kueue's borrowing limit is a hard ceiling that no preemption elsewhere lifts, so
+the engine would find it inadmissible; it is shown again once its own queue's usage drops.
+(Like Kueue's inadmissible list, this lets the next workload of that queue be looked at in the
+first cycle rather than the second; at one instant, that can change which of two queues gets
+freed GPUs first. `skip_bound=False` shows them.)
 Identical waiting workloads (same queue, requests, flavors, priority) are shown one at a time:
 the engine finds the one behind inadmissible whenever the one ahead is (its own dominance
 rule). When a shown workload with identical ones behind it is admitted or preempts, that answer
@@ -34,7 +41,15 @@ import math
 from dataclasses import dataclass, field, replace
 
 from gpu_platform.admission import Workload, admit_until_stable
-from gpu_platform.admission.model import BUDGET_EXHAUSTED, INADMISSIBLE, STRICT_FIFO
+from gpu_platform.admission.model import (
+    ANY,
+    BUDGET_EXHAUSTED,
+    INADMISSIBLE,
+    LOWER_OR_NEWER_EQUAL,
+    LOWER_PRIORITY,
+    NEVER,
+    STRICT_FIFO,
+)
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.scenarios import Scenario
 from gpu_platform.simulate.trace import TraceJob
@@ -85,7 +100,14 @@ def _queue_key(w: Workload) -> tuple:
 
 class _Sim:
     def __init__(
-        self, scenario: Scenario, jobs: list[TraceJob], tick: float, checkpoint_s: float, window: int, per_shape: int
+        self,
+        scenario: Scenario,
+        jobs: list[TraceJob],
+        tick: float,
+        checkpoint_s: float,
+        window: int,
+        per_shape: int,
+        skip_bound: bool,
     ):
         self.scn = scenario
         self.shown_per_shape = per_shape
@@ -101,6 +123,7 @@ class _Sim:
         self.block: dict[str, tuple | None] = dict.fromkeys(names)
         self.fresh: dict[str, list[JobRun]] = {n: [] for n in names}  # arrivals since the last call
         self.running: dict[str, Workload] = {}
+        self.running_wl: dict[str, Workload] = {}  # as admitted (flavor, priority) for accounting
         self.run_of: dict[str, JobRun] = {}
         self.uncheckpointed: set[str] = set()  # running evidence workloads not yet checkpointed
         self.heap: list[tuple[float, int, int, JobRun]] = []
@@ -109,6 +132,19 @@ class _Sim:
         self.calls = 0
         self.cycles = 0
         self.usage: list[tuple[float, str, float]] = []
+        self.skip_bound = skip_bound
+        self.specs = {c.name: c for c in scenario.base.cluster_queues}
+        # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
+        # without a cohort); absent: no ceiling of its own
+        self.ceiling: dict[tuple[str, str, str], float] = {}
+        for c in scenario.base.cluster_queues:
+            for q in c.quotas:
+                if c.cohort is None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal
+                elif q.borrowing_limit is not None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal + q.borrowing_limit
+        self.cq_usage: dict[tuple[str, str, str], float] = {}
+        self.cq_prios: dict[str, dict[int, int]] = {}
         self.fits_cache: dict[tuple, str | None] = {}
 
     @staticmethod
@@ -182,6 +218,7 @@ class _Sim:
         del self.running[name]
         del self.run_of[name]
         self.uncheckpointed.discard(name)
+        self._account(self.running_wl.pop(name), -1)
         ran = now - r.start
         r.used_gpu_s += r.job.gpus * ran
         self.usage.append((now, r.job.lane, -r.job.gpus))
@@ -202,6 +239,8 @@ class _Sim:
         assert wl is not None
         # Resuming from a checkpoint counts as checkpointed (the lane rule for evidence jobs).
         self.running[r.job.job_id] = replace(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0)
+        self.running_wl[r.job.job_id] = self.running[r.job.job_id]
+        self._account(self.running[r.job.job_id], 1)
         self.run_of[r.job.job_id] = r
         if wl.evidence and r.saved_s <= 0:
             self.uncheckpointed.add(r.job.job_id)
@@ -231,6 +270,41 @@ class _Sim:
             return
         self._enqueue(r, now)
 
+    def _account(self, w: Workload, sign: int) -> None:
+        for r, v in w.requests.items():
+            k = (w.cq, w.flavor or "", r)
+            self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v
+        prios = self.cq_prios.setdefault(w.cq, {})
+        prios[w.priority] = prios.get(w.priority, 0) + sign
+        if not prios[w.priority]:
+            del prios[w.priority]
+
+    def _bound(self, wl: Workload) -> bool:
+        """True when wl cannot be admitted before its own queue's usage drops (see the module doc)."""
+        spec = self.specs[wl.cq]
+        prios = self.cq_prios.get(wl.cq)
+        within = spec.within_cluster_queue
+        if prios and within != NEVER:
+            low = min(prios)
+            if within == ANY or (within == LOWER_PRIORITY and low < wl.priority) or (
+                within == LOWER_OR_NEWER_EQUAL and low <= wl.priority
+            ):
+                return False
+        for q_flavor in spec.flavors:
+            if wl.flavor is not None and q_flavor != wl.flavor:
+                continue
+            if wl.allowed_flavors is not None and q_flavor not in wl.allowed_flavors:
+                continue
+            over = False
+            for r, v in wl.requests.items():
+                cap = self.ceiling.get((wl.cq, q_flavor, r))
+                if v > 0 and cap is not None and self.cq_usage.get((wl.cq, q_flavor, r), 0.0) + v > cap + 1e-9:
+                    over = True
+                    break
+            if not over:
+                return False
+        return True
+
     # -- admission -------------------------------------------------------------------------
     def _refresh_checkpoints(self, now: float) -> None:
         if not self.uncheckpointed or self.ckpt <= 0:
@@ -248,8 +322,9 @@ class _Sim:
         (beyond `limit` distinct ones). full=False: only this call's arrivals (the rest stay parked)."""
         if full or cq in self.strict:
             reps: list[tuple[tuple, JobRun, tuple, bool]] = []
+            bound_ok = self.skip_bound and cq not in self.strict
             for sh, group in self.shapes[cq].items():
-                if (cq, sh) in parked:
+                if (cq, sh) in parked or (bound_ok and self._bound(group[0][1].wl)):  # type: ignore[arg-type]
                     continue
                 k = expand.get((cq, sh), self.shown_per_shape)
                 for j in range(min(k, len(group))):
@@ -262,7 +337,7 @@ class _Sim:
                 if r.state != "pending":
                     continue
                 sh = self._shape(r.wl)  # type: ignore[arg-type]
-                if (cq, sh) in parked:
+                if (cq, sh) in parked or (self.skip_bound and self._bound(r.wl)):  # type: ignore[arg-type]
                     continue
                 n = seen.get(sh, 0)
                 seen[sh] = n + 1
@@ -403,13 +478,15 @@ def simulate(
     checkpoint_interval_s: float = 1800.0,
     window: int = 16,
     per_shape: int = 1,
+    skip_bound: bool = True,
 ) -> SimResult:
     """Replay `jobs` under `scenario`. tick=0: the engine runs at every instant something
     changes; tick>0: at multiples of `tick` seconds (a gate on a sensor interval).
     checkpoint_interval_s: how often a `checkpoint_requeue` job saves its work (0: never).
-    window / per_shape: distinct / identical pending workloads shown per queue at first (the
-    outcome does not depend on them, only the time it takes)."""
-    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape)
+    window / per_shape / skip_bound: distinct / identical pending workloads shown per queue at
+    first, and whether workloads over their own queue's ceiling are held back (the outcome
+    does not depend on them, only the time it takes)."""
+    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound)
     start, end = sim.run()
     for r in sim.runs:
         if r.state == "pending":

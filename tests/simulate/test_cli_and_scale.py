@@ -79,8 +79,8 @@ def test_cli_unknown_baseline_exits_2(tmp_path):
 
 @pytest.mark.parametrize("name", ["policy", "fifo", "strict"])
 def test_shortcuts_give_the_full_queue_outcome(tmp_path, name):
-    """Showing identical workloads one at a time and skipping calls that cannot change anything
-    gives the same admissions as showing the engine every pending workload at every event."""
+    """Showing identical waiting workloads one at a time (and at most `window` distinct ones)
+    gives the same admissions as showing the engine every one of them."""
     pol = load_policy()
     jobs = load_trace(_slice(tmp_path, 400), lane_map=load_lane_map(LANE_MAPS / "elasticflow.yaml")).jobs
     fast = simulate(SCENARIOS[name](pol, 96), jobs)
