@@ -21,6 +21,10 @@ the engine would find it inadmissible; it is shown again once its own queue's us
 (Like Kueue's inadmissible list, this lets the next workload of that queue be looked at in the
 first cycle rather than the second; at one instant, that can change which of two queues gets
 freed GPUs first. `skip_bound=False` shows them.)
+Running workloads that no shown workload may preempt (by its queue's within-queue, reclaim
+and borrow-within-cohort policies and priorities) are passed folded into one workload per
+(queue, flavor, priority), marked never-a-victim: the quota the engine sees is the same, and
+its per-call cost grows with what may actually be preempted rather than with all that runs.
 Identical waiting workloads (same queue, requests, flavors, priority) are shown one at a time:
 the engine finds the one behind inadmissible whenever the one ahead is (its own dominance
 rule). When a shown workload with identical ones behind it is admitted or preempts, that answer
@@ -108,6 +112,7 @@ class _Sim:
         window: int,
         per_shape: int,
         skip_bound: bool,
+        merge_held: bool,
     ):
         self.scn = scenario
         self.shown_per_shape = per_shape
@@ -124,6 +129,10 @@ class _Sim:
         self.fresh: dict[str, list[JobRun]] = {n: [] for n in names}  # arrivals since the last call
         self.running: dict[str, Workload] = {}
         self.running_wl: dict[str, Workload] = {}  # as admitted (flavor, priority) for accounting
+        # running workloads by (cq, flavor, priority): names, and summed requests
+        self.groups: dict[tuple[str, str, int], set[str]] = {}
+        self.group_sum: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.merge_held = merge_held and not scenario.base.fair_sharing
         self.run_of: dict[str, JobRun] = {}
         self.uncheckpointed: set[str] = set()  # running evidence workloads not yet checkpointed
         self.heap: list[tuple[float, int, int, JobRun]] = []
@@ -271,13 +280,73 @@ class _Sim:
         self._enqueue(r, now)
 
     def _account(self, w: Workload, sign: int) -> None:
+        g = (w.cq, w.flavor or "", w.priority)
+        names = self.groups.setdefault(g, set())
+        sums = self.group_sum.setdefault(g, {})
+        if sign > 0:
+            names.add(w.name)
+        else:
+            names.discard(w.name)
         for r, v in w.requests.items():
             k = (w.cq, w.flavor or "", r)
             self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v
+            sums[r] = sums.get(r, 0.0) + sign * v
+        if not names:
+            del self.groups[g], self.group_sum[g]
         prios = self.cq_prios.setdefault(w.cq, {})
         prios[w.priority] = prios.get(w.priority, 0) + sign
         if not prios[w.priority]:
             del prios[w.priority]
+
+    def _admitted(self, pending: list[Workload], now: float) -> tuple[Workload, ...]:
+        """The running workloads as the engine sees them. Groups (queue, flavor, priority) that no
+        shown workload may preempt under its queue's policy are folded into one workload each,
+        marked as an uncheckpointed evidence job (never a victim); quota usage is unchanged."""
+        if not self.merge_held:
+            return tuple(self.running.values())
+        specs = self.specs
+        cohort = {n: c.cohort for n, c in specs.items()}
+        rules = {}
+        for p in pending:
+            spec = specs[p.cq]
+            key = (p.cq, p.priority)
+            if key in rules:
+                continue
+            rules[key] = (
+                spec.within_cluster_queue != NEVER,
+                spec.reclaim_within_cohort,
+                spec.borrow_within_cohort != NEVER,
+                spec.cohort,
+            )
+        out: list[Workload] = []
+        for g, names in self.groups.items():
+            cq, flavor, prio = g
+            victim = False
+            for (pcq, pprio), (within, reclaim, borrow, pco) in rules.items():
+                if pcq == cq:
+                    if within and prio <= pprio:
+                        victim = True
+                        break
+                elif pco is not None and pco == cohort[cq]:
+                    if (reclaim == ANY or (reclaim != NEVER and prio <= pprio)) or (borrow and prio < pprio):
+                        victim = True
+                        break
+            if victim:
+                out.extend(self.running[n] for n in names)
+            else:
+                out.append(
+                    Workload(
+                        name=f"~running:{cq}:{flavor}:{prio}",
+                        cq=cq,
+                        requests=dict(self.group_sum[g]),
+                        priority=prio,
+                        admitted_at=now,
+                        flavor=flavor,
+                        evidence=True,
+                        checkpointed=False,
+                    )
+                )
+        return tuple(out)
 
     def _bound(self, wl: Workload) -> bool:
         """True when wl cannot be admitted before its own queue's usage drops (see the module doc)."""
@@ -375,7 +444,7 @@ class _Sim:
                     idx[r.job.job_id] = (r, sh, followers)
             if not pending:
                 break
-            state = replace(self.scn.base, admitted=tuple(self.running.values()), pending=tuple(pending), now=now)
+            state = replace(self.scn.base, admitted=self._admitted(pending, now), pending=tuple(pending), now=now)
             res = admit_until_stable(state)
             self.calls += 1
             self.cycles += res.cycles
@@ -479,14 +548,16 @@ def simulate(
     window: int = 16,
     per_shape: int = 1,
     skip_bound: bool = True,
+    merge_held: bool = True,
 ) -> SimResult:
     """Replay `jobs` under `scenario`. tick=0: the engine runs at every instant something
     changes; tick>0: at multiples of `tick` seconds (a gate on a sensor interval).
     checkpoint_interval_s: how often a `checkpoint_requeue` job saves its work (0: never).
-    window / per_shape / skip_bound: distinct / identical pending workloads shown per queue at
-    first, and whether workloads over their own queue's ceiling are held back (the outcome
-    does not depend on them, only the time it takes)."""
-    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound)
+    window / per_shape / skip_bound / merge_held: distinct / identical pending workloads shown
+    per queue at first, whether workloads over their own queue's ceiling are held back, whether
+    running workloads nobody shown may preempt are folded per (queue, flavor, priority) (the
+    outcome does not depend on them, only the time it takes; see the module doc)."""
+    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
     start, end = sim.run()
     for r in sim.runs:
         if r.state == "pending":

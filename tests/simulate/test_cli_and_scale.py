@@ -79,12 +79,13 @@ def test_cli_unknown_baseline_exits_2(tmp_path):
 
 @pytest.mark.parametrize("name", ["policy", "fifo", "strict"])
 def test_shortcuts_give_the_full_queue_outcome(tmp_path, name):
-    """Showing identical waiting workloads one at a time (and at most `window` distinct ones)
-    gives the same admissions as showing the engine every one of them."""
+    """Showing identical waiting workloads one at a time (and at most `window` distinct ones),
+    and folding running workloads nobody may preempt, gives the same admissions as showing the
+    engine every workload."""
     pol = load_policy()
     jobs = load_trace(_slice(tmp_path, 400), lane_map=load_lane_map(LANE_MAPS / "elasticflow.yaml")).jobs
     fast = simulate(SCENARIOS[name](pol, 96), jobs)
-    full = simulate(SCENARIOS[name](pol, 96), jobs, window=10**9, per_shape=10**9)
+    full = simulate(SCENARIOS[name](pol, 96), jobs, window=10**9, per_shape=10**9, merge_held=False)
     key = lambda res: {r.job.job_id: (r.first_admit, r.last_admit, r.end, r.preemptions) for r in res.runs}  # noqa: E731
     assert key(fast) == key(full)
     assert any(r.first_admit != r.job.submit_ts for r in fast.runs)  # the pool was contended
