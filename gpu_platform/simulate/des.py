@@ -312,23 +312,23 @@ class _Sim:
             key = (p.cq, p.priority)
             if key in rules:
                 continue
-            rules[key] = (
-                spec.within_cluster_queue != NEVER,
-                spec.reclaim_within_cohort,
-                spec.borrow_within_cohort != NEVER,
-                spec.cohort,
-            )
+            rules[key] = (spec.within_cluster_queue, spec.reclaim_within_cohort, spec.borrow_within_cohort, spec.cohort)
         out: list[Workload] = []
         for g, names in self.groups.items():
             cq, flavor, prio = g
             victim = False
             for (pcq, pprio), (within, reclaim, borrow, pco) in rules.items():
                 if pcq == cq:
-                    if within and prio <= pprio:
-                        victim = True
-                        break
-                elif pco is not None and pco == cohort[cq]:
-                    if (reclaim == ANY or (reclaim != NEVER and prio <= pprio)) or (borrow and prio < pprio):
+                    # Kueue: LowerPriority takes lower priorities only; LowerOrNewerEqual also equal
+                    # (newer) ones; anything else is taken as "any" to stay on the safe side.
+                    if within == NEVER or (within == LOWER_PRIORITY and prio >= pprio):
+                        continue
+                    if within == LOWER_OR_NEWER_EQUAL and prio > pprio:
+                        continue
+                    victim = True
+                    break
+                if pco is not None and pco == cohort[cq]:
+                    if reclaim == ANY or (reclaim != NEVER and prio <= pprio) or (borrow != NEVER and prio < pprio):
                         victim = True
                         break
             if victim:
