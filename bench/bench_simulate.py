@@ -9,7 +9,7 @@ examples/simulate (15,000 workloads) and the same with more cohorts (N workloads
 Prints one JSON line per measurement: {"benchmark", "scenario", "jobs", "wall_s", "cpu_s",
 "engine_calls", ...}. Target: 100,000 jobs under 30 s; near-linear growth.
 
-    .venv/bin/python bench/bench_simulate.py [--sizes 12500,25000,50000,100000] [--capacity 192]
+    .venv/bin/python bench/bench_simulate.py [--sizes 12500,25000,50000,100000] [--capacity 768]
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ def run_kueue(cohorts: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="12500,25000,50000,100000")
-    ap.add_argument("--capacity", type=float, default=192)
+    ap.add_argument("--capacity", type=float, default=768)
     ap.add_argument("--baselines-at", type=int, default=100000, help="also run fifo and strict at this size (0: no)")
-    ap.add_argument("--kueue-cohorts", default="5,33", help="Kueue baseline with these cohort counts (5 = the original)")
+    ap.add_argument("--kueue-cohorts", default="5,10", help="Kueue baseline with these cohort counts (5 = the original)")
     args = ap.parse_args()
     for n in (int(x) for x in args.sizes.split(",") if x):
         print(json.dumps(run_trace("policy", n, args.capacity)), flush=True)
