@@ -71,10 +71,19 @@ class Trace:
     source: str
 
     def summary(self) -> dict[str, Any]:
+        statuses: dict[str, int] = {}
+        users: set[str] = set()
+        for j in self.jobs:
+            if j.status is not None:
+                statuses[j.status] = statuses.get(j.status, 0) + 1
+            if j.user is not None:
+                users.add(j.user)
         return {
             "source": self.source,
             "rows": self.rows,
             "accepted": len(self.jobs),
+            "statuses": dict(sorted(statuses.items())),
+            "users": len(users),
             "quarantined": len(self.quarantined),
             "quarantined_rows": [{"line": q.line, "reason": q.reason} for q in self.quarantined[:50]],
         }

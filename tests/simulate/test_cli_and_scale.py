@@ -71,6 +71,20 @@ def test_cli_missing_column_exits_2(tmp_path):
     assert "missing column duration_s" in res.stderr
 
 
+def test_cli_carries_status_and_users():
+    res = CliRunner().invoke(
+        main,
+        ["simulate", "--trace", str(FIX / "hand-fifo.csv"), "--policy", str(FIX / "policy-one-flavor.yaml"), "--compare", "fifo", "--quiet"],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["trace"]["statuses"] == {"Completed": 3, "Failed": 1}
+    assert doc["trace"]["users"] == 2
+    # the FIFO walk-through of docs/simulator.md
+    fifo = doc["scenarios"]["fifo"]["total"]
+    assert fifo["wait_s"]["p95"] == 128.5 and fifo["gpu_utilization"] == 0.6447
+
+
 def test_cli_unknown_baseline_exits_2(tmp_path):
     res = CliRunner().invoke(main, ["simulate", "--trace", str(FIX / "hand-fifo.csv"), "--compare", "fifo,lottery"])
     assert res.exit_code == 2
