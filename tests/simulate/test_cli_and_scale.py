@@ -130,3 +130,23 @@ def test_kueue_generator_errors_name_the_field(tmp_path):
     assert res.exit_code == 2
     assert "cohorts[0].queuesSets[0].nominalQuota: required" in res.stderr
     assert "cohorts[0].queuesSets[0].withinClusterQueue: 'Sometimes' is not one of" in res.stderr
+
+
+def test_cli_generator_writes_report(tmp_path):
+    out = tmp_path / "k"
+    res = CliRunner().invoke(main, ["simulate", "--generator", str(FIX / "kueue-tiny-generator.yaml"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["workloadClasses"]["small"]["count"] == 3
+    assert (out / "kueue_summary.png").read_bytes()[:4] == b"\x89PNG"
+    assert "small" in (out / "report.html").read_text()
+
+
+def test_cli_empty_trace(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("job_id,submit_ts,duration_s,gpus,lane\n")
+    res = CliRunner().invoke(main, ["simulate", "--trace", str(p), "--quiet"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["scenarios"]["policy"]["total"]["jobs"] == 0
+    assert doc["scenarios"]["policy"]["total"]["wait_s"]["p50"] is None
