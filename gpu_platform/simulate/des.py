@@ -68,6 +68,7 @@ class JobRun:
     job: TraceJob
     wl: Workload | None
     key: tuple = ()
+    shape: tuple = ()
     state: str = "future"  # future | pending | running | done | failed | rejected
     reason: str = ""
     saved_s: float = 0.0  # work saved by checkpoints (resumed from)
@@ -181,7 +182,9 @@ class _Sim:
         r.state = "pending"
         r.queued_since = now
         r.key = _queue_key(wl)
-        group = self.shapes[wl.cq].setdefault(self._shape(wl), [])
+        if not r.shape:
+            r.shape = self._shape(wl)
+        group = self.shapes[wl.cq].setdefault(r.shape, [])
         if not group or group[-1][0] < r.key:
             group.append((r.key, r))
         else:
@@ -198,7 +201,7 @@ class _Sim:
         wl = r.wl
         assert wl is not None
         groups = self.shapes[wl.cq]
-        sh = self._shape(wl)
+        sh = r.shape
         group = groups[sh]
         i = bisect.bisect_left(group, r.key, key=lambda e: e[0])
         assert group[i][1] is r
@@ -405,7 +408,7 @@ class _Sim:
             for r in sorted(self.fresh[cq], key=lambda r: r.key):
                 if r.state != "pending":
                     continue
-                sh = self._shape(r.wl)  # type: ignore[arg-type]
+                sh = r.shape
                 if (cq, sh) in parked or (self.skip_bound and self._bound(r.wl)):  # type: ignore[arg-type]
                     continue
                 n = seen.get(sh, 0)
