@@ -155,3 +155,15 @@ def test_real_nvml_inventory_and_run(tmp_path: Path, make_request) -> None:
         assert result.success
         assert _metadata(result)["cuda_visible_devices"] == "0"
         assert any(m.startswith("NVML inventory:") for m in _messages(instance, result))
+
+
+def test_pipes_preview_warning_is_not_repeated_to_users(tmp_path: Path, make_request) -> None:
+    """dagster's pipes session warns on every run about a preview property it reads itself."""
+    import warnings
+
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="0")
+    with dg.instance_for_test() as instance, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = _materialize(executor, make_request(gpu_count=1), tmp_path / "ckpt", None, instance)
+    assert result.success
+    assert not [w for w in seen if "expected_writer_count" in str(w.message)]
