@@ -14,6 +14,7 @@ def commands() -> list[click.Command]:
     from gpu_platform.metrics.cli import metrics
     from gpu_platform.queueview.cli import explain
     from gpu_platform.report.cli import report
+    from gpu_platform.simulate.cli import simulate_cmd
     from gpu_platform.sqlmodels.cli import cost
 
-    return [admit, kueue, k8s, dagster_config, lineage, retention, cost, explain, metrics, autoscale, report, feeds]
+    return [admit, kueue, k8s, dagster_config, lineage, retention, cost, explain, metrics, autoscale, report, feeds, simulate_cmd]

@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -79,7 +80,17 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
     must not outlive its timeout, nor leave children behind.
     """
 
-    def run_with_deadline(
+    # Dagster's own pipes session reads a preview property of its message reader on every run and
+    # warns each time; no user of this platform can act on that, so it is silenced here only.
+    _PIPES_PREVIEW = r"Function `PipesMessageReader\.expected_writer_count` is currently in preview"
+
+    def run_with_deadline(self, **kwargs: Any) -> dg.PipesClientCompletedInvocation:
+        """Run the command in a pipes session (arguments: `_run_with_deadline`)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=self._PIPES_PREVIEW, category=dg.PreviewWarning)
+            return self._run_with_deadline(**kwargs)
+
+    def _run_with_deadline(
         self,
         *,
         context: dg.OpExecutionContext | dg.AssetExecutionContext,

@@ -226,3 +226,15 @@ def test_run_records_nvml_samples_of_its_gpus_as_a_dcgm_feed(tmp_path: Path, mak
         gpus = set(pl.concat([pl.read_parquet(f) for f in files])["gpu"].to_list())
         assert gpus == {0, 1}
         assert any("NVML samples in" in m for m in _messages(instance, result))
+
+
+def test_pipes_preview_warning_is_not_repeated_to_users(tmp_path: Path, make_request) -> None:
+    """dagster's pipes session warns on every run about a preview property it reads itself."""
+    import warnings
+
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="0")
+    with dg.instance_for_test() as instance, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = _materialize(executor, make_request(gpu_count=1), tmp_path / "ckpt", None, instance)
+    assert result.success
+    assert not [w for w in seen if "expected_writer_count" in str(w.message)]

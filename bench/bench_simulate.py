@@ -1,0 +1,115 @@
+"""Benchmark: the policy simulator over long job traces, and Kueue's scheduler-performance scenario.
+
+Trace: the ElasticFlow cluster04 slice shipped in tests/fixtures (2,000 real jobs, lanes from
+the shipped `elasticflow` lane map) tiled back to back until N jobs (each copy shifted by the
+slice's span, ids suffixed), on a pool of --capacity GPUs; so a longer history at the same load,
+where cost should grow linearly with jobs. Kueue: the baseline generator of
+examples/simulate (15,000 workloads) and the same with more cohorts (N workloads).
+
+Prints one JSON line per measurement: {"benchmark", "scenario", "jobs", "wall_s", "cpu_s",
+"engine_calls", ...}. Target: 100,000 jobs under 30 s; near-linear growth.
+
+    .venv/bin/python bench/bench_simulate.py [--sizes 12500,25000,50000,100000] [--capacity 768]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from gpu_platform.policy import load_policy
+from gpu_platform.simulate import SCENARIOS, lane_report, load_lane_map, load_trace, simulate
+from gpu_platform.simulate.cli import LANE_MAPS
+from gpu_platform.simulate.kueue_scenario import load_generator
+
+ROOT = Path(__file__).resolve().parents[1]
+SLICE = ROOT / "tests" / "fixtures" / "simulate" / "elasticflow-cluster04-head2000.csv"
+KUEUE = ROOT / "examples" / "simulate" / "kueue-baseline-generator.yaml"
+
+
+def tiled(n: int):
+    base = load_trace(SLICE, lane_map=load_lane_map(LANE_MAPS / "elasticflow.yaml")).jobs
+    t0 = min(j.submit_ts for j in base)
+    span = max(j.submit_ts for j in base) - t0 + 3600
+    out = []
+    k = 0
+    while len(out) < n:
+        for j in base:
+            if len(out) == n:
+                break
+            out.append(replace(j, job_id=f"{j.job_id}~{k}", submit_ts=j.submit_ts - t0 + k * span))
+        k += 1
+    return out
+
+
+def run_trace(name: str, n: int, capacity: float) -> dict:
+    pol = load_policy()
+    jobs = tiled(n)
+    scn = SCENARIOS[name](pol, capacity)
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(scn, jobs)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    tot = lane_report(res)["total"]
+    return {
+        "benchmark": "simulate_trace",
+        "scenario": name,
+        "jobs": n,
+        "capacity_gpus": capacity,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "us_per_job": round(1e6 * cpu / n, 1),
+        "engine_calls": res.engine_calls,
+        "cycles": res.cycles,
+        "preemptions": tot["preemptions"],
+        "wait_p95_h": None if tot["wait_s"]["p95"] is None else round(tot["wait_s"]["p95"] / 3600, 2),
+        "gpu_utilization": tot["gpu_utilization"],
+    }
+
+
+def run_kueue(cohorts: int) -> dict:
+    raw = yaml.safe_load(KUEUE.read_text())
+    raw["cohorts"][0]["count"] = cohorts
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(raw, fh)
+    ks = load_generator(fh.name)
+    Path(fh.name).unlink()
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(ks.scenario, ks.jobs, checkpoint_interval_s=0)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    return {
+        "benchmark": "simulate_kueue",
+        "scenario": f"kueue baseline x {cohorts} cohorts",
+        "jobs": len(ks.jobs),
+        "cluster_queues": len(ks.scenario.base.cluster_queues),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "us_per_job": round(1e6 * cpu / len(ks.jobs), 1),
+        "engine_calls": res.engine_calls,
+        "cycles": res.cycles,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="12500,25000,50000,100000")
+    ap.add_argument("--capacity", type=float, default=768)
+    ap.add_argument("--baselines-at", type=int, default=100000, help="also run fifo and strict at this size (0: no)")
+    ap.add_argument("--kueue-cohorts", default="5,10", help="Kueue baseline with these cohort counts (5 = the original)")
+    args = ap.parse_args()
+    for n in (int(x) for x in args.sizes.split(",") if x):
+        print(json.dumps(run_trace("policy", n, args.capacity)), flush=True)
+    if args.baselines_at:
+        for name in ("fifo", "strict"):
+            print(json.dumps(run_trace(name, args.baselines_at, args.capacity)), flush=True)
+    for c in (int(x) for x in args.kueue_cohorts.split(",") if x):
+        print(json.dumps(run_kueue(c)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

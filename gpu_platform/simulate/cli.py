@@ -1,0 +1,139 @@
+"""`gpu-platform simulate`: replay a job trace (or a Kueue generator file) through the admission
+engine under the policy and the baselines; JSON on stdout, the lane table on stderr, and with
+`--out DIR` report.json, report.html and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpu_platform.cli_common import fail, policy_option, policy_or_exit
+from gpu_platform.simulate.des import simulate
+from gpu_platform.simulate.report import lane_report
+from gpu_platform.simulate.scenarios import SCENARIOS
+from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
+
+LANE_MAPS = Path(__file__).parent / "lane_maps"
+
+
+def _lane_map_path(value: str) -> Path:
+    """A file path, or the name of a shipped map (`elasticflow`)."""
+    p = Path(value)
+    if p.exists():
+        return p
+    shipped = LANE_MAPS / f"{value}.yaml"
+    return shipped if shipped.exists() else p
+
+
+def _h(v: float | None) -> str:
+    return "-" if v is None else f"{v / 3600:.2f}"
+
+
+def print_table(doc: dict, console: Console) -> None:
+    for name, rep in doc["scenarios"].items():
+        t = Table(title=f"{name}: {rep['description']} ({rep['capacity_gpus']:g} GPUs, {rep['horizon_s'] / 86400:.1f} days)")
+        for col in ("lane", "jobs", "never admitted", "wait p50 h", "wait p95 h", "wait max h", "GPU util", "GPU-h lost", "preemptions"):
+            t.add_column(col, justify="left" if col == "lane" else "right")
+        for lane, f in list(rep["lanes"].items()) + [("all", rep["total"])]:
+            w = f["wait_s"]
+            util = "-" if f["gpu_utilization"] is None else f"{100 * f['gpu_utilization']:.1f}%"
+            t.add_row(lane, str(f["jobs"]), str(f["never_admitted"]), _h(w["p50"]), _h(w["p95"]), _h(w["max"]), util,
+                      f"{f['gpu_hours_lost_to_preemption']:.1f}", str(f["preemptions"]))
+        console.print(t)
+
+
+@click.command("simulate")
+@click.option("--trace", "trace_path", type=click.Path(exists=True, dir_okay=False), help="Job trace CSV (columns: docs/simulator.md).")
+@click.option("--generator", "generator_path", type=click.Path(exists=True, dir_okay=False),
+              help="A Kueue scheduler-performance generator file to replay instead of a trace.")
+@policy_option
+@click.option("--compare", default="fifo,strict", show_default=True, help="Baselines to run beside the policy: fifo, strict (comma-separated; 'none').")
+@click.option("--capacity", type=float, default=None, help="Resize the pool to N GPUs (quotas scale with it).")
+@click.option("--lane-from", "lane_from", default=None, help="Trace column the lane comes from (with --lane-map).")
+@click.option("--lane-map", "lane_map", default=None, help="Lane map YAML, or a shipped one by name: elasticflow.")
+@click.option("--checkpoint-interval", type=float, default=1800.0, show_default=True, help="Seconds between checkpoints of checkpoint_requeue jobs.")
+@click.option("--tick", type=float, default=0.0, show_default=True, help="Run admission every N seconds (the gate's interval); 0: at every event.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.json, report.html and PNG plots here.")
+@click.option("--quiet", is_flag=True, help="No lane table on stderr.")
+def simulate_cmd(
+    trace_path: str | None,
+    generator_path: str | None,
+    policy_path: str | None,
+    compare: str,
+    capacity: float | None,
+    lane_from: str | None,
+    lane_map: str | None,
+    checkpoint_interval: float,
+    tick: float,
+    out_dir: str | None,
+    quiet: bool,
+) -> None:
+    """Replay a job trace through the admission engine: per-lane waits, utilization, lost work."""
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    if (trace_path is None) == (generator_path is None):
+        fail("simulate", ["give exactly one of --trace CSV or --generator FILE"])
+    if generator_path is not None:
+        from gpu_platform.simulate.kueue_scenario import kueue_report, run_generator
+
+        t0 = time.perf_counter()
+        try:
+            ks, res = run_generator(generator_path, tick=tick)
+        except TraceError as exc:
+            fail(f"generator invalid: {exc.source}", exc.errors)
+        doc = kueue_report(ks, res)
+        doc["simulation_wall_s"] = round(time.perf_counter() - t0, 3)
+        click.echo(json.dumps(doc, indent=1))
+        if out_dir:
+            from gpu_platform.simulate.html import write_kueue_report
+
+            files = write_kueue_report(Path(out_dir), doc)
+            err.print(f"wrote {', '.join(files)} to {out_dir}")
+        return
+    pol = policy_or_exit(policy_path)
+    names = ["policy"] + [n.strip() for n in compare.split(",") if n.strip() and n.strip() != "none"]
+    unknown = [n for n in names if n not in SCENARIOS]
+    problems = [f"--compare: unknown baseline {n!r} (fifo, strict)" for n in unknown]
+    if capacity is not None and capacity <= 0:
+        problems.append("--capacity: must be > 0")
+    if lane_from is not None and lane_map is None:
+        problems.append("--lane-from: needs --lane-map FILE")
+    if problems:
+        fail("simulate", problems)
+    try:
+        lm = load_lane_map(_lane_map_path(lane_map)) if lane_map else None
+        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes))  # type: ignore[arg-type]
+    except TraceError as exc:
+        fail(f"trace invalid: {exc.source}", exc.errors)
+    if trace.quarantined:
+        err.print(f"{len(trace.quarantined)} of {trace.rows} row(s) quarantined, e.g. line {trace.quarantined[0].line}: {trace.quarantined[0].reason}")
+    doc: dict = {
+        "trace": trace.summary(),
+        "lane_map": None if lm is None else {"source": lm.source, "column": lane_from or lm.column},
+        "capacity_gpus": capacity,
+        "checkpoint_interval_s": checkpoint_interval,
+        "tick_s": tick,
+        "scenarios": {},
+    }
+    results = {}
+    for name in dict.fromkeys(names):
+        t0 = time.perf_counter()
+        res = simulate(SCENARIOS[name](pol, capacity), trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval)
+        rep = lane_report(res)
+        rep["simulation_wall_s"] = round(time.perf_counter() - t0, 3)
+        doc["scenarios"][name] = rep
+        results[name] = res
+    doc["capacity_gpus"] = doc["scenarios"]["policy"]["capacity_gpus"]
+    click.echo(json.dumps(doc, indent=1))
+    if not quiet:
+        print_table(doc, err)
+    if out_dir:
+        from gpu_platform.simulate.html import write_trace_report
+
+        files = write_trace_report(Path(out_dir), doc, results)
+        err.print(f"wrote {', '.join(files)} to {out_dir}")

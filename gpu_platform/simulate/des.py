@@ -1,0 +1,574 @@
+"""The discrete-event loop: arrivals and completions drive admission cycles of the real engine.
+
+Events are job arrivals (at `submit_ts`) and completions. Admission runs as the gate does:
+`admit_until_stable` over the running and pending workloads; its preemption victims are evicted
+at once (losing the work since their last checkpoint) and requeued at their original
+submission time, and the engine runs again so the preemptor starts. Time never passes inside
+a cycle.
+
+The engine is only asked when its answer can change, and only about what can change:
+- a completion or eviction while work is pending frees capacity: every queue is shown;
+- an arrival (no capacity freed) is shown with the queues it joined, when it sorts ahead of its
+  queue's blocked head; the workloads the engine last found inadmissible stay parked, since
+  admissions only shrink free capacity (Kueue also retries inadmissible workloads only when
+  capacity is freed). Queues with no arrival are left out of that call;
+- all events at one instant are applied before the engine runs (with `tick`, all events up to
+  the next tick boundary, as a gate that runs every `tick` seconds).
+A waiting workload of a BestEffortFIFO queue that would take its own queue over nominal quota
+plus borrowing limit on every flavor it may use, with nothing in its own queue it may preempt,
+is not shown: Kueue's borrowing limit is a hard ceiling that no preemption elsewhere lifts, so
+the engine would find it inadmissible; it is shown again once its own queue's usage drops.
+(Like Kueue's inadmissible list, this lets the next workload of that queue be looked at in the
+first cycle rather than the second; at one instant, that can change which of two queues gets
+freed GPUs first. `skip_bound=False` shows them.)
+Running workloads that no shown workload may preempt (by its queue's within-queue, reclaim
+and borrow-within-cohort policies and priorities) are passed folded into one workload per
+(queue, flavor, priority), marked never-a-victim: the quota the engine sees is the same, and
+its per-call cost grows with what may actually be preempted rather than with all that runs.
+Identical waiting workloads (same queue, requests, flavors, priority) are shown one at a time:
+the engine finds the one behind inadmissible whenever the one ahead is (its own dominance
+rule). When a shown workload with identical ones behind it is admitted or preempts, that answer
+is discarded and the engine is asked again, unchanged state, with more of them shown, so the
+outcome is the one a full queue gives. Each queue shows at most `window` distinct workloads,
+doubled while the engine gets past all of them.
+
+A job that cannot be admitted even into an empty pool (more GPUs than its queue can ever hold)
+is rejected at submission, as request validation rejects it on the platform, and is reported
+as never admitted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from dataclasses import dataclass, field, replace
+
+from gpu_platform.admission import Workload, admit_until_stable
+from gpu_platform.admission.model import (
+    ANY,
+    BUDGET_EXHAUSTED,
+    INADMISSIBLE,
+    LOWER_OR_NEWER_EQUAL,
+    LOWER_PRIORITY,
+    NEVER,
+    STRICT_FIFO,
+)
+from gpu_platform.policy import GPU
+from gpu_platform.simulate.scenarios import Scenario
+from gpu_platform.simulate.trace import TraceJob
+
+_INF = math.inf
+
+
+@dataclass(slots=True)
+class JobRun:
+    """What happened to one job. first_admit/last_admit/end=None: never."""
+
+    job: TraceJob
+    wl: Workload | None
+    key: tuple = ()
+    shape: tuple = ()
+    state: str = "future"  # future | pending | running | done | failed | rejected
+    reason: str = ""
+    saved_s: float = 0.0  # work saved by checkpoints (resumed from)
+    start: float = 0.0  # start of the current run
+    flavor: str | None = None
+    first_admit: float | None = None
+    last_admit: float | None = None
+    end: float | None = None
+    queued_since: float = 0.0
+    queued_s: float = 0.0
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    used_gpu_s: float = 0.0
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class SimResult:
+    scenario: Scenario
+    runs: list[JobRun]
+    start: float
+    end: float
+    engine_calls: int = 0
+    cycles: int = 0
+    # (time, lane, change in GPUs held) for plots
+    usage_events: list[tuple[float, str, float]] = field(default_factory=list)
+    checkpoint_interval_s: float = 0.0
+    tick_s: float = 0.0
+
+
+def _queue_key(w: Workload) -> tuple:
+    return (-w.priority, w.created_at, w.name)
+
+
+class _Sim:
+    def __init__(
+        self,
+        scenario: Scenario,
+        jobs: list[TraceJob],
+        tick: float,
+        checkpoint_s: float,
+        window: int,
+        per_shape: int,
+        skip_bound: bool,
+        merge_held: bool,
+    ):
+        self.scn = scenario
+        self.shown_per_shape = per_shape
+        self.tick = tick
+        self.ckpt = checkpoint_s
+        self.window = window
+        self.runs = [JobRun(j, scenario.workload(j)) for j in sorted(jobs, key=lambda j: j.submit_ts)]
+        names = [c.name for c in scenario.base.cluster_queues]
+        # per queue: shape -> pending JobRuns of that shape, in queue order
+        self.shapes: dict[str, dict[tuple, list[tuple[tuple, JobRun]]]] = {n: {} for n in names}
+        self.size: dict[str, int] = dict.fromkeys(names, 0)
+        self.strict = {c.name for c in scenario.base.cluster_queues if c.queueing_strategy == STRICT_FIFO}
+        self.block: dict[str, tuple | None] = dict.fromkeys(names)
+        self.fresh: dict[str, list[JobRun]] = {n: [] for n in names}  # arrivals since the last call
+        self.running: dict[str, Workload] = {}
+        self.running_wl: dict[str, Workload] = {}  # as admitted (flavor, priority) for accounting
+        # running workloads by (cq, flavor, priority): names, and summed requests
+        self.groups: dict[tuple[str, str, int], set[str]] = {}
+        self.group_sum: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.merge_held = merge_held and not scenario.base.fair_sharing
+        self.run_of: dict[str, JobRun] = {}
+        self.uncheckpointed: set[str] = set()  # running evidence workloads not yet checkpointed
+        self.heap: list[tuple[float, int, int, JobRun]] = []
+        self.counter = 0
+        self.pending = 0
+        self.calls = 0
+        self.cycles = 0
+        self.usage: list[tuple[float, str, float]] = []
+        self.skip_bound = skip_bound
+        self.specs = {c.name: c for c in scenario.base.cluster_queues}
+        # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
+        # without a cohort); absent: no ceiling of its own
+        self.ceiling: dict[tuple[str, str, str], float] = {}
+        for c in scenario.base.cluster_queues:
+            for q in c.quotas:
+                if c.cohort is None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal
+                elif q.borrowing_limit is not None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal + q.borrowing_limit
+        self.cq_usage: dict[tuple[str, str, str], float] = {}
+        self.cq_prios: dict[str, dict[int, int]] = {}
+        self.fits_cache: dict[tuple, str | None] = {}
+
+    @staticmethod
+    def _shape(wl: Workload) -> tuple:
+        return (tuple(sorted(wl.requests.items())), wl.allowed_flavors, wl.flavor, wl.priority, wl.evidence, wl.safety_approval)
+
+    # -- admissibility in an empty pool ---------------------------------------------------
+    def _never_fits(self, wl: Workload) -> str | None:
+        key = (wl.cq, self._shape(wl))
+        if key not in self.fits_cache:
+            res = admit_until_stable(replace(self.scn.base, admitted=(), pending=(wl,), now=0.0))
+            if res.admitted:
+                self.fits_cache[key] = None
+            elif res.rejected:
+                self.fits_cache[key] = res.rejected[0].message
+            else:
+                self.fits_cache[key] = res.pending[0].message if res.pending else "not admissible"
+        return self.fits_cache[key]
+
+    # -- queue handling --------------------------------------------------------------------
+    def _enqueue(self, r: JobRun, now: float) -> bool:
+        """Put a job in its queue; True when the engine must look again."""
+        wl = r.wl
+        assert wl is not None
+        r.state = "pending"
+        r.queued_since = now
+        r.key = _queue_key(wl)
+        if not r.shape:
+            r.shape = self._shape(wl)
+        group = self.shapes[wl.cq].setdefault(r.shape, [])
+        if not group or group[-1][0] < r.key:
+            group.append((r.key, r))
+        else:
+            bisect.insort(group, (r.key, r), key=lambda e: e[0])
+        self.size[wl.cq] += 1
+        self.pending += 1
+        b = self.block.get(wl.cq)
+        if b is None or r.key < b:
+            self.fresh[wl.cq].append(r)
+            return True
+        return False
+
+    def _dequeue(self, r: JobRun) -> None:
+        wl = r.wl
+        assert wl is not None
+        groups = self.shapes[wl.cq]
+        sh = r.shape
+        group = groups[sh]
+        i = bisect.bisect_left(group, r.key, key=lambda e: e[0])
+        assert group[i][1] is r
+        del group[i]
+        if not group:
+            del groups[sh]
+        self.size[wl.cq] -= 1
+        self.pending -= 1
+
+    def arrive(self, r: JobRun, now: float) -> bool:
+        if r.wl is None:
+            r.state, r.reason = "rejected", f"lane {r.job.lane!r} has no queue in this scenario"
+            return False
+        if r.wl.cq not in self.shapes:
+            r.state, r.reason = "rejected", f"unknown cluster queue {r.wl.cq!r}"
+            return False
+        why = self._never_fits(r.wl)
+        if why is not None:
+            r.state, r.reason = "rejected", why
+            return False
+        return self._enqueue(r, now)
+
+    def _stop(self, r: JobRun, now: float) -> float:
+        """End the current run of r at now; returns its run time."""
+        name = r.job.job_id
+        del self.running[name]
+        del self.run_of[name]
+        self.uncheckpointed.discard(name)
+        self._account(self.running_wl.pop(name), -1)
+        ran = now - r.start
+        r.used_gpu_s += r.job.gpus * ran
+        self.usage.append((now, r.job.lane, -r.job.gpus))
+        return ran
+
+    def complete(self, r: JobRun, now: float) -> None:
+        self._stop(r, now)
+        r.state, r.end = "done", now
+
+    def _start(self, r: JobRun, flavor: str, now: float) -> None:
+        self._dequeue(r)
+        r.state, r.flavor, r.start = "running", flavor, now
+        r.queued_s += now - r.queued_since
+        if r.first_admit is None:
+            r.first_admit = now
+        r.last_admit = now
+        wl = r.wl
+        assert wl is not None
+        # Resuming from a checkpoint counts as checkpointed (the lane rule for evidence jobs).
+        self.running[r.job.job_id] = replace(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0)
+        self.running_wl[r.job.job_id] = self.running[r.job.job_id]
+        self._account(self.running[r.job.job_id], 1)
+        self.run_of[r.job.job_id] = r
+        if wl.evidence and r.saved_s <= 0:
+            self.uncheckpointed.add(r.job.job_id)
+        r.seq += 1
+        self.counter += 1
+        heapq.heappush(self.heap, (now + r.job.duration_s - r.saved_s, self.counter, r.seq, r))
+        self.usage.append((now, r.job.lane, r.job.gpus))
+
+    def _evict(self, r: JobRun, now: float) -> None:
+        ran = self._stop(r, now)
+        r.seq += 1  # invalidates its completion event
+        r.preemptions += 1
+        policy = r.job.preemption_policy
+        if policy == "checkpoint_requeue" and self.ckpt > 0:
+            kept = math.floor(ran / self.ckpt + 1e-9) * self.ckpt
+        else:
+            kept = 0.0
+        if policy == "requeue":
+            lost = ran + r.saved_s
+            r.saved_s = 0.0
+        else:
+            lost = ran - kept
+            r.saved_s += kept
+        r.lost_gpu_s += r.job.gpus * lost
+        if policy == "fail":
+            r.state, r.end, r.reason = "failed", now, "preempted with preemption_policy fail"
+            return
+        self._enqueue(r, now)
+
+    def _account(self, w: Workload, sign: int) -> None:
+        g = (w.cq, w.flavor or "", w.priority)
+        names = self.groups.setdefault(g, set())
+        sums = self.group_sum.setdefault(g, {})
+        if sign > 0:
+            names.add(w.name)
+        else:
+            names.discard(w.name)
+        for r, v in w.requests.items():
+            k = (w.cq, w.flavor or "", r)
+            self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v
+            sums[r] = sums.get(r, 0.0) + sign * v
+        if not names:
+            del self.groups[g], self.group_sum[g]
+        prios = self.cq_prios.setdefault(w.cq, {})
+        prios[w.priority] = prios.get(w.priority, 0) + sign
+        if not prios[w.priority]:
+            del prios[w.priority]
+
+    def _admitted(self, pending: list[Workload], now: float) -> tuple[Workload, ...]:
+        """The running workloads as the engine sees them. Groups (queue, flavor, priority) that no
+        shown workload may preempt under its queue's policy are folded into one workload each,
+        marked as an uncheckpointed evidence job (never a victim); quota usage is unchanged."""
+        if not self.merge_held:
+            return tuple(self.running.values())
+        specs = self.specs
+        cohort = {n: c.cohort for n, c in specs.items()}
+        rules = {}
+        for p in pending:
+            spec = specs[p.cq]
+            key = (p.cq, p.priority)
+            if key in rules:
+                continue
+            rules[key] = (spec.within_cluster_queue, spec.reclaim_within_cohort, spec.borrow_within_cohort, spec.cohort)
+        out: list[Workload] = []
+        for g, names in self.groups.items():
+            cq, flavor, prio = g
+            victim = False
+            for (pcq, pprio), (within, reclaim, borrow, pco) in rules.items():
+                if pcq == cq:
+                    # Kueue: LowerPriority takes lower priorities only; LowerOrNewerEqual also equal
+                    # (newer) ones; anything else is taken as "any" to stay on the safe side.
+                    if within == NEVER or (within == LOWER_PRIORITY and prio >= pprio):
+                        continue
+                    if within == LOWER_OR_NEWER_EQUAL and prio > pprio:
+                        continue
+                    victim = True
+                    break
+                if pco is not None and pco == cohort[cq]:
+                    if reclaim == ANY or (reclaim != NEVER and prio <= pprio) or (borrow != NEVER and prio < pprio):
+                        victim = True
+                        break
+            if victim:
+                out.extend(self.running[n] for n in names)
+            else:
+                out.append(
+                    Workload(
+                        name=f"~running:{cq}:{flavor}:{prio}",
+                        cq=cq,
+                        requests=dict(self.group_sum[g]),
+                        priority=prio,
+                        admitted_at=now,
+                        flavor=flavor,
+                        evidence=True,
+                        checkpointed=False,
+                    )
+                )
+        return tuple(out)
+
+    def _bound(self, wl: Workload) -> bool:
+        """True when wl cannot be admitted before its own queue's usage drops (see the module doc)."""
+        spec = self.specs[wl.cq]
+        prios = self.cq_prios.get(wl.cq)
+        within = spec.within_cluster_queue
+        if prios and within != NEVER:
+            low = min(prios)
+            if within == ANY or (within == LOWER_PRIORITY and low < wl.priority) or (
+                within == LOWER_OR_NEWER_EQUAL and low <= wl.priority
+            ):
+                return False
+        for q_flavor in spec.flavors:
+            if wl.flavor is not None and q_flavor != wl.flavor:
+                continue
+            if wl.allowed_flavors is not None and q_flavor not in wl.allowed_flavors:
+                continue
+            over = False
+            for r, v in wl.requests.items():
+                cap = self.ceiling.get((wl.cq, q_flavor, r))
+                if v > 0 and cap is not None and self.cq_usage.get((wl.cq, q_flavor, r), 0.0) + v > cap + 1e-9:
+                    over = True
+                    break
+            if not over:
+                return False
+        return True
+
+    # -- admission -------------------------------------------------------------------------
+    def _refresh_checkpoints(self, now: float) -> None:
+        if not self.uncheckpointed or self.ckpt <= 0:
+            return
+        done = []
+        for name in self.uncheckpointed:
+            r = self.run_of[name]
+            if r.job.preemption_policy == "checkpoint_requeue" and now - r.start >= self.ckpt:
+                self.running[name] = replace(self.running[name], checkpointed=True)
+                done.append(name)
+        self.uncheckpointed.difference_update(done)
+
+    def _shown(self, cq: str, full: bool, limit: int, expand: dict[tuple, int], parked: set[tuple]):
+        """The workloads of `cq` shown to the engine, in queue order, and whether some were held back
+        (beyond `limit` distinct ones). full=False: only this call's arrivals (the rest stay parked)."""
+        if full or cq in self.strict:
+            reps: list[tuple[tuple, JobRun, tuple, bool]] = []
+            bound_ok = self.skip_bound and cq not in self.strict
+            for sh, group in self.shapes[cq].items():
+                if (cq, sh) in parked or (bound_ok and self._bound(group[0][1].wl)):  # type: ignore[arg-type]
+                    continue
+                k = expand.get((cq, sh), self.shown_per_shape)
+                for j in range(min(k, len(group))):
+                    reps.append((group[j][0], group[j][1], sh, j == min(k, len(group)) - 1 and len(group) > k))
+        else:
+            seen: dict[tuple, int] = {}
+            last_of: dict[tuple, int] = {}
+            reps = []
+            for r in sorted(self.fresh[cq], key=lambda r: r.key):
+                if r.state != "pending":
+                    continue
+                sh = r.shape
+                if (cq, sh) in parked or (self.skip_bound and self._bound(r.wl)):  # type: ignore[arg-type]
+                    continue
+                n = seen.get(sh, 0)
+                seen[sh] = n + 1
+                k = expand.get((cq, sh), self.shown_per_shape)
+                if n < k:
+                    last_of[sh] = len(reps)
+                    reps.append((r.key, r, sh, False))
+                elif n == k:
+                    e = reps[last_of[sh]]
+                    reps[last_of[sh]] = (e[0], e[1], e[2], True)
+        reps.sort(key=lambda e: e[0])
+        return reps[:limit], len(reps) > limit
+
+    def schedule(self, now: float, full: bool) -> None:
+        limits = dict.fromkeys(self.shapes, self.window)
+        expand: dict[tuple, int] = {}
+        # Found inadmissible at this instant: not shown again after evictions here, since what
+        # evictions free is the preemptors' (Kueue's inadmissible list; without it two queues
+        # can trade the same GPUs back and forth at one instant).
+        parked: set[tuple] = set()
+        for _ in range(10_000):
+            self._refresh_checkpoints(now)
+            pending: list[Workload] = []
+            idx: dict[str, tuple[JobRun, tuple, bool]] = {}
+            held: dict[str, bool] = {}
+            asked: list[str] = []
+            for cq in self.shapes:
+                if not self.size[cq] or (not full and not self.fresh[cq]):
+                    continue
+                reps, more = self._shown(cq, full, limits[cq], expand, parked)
+                held[cq] = more
+                asked.append(cq)
+                for _key, r, sh, followers in reps:
+                    pending.append(r.wl)  # type: ignore[arg-type]
+                    idx[r.job.job_id] = (r, sh, followers)
+            if not pending:
+                break
+            state = replace(self.scn.base, admitted=self._admitted(pending, now), pending=tuple(pending), now=now)
+            res = admit_until_stable(state)
+            self.calls += 1
+            self.cycles += res.cycles
+            # A shown workload with identical ones held back behind it moved: ask again showing more.
+            moved = [a.name for a in res.admitted] + [p.preemptor for p in res.preempted]
+            redo = False
+            for name in moved:
+                r, sh, followers = idx[name]
+                if followers:
+                    key = (r.wl.cq, sh)  # type: ignore[union-attr]
+                    expand[key] = expand.get(key, self.shown_per_shape) * 2
+                    redo = True
+            if redo:
+                continue
+            for a in res.admitted:
+                self._start(idx[a.name][0], a.flavor, now)
+            for rej in res.rejected:
+                r = idx[rej.name][0]
+                self._dequeue(r)
+                r.state, r.reason = "rejected", rej.message
+            evicted = False
+            for p in res.preempted:
+                victim = self.run_of.get(p.victim)
+                if victim is not None:
+                    self._evict(victim, now)
+                    evicted = True
+            # Per queue: the first pending workload that holds the queue (it waits, or it is an
+            # inadmissible StrictFIFO head); nothing behind it can move until something changes.
+            grow = False
+            best: dict[str, int] = {}
+            for cq in asked:
+                self.block[cq] = None
+                self.fresh[cq] = []
+            for info in res.pending:
+                code = info.reason_code
+                if code == BUDGET_EXHAUSTED or (code == INADMISSIBLE and info.cq not in self.strict):
+                    if info.name in idx:
+                        parked.add((info.cq, idx[info.name][1]))
+                    continue
+                if info.position < best.get(info.cq, 1 << 62):
+                    best[info.cq] = info.position
+                    self.block[info.cq] = idx[info.name][0].key
+            for cq in asked:
+                if self.block[cq] is None and held[cq]:
+                    limits[cq] *= 2
+                    grow = True
+            if evicted:
+                full = True
+                expand.clear()
+            elif not grow:
+                break
+        else:
+            raise RuntimeError("admission did not settle after 10,000 engine calls at one instant")
+        for cq in self.shapes:
+            self.fresh[cq] = []
+            if not self.size[cq]:
+                self.block[cq] = None
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> tuple[float, float]:
+        runs = self.runs
+        n = len(runs)
+        ai = 0
+        heap = self.heap
+        start = runs[0].job.submit_ts if runs else 0.0
+        last = start
+        while True:
+            while heap and heap[0][3].seq != heap[0][2]:
+                heapq.heappop(heap)
+            t_arr = runs[ai].job.submit_ts if ai < n else _INF
+            t_end = heap[0][0] if heap else _INF
+            t = min(t_arr, t_end)
+            if t == _INF:
+                break
+            t_run = t if self.tick <= 0 else math.ceil(t / self.tick - 1e-12) * self.tick
+            freed = False
+            arrived = False
+            while True:
+                while heap and heap[0][3].seq != heap[0][2]:
+                    heapq.heappop(heap)
+                if not heap or heap[0][0] > t_run:
+                    break
+                end, _c, _s, r = heapq.heappop(heap)
+                self.complete(r, end)
+                last = max(last, end)
+                freed = True
+            while ai < n and runs[ai].job.submit_ts <= t_run:
+                arrived |= self.arrive(runs[ai], runs[ai].job.submit_ts)
+                ai += 1
+            if self.pending and (freed or arrived):
+                self.schedule(t_run, full=freed)
+        return start, last
+
+
+def simulate(
+    scenario: Scenario,
+    jobs: list[TraceJob],
+    *,
+    tick: float = 0.0,
+    checkpoint_interval_s: float = 1800.0,
+    window: int = 16,
+    per_shape: int = 1,
+    skip_bound: bool = True,
+    merge_held: bool = True,
+) -> SimResult:
+    """Replay `jobs` under `scenario`. tick=0: the engine runs at every instant something
+    changes; tick>0: at multiples of `tick` seconds (a gate on a sensor interval).
+    checkpoint_interval_s: how often a `checkpoint_requeue` job saves its work (0: never).
+    window / per_shape / skip_bound / merge_held: distinct / identical pending workloads shown
+    per queue at first, whether workloads over their own queue's ceiling are held back, whether
+    running workloads nobody shown may preempt are folded per (queue, flavor, priority) (the
+    outcome does not depend on them, only the time it takes; see the module doc)."""
+    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
+    start, end = sim.run()
+    for r in sim.runs:
+        if r.state == "pending":
+            r.reason = r.reason or "still pending when the trace ended"
+    return SimResult(
+        scenario, sim.runs, start, end, sim.calls, sim.cycles, sim.usage, checkpoint_interval_s, tick
+    )
+
+
+def gpus_of(w: Workload) -> float:
+    return w.requests.get(GPU, 0.0)

@@ -1,0 +1,272 @@
+"""Job traces for the simulator: CSV rows -> `TraceJob`s, with a lane for every job.
+
+Columns (header names; `columns:` in a lane map renames them):
+- `job_id` (unique), `submit_ts` (seconds, any origin), `duration_s` (> 0, seconds of work),
+  `gpus` (> 0, GPUs the job holds while it runs): required.
+- `lane`: the policy lane; or take the lane from another column with `--lane-from COLUMN
+  --lane-map FILE`.
+- `user`, `gpu_type` (a flavor name, a GPU product or `any`), `status` (as the source recorded
+  it; carried into the report, the job is replayed for its whole duration whatever it says),
+  `preemption_policy` (`checkpoint_requeue` | `requeue` | `fail`; default `checkpoint_requeue`):
+  optional.
+
+A row that cannot be used is quarantined with its line number and reason; rows in = accepted +
+quarantined. A missing required column is an error naming the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REQUIRED = ("job_id", "submit_ts", "duration_s", "gpus")
+OPTIONAL = ("lane", "user", "gpu_type", "status", "preemption_policy")
+PREEMPTION_POLICIES = ("checkpoint_requeue", "requeue", "fail")
+
+
+class TraceError(ValueError):
+    """The trace or lane map cannot be read at all (missing column, bad map); lists every problem."""
+
+    def __init__(self, errors: list[str], source: str):
+        super().__init__(f"{source}: " + "; ".join(errors))
+        self.errors = errors
+        self.source = source
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace. cls: a workload class for reports (Kueue scenarios); None: none.
+    priority=None: the lane's priority (set only by generated scenarios)."""
+
+    job_id: str
+    submit_ts: float
+    duration_s: float
+    gpus: float
+    lane: str
+    user: str | None = None
+    gpu_type: str | None = None
+    status: str | None = None
+    preemption_policy: str = "checkpoint_requeue"
+    cls: str | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    jobs: list[TraceJob]
+    quarantined: list[Quarantined]
+    rows: int
+    source: str
+
+    def summary(self) -> dict[str, Any]:
+        statuses: dict[str, int] = {}
+        users: set[str] = set()
+        for j in self.jobs:
+            if j.status is not None:
+                statuses[j.status] = statuses.get(j.status, 0) + 1
+            if j.user is not None:
+                users.add(j.user)
+        return {
+            "source": self.source,
+            "rows": self.rows,
+            "accepted": len(self.jobs),
+            "statuses": dict(sorted(statuses.items())),
+            "users": len(users),
+            "quarantined": len(self.quarantined),
+            "quarantined_rows": [{"line": q.line, "reason": q.reason} for q in self.quarantined[:50]],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRule:
+    """`values`: exact matches (as text); `min`/`max`: a numeric range, min inclusive, max inclusive."""
+
+    lane: str
+    values: frozenset[str] | None = None
+    min: float | None = None
+    max: float | None = None
+
+    def matches(self, raw: str) -> bool:
+        if self.values is not None:
+            return raw in self.values
+        try:
+            v = float(raw)
+        except ValueError:
+            return False
+        return (self.min is None or v >= self.min) and (self.max is None or v <= self.max)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneMap:
+    """How a trace without a `lane` column gets lanes: the first matching rule wins.
+
+    column=None: `--lane-from` must name it. default=None: an unmatched row is quarantined.
+    columns: trace header -> our column name renames (e.g. `submission_time: submit_ts`).
+    """
+
+    rules: tuple[LaneRule, ...]
+    column: str | None = None
+    default: str | None = None
+    columns: Mapping[str, str] = field(default_factory=dict)
+    source: str = "lane map"
+
+    def lane_for(self, raw: str) -> str | None:
+        for r in self.rules:
+            if r.matches(raw):
+                return r.lane
+        return self.default
+
+
+def load_lane_map(path: str | Path) -> LaneMap:
+    """Read a lane map YAML file (see docs/simulator.md); raises TraceError naming every bad field."""
+    src = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TraceError([str(exc)], src) from exc
+    if not isinstance(raw, dict):
+        raise TraceError(["<root>: expected a mapping with `rules`"], src)
+    errors: list[str] = []
+    unknown = set(raw) - {"column", "default", "columns", "rules", "description", "source", "license"}
+    errors += [f"{k}: unknown field" for k in sorted(unknown)]
+    rules: list[LaneRule] = []
+    for i, r in enumerate(raw.get("rules") or []):
+        where = f"rules[{i}]"
+        if not isinstance(r, dict) or not isinstance(r.get("lane"), str):
+            errors.append(f"{where}.lane: required (a lane name)")
+            continue
+        extra = set(r) - {"lane", "values", "min", "max"}
+        errors += [f"{where}.{k}: unknown field" for k in sorted(extra)]
+        if "values" in r:
+            vals = r["values"] if isinstance(r["values"], list) else [r["values"]]
+            rules.append(LaneRule(r["lane"], values=frozenset(str(v) for v in vals)))
+        elif "min" in r or "max" in r:
+            try:
+                lo = None if r.get("min") is None else float(r["min"])
+                hi = None if r.get("max") is None else float(r["max"])
+            except (TypeError, ValueError):
+                errors.append(f"{where}: min/max must be numbers")
+                continue
+            rules.append(LaneRule(r["lane"], min=lo, max=hi))
+        else:
+            errors.append(f"{where}: needs `values` or `min`/`max`")
+    if not rules and raw.get("default") is None:
+        errors.append("rules: at least one rule or a default lane")
+    cols = raw.get("columns") or {}
+    if not isinstance(cols, dict):
+        errors.append("columns: expected a mapping trace header -> column name")
+        cols = {}
+    for k, v in cols.items():
+        if v not in REQUIRED + OPTIONAL:
+            errors.append(f"columns.{k}: {v!r} is not a trace column ({', '.join(REQUIRED + OPTIONAL)})")
+    if errors:
+        raise TraceError(errors, src)
+    return LaneMap(tuple(rules), raw.get("column"), raw.get("default"), {str(k): str(v) for k, v in cols.items()}, src)
+
+
+def _num(row: dict[str, str], col: str, positive: bool) -> float:
+    raw = (row.get(col) or "").strip()
+    if raw == "":
+        raise ValueError(f"{col}: empty")
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"{col}: {raw!r} is not a number") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{col}: {raw!r} is not finite")
+    if positive and v <= 0:
+        raise ValueError(f"{col}: {raw!r} must be > 0")
+    return v
+
+
+def load_trace(
+    path: str | Path,
+    lane_from: str | None = None,
+    lane_map: LaneMap | None = None,
+    lanes: frozenset[str] | None = None,
+) -> Trace:
+    """Read a trace CSV. lanes=None: any lane name is accepted (the scenario rejects unknown ones);
+    a set: a row whose lane is not in it is quarantined."""
+    src = str(path)
+    renames = dict(lane_map.columns) if lane_map else {}
+    column = lane_from or (lane_map.column if lane_map else None)
+    if lane_map is not None and column is None:
+        raise TraceError(["--lane-from: the lane map names no `column`; give --lane-from COLUMN"], src)
+    try:
+        fh = open(path, newline="")
+    except OSError as exc:
+        raise TraceError([str(exc)], src) from exc
+    with fh:
+        reader = csv.DictReader(fh)
+        header = [renames.get(h, h) for h in (reader.fieldnames or [])]
+        raw_header = list(reader.fieldnames or [])
+        missing = [c for c in REQUIRED if c not in header]
+        if column is None and "lane" not in header:
+            missing.append("lane (or --lane-from COLUMN --lane-map FILE)")
+        if column is not None and column not in raw_header and column not in header:
+            missing.append(f"{column} (named by --lane-from)")
+        if column is not None and lane_map is None:
+            missing.append("--lane-map FILE (needed with --lane-from)")
+        if missing:
+            raise TraceError([f"missing column {c}" for c in missing], src)
+        reader.fieldnames = header
+        lane_col = renames.get(column, column) if column else None
+        jobs: list[TraceJob] = []
+        bad: list[Quarantined] = []
+        seen: set[str] = set()
+        rows = 0
+        for rows, row in enumerate(reader, 1):
+            line = rows + 1
+            try:
+                job_id = (row.get("job_id") or "").strip()
+                if not job_id:
+                    raise ValueError("job_id: empty")
+                if job_id in seen:
+                    raise ValueError(f"job_id: {job_id!r} repeats an earlier row")
+                submit = _num(row, "submit_ts", positive=False)
+                duration = _num(row, "duration_s", positive=True)
+                gpus = _num(row, "gpus", positive=True)
+                if lane_col is not None:
+                    key = (row.get(lane_col) or "").strip()
+                    lane = lane_map.lane_for(key) if lane_map else None
+                    if lane is None:
+                        raise ValueError(f"{column}: {key!r} matches no rule of {lane_map.source if lane_map else 'the lane map'}")
+                else:
+                    lane = (row.get("lane") or "").strip()
+                    if not lane:
+                        raise ValueError("lane: empty")
+                if lanes is not None and lane not in lanes:
+                    raise ValueError(f"lane: {lane!r} is not a lane of the policy")
+                pp = (row.get("preemption_policy") or "").strip() or "checkpoint_requeue"
+                if pp not in PREEMPTION_POLICIES:
+                    raise ValueError(f"preemption_policy: {pp!r} is not one of {', '.join(PREEMPTION_POLICIES)}")
+            except ValueError as exc:
+                bad.append(Quarantined(line, str(exc)))
+                continue
+            seen.add(job_id)
+            jobs.append(
+                TraceJob(
+                    job_id,
+                    submit,
+                    duration,
+                    gpus,
+                    lane,
+                    (row.get("user") or "").strip() or None,
+                    (row.get("gpu_type") or "").strip() or None,
+                    (row.get("status") or "").strip() or None,
+                    pp,
+                )
+            )
+    return Trace(jobs, bad, rows, src)
