@@ -232,7 +232,7 @@ def test_pipes_preview_warning_is_not_repeated_to_users(tmp_path: Path, make_req
     """dagster's pipes session warns on every run about a preview property it reads itself."""
     import warnings
 
-    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="0")
+    executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"), local_gpus="1", use_nvml=False)
     with dg.instance_for_test() as instance, warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         result = _materialize(executor, make_request(gpu_count=1), tmp_path / "ckpt", None, instance)
