@@ -781,6 +781,7 @@ class _Engine:
             head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
             demand = 0.0
             status = self.status
+            prefixes: dict[tuple[str, str], str] = {}
             for pos, w in enumerate(rest, 1):
                 raw_key = (w.flavor, w.allowed_flavors)
                 info = by_set.get(raw_key)
@@ -812,13 +813,16 @@ class _Engine:
                         est = None
                     elif code == PENDING_PREEMPTION:
                         est = now
+                prefix = prefixes.get((code, msg))
+                if prefix is None:
+                    prefix = prefixes[(code, msg)] = f"{code}: {msg}; position "
                 out.append(
                     PendingInfo(
                         w.name,
                         name,
                         code,
                         QUOTA_RESERVED,
-                        f"{code}: {msg}; position {pos} of {n}",
+                        f"{prefix}{pos} of {n}",
                         pos,
                         n,
                         est,
