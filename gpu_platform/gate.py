@@ -173,16 +173,23 @@ def held_preemptors(states: Iterable[RequestState], holding: Mapping[str, str]) 
     for s in states:
         victims = by_preemptor.get(s.request_id)
         if victims and s.state in PENDING_STATES:
-            held[s.request_id] = PendingInfo(
-                name=s.request_id,
-                cq=s.request.lane or "",
-                reason_code="WaitingForPreemptedVictims",
-                condition="QuotaReserved",
-                message=f"WaitingForPreemptedVictims: {', '.join(sorted(victims))} still stopping (their quota is not free yet)",
-                position=0,
-                of=0,
+            held[s.request_id] = _held(
+                s, "WaitingForPreemptedVictims", f"{', '.join(sorted(victims))} still stopping (their quota is not free yet)"
             )
     return held
+
+
+def _held(s: RequestState, code: str, text: str) -> PendingInfo:
+    """A pending request the gate holds back before admission, with its reason."""
+    return PendingInfo(
+        name=s.request_id,
+        cq=s.request.lane or "",
+        reason_code=code,
+        condition="QuotaReserved",
+        message=f"{code}: {text}",
+        position=0,
+        of=0,
+    )
 
 
 def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInfo]:
@@ -205,15 +212,7 @@ def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInf
         ]
         if waits_on:
             what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
-            blocked[s.request_id] = PendingInfo(
-                name=s.request_id,
-                cq=s.request.lane or "",
-                reason_code="WaitingForUpstream",
-                condition="QuotaReserved",
-                message=f"WaitingForUpstream: needs {what}",
-                position=0,
-                of=0,
-            )
+            blocked[s.request_id] = _held(s, "WaitingForUpstream", f"needs {what}")
     return blocked
 
 

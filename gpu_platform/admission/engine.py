@@ -208,6 +208,8 @@ class _Engine:
         self.status: dict[str, tuple[str, str, str | None]] = {}  # name -> (code, message, flavor)
         self.heads: dict[str, Workload | None] = {}
         self.cycles = 0
+        # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
+        self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
 
     def fungibility(self, cq: CQNode) -> FlavorFungibility:
         return cq.spec.flavor_fungibility or self.state.flavor_fungibility
@@ -729,10 +731,9 @@ class _Engine:
         """When running work on `flavors` in the queue's cohort tree ends, and how much it frees."""
         root = cq.root()
         key = (id(root), resource, flavors)
-        cache = self.__dict__.setdefault("_events_cache", {})
-        hit = cache.get(key)
+        hit = self._events_cache.get(key)
         if hit is None:
-            hit = cache[key] = self._free_events_uncached(cq, resource, flavors)
+            hit = self._events_cache[key] = self._free_events_uncached(cq, resource, flavors)
         return hit
 
     def _free_events_uncached(
@@ -984,7 +985,7 @@ def apply_result(state: ClusterState, result: CycleResult) -> ClusterState:
             admitted.append(replace(w, flavor=flavors[w.name], admitted_at=state.now))
         else:
             pending.append(w)
-    return replace(state, admitted=tuple(admitted), pending=tuple(pending), now=state.now + 0.0)
+    return replace(state, admitted=tuple(admitted), pending=tuple(pending), now=state.now)
 
 
 __all__ = [

@@ -172,11 +172,6 @@ def usage_of(wl: Workload, flavor: str | None = None) -> dict[FR, float]:
     return {(f, r): v for r, v in wl.requests.items() if v > 0}
 
 
-def request_of(cq: CQNode, wl: Workload, flavor: str | None) -> dict[FR, float]:
-    """What `wl` asks of `cq` on `flavor` (resources the queue does not cover are left out)."""
-    return {(flavor, r): v for r, v in wl.requests.items() if v > 0 and r in cq.covered}
-
-
 def available(node: Node, fr: FR) -> float:
     """Kueue's `available`: may be negative when over-admitted."""
     if node.parent is None:
@@ -405,9 +400,6 @@ class Snapshot:
                 if x > ratio or (x == ratio and r < dominant):
                     ratio, dominant = x, r
         return DRS(node.fair_weight, ratio, True, tuple(borrowed))
-
-    def dominant_share(self, cq: CQNode, plus: Mapping[FR, float] | None = None) -> float:
-        return self.drs(cq, plus).share
 
 
 def _accumulate(cohort: CohortNode) -> None:

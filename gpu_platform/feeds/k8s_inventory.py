@@ -221,13 +221,17 @@ def _raw(item: Any) -> str:
     return text if len(text) <= 4000 else text[:4000] + "..."
 
 
-def _node_row(item: Any) -> dict[str, Any]:
+def _object_parts(item: Any, kind: str) -> tuple[Mapping[str, Any], dict[str, str], dict[str, str], Mapping[str, Any], Mapping[str, Any]]:
+    """metadata, labels, annotations, spec and status of one `kubectl -o json` item of `kind`;
+    raises _Bad naming the field that is not what the API returns."""
     if not isinstance(item, Mapping):
         raise _Bad("expected an object")
-    if item.get("kind") not in (None, "Node"):
-        raise _Bad(f"kind: expected 'Node', got {item.get('kind')!r}")
+    if item.get("kind") not in (None, kind):
+        raise _Bad(f"kind: expected {kind!r}, got {item.get('kind')!r}")
     meta = item.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping):
+        raise _Bad("metadata: expected an object")
+    name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise _Bad("metadata.name: missing")
     labels = _str_map(meta, "labels", "metadata")
@@ -236,6 +240,12 @@ def _node_row(item: Any) -> dict[str, Any]:
     status = item.get("status") or {}
     if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
         raise _Bad("spec/status: expected objects")
+    return meta, labels, annotations, spec, status
+
+
+def _node_row(item: Any) -> dict[str, Any]:
+    meta, labels, annotations, spec, status = _object_parts(item, "Node")
+    name = meta["name"]
     capacity = status.get("capacity") or {}
     if not isinstance(capacity, Mapping):
         raise _Bad("status.capacity: expected a map")
@@ -288,24 +298,10 @@ def _container_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _pod_row(item: Any) -> dict[str, Any]:
-    if not isinstance(item, Mapping):
-        raise _Bad("expected an object")
-    if item.get("kind") not in (None, "Pod"):
-        raise _Bad(f"kind: expected 'Pod', got {item.get('kind')!r}")
-    meta = item.get("metadata") or {}
-    if not isinstance(meta, Mapping):
-        raise _Bad("metadata: expected an object")
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not name:
-        raise _Bad("metadata.name: missing")
+    meta, labels, annotations, spec, status = _object_parts(item, "Pod")
+    name, namespace = meta["name"], meta.get("namespace")
     if not isinstance(namespace, str) or not namespace:
         raise _Bad("metadata.namespace: missing")
-    labels = _str_map(meta, "labels", "metadata")
-    annotations = _str_map(meta, "annotations", "metadata")
-    spec = item.get("spec") or {}
-    status = item.get("status") or {}
-    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
-        raise _Bad("spec/status: expected objects")
     gpus, mig = _container_requests(spec)
     phase = status.get("phase")
     started = _ts(status.get("startTime"), "status.startTime")

@@ -209,7 +209,10 @@ def test_real_mig_devices_when_mig_is_enabled(tmp_path: Path) -> None:
             pytest.fail(f"{message} ({exc.reason})")
         pytest.skip(message)
     if not migs:
-        pytest.skip("no MIG-enabled GPU on this node (enable MIG and create instances to run this test)")
+        pytest.skip(
+            "needs an NVIDIA GPU with MIG enabled; enable it (nvidia-smi -i 0 -mig 1, then create "
+            "instances with nvidia-smi mig -cgi ... -C) and run: make test-gpu"
+        )
     assert all(m.uuid.startswith("MIG-") and "g." in m.profile and m.memory_mib > 0 for m in migs)
 
 
