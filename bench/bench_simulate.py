@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
+from gpu_platform.cli.simulate import LANE_MAPS
 from gpu_platform.policy import load_policy
 from gpu_platform.simulate import SCENARIOS, lane_report, load_lane_map, load_trace, simulate
-from gpu_platform.simulate.cli import LANE_MAPS
 from gpu_platform.simulate.kueue_scenario import load_generator
 
 ROOT = Path(__file__).resolve().parents[1]

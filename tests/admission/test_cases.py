@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_platform.admission.cases import load_cases, run_case
-from gpu_platform.admission.cli import admit
+from gpu_platform.cli.admission import admit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "admission"
 SHARED = (

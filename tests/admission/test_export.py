@@ -9,7 +9,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gpu_platform.admission.cli import kueue
 from gpu_platform.admission.kueue_export import (
     POOL_LABEL,
     PRODUCT_LABEL,
@@ -18,6 +17,7 @@ from gpu_platform.admission.kueue_export import (
     priority_class_name,
     quantity,
 )
+from gpu_platform.cli.admission import kueue
 from gpu_platform.policy import GPU, load_policy, parse_policy
 from gpu_platform.policy.model import default_policy_path
 

@@ -14,13 +14,13 @@ from dagster._config import validate_config
 from dagster._core.instance.config import dagster_instance_config
 from dagster_k8s import K8sRunLauncher
 
+from gpu_platform.cli.k8s import dagster_config
 from gpu_platform.instance_config import (
     RUN_TAG_LANE,
     dagster_instance_yaml,
     pool_limit_commands,
     pool_limits,
 )
-from gpu_platform.k8s_cli import dagster_config
 
 
 @pytest.mark.parametrize("postgres", [False, True], ids=["sqlite", "postgres"])

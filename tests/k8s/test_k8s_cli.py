@@ -8,8 +8,8 @@ import kubernetes_validate
 import yaml
 from click.testing import CliRunner
 
+from gpu_platform.cli.k8s import k8s
 from gpu_platform.k8s import KUEUE_QUEUE_NAME, LABEL_REQUEST_ID
-from gpu_platform.k8s_cli import k8s
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "requests" / "labeler_batch.yaml"

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
+from gpu_platform.cli.simulate import LANE_MAPS
 from gpu_platform.policy import load_policy
 from gpu_platform.simulate import SCENARIOS, load_lane_map, load_trace, simulate
-from gpu_platform.simulate.cli import LANE_MAPS
 from gpu_platform.simulate.kueue_scenario import kueue_report, load_generator, run_generator
 
 FIX = Path(__file__).parents[1] / "fixtures" / "simulate"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_platform.cli.simulate import LANE_MAPS
 from gpu_platform.simulate import TraceError, load_lane_map, load_trace
-from gpu_platform.simulate.cli import LANE_MAPS
 
 FIX = Path(__file__).parents[1] / "fixtures" / "simulate"
 

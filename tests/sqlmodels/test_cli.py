@@ -7,7 +7,7 @@ import json
 import duckdb
 from click.testing import CliRunner
 
-from gpu_platform.sqlmodels.cli import cost
+from gpu_platform.cli.cost import cost
 from tests.sqlmodels.finops_scenario import DAY, load_scenario
 
 

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from rich.console import Console
 
+from gpu_platform.cli.lineage import lineage, retention
 from gpu_platform.evidence import EvidenceStore
 from gpu_platform.ledger import Ledger
 from gpu_platform.lineage import (
@@ -24,7 +25,6 @@ from gpu_platform.lineage import (
     render_tree,
     resolve_parents,
 )
-from gpu_platform.lineage_cli import lineage, retention
 from gpu_platform.policy import load_policy
 from gpu_platform.requests import JobRequest, validate_request_file
 

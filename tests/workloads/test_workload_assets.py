@@ -24,9 +24,9 @@ from assets.workloads import (
     workload_jobs,
     workload_schedules,
 )
+from gpu_platform.cli.lineage import lineage
 from gpu_platform.ledger import Ledger
 from gpu_platform.lineage import LineageStore
-from gpu_platform.lineage_cli import lineage
 from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor

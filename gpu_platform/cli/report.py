@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
+from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import Ledger, default_ledger_url
 
 
@@ -18,7 +18,9 @@ def _default_warehouse() -> Path:
 
 
 @click.command("report")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write into."
+)
 @click.option("--days", type=click.IntRange(1, 366), default=7, show_default=True, help="Days back from now.")
 @click.option(
     "--warehouse",
@@ -28,7 +30,9 @@ def _default_warehouse() -> Path:
 )
 @policy_option
 @ledger_option
-def report(out_dir: str, days: int, warehouse: str | None, policy_path: str | None, ledger_url: str | None) -> None:
+def report(
+    out_dir: str, days: int, warehouse: str | None, policy_path: str | None, ledger_url: str | None
+) -> None:
     """Write index.html and PNG plots: queue wait by lane, utilization, cost by team, unit costs, signals."""
     from gpu_platform.report.build import build_report
 

@@ -1,6 +1,6 @@
 """CLI commands `gpu-platform lineage ID` and `gpu-platform retention sweep`.
 
-`gpu_platform.cli` adds them with `main.add_command(lineage)` and `main.add_command(retention)`.
+`gpu_platform.cli.app` attaches them to `gpu-platform`.
 
 Exit codes: 0 success (a lineage with gaps still prints; `--strict` makes gaps exit 1),
 2 unknown id, 1 any other failure.
@@ -109,7 +109,9 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
     for digest, why in report.kept:
         click.echo(f"kept {digest}: {why}")
     for name in report.repaired:
-        click.echo(f"{'would remove' if dry_run else 'removed'} dangling reference {name} (its expired object was deleted)")
+        click.echo(
+            f"{'would remove' if dry_run else 'removed'} dangling reference {name} (its expired object was deleted)"
+        )
     for digest, name in report.missing:
         click.echo(f"MISSING {digest}: reference {name} is held or unexpired but the object is gone")
     click.echo(report.summary())
@@ -123,7 +125,9 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
 @click.option("--holder", default="manual", show_default=True)
 @click.option("--reason", default="", help="Why the hold is placed (or released); recorded with it.")
 @click.option("--release", is_flag=True, help="Release this holder's hold instead of placing one.")
-def retention_hold(request_id: str, evidence_root: str | None, holder: str, reason: str, release: bool) -> None:
+def retention_hold(
+    request_id: str, evidence_root: str | None, holder: str, reason: str, release: bool
+) -> None:
     """Place (or --release) an evidence hold on everything REQUEST_ID stored."""
     store = EvidenceStore(evidence_root or default_evidence_root())
     if release:

@@ -39,18 +39,45 @@ def feeds() -> None:
 
 @feeds.command("ingest")
 @click.option("--day", required=True, callback=_day, help="UTC day the rows are loaded under, YYYY-MM-DD.")
-@click.option("--dcgm", "dcgm_inputs", multiple=True,
-              help="dcgm-exporter text/.prom, query_range .json, history .parquet, or an http(s) /metrics URL.")
-@click.option("--focus", "focus_inputs", multiple=True, type=click.Path(dir_okay=False),
-              help="FOCUS 1.0/1.2 export (.csv or .parquet); the rows charged on DAY are loaded.")
-@click.option("--nodes", "nodes_input", type=click.Path(dir_okay=False), help="`kubectl get nodes -o json` output.")
-@click.option("--pods", "pods_input", type=click.Path(dir_okay=False), help="`kubectl get pods -A -o json` output.")
-@click.option("--from-cluster", is_flag=True, help="Read nodes and pods (those not given as files) through the API.")
-@click.option("--warehouse", type=click.Path(dir_okay=False), default=None,
-              help="DuckDB file (default: $GPU_PLATFORM_WAREHOUSE, else $GPU_PLATFORM_HOME/warehouse.duckdb).")
+@click.option(
+    "--dcgm",
+    "dcgm_inputs",
+    multiple=True,
+    help="dcgm-exporter text/.prom, query_range .json, history .parquet, or an http(s) /metrics URL.",
+)
+@click.option(
+    "--focus",
+    "focus_inputs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="FOCUS 1.0/1.2 export (.csv or .parquet); the rows charged on DAY are loaded.",
+)
+@click.option(
+    "--nodes", "nodes_input", type=click.Path(dir_okay=False), help="`kubectl get nodes -o json` output."
+)
+@click.option(
+    "--pods", "pods_input", type=click.Path(dir_okay=False), help="`kubectl get pods -A -o json` output."
+)
+@click.option(
+    "--from-cluster", is_flag=True, help="Read nodes and pods (those not given as files) through the API."
+)
+@click.option(
+    "--warehouse",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="DuckDB file (default: $GPU_PLATFORM_WAREHOUSE, else $GPU_PLATFORM_HOME/warehouse.duckdb).",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def ingest(day: date, dcgm_inputs: tuple[str, ...], focus_inputs: tuple[str, ...], nodes_input: str | None,
-           pods_input: str | None, from_cluster: bool, warehouse: str | None, fmt: str) -> None:
+def ingest(
+    day: date,
+    dcgm_inputs: tuple[str, ...],
+    focus_inputs: tuple[str, ...],
+    nodes_input: str | None,
+    pods_input: str | None,
+    from_cluster: bool,
+    warehouse: str | None,
+    fmt: str,
+) -> None:
     """Load DAY's feeds into the warehouse; print rows in / accepted / quarantined per feed and file."""
     import duckdb
 
@@ -64,27 +91,46 @@ def ingest(day: date, dcgm_inputs: tuple[str, ...], focus_inputs: tuple[str, ...
     path = Path(warehouse) if warehouse else default_warehouse()
     path.parent.mkdir(parents=True, exist_ok=True)
     explicit = bool(dcgm_inputs or focus_inputs or nodes_input or pods_input or from_cluster)
-    missing = [p for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input)
-               if p and not Path(p).is_file()]
+    missing = [
+        p
+        for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input)
+        if p and not Path(p).is_file()
+    ]
     if missing:
         _fail([f"{p}: no such file" for p in missing])
     lines: list[dict[str, Any]] = []
     problems: list[str] = []
 
     def add(feed: str, source: str, batch_or_report: Any, accepted: int, quarantined: int) -> None:
-        lines.append({"feed": feed, "source": source, "rows_in": batch_or_report.rows_in,
-                      "accepted": accepted, "quarantined": quarantined})
+        lines.append(
+            {
+                "feed": feed,
+                "source": source,
+                "rows_in": batch_or_report.rows_in,
+                "accepted": accepted,
+                "quarantined": quarantined,
+            }
+        )
 
     con = duckdb.connect(str(path))
     try:
         if not explicit:
             feeds_dir = platform_home() / "feeds"
-            for feed, report in (("dcgm", ing.load_dcgm_day(con, feeds_dir, day, [])),
-                                 ("focus", ing.load_focus_day(con, feeds_dir, day)),
-                                 ("nodes", ing.load_inventory_day(con, feeds_dir, day, "nodes")),
-                                 ("pods", ing.load_inventory_day(con, feeds_dir, day, "pods"))):
-                lines.append({"feed": feed, "source": str(feeds_dir / feed), "rows_in": report.rows_in,
-                              "accepted": report.accepted, "quarantined": report.quarantined})
+            for feed, report in (
+                ("dcgm", ing.load_dcgm_day(con, feeds_dir, day, [])),
+                ("focus", ing.load_focus_day(con, feeds_dir, day)),
+                ("nodes", ing.load_inventory_day(con, feeds_dir, day, "nodes")),
+                ("pods", ing.load_inventory_day(con, feeds_dir, day, "pods")),
+            ):
+                lines.append(
+                    {
+                        "feed": feed,
+                        "source": str(feeds_dir / feed),
+                        "rows_in": report.rows_in,
+                        "accepted": report.accepted,
+                        "quarantined": report.quarantined,
+                    }
+                )
         for item in dcgm_inputs:
             try:
                 if "://" in item:
@@ -129,18 +175,26 @@ def ingest(day: date, dcgm_inputs: tuple[str, ...], focus_inputs: tuple[str, ...
     finally:
         con.close()
     if fmt == "json":
-        click.echo(json.dumps({"day": day.isoformat(), "warehouse": str(path), "feeds": lines,
-                               "errors": problems}, indent=2))
+        click.echo(
+            json.dumps(
+                {"day": day.isoformat(), "warehouse": str(path), "feeds": lines, "errors": problems}, indent=2
+            )
+        )
     else:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"feeds ingested for {day.isoformat()} into {path}")
         for col in ("feed", "source", "rows_in", "accepted", "quarantined"):
-            table.add_column(col, justify="right" if col in ("rows_in", "accepted", "quarantined") else "left",
-                             overflow="fold")
+            table.add_column(
+                col,
+                justify="right" if col in ("rows_in", "accepted", "quarantined") else "left",
+                overflow="fold",
+            )
         for row in lines:
-            table.add_row(row["feed"], row["source"], *(str(row[c]) for c in ("rows_in", "accepted", "quarantined")))
+            table.add_row(
+                row["feed"], row["source"], *(str(row[c]) for c in ("rows_in", "accepted", "quarantined"))
+            )
         Console(width=None if sys.stdout.isatty() else 200).print(table)
     if problems:
         _fail(problems)

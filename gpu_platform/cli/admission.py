@@ -1,4 +1,4 @@
-"""Click commands for the admission engine; the main CLI adds them with `main.add_command(...)`.
+"""Click commands for the admission engine.
 
 `gpu-platform admit --cases FILE` runs a case file (contract: tests/fixtures/admission/README.md)
 and prints one JSON object per case; it exits 1 when any case's expectation is not met.
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_platform.admission.cases import run_case
-from gpu_platform.cli_common import fail
+from gpu_platform.cli.common import fail
 from gpu_platform.safeload import CASES_LIMITS, InputError, load_document
 
 
@@ -93,7 +93,7 @@ def kueue() -> None:
 def export(policy_file: str | None, out_dir: str) -> None:
     """Write ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests."""
     from gpu_platform.admission.kueue_export import write_manifests
-    from gpu_platform.cli_common import policy_or_exit
+    from gpu_platform.cli.common import policy_or_exit
 
     policy = policy_or_exit(policy_file)
     paths = write_manifests(policy, out_dir)

@@ -9,6 +9,7 @@ import sys
 from typing import NoReturn
 
 import click
+from rich.console import Console
 
 from gpu_platform.policy import Policy, PolicyError, load_policy
 
@@ -42,3 +43,7 @@ def policy_or_exit(path: str | None) -> Policy:
         return load_policy(path)
     except PolicyError as exc:
         fail(f"policy invalid: {exc.source}", exc.errors)
+
+
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)

@@ -1,6 +1,6 @@
 """`cost` commands: build the cost models for a day and report on them.
 
-The main CLI adds this group: `main.add_command(cost)`.
+`gpu_platform.cli.app` attaches this group to `gpu-platform`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def _project(path: str | None) -> Project:
 
 
 warehouse_option = click.option(
-    "--warehouse", type=click.Path(dir_okay=False), default=None,
+    "--warehouse",
+    type=click.Path(dir_okay=False),
+    default=None,
     help="DuckDB file (default: $GPU_PLATFORM_WAREHOUSE, else $GPU_PLATFORM_HOME/warehouse.duckdb).",
 )
 
@@ -51,27 +53,56 @@ def cost() -> None:
 
 @cost.command()
 @click.option("--day", required=True, callback=_day, help="UTC day, YYYY-MM-DD.")
-@click.option("--until", default=None, callback=lambda c, p, v: _day(c, p, v) if v else None,
-              help="Last day of a backfill (inclusive): build --day..--until in one pass.")
+@click.option(
+    "--until",
+    default=None,
+    callback=lambda c, p, v: _day(c, p, v) if v else None,
+    help="Last day of a backfill (inclusive): build --day..--until in one pass.",
+)
 @warehouse_option
-@click.option("--select", "select", multiple=True, help="Models to build: name, +name (ancestors), name+ (descendants).")
-@click.option("--idle-policy", type=POLICIES, default=None, help="How idle GPU cost is distributed (default: project.yml).")
+@click.option(
+    "--select", "select", multiple=True, help="Models to build: name, +name (ancestors), name+ (descendants)."
+)
+@click.option(
+    "--idle-policy",
+    type=POLICIES,
+    default=None,
+    help="How idle GPU cost is distributed (default: project.yml).",
+)
 @click.option("--shared-policy", type=POLICIES, default=None, help="How shared platform cost is distributed.")
-@click.option("--project", "project_path", type=click.Path(file_okay=False, exists=True), default=None,
-              help="dbt_like_sql directory (default: the repository's).")
-@click.option("--unreconciled-threshold", type=click.FloatRange(0, 1), default=None,
-              help="Share of the day's cost the (unreconciled) row may hold before the blocking check fails "
-                   "(default: project.yml, 0.01).")
+@click.option(
+    "--project",
+    "project_path",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="dbt_like_sql directory (default: the repository's).",
+)
+@click.option(
+    "--unreconciled-threshold",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Share of the day's cost the (unreconciled) row may hold before the blocking check fails "
+    "(default: project.yml, 0.01).",
+)
 @click.option("--no-tests", is_flag=True, help="Skip the data tests.")
-def build(day: str, until: str | None, warehouse: str | None, select: tuple[str, ...], idle_policy: str | None,
-          shared_policy: str | None, project_path: str | None, unreconciled_threshold: float | None,
-          no_tests: bool) -> None:
+def build(
+    day: str,
+    until: str | None,
+    warehouse: str | None,
+    select: tuple[str, ...],
+    idle_policy: str | None,
+    shared_policy: str | None,
+    project_path: str | None,
+    unreconciled_threshold: float | None,
+    no_tests: bool,
+) -> None:
     """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests."""
     warehouse = _warehouse(warehouse)
     try:
         project = _project(project_path)
         variables: dict[str, object] = {
-            k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v}
+            k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v
+        }
         if unreconciled_threshold is not None:
             variables["unreconciled_threshold"] = unreconciled_threshold
         Path(warehouse).parent.mkdir(parents=True, exist_ok=True)
@@ -84,13 +115,25 @@ def build(day: str, until: str | None, warehouse: str | None, select: tuple[str,
         raise click.ClickException(str(e)) from e
 
 
-def _build(con: duckdb.DuckDBPyConnection, project: Project, day: str, until: str | None, select: tuple[str, ...],
-           variables: dict[str, object], no_tests: bool) -> None:
+def _build(
+    con: duckdb.DuckDBPyConnection,
+    project: Project,
+    day: str,
+    until: str | None,
+    select: tuple[str, ...],
+    variables: dict[str, object],
+    no_tests: bool,
+) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     ensure_raw_tables(con)
-    with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), transient=False) as bar:
+    with Progress(
+        TextColumn("{task.description:<32}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as bar:
         total = len([n for n in project.select(select) if not project.models[n].is_ephemeral])
         task = bar.add_task("building", total=total)
 
@@ -102,7 +145,9 @@ def _build(con: duckdb.DuckDBPyConnection, project: Project, day: str, until: st
         bar.update(task, completed=len(results), description="done")
     rows = sum(r.rows for r in results)
     span = day if days[0] == days[1] else f"{days[0]}..{days[1]}"
-    click.echo(f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s")
+    click.echo(
+        f"built {len(results)} models for {span}: {rows} rows in {sum(r.seconds for r in results):.2f}s"
+    )
     if not no_tests:
         tests = project.run_tests(con, days=days, select=select or None, variables=variables)
         failed = [t for t in tests if t.failures]
@@ -127,7 +172,8 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
         raise click.ClickException(
             f"{warehouse}: no warehouse there (set GPU_PLATFORM_HOME or GPU_PLATFORM_WAREHOUSE, or pass --warehouse, "
             f"to the one your feeds were ingested into; a new one is filled by `gpu-platform feeds ingest --day {day} "
-            f"...` and then `gpu-platform cost build --day {day}`)")
+            f"...` and then `gpu-platform cost build --day {day}`)"
+        )
     con = duckdb.connect(warehouse, read_only=True)
     try:
         data = cost_report(con, day)
@@ -141,18 +187,57 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
 
     console = Console()
     sections = (
-        ("Totals", data["totals"], ["currency", "billed", "allocated", "idle", "shared", "unreconciled",
-                                    "price_book", "chargeback_total", "difference"]),
-        ("Exceptions", data["exceptions"], ["kind", "treatment", "currency", "amount", "hostname", "pod", "reason"]),
-        ("Unit costs (lifetime to date)", data["unit_costs"], ["unit", "currency", "cost", "units", "cost_per_unit"]),
-        ("Chargeback by team", data["chargeback_by_team"], ["team", "cost_center", "currency", "allocated_cost",
-                                                            "idle_cost", "shared_cost", "total_cost"]),
+        (
+            "Totals",
+            data["totals"],
+            [
+                "currency",
+                "billed",
+                "allocated",
+                "idle",
+                "shared",
+                "unreconciled",
+                "price_book",
+                "chargeback_total",
+                "difference",
+            ],
+        ),
+        (
+            "Exceptions",
+            data["exceptions"],
+            ["kind", "treatment", "currency", "amount", "hostname", "pod", "reason"],
+        ),
+        (
+            "Unit costs (lifetime to date)",
+            data["unit_costs"],
+            ["unit", "currency", "cost", "units", "cost_per_unit"],
+        ),
+        (
+            "Chargeback by team",
+            data["chargeback_by_team"],
+            ["team", "cost_center", "currency", "allocated_cost", "idle_cost", "shared_cost", "total_cost"],
+        ),
     )
     for title, rows, cols in sections:
         table = Table(title=f"{title} — {day}")
         for c in cols:
-            table.add_column(c, justify="left" if c in ("currency", "unit", "team", "cost_center", "kind", "treatment",
-                                                         "hostname", "pod", "reason") else "right")
+            table.add_column(
+                c,
+                justify="left"
+                if c
+                in (
+                    "currency",
+                    "unit",
+                    "team",
+                    "cost_center",
+                    "kind",
+                    "treatment",
+                    "hostname",
+                    "pod",
+                    "reason",
+                )
+                else "right",
+            )
         for r in to_jsonable(rows):
             table.add_row(*(str(r.get(c, "")) for c in cols))
         console.print(table)

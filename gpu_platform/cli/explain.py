@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
+from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import Ledger, LedgerError, default_ledger_url
 from gpu_platform.queueview.explain import explain as explain_request
 
@@ -35,11 +35,17 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
         click.echo(json.dumps(ex.to_json(), indent=2, default=str))
         return
     console = Console(width=None if sys.stdout.isatty() else 200)
-    table = Table(title=f"{ex.request_id}: {ex.lane}, team {ex.team}, {ex.gpus} x {ex.gpu_type}, now {ex.state}")
+    table = Table(
+        title=f"{ex.request_id}: {ex.lane}, team {ex.team}, {ex.gpus} x {ex.gpu_type}, now {ex.state}"
+    )
     for col in ("at (UTC)", "event", "position", "flavor", "preemptor / victims", "reason", "policy rule"):
         table.add_column(col, overflow="fold")
     for s in ex.steps:
-        who = f"by {s.preempted_by}" if s.preempted_by else (", ".join(s.victims) and f"preempted {', '.join(s.victims)}")
+        who = (
+            f"by {s.preempted_by}"
+            if s.preempted_by
+            else (", ".join(s.victims) and f"preempted {', '.join(s.victims)}")
+        )
         table.add_row(
             s.at.strftime("%Y-%m-%d %H:%M:%S"),
             s.event,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import click
 
-from gpu_platform.cli_common import ledger_option, policy_option, policy_or_exit
+from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import Ledger, default_ledger_url
 from gpu_platform.metrics.collector import registry_for
 from gpu_platform.metrics.server import serve as serve_registry
@@ -21,8 +21,12 @@ def metrics() -> None:
 
 @metrics.command("serve")
 @click.option("--port", type=click.IntRange(0, 65535), default=9464, show_default=True)
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to bind (127.0.0.1: this host only).")
-@click.option("--wait-window", default="1h", show_default=True, help="Window of the queue-wait p95 (e.g. 15m, 1h).")
+@click.option(
+    "--addr", default="0.0.0.0", show_default=True, help="Address to bind (127.0.0.1: this host only)."
+)
+@click.option(
+    "--wait-window", default="1h", show_default=True, help="Window of the queue-wait p95 (e.g. 15m, 1h)."
+)
 @policy_option
 @ledger_option
 def serve(port: int, addr: str, wait_window: str, policy_path: str | None, ledger_url: str | None) -> None:

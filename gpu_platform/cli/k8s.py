@@ -1,6 +1,6 @@
 """CLI commands `gpu-platform k8s render` and `gpu-platform dagster-config`.
 
-`gpu_platform.cli` adds them with `main.add_command(k8s)` and `main.add_command(dagster_config)`.
+`gpu_platform.cli.app` attaches them to `gpu-platform`.
 The domain package must not import Dagster at import time, so `render` imports `resources.k8s`
 (which uses dagster-k8s) inside the command function only.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import yaml
 
-from gpu_platform.cli_common import fail, policy_option, policy_or_exit
+from gpu_platform.cli.common import fail, policy_option, policy_or_exit
 from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
 from gpu_platform.requests import RequestError, validate_request_file
 
@@ -41,7 +41,9 @@ def k8s() -> None:
     default=None,
     help="Dagster run id the step Job belongs to (default: one derived from request id and attempt).",
 )
-@click.option("--attempt", default=1, show_default=True, type=click.IntRange(min=1), help="Admission attempt.")
+@click.option(
+    "--attempt", default=1, show_default=True, type=click.IntRange(min=1), help="Admission attempt."
+)
 @click.option(
     "--step",
     default=None,

@@ -13,13 +13,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpu_platform.cli_common import fail, policy_option, policy_or_exit
+from gpu_platform.cli.common import fail, policy_option, policy_or_exit
 from gpu_platform.simulate.des import simulate
 from gpu_platform.simulate.report import lane_report
 from gpu_platform.simulate.scenarios import SCENARIOS
 from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
 
-LANE_MAPS = Path(__file__).parent / "lane_maps"
+LANE_MAPS = Path(__file__).parents[1] / "simulate" / "lane_maps"
 
 
 def _lane_map_path(value: str) -> Path:
@@ -37,29 +37,88 @@ def _h(v: float | None) -> str:
 
 def print_table(doc: dict, console: Console) -> None:
     for name, rep in doc["scenarios"].items():
-        t = Table(title=f"{name}: {rep['description']} ({rep['capacity_gpus']:g} GPUs, {rep['horizon_s'] / 86400:.1f} days)")
-        for col in ("lane", "jobs", "never admitted", "wait p50 h", "wait p95 h", "wait max h", "GPU util", "GPU-h lost", "preemptions"):
+        t = Table(
+            title=f"{name}: {rep['description']} ({rep['capacity_gpus']:g} GPUs, {rep['horizon_s'] / 86400:.1f} days)"
+        )
+        for col in (
+            "lane",
+            "jobs",
+            "never admitted",
+            "wait p50 h",
+            "wait p95 h",
+            "wait max h",
+            "GPU util",
+            "GPU-h lost",
+            "preemptions",
+        ):
             t.add_column(col, justify="left" if col == "lane" else "right")
         for lane, f in list(rep["lanes"].items()) + [("all", rep["total"])]:
             w = f["wait_s"]
             util = "-" if f["gpu_utilization"] is None else f"{100 * f['gpu_utilization']:.1f}%"
-            t.add_row(lane, str(f["jobs"]), str(f["never_admitted"]), _h(w["p50"]), _h(w["p95"]), _h(w["max"]), util,
-                      f"{f['gpu_hours_lost_to_preemption']:.1f}", str(f["preemptions"]))
+            t.add_row(
+                lane,
+                str(f["jobs"]),
+                str(f["never_admitted"]),
+                _h(w["p50"]),
+                _h(w["p95"]),
+                _h(w["max"]),
+                util,
+                f"{f['gpu_hours_lost_to_preemption']:.1f}",
+                str(f["preemptions"]),
+            )
         console.print(t)
 
 
 @click.command("simulate")
-@click.option("--trace", "trace_path", type=click.Path(exists=True, dir_okay=False), help="Job trace CSV (columns: docs/simulator.md).")
-@click.option("--generator", "generator_path", type=click.Path(exists=True, dir_okay=False),
-              help="A Kueue scheduler-performance generator file to replay instead of a trace.")
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Job trace CSV (columns: docs/simulator.md).",
+)
+@click.option(
+    "--generator",
+    "generator_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A Kueue scheduler-performance generator file to replay instead of a trace.",
+)
 @policy_option
-@click.option("--compare", default="fifo,strict", show_default=True, help="Baselines to run beside the policy: fifo, strict (comma-separated; 'none').")
-@click.option("--capacity", type=float, default=None, help="Resize the pool to N GPUs (quotas scale with it).")
-@click.option("--lane-from", "lane_from", default=None, help="Trace column the lane comes from (with --lane-map).")
-@click.option("--lane-map", "lane_map", default=None, help="Lane map YAML, or a shipped one by name: elasticflow.")
-@click.option("--checkpoint-interval", type=float, default=1800.0, show_default=True, help="Seconds between checkpoints of checkpoint_requeue jobs.")
-@click.option("--tick", type=float, default=0.0, show_default=True, help="Run admission every N seconds (the gate's interval); 0: at every event.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.json, report.html and PNG plots here.")
+@click.option(
+    "--compare",
+    default="fifo,strict",
+    show_default=True,
+    help="Baselines to run beside the policy: fifo, strict (comma-separated; 'none').",
+)
+@click.option(
+    "--capacity", type=float, default=None, help="Resize the pool to N GPUs (quotas scale with it)."
+)
+@click.option(
+    "--lane-from", "lane_from", default=None, help="Trace column the lane comes from (with --lane-map)."
+)
+@click.option(
+    "--lane-map", "lane_map", default=None, help="Lane map YAML, or a shipped one by name: elasticflow."
+)
+@click.option(
+    "--checkpoint-interval",
+    type=float,
+    default=1800.0,
+    show_default=True,
+    help="Seconds between checkpoints of checkpoint_requeue jobs.",
+)
+@click.option(
+    "--tick",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Run admission every N seconds (the gate's interval); 0: at every event.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write report.json, report.html and PNG plots here.",
+)
 @click.option("--quiet", is_flag=True, help="No lane table on stderr.")
 def simulate_cmd(
     trace_path: str | None,
@@ -111,7 +170,9 @@ def simulate_cmd(
     except TraceError as exc:
         fail(f"trace invalid: {exc.source}", exc.errors)
     if trace.quarantined:
-        err.print(f"{len(trace.quarantined)} of {trace.rows} row(s) quarantined, e.g. line {trace.quarantined[0].line}: {trace.quarantined[0].reason}")
+        err.print(
+            f"{len(trace.quarantined)} of {trace.rows} row(s) quarantined, e.g. line {trace.quarantined[0].line}: {trace.quarantined[0].reason}"
+        )
     doc: dict = {
         "trace": trace.summary(),
         "lane_map": None if lm is None else {"source": lm.source, "column": lane_from or lm.column},
@@ -123,7 +184,9 @@ def simulate_cmd(
     results = {}
     for name in dict.fromkeys(names):
         t0 = time.perf_counter()
-        res = simulate(SCENARIOS[name](pol, capacity), trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval)
+        res = simulate(
+            SCENARIOS[name](pol, capacity), trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval
+        )
         rep = lane_report(res)
         rep["simulation_wall_s"] = round(time.perf_counter() - t0, 3)
         doc["scenarios"][name] = rep

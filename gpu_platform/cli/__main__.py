@@ -1,0 +1,3 @@
+from gpu_platform.cli.app import main
+
+main()

@@ -1,0 +1,92 @@
+"""`gpu-platform policy`: validate the policy and print its lanes and cohort tree."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+from rich.tree import Tree
+
+from gpu_platform.cli.common import console, policy_or_exit
+from gpu_platform.units import format_duration
+
+
+@click.group("policy")
+def policy() -> None:
+    """Inspect and validate the GPU pool policy."""
+
+
+def cohort_tree(pol) -> Tree:
+    """The cohort tree with each cohort's own quota and lending limit, and the lanes under it."""
+    tree = Tree("cohorts")
+    nodes: dict[str, Tree] = {}
+
+    def label(c) -> str:
+        parts = [
+            f"{q.flavor_name} {q.nominal_quota:g}"
+            + (f" (lends ≤ {q.lending_limit:g})" if q.lending_limit is not None else "")
+            for q in c.quotas
+        ]
+        return f"[bold]{c.name}[/bold]" + (f": {', '.join(parts)}" if parts else "")
+
+    pending = list(pol.cohorts)
+    while pending:
+        rest = []
+        for c in pending:
+            parent = tree if c.parent_name is None else nodes.get(c.parent_name)
+            if parent is None:
+                rest.append(c)
+                continue
+            nodes[c.name] = parent.add(label(c))
+        if len(rest) == len(pending):
+            break
+        pending = rest
+    for lane in pol.lanes_by_priority():
+        if lane.cohort_name in nodes:
+            nodes[lane.cohort_name].add(lane.name)
+    return tree
+
+
+@policy.command("check")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+def policy_check(file: str | None) -> None:
+    """Validate FILE (default: the packaged policy) and print its lanes; exit 2 listing every error."""
+    pol = policy_or_exit(file)
+    table = Table(title=f"{len(pol.lanes)} lanes (currency {pol.currency}, budget per {pol.budget_period})")
+    for col in (
+        "lane",
+        "priority",
+        "cohort",
+        "quotas (GPUs: nominal/borrow/lend)",
+        "preemption",
+        "evidence",
+        "max runs",
+        "max duration",
+        "budget",
+    ):
+        table.add_column(col)
+    for lane in pol.lanes_by_priority():
+        quotas = ", ".join(
+            f"{q.flavor_name} {q.nominal_quota:g}/{'∞' if q.borrowing_limit is None else f'{q.borrowing_limit:g}'}"
+            f"/{'all' if q.lending_limit is None else f'{q.lending_limit:g}'}"
+            for q in lane.quotas
+        )
+        p = lane.preemption
+        pre = f"within={p.within_cluster_queue} reclaim={p.reclaim_within_cohort}"
+        if lane.protected:
+            pre += " protected"
+        if lane.yields_to:
+            pre += f" yields_to={','.join(lane.yields_to)}"
+        table.add_row(
+            lane.name,
+            str(lane.priority),
+            lane.cohort_name or "-",
+            quotas,
+            pre,
+            "yes" if lane.evidence else "no",
+            str(lane.max_concurrent_runs),
+            format_duration(lane.max_run_duration),
+            f"{lane.budget:,}",
+        )
+    console.print(table)
+    console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
+    console.print(cohort_tree(pol))

@@ -1,0 +1,76 @@
+"""`gpu-platform queue`: requests by lane with position, reason and estimated start."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from gpu_platform.cli.common import console, ledger_option, policy_option, policy_or_exit
+from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
+from gpu_platform.queueview.rows import dry_run, queue_rows
+from gpu_platform.units import format_duration
+
+
+@click.command("queue")
+@ledger_option
+@policy_option
+@click.option("--all", "show_all", is_flag=True, help="Include finished, failed and rejected requests.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: str) -> None:
+    """Show requests by lane: position, the reason each one waits, and its estimated start.
+
+    Positions, reasons and estimates come from a dry run of the next gate tick (nothing recorded);
+    on a cluster the last column says what Kueue last said about the request's Job.
+    """
+    ledger = Ledger(ledger_url or default_ledger_url())
+    pol = policy_or_exit(policy_path)
+    now = datetime.now(UTC)
+    live = ledger.states((*PENDING_STATES, "admitted"))
+    plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")))
+    states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
+    rows = queue_rows(states, plan, now)
+    if fmt == "json":
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        return
+    table = Table(title="GPU queue")
+    for col in (
+        "lane",
+        "request",
+        "team",
+        "state",
+        "GPUs",
+        "flavor",
+        "position",
+        "est. start",
+        "reason",
+        "cluster (Kueue)",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        est = ""
+        if r.estimated_start is not None:
+            ahead = (r.estimated_start - now).total_seconds()
+            est = "now" if ahead <= 0 else f"in {format_duration(timedelta(seconds=round(ahead)))}"
+        elif r.position:
+            est = "unknown"
+        table.add_row(
+            r.lane,
+            r.request_id,
+            r.team,
+            r.state,
+            str(r.gpus),
+            r.flavor or "",
+            f"{r.position} of {r.of}" if r.position else "",
+            est,
+            r.reason,
+            (r.cluster or {}).get("reason", ""),
+        )
+    console.print(table)
+    counts = Counter(r.state for r in rows)
+    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "queue is empty")

@@ -1,0 +1,96 @@
+"""`gpu-platform request validate` and `gpu-platform submit`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import sqlalchemy as sa
+
+from gpu_platform.cli.common import console, err_console, ledger_option, policy_option, policy_or_exit
+from gpu_platform.ledger import BatchConflict, Ledger, content_request_id, default_ledger_url
+from gpu_platform.requests import RequestError, validate_request_file
+
+
+@click.group("request")
+def request() -> None:
+    """Validate job requests."""
+
+
+@request.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@policy_option
+def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
+    """Validate request FILES (YAML or JSON); exit 2 listing every problem with its field path."""
+    pol = policy_or_exit(policy_path)
+    failed = 0
+    for f in files:
+        try:
+            req = validate_request_file(f, pol)
+        except RequestError as exc:
+            failed += 1
+            err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)", soft_wrap=True)
+            for e in exc.errors:
+                err_console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
+            continue
+        console.print(
+            f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}, workload {req.workload}"
+        )
+    if failed:
+        sys.exit(2)
+
+
+@click.command("submit")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@policy_option
+@ledger_option
+def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | None) -> None:
+    """Validate and record requests in the ledger; print each request id.
+
+    Every file is validated first; then all are recorded in one transaction, or none (exit 2
+    listing every problem, or naming the file whose request_id exists with other content).
+    A file without `request_id` gets a content-derived id, so re-running a batch never
+    records a request twice.
+    """
+    pol = policy_or_exit(policy_path)
+    valid, problems = [], 0
+    for f in files:
+        try:
+            valid.append(validate_request_file(f, pol))
+        except RequestError as exc:
+            problems += 1
+            err_console.print(
+                f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)",
+                markup=True,
+                highlight=False,
+                soft_wrap=True,
+            )
+            for e in exc.errors:
+                err_console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
+    if problems:
+        sys.exit(2)
+    keyed = [r if r.request_id else r.model_copy(update={"request_id": content_request_id(r)}) for r in valid]
+    try:
+        ledger = Ledger(ledger_url or default_ledger_url())
+        before = ledger.known_ids([r.request_id for r in keyed if r.request_id])
+        ids = ledger.submit_batch(keyed, sources=list(files))
+    except BatchConflict as exc:
+        for source, message in exc.conflicts:
+            err_console.print(f"[bold red]conflict[/] {source}: {message}", highlight=False, soft_wrap=True)
+        err_console.print("nothing was recorded", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except sa.exc.SQLAlchemyError as exc:
+        # One line, without the URL or statement parameters.
+        reason = str(getattr(exc, "orig", None) or type(exc).__name__).strip().splitlines()[0][:300]
+        err_console.print(
+            f"ledger unavailable: {type(exc).__name__}: {reason}; nothing was recorded",
+            markup=False,
+            soft_wrap=True,
+        )
+        sys.exit(1)
+    for f, rid in zip(files, ids, strict=True):
+        click.echo(rid)
+        if rid in before:
+            err_console.print(
+                f"{f}: already recorded as {rid}", markup=False, highlight=False, soft_wrap=True
+            )
