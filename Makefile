@@ -9,6 +9,11 @@ DEMO_HOME := $(CURDIR)/.demo
 # The demo runs CPU programs on a machine that may have no GPU: it declares a simulated local
 # inventory as large as the policy's pool (the executor logs that it is not NVML).
 DEMO_GPUS ?= 64
+# Days of generated history (ending yesterday) and how many of the newest are priced before the
+# UI opens (the rest by a backfill in the UI).
+DEMO_DAYS ?= 30
+DEMO_PRICE_DAYS ?= 7
+DEMO_ENV = DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) GPU_PLATFORM_LOCAL_GPUS=$(DEMO_GPUS)
 PYTEST_ARGS ?=
 
 .PHONY: install demo demo-seed test lint bench test-gpu test-cluster clean
@@ -38,11 +43,11 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 demo-seed: $(STAMP)
-	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) $(PY) -m assets.demo_seed seed
+	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo seed --days $(DEMO_DAYS) --price-days $(DEMO_PRICE_DAYS)
 
+# `demo run` supervises `dagster dev`: Ctrl-C stops it and all its children within seconds
 demo: demo-seed
-	DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) GPU_PLATFORM_LOCAL_GPUS=$(DEMO_GPUS) \
-	  $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo run --host 127.0.0.1 --port 3000
 
 clean:
 	rm -rf $(VENV) var .demo .pytest_cache .ruff_cache

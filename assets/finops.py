@@ -12,6 +12,7 @@ from datetime import UTC, timedelta
 import dagster as dg
 
 from gpu_platform.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
+from gpu_platform.paths import first_data_day
 from gpu_platform.sqlmodels import Model, Project, default_project_path
 from gpu_platform.sqlmodels.report import markdown_table
 from resources.warehouse import Warehouse
@@ -19,9 +20,11 @@ from resources.warehouse import Warehouse
 FINOPS_GROUP = "finops"
 INGEST_GROUP = "finops_raw"
 
-finops_daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC", end_offset=1)
-"""UTC days up to and including today: today's partition is "today so far" (rebuilt by
-`finops_today_sensor` after finished runs), the daily schedule finalises yesterday."""
+finops_daily_partitions = dg.DailyPartitionsDefinition(start_date=first_data_day(), timezone="UTC", end_offset=1)
+"""UTC days from the first day with data (`GPU_PLATFORM_FIRST_DAY`, else the demo's first seeded
+day, else 2026-01-01; read when Dagster loads the code) up to and including today: today's
+partition is "today so far" (rebuilt by `finops_today_sensor` after finished runs), the daily
+schedule finalises yesterday."""
 
 
 def _check_name(model: Model, test_name: str, asset: str) -> str:

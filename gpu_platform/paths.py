@@ -22,3 +22,26 @@ def default_warehouse(env: Mapping[str, str] | None = None) -> Path:
     if env.get("GPU_PLATFORM_WAREHOUSE"):
         return Path(env["GPU_PLATFORM_WAREHOUSE"])
     return platform_home(env) / "warehouse.duckdb"
+
+
+DEFAULT_FIRST_DAY = "2026-01-01"
+DEMO_MARKER = ".demo_seeded"
+
+
+def first_data_day(env: Mapping[str, str] | None = None) -> str:
+    """The first day of the daily FinOps partitions (YYYY-MM-DD): `GPU_PLATFORM_FIRST_DAY`, else
+    the first seeded day of a demo under `GPU_PLATFORM_HOME` (its seed marker), else 2026-01-01."""
+    import json
+    from datetime import date
+
+    env = os.environ if env is None else env
+    value = env.get("GPU_PLATFORM_FIRST_DAY")
+    if not value:
+        try:
+            value = json.loads((platform_home(env) / DEMO_MARKER).read_text())["days"][0]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            value = DEFAULT_FIRST_DAY
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError as exc:
+        raise ValueError(f"GPU_PLATFORM_FIRST_DAY: {value!r} is not a date (YYYY-MM-DD)") from exc

@@ -10,6 +10,7 @@ import click
 from gpu_platform.cli.admission import admit, kueue
 from gpu_platform.cli.autoscale import autoscale
 from gpu_platform.cli.cost import cost
+from gpu_platform.cli.demo import demo
 from gpu_platform.cli.explain import explain
 from gpu_platform.cli.feeds import feeds
 from gpu_platform.cli.k8s import dagster_config, k8s
@@ -45,5 +46,6 @@ for _cmd in (
     autoscale,
     report,
     simulate_cmd,
+    demo,
 ):
     main.add_command(_cmd)

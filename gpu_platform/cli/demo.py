@@ -1,0 +1,189 @@
+"""`gpu-platform demo seed --days N` and `gpu-platform demo run`: the living demo.
+
+`seed` (idempotent; a marker file records a finished seed):
+1. writes `$DAGSTER_HOME/dagster.yaml` from the policy;
+2. submits the live requests: one per lane (`examples/requests/`), the release chain, a research
+   sweep on borrowed H100s and a release whose evidence misses a scenario suite
+   (`examples/demo/`, all but the incident);
+3. generates N days of history ending yesterday through the admission engine
+   (`gpu_platform.demo_history`) into the ledger and the feeds under `$GPU_PLATFORM_HOME/feeds/`;
+4. prices the newest `--price-days` days in one Dagster run (`python -m assets.demo_seed price`)
+   and leaves the older ones to a backfill that `run` launches once the UI is up.
+
+`run` starts `dagster dev` under `gpu_platform.demo_supervisor` (Ctrl-C stops the whole process
+tree within seconds), launches that backfill through Dagster's GraphQL API, and submits the
+incident request (`examples/demo/incident_sev1.yaml`) once the research sweep runs, so the
+preemption happens while one watches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpu_platform import demo_history
+from gpu_platform.demo import EXAMPLES, ROOT, write_instance_yaml
+from gpu_platform.demo_costs import demo_days
+from gpu_platform.ledger import Ledger, content_request_id, default_ledger_url
+from gpu_platform.policy import load_policy
+from gpu_platform.requests import validate_request_file
+
+DEMO_REQUESTS = ROOT / "examples" / "demo"
+INCIDENT = DEMO_REQUESTS / "incident_sev1.yaml"
+MARKER = ".demo_seeded"
+BACKFILL_FILE = "demo_backfill.json"
+
+
+def _home() -> Path:
+    return Path(os.environ.get("GPU_PLATFORM_HOME", "var")).resolve()
+
+
+def _load(path: Path, policy):
+    """A demo request with its idempotency key (the CLI's rule), so seeding twice records it once."""
+    req = validate_request_file(path, policy)
+    return req if req.request_id else req.model_copy(update={"request_id": content_request_id(req)})
+
+
+def live_request_files() -> list[Path]:
+    files = sorted(EXAMPLES.glob("*.yaml")) + sorted((EXAMPLES / "release_chain").glob("*.yaml"))
+    return files + [p for p in sorted(DEMO_REQUESTS.glob("*.yaml")) if p != INCIDENT]
+
+
+def seed(days: int, price_days: int, console: Console) -> dict | None:
+    home = _home()
+    marker = home / MARKER
+    if marker.exists():
+        console.print(f"demo: already seeded ({marker}); `rm -rf {home}` to start again")
+        return None
+    t0 = time.monotonic()
+    home.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("DAGSTER_HOME"):
+        console.print(f"demo: wrote {write_instance_yaml(Path(os.environ['DAGSTER_HOME']))}")
+    policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
+    ledger = Ledger(default_ledger_url())
+    span = demo_days(days)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("demo: live requests", total=1)
+        live = [_load(p, policy) for p in live_request_files()]
+        ledger.submit_batch(live)
+        progress.advance(task)
+        task = progress.add_task(f"demo: {days} days through the admission engine", total=1)
+        history = demo_history.generate(policy, span)
+        demo_history.write_ledger(history, ledger, policy)
+        progress.advance(task)
+        task = progress.add_task("demo: DCGM, node, pod and FOCUS feeds", total=len(span))
+        written = demo_history.write_feeds(history, home / "feeds", policy, advance=lambda: progress.advance(task))
+    stats = demo_history.summary(history)
+    console.print(f"demo: {stats['jobs']} history jobs on {stats['nodes']} nodes, "
+                  f"{sum(x['preempted'] for x in stats['lanes'].values())} preemptions, "
+                  f"{sum(x['oom_retries'] for x in stats['lanes'].values())} OOM retries, "
+                  f"{written / 1e6:.0f} MB of feeds")
+    priced = span[-price_days:] if price_days > 0 else []
+    later = span[: len(span) - len(priced)]
+    if priced:
+        cmd = [sys.executable, "-m", "assets.demo_seed", "price", "--from", priced[0].isoformat(),
+               "--to", priced[-1].isoformat()]
+        if later:
+            cmd += ["--later-from", later[0].isoformat(), "--later-to", later[-1].isoformat()]
+        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+            raise click.ClickException("pricing the seeded days failed (see above)")
+    summary = {**stats, "priced_now": [d.isoformat() for d in priced], "backfill": [d.isoformat() for d in later],
+               "seconds": round(time.monotonic() - t0, 1), "seeded_at": datetime.now(UTC).isoformat()}
+    marker.write_text(json.dumps(summary, indent=1) + "\n")
+    console.print(f"demo: seeded in {summary['seconds']} s")
+    return summary
+
+
+@click.group("demo")
+def demo() -> None:
+    """The living demo: seed history and feeds, then run the Dagster UI (see README, The demo)."""
+
+
+@demo.command("seed")
+@click.option("--days", default=30, show_default=True, type=click.IntRange(1, 366),
+              help="Days of history, ending yesterday (UTC).")
+@click.option("--price-days", default=7, show_default=True, type=click.IntRange(0, 366),
+              help="Newest days priced before the UI opens; the rest by a backfill `demo run` launches.")
+def seed_cmd(days: int, price_days: int) -> None:
+    """Seed $GPU_PLATFORM_HOME and $DAGSTER_HOME (idempotent)."""
+    seed(days, min(price_days, days), Console(stderr=True))
+
+
+def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
+    from gpu_platform.demo_supervisor import launch_backfill, wait_for_webserver
+
+    plan = home / BACKFILL_FILE
+    if not plan.exists() or not wait_for_webserver(url, stop=stop):
+        return
+    doc = json.loads(plan.read_text())
+    backfill = launch_backfill(url, doc["asset_keys"], doc["partitions"],
+                               f"demo history {doc['partitions'][0]} .. {doc['partitions'][-1]}")
+    plan.rename(plan.with_suffix(".launched.json"))
+    log(f"demo: backfill {backfill} prices {doc['partitions'][0]} .. {doc['partitions'][-1]} (UI: Runs > Backfills)")
+
+
+def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: float, timeout_s: float = 600) -> None:
+    """Submit the incident once every research sweep trial has been admitted, plus `after_s`."""
+    from gpu_platform.demo_supervisor import wait_for_webserver
+
+    if not wait_for_webserver(url, stop=stop):
+        return
+    policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
+    incident = _load(INCIDENT, policy)
+    ledger = Ledger(default_ledger_url())
+    if ledger.known_ids([incident.request_id or ""]):
+        return  # an earlier `demo run` submitted it
+    ids = [_load(p, policy).request_id for p in sorted(DEMO_REQUESTS.glob("research_sweep_*.yaml"))]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not stop.is_set():
+        states = {s.request_id: s.state for s in ledger.states()}
+        if all(states.get(i) == "admitted" for i in ids):
+            break
+        stop.wait(5)
+    if stop.wait(after_s):
+        return
+    rid = ledger.submit(incident)
+    log(f"demo: incident {rid} submitted (16 H100s): watch research_best_effort be preempted in gpu_queue")
+
+
+@demo.command("run")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=3000, show_default=True, type=int)
+@click.option("--incident-after", default=45.0, show_default=True,
+              help="Seconds after the research sweep is running before the incident arrives.")
+@click.option("--no-incident", is_flag=True, help="Do not submit the incident request.")
+@click.option("--stop-after", default=None, type=float, help="Stop by itself after this many seconds.")
+def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop_after: float | None) -> None:
+    """Run `dagster dev` for the demo; Ctrl-C stops it and all its children within seconds."""
+    from gpu_platform.demo_supervisor import supervise
+
+    url = f"http://{host}:{port}"
+    home = _home()
+    stop = threading.Event()
+    err = Console(stderr=True)
+
+    def log(msg: str) -> None:
+        err.print(msg)
+
+    actions = [lambda: _launch_backfill(url, home, stop, log)]
+    if not no_incident:
+        actions.append(lambda: _incident_when_sweep_runs(url, stop, log, incident_after))
+    dagster = str(Path(sys.executable).parent / "dagster")
+    log(f"demo: Dagster UI on {url} (Ctrl-C stops everything)")
+    try:
+        code = supervise([dagster, "dev", "-w", str(ROOT / "workspace.yaml"), "-h", host, "-p", str(port)],
+                         actions=actions, stop_after=stop_after, log=log)
+    finally:
+        stop.set()
+    sys.exit(code)
