@@ -11,24 +11,33 @@ import dagster as dg
 
 from assets.finops import finops_assets, finops_jobs, finops_schedules
 from assets.finops_today import finops_today_sensor
-from assets.gate import gate_assets, gate_jobs, gate_sensors, make_workload_job
+from assets.gate import admission_sensor, gate_assets, gate_jobs, make_admission_sensor
 from assets.ingest import ingest_assets
-from assets.workloads import workload_assets, workload_checks, workload_jobs, workload_schedules
+from assets.workloads import (
+    kind_jobs,
+    make_workload_jobs,
+    retention_sweep,
+    workload_assets,
+    workload_checks,
+    workload_schedules,
+)
 from resources.build import build_resources
 
 
 def build_definitions(env_name: str | None = None) -> dg.Definitions:
     env_name = env_name or os.environ.get("GPU_PLATFORM_ENV", "local")
-    executor = None
+    jobs, sensor = kind_jobs, admission_sensor
     if env_name == "prod":
         from dagster_k8s import k8s_job_executor
 
-        executor = k8s_job_executor
+        # the workload jobs (one per kind) run their GPU step as a Kubernetes Job
+        jobs = make_workload_jobs(k8s_job_executor)
+        sensor = make_admission_sensor(jobs)
     return dg.Definitions(
         assets=[*workload_assets, *ingest_assets, *finops_assets, *gate_assets],
         asset_checks=[*workload_checks],
-        jobs=[*gate_jobs, make_workload_job(executor), *workload_jobs, *finops_jobs],
-        sensors=[*gate_sensors, finops_today_sensor],
+        jobs=[*gate_jobs, *jobs, retention_sweep, *finops_jobs],
+        sensors=[sensor, finops_today_sensor],
         schedules=[*workload_schedules, *finops_schedules],
         resources=build_resources(env_name),
     )

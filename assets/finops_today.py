@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from assets.gate import WORKLOAD_JOB
+from gpu_platform.gate import TAG_WORKLOAD
+from gpu_platform.policy.model import WORKLOAD_KINDS
 
 FINOPS_JOB = "finops_daily"
 _FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE]
@@ -25,7 +26,8 @@ _ACTIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dagst
 def finops_today_sensor(context: dg.SensorEvaluationContext):
     since = datetime.fromisoformat(context.cursor) if context.cursor else None
     records = context.instance.get_run_records(
-        filters=dg.RunsFilter(job_name=WORKLOAD_JOB, statuses=_FINISHED, updated_after=since), limit=100)
+        filters=dg.RunsFilter(tags={TAG_WORKLOAD: list(WORKLOAD_KINDS)}, statuses=_FINISHED, updated_after=since),
+        limit=100)
     if not records:
         return dg.SkipReason("no workload run finished since the last check")
     latest = max(r.update_timestamp for r in records)

@@ -11,8 +11,8 @@ from typing import Any
 
 import dagster as dg
 
-from assets.partitions import requests_partitions
-from assets.workloads import ASSETS_FOR_WORKLOAD
+from assets.partitions import WORKLOAD_PARTITIONS
+from assets.workloads import ASSETS_FOR_WORKLOAD, JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.readback import ledger_rows
 from gpu_platform.gate import (
     TAG_ATTEMPT,
@@ -30,14 +30,12 @@ from gpu_platform.gate import (
 )
 from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.policy import Policy
-from gpu_platform.policy.model import WORKLOAD_KINDS
 from gpu_platform.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
 from gpu_platform.requests import RequestError, validate_request
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
 
-WORKLOAD_JOB = "gpu_workload_job"
 GPU_QUEUE = dg.AssetKey("gpu_queue")
 
 gpu_queue = dg.AssetSpec(
@@ -58,17 +56,6 @@ gpu_queue = dg.AssetSpec(
     ),
 )
 
-
-
-def make_workload_job(executor_def: dg.ExecutorDefinition | None = None):
-    """The job the gate launches, one run per admitted request (k8s_job_executor in production)."""
-    return dg.define_asset_job(
-        WORKLOAD_JOB,
-        selection=dg.AssetSelection.assets(*WORKLOAD_KINDS),
-        partitions_def=requests_partitions,
-        executor_def=executor_def,
-        description="Runs one admitted request's workload asset (launched by admission_sensor only).",
-    )
 
 _STATUS = {
     dg.DagsterRunStatus.SUCCESS: "success",
@@ -110,9 +97,8 @@ def _epoch(dt: datetime | None) -> float | None:
 def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
     if not request_ids:
         return []
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(job_name=WORKLOAD_JOB, tags={TAG_REQUEST_ID: sorted(request_ids)})
-    )
+    # the gate's runs are the ones tagged with a request id (one job per workload kind)
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={TAG_REQUEST_ID: sorted(request_ids)}))
     now = datetime.now(UTC).timestamp()
     out = []
     for record in records:
@@ -163,6 +149,7 @@ def _read_back(context, led, pol, settings: PlatformSettings, states):
 def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=launch.run_key,
+        job_name=JOB_FOR_WORKLOAD[launch.workload],
         partition_key=launch.request_id,
         asset_selection=[dg.AssetKey(k) for k in ASSETS_FOR_WORKLOAD[launch.workload]],
         tags=dict(launch.tags),
@@ -190,13 +177,15 @@ def _queue_observations(
     return [dg.AssetObservation(GPU_QUEUE, metadata=observation_metadata(pol, snap)) for snap in snaps]
 
 
-@dg.sensor(
-    job_name=WORKLOAD_JOB,
-    minimum_interval_seconds=15,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Admits pending GPU requests by policy, launches them, and preempts per the engine.",
-)
-def admission_sensor(
+def _partition_requests(launches: list[Launch]) -> list[Any]:
+    """Each launched request added to its own workload kind's partition set."""
+    by_kind: dict[str, list[str]] = {}
+    for launch in launches:
+        by_kind.setdefault(launch.workload, []).append(launch.request_id)
+    return [WORKLOAD_PARTITIONS[kind].build_add_request(ids) for kind, ids in sorted(by_kind.items())]
+
+
+def _admission_sensor(
     context: dg.SensorEvaluationContext,
     ledger: LedgerResource,
     policy: PolicyResource,
@@ -257,10 +246,24 @@ def admission_sensor(
     return dg.SensorResult(
         run_requests=run_requests,
         asset_events=observations,
-        dynamic_partitions_requests=[requests_partitions.build_add_request([launch.request_id for launch in launches])]
-        if launches
-        else [],
+        dynamic_partitions_requests=_partition_requests(launches),
     )
+
+
+def make_admission_sensor(jobs: list[Any]) -> dg.SensorDefinition:
+    """The admission sensor, targeting the workload jobs (one per kind) it launches."""
+    return dg.sensor(
+        name="admission_sensor",
+        jobs=jobs,
+        minimum_interval_seconds=15,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Admits pending GPU requests by policy, launches them, and preempts per the engine.",
+    )(_admission_sensor)
+
+
+admission_sensor = make_admission_sensor(kind_jobs)
+"""The sensor over the default-executor jobs (tests; `build_definitions` makes its own)."""
+
 
 
 gate_assets = [gpu_queue]

@@ -1,30 +1,34 @@
-"""Workload assets (one per workload kind, partitioned by request id), their blocking release
-checks, and the retention sweep.
+"""Workload assets (one per workload kind, each partitioned by the ids of its own kind's
+requests), their blocking release checks, and the retention sweep.
 
 Asset-level deps draw the chain in the UI: label_batch -> training_run -> replay -> evidence_pack
--> released_model, and map_segmentation -> released_map (which also needs its evidence_pack).
-Which partition fed which (label batch L -> training run T) is instance lineage: it comes from
-the requests' ids, is recorded in the `lineage_edges` table and in each materialization's
-`upstream` metadata, and prints with `gpu-platform lineage ID`.
+(an ODD-cell approval) and replay -> model_evidence_pack -> released_model, map_segmentation and
+replay -> map_evidence_pack -> released_map. Between different requests there is no partition
+mapping: which request fed which (label batch L -> training run T) is instance lineage, recorded
+in the `lineage_edges` table and shown on each materialization as `upstream` (a table with a link
+to each upstream request's partition) and printed by `gpu-platform lineage ID`. The only
+partition-level dependency is the identity between a release's evidence pack and the release:
+both are partitions of the same release request.
 
 A release request (`workload: released_model | released_map`) runs as one job over its partition:
-`evidence_pack` assembles and holds the evidence, its blocking checks run, and only then the
-release asset materializes. A failing ERROR check stops the release in that run.
+its evidence pack (`model_evidence_pack` / `map_evidence_pack`) assembles and holds the evidence,
+its blocking checks run, and only then the release asset materializes. A failing ERROR check
+stops the release in that run.
 """
 
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import dagster as dg
 import duckdb
 
-from assets.partitions import requests_partitions
+from assets.partitions import WORKLOAD_PARTITIONS
 from gpu_platform.evidence import EvidenceStore
 from gpu_platform.k8s import namespace_for
 from gpu_platform.ledger import Ledger, LedgerError
 from gpu_platform.lineage import (
-    RELEASE_KINDS,
     CheckOutcome,
     LineageStore,
     check_cost_attributed,
@@ -60,23 +64,41 @@ UPSTREAM: dict[str, list[str]] = {
     "replay": ["training_run"],
     "map_segmentation": [],
     "evidence_pack": ["replay"],
-    "released_model": ["evidence_pack"],
-    "released_map": ["map_segmentation", "evidence_pack"],
+    "model_evidence_pack": ["replay"],
+    "map_evidence_pack": ["map_segmentation", "replay"],
+    "released_model": ["model_evidence_pack"],
+    "released_map": ["map_evidence_pack"],
 }
+"""Asset -> the assets it reads (other requests' partitions, except a release's own pack)."""
+
+ASSET_WORKLOAD: dict[str, str] = {k: k for k in UPSTREAM}
+ASSET_WORKLOAD["model_evidence_pack"] = "released_model"
+ASSET_WORKLOAD["map_evidence_pack"] = "released_map"
+"""Asset -> the workload kind of the requests it is partitioned by."""
+
+STAGE_KIND: dict[str, str] = {k: k for k in UPSTREAM}
+STAGE_KIND["model_evidence_pack"] = STAGE_KIND["map_evidence_pack"] = "evidence_pack"
+"""Asset -> the lineage stage kind it records (a release's pack is an evidence_pack stage)."""
+
+SAME_REQUEST: set[tuple[str, str]] = {("released_model", "model_evidence_pack"), ("released_map", "map_evidence_pack")}
+"""(asset, upstream) pairs that are partitions of the same request: identity mapping."""
 
 DESCRIPTIONS = {
     "label_batch": "Auto-labeling batch: labels with accepted and rejected counts.",
     "training_run": "Training run: checkpoints every interval, resumes after preemption.",
     "replay": "Scenario replay for one ODD cell: per-suite results.",
     "map_segmentation": "Semantic segmentation of map tiles into classes.",
-    "evidence_pack": "Evidence for a release (or an ODD-cell approval): every upstream stage's "
-    "commit, image, data snapshot, logs and results, placed under evidence hold.",
+    "evidence_pack": "Evidence for an ODD-cell approval: every upstream stage's commit, image, data "
+    "snapshot, logs and results, placed under evidence hold.",
+    "model_evidence_pack": "The evidence pack of a model release (partition = the release request): "
+    "assembled and checked in the release's run; its failing blocking checks stop the release.",
+    "map_evidence_pack": "The evidence pack of a map release (partition = the release request): "
+    "assembled and checked in the release's run; its failing blocking checks stop the release.",
     "released_model": "A released model: published only when its evidence pack's checks pass.",
     "released_map": "A released semantic map: published only when its evidence pack's checks pass.",
 }
 
-ACCEPTS: dict[str, tuple[str, ...]] = {k: (k,) for k in UPSTREAM}
-ACCEPTS["evidence_pack"] = ("evidence_pack", *RELEASE_KINDS)
+ACCEPTS: dict[str, tuple[str, ...]] = {k: (ASSET_WORKLOAD[k],) for k in UPSTREAM}
 
 JOB_FOR_WORKLOAD: dict[str, str] = {
     "label_batch": "label_batch_job",
@@ -90,9 +112,9 @@ JOB_FOR_WORKLOAD: dict[str, str] = {
 """Request workload -> the job the gate launches for it (partition key = request id)."""
 
 ASSETS_FOR_WORKLOAD: dict[str, tuple[str, ...]] = {
-    **{k: (k,) for k in UPSTREAM},
-    "released_model": ("evidence_pack", "released_model"),
-    "released_map": ("evidence_pack", "released_map"),
+    **{k: (k,) for k in ("label_batch", "training_run", "replay", "map_segmentation", "evidence_pack")},
+    "released_model": ("model_evidence_pack", "released_model"),
+    "released_map": ("map_evidence_pack", "released_map"),
 }
 """Request workload -> the asset keys one run of it materializes (a release needs its evidence
 pack step in the same run, so that the pack's blocking checks can stop it)."""
@@ -109,15 +131,46 @@ def _request(context, kind: str, ledger: Ledger) -> JobRequest:
         raise dg.Failure(description=f"partition {rid}: {exc}", allow_retries=False) from exc
     if req.workload not in ACCEPTS[kind]:
         raise dg.Failure(
-            description=f"request {rid} is a {req.workload} request; the {kind} asset takes {', '.join(ACCEPTS[kind])}",
+            description=f"request {rid} is a {req.workload} request; the {kind} asset takes {', '.join(ACCEPTS[kind])} requests",
             allow_retries=False,
         )
     return req.model_copy(update={"request_id": rid})
 
 
-def _dagster_metadata(md: dict[str, Any]) -> dict[str, Any]:
-    """Plain stage metadata -> Dagster's: URLs and markdown as their metadata values."""
+UPSTREAM_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("asset", "string", description="the upstream stage's asset"),
+    dg.TableColumn("request_id", "string", description="its partition: the upstream request"),
+    dg.TableColumn("via_id", "string", description="the artifact id this request read from it"),
+])
+
+
+def _upstream_asset(parent: dict[str, Any], request_id: str, asset: str) -> str:
+    if parent["kind"] == "evidence_pack" and parent["request_id"] == request_id and asset in ("released_model", "released_map"):
+        return UPSTREAM[asset][0]  # the release's own pack
+    return parent["kind"]
+
+
+def upstream_metadata(md: dict[str, Any], asset: str) -> dict[str, Any]:
+    """The real upstream requests of a stage: a table, and markdown links to each one's partition
+    (the UI's asset page for that partition)."""
+    parents = md.get("upstream") or []
+    rows = [(_upstream_asset(p, md.get("request_id") or "", asset), p["request_id"], p.get("via_id") or "")
+            for p in parents]
+    links = [f"- [{a}[{rid}]](/assets/{a}?partition={quote(rid, safe='')}) via `{via}`" for a, rid, via in rows]
+    return {
+        "upstream": dg.MetadataValue.table(
+            [dg.TableRecord({"asset": a, "request_id": rid, "via_id": via}) for a, rid, via in rows],
+            schema=UPSTREAM_SCHEMA),
+        "upstream_links": dg.MetadataValue.md("\n".join(links) if links else "no upstream requests"),
+    }
+
+
+def _dagster_metadata(md: dict[str, Any], asset: str | None = None) -> dict[str, Any]:
+    """Plain stage metadata -> Dagster's: URLs and markdown as their metadata values; the upstream
+    requests as a table and links (`upstream_metadata`)."""
     out = dict(md)
+    if asset is not None and "upstream" in out:
+        out.update(upstream_metadata(md, asset))
     for key in URL_KEYS:
         if key in out:
             out[key] = dg.MetadataValue.url(out[key]) if out[key] else None
@@ -174,7 +227,7 @@ def run_program_stage(
         reported = invocation.get_materialize_result().metadata
     except Exception:  # the program reported through result.json only
         reported = None
-    return dg.MaterializeResult(metadata={**program_metadata(reported), **_dagster_metadata(md)})
+    return dg.MaterializeResult(metadata={**program_metadata(reported), **_dagster_metadata(md, kind)})
 
 
 # assembled stages: evidence_pack, released_model, released_map -------------------------------
@@ -192,21 +245,34 @@ def assemble_stage(
     req = _request(context, kind, led)
     job = JOB_FOR_WORKLOAD.get(req.workload or "", "")
     try:
-        _, md = assemble(req, kind, context.run_id, led, lineage, store, policy.load(), evidence_job=job)
+        _, md = assemble(req, STAGE_KIND[kind], context.run_id, led, lineage, store, policy.load(), evidence_job=job)
     except ReleaseRefused as exc:
         metadata = {"missing": exc.missing} if exc.missing is not None else None
         raise dg.Failure(description=exc.description, metadata=metadata, allow_retries=False) from exc
-    return dg.MaterializeResult(metadata=_dagster_metadata(md))
+    return dg.MaterializeResult(metadata=_dagster_metadata(md, kind))
 
 
 # asset factories -----------------------------------------------------------------------------
 
 
+NO_PARTITION_DEPENDENCY = dg.SpecificPartitionsPartitionMapping([])
+"""Between different requests' assets: no partition of one depends on a partition of the other
+by key; the real upstream requests are the lineage (`upstream` metadata)."""
+
+
+def _deps(kind: str) -> list[dg.AssetDep]:
+    return [
+        dg.AssetDep(u, partition_mapping=dg.IdentityPartitionMapping() if (kind, u) in SAME_REQUEST
+                    else NO_PARTITION_DEPENDENCY)
+        for u in UPSTREAM[kind]
+    ]
+
+
 def _asset_args(kind: str) -> dict:
     return {
         "name": kind,
-        "partitions_def": requests_partitions,
-        "deps": UPSTREAM[kind],
+        "partitions_def": WORKLOAD_PARTITIONS[ASSET_WORKLOAD[kind]],
+        "deps": _deps(kind),
         "group_name": GROUP,
         "kinds": {"python"},
         "description": DESCRIPTIONS[kind],
@@ -244,10 +310,12 @@ workload_assets: list[dg.AssetsDefinition] = [
     _program_asset(k) if k in PROGRAMS else _assembled_asset(k) for k in UPSTREAM
 ]
 
+WORKLOAD_ASSET_KEYS = tuple(UPSTREAM)
+
 
 # blocking release checks ---------------------------------------------------------------------
 
-CHECKED_ASSETS = ("evidence_pack", "released_model", "released_map")
+CHECKED_ASSETS = ("evidence_pack", "model_evidence_pack", "map_evidence_pack", "released_model", "released_map")
 CHECK_DESCRIPTIONS = {
     "lineage_complete": "Every referenced upstream stage exists and succeeded; artifact_set ids were all produced.",
     "replay_coverage": "Each required scenario suite (evaluator_ids) was replayed for the ODD cell and passed.",
@@ -278,7 +346,7 @@ def _tree(context, asset_kind: str, ledger: LedgerResource) -> tuple[JobRequest,
     led = ledger.ledger()
     rid = context.partition_key
     req = led.get(rid).model_copy(update={"request_id": rid})
-    return req, LineageStore(led.engine).tree(rid, asset_kind)
+    return req, LineageStore(led.engine).tree(rid, STAGE_KIND[asset_kind])
 
 
 def _release_check(asset_kind: str, name: str) -> dg.AssetChecksDefinition:
@@ -418,19 +486,24 @@ retention_sweep_schedule = dg.ScheduleDefinition(job=retention_sweep, cron_sched
 
 # jobs ----------------------------------------------------------------------------------------
 
-_kind_jobs = [
-    dg.define_asset_job(JOB_FOR_WORKLOAD[k], selection=dg.AssetSelection.assets(k), description=f"One {k} request.")
-    for k in ("label_batch", "training_run", "replay", "map_segmentation", "evidence_pack")
-]
-release_job = dg.define_asset_job(
-    JOB_FOR_WORKLOAD["released_model"],
-    selection=dg.AssetSelection.assets("evidence_pack", "released_model"),
-    description="A model release: evidence pack, its blocking checks, then the release.",
-)
-release_map_job = dg.define_asset_job(
-    JOB_FOR_WORKLOAD["released_map"],
-    selection=dg.AssetSelection.assets("evidence_pack", "released_map"),
-    description="A map release: evidence pack, its blocking checks, then the release.",
-)
-workload_jobs: list[Any] = [*_kind_jobs, release_job, release_map_job, retention_sweep]
+def make_workload_jobs(executor_def: dg.ExecutorDefinition | None = None) -> list[Any]:
+    """One job per request workload kind (JOB_FOR_WORKLOAD), over that kind's partitions: the
+    jobs the admission sensor launches (k8s_job_executor in production). A release's job runs
+    its evidence pack, the pack's blocking checks, then the release."""
+    jobs = []
+    for workload, name in JOB_FOR_WORKLOAD.items():
+        assets = ASSETS_FOR_WORKLOAD[workload]
+        description = (f"One {workload} request: {assets[0]}, its blocking checks, then the release."
+                       if len(assets) > 1 else f"One {workload} request.")
+        jobs.append(dg.define_asset_job(name, selection=dg.AssetSelection.assets(*assets),
+                                        partitions_def=WORKLOAD_PARTITIONS[workload], executor_def=executor_def,
+                                        description=description))
+    return jobs
+
+
+kind_jobs = make_workload_jobs()
+"""The workload jobs with the default executor (what `admission_sensor` launches outside prod)."""
+release_job = next(j for j in kind_jobs if j.name == JOB_FOR_WORKLOAD["released_model"])
+release_map_job = next(j for j in kind_jobs if j.name == JOB_FOR_WORKLOAD["released_map"])
+workload_jobs: list[Any] = [*kind_jobs, retention_sweep]
 workload_schedules: list[dg.ScheduleDefinition] = [retention_sweep_schedule]

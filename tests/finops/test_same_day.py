@@ -9,8 +9,8 @@ import dagster as dg
 
 from assets.finops import finops_assets, finops_daily_partitions, finops_jobs, finops_schedules
 from assets.finops_today import finops_today_sensor
-from assets.gate import WORKLOAD_JOB
 from gpu_platform.feeds.k8s_inventory import local_node_list, parse_nodes
+from gpu_platform.gate import TAG_WORKLOAD
 from gpu_platform.gpus import ConfiguredInventory
 from resources.warehouse import Warehouse
 
@@ -37,7 +37,7 @@ def _noop():
     return 1
 
 
-@dg.job(name=WORKLOAD_JOB)
+@dg.job(name="training_run_job")
 def _workload_job():
     _noop()
 
@@ -46,7 +46,11 @@ def test_sensor_prices_today_after_a_finished_workload_run():
     with dg.instance_for_test() as instance:
         ctx = dg.build_sensor_context(instance=instance, repository_def=_repo())
         assert finops_today_sensor.evaluate_tick(ctx).run_requests == []  # nothing finished yet
+        # a run the gate did not launch (no workload tag) does not count
         assert _workload_job.execute_in_process(instance=instance).success
+        ctx = dg.build_sensor_context(instance=instance, repository_def=_repo())
+        assert finops_today_sensor.evaluate_tick(ctx).run_requests == []
+        assert _workload_job.execute_in_process(instance=instance, tags={TAG_WORKLOAD: "training_run"}).success
         ctx = dg.build_sensor_context(instance=instance, repository_def=_repo())
         result = finops_today_sensor.evaluate_tick(ctx)
         (request,) = result.run_requests

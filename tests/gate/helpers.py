@@ -7,7 +7,8 @@ import pytest
 import yaml
 from dagster._core.storage.dagster_run import DagsterRun
 
-from assets.gate import WORKLOAD_JOB, admission_sensor
+from assets.gate import admission_sensor
+from assets.workloads import JOB_FOR_WORKLOAD
 from gpu_platform.gate import TAG_ATTEMPT, TAG_LANE, TAG_REQUEST_ID
 from gpu_platform.ledger import Ledger
 from gpu_platform.requests import validate_request
@@ -47,7 +48,7 @@ def submit(ledger, policy, lane, **update) -> str:
 
 def add_run(instance, request_id, attempt, status=dg.DagsterRunStatus.STARTED, lane="research_best_effort") -> str:
     run = DagsterRun(
-        job_name=WORKLOAD_JOB,
+        job_name=JOB_FOR_WORKLOAD["training_run"],
         status=status,
         tags={TAG_REQUEST_ID: request_id, TAG_ATTEMPT: str(attempt), TAG_LANE: lane},
     )

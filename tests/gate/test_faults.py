@@ -20,11 +20,13 @@ from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
-from assets.gate import WORKLOAD_JOB
+from assets.workloads import JOB_FOR_WORKLOAD
 from gpu_platform.gate import TAG_ATTEMPT, TAG_REQUEST_ID, RunInfo, reconcile
 from gpu_platform.ledger import TERMINAL_STATES, Ledger
 from resources.settings import PlatformSettings
 from tests.gate.helpers import add_run, submit, tick
+
+WORKLOAD_JOB = JOB_FOR_WORKLOAD["training_run"]
 
 SENSOR = "admission_sensor"
 ACTIVE = {dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from assets.gate import submit_request
+from assets.workloads import JOB_FOR_WORKLOAD
 from gpu_platform.gate import TAG_REQUEST_ID, checkpoint_dir, plan_tick
 from tests.gate.helpers import add_run, fill_h100, raw_request, submit, tick
 
@@ -37,7 +38,13 @@ def test_mixed_requests_are_admitted_as_the_engine_says(env, policy):
         assert dg.AssetKey(ledger.get(rid).workload) in rr.asset_selection
         assert ledger.state(rid).state == "admitted"
         assert ledger.state(rid).details["hostname"] == socket.gethostname()  # local executor: this machine
-    assert result.dynamic_partitions_requests[0].partition_keys == [r.partition_key for r in result.run_requests]
+        # one job and one partition set per workload kind
+        assert rr.job_name == JOB_FOR_WORKLOAD[ledger.get(rid).workload]
+    added = {req.partitions_def_name: set(req.partition_keys) for req in result.dynamic_partitions_requests}
+    expected_sets: dict[str, set[str]] = {}
+    for rr in result.run_requests:
+        expected_sets.setdefault(f"{ledger.get(rr.partition_key).workload}_requests", set()).add(rr.partition_key)
+    assert added == expected_sets and len(added) > 1
     waiting = ledger.states(["waiting"])
     assert {w.request_id for w in waiting} == {w.name for w in expected.waits}
     for w in waiting:

@@ -15,8 +15,7 @@ import kubernetes_validate
 import pytest
 from dagster_k8s import k8s_job_executor
 
-from assets.gate import make_workload_job
-from assets.workloads import ASSETS_FOR_WORKLOAD, workload_assets, workload_checks
+from assets.workloads import JOB_FOR_WORKLOAD, make_workload_jobs, workload_assets, workload_checks
 from gpu_platform.k8s import KUEUE_QUEUE_NAME, resolve_flavor
 from resources.build import build_resources
 from resources.k8s import k8s_run_config, render_job_manifest
@@ -36,15 +35,15 @@ def workload_job(tmp_path_factory):
     defs = dg.Definitions(
         assets=workload_assets,
         asset_checks=workload_checks,
-        jobs=[make_workload_job(k8s_job_executor)],
+        jobs=make_workload_jobs(k8s_job_executor),
         resources=build_resources("test", {"GPU_PLATFORM_HOME": str(home)}),
     )
-    return defs.resolve_job_def("gpu_workload_job")
+    return {workload: defs.resolve_job_def(name) for workload, name in JOB_FOR_WORKLOAD.items()}
 
 
-def _steps(job_def, workload: str) -> list[str]:
-    keys = {dg.AssetKey(k) for k in ASSETS_FOR_WORKLOAD[workload]}
-    return sorted(n.name for n in job_def.get_subset(asset_selection=keys).graph.nodes)
+def _steps(jobs, workload: str) -> list[str]:
+    """The steps of the job the gate launches for a request of `workload` (one job per kind)."""
+    return sorted(n.name for n in jobs[workload].graph.nodes)
 
 
 @pytest.mark.parametrize(
@@ -57,7 +56,8 @@ def test_a_run_creates_exactly_one_gpu_job(path: Path, k8s_policy, example_reque
     flavor = resolve_flavor(req, k8s_policy).name
     steps = _steps(workload_job, req.workload)
     if req.workload.startswith("released_"):
-        assert len(steps) == 12 and "evidence_pack_lineage_complete" in steps
+        pack = "model_evidence_pack" if req.workload == "released_model" else "map_evidence_pack"
+        assert len(steps) == 12 and f"{pack}_lineage_complete" in steps
     jobs = {step: render_job_manifest(req, flavor, k8s_policy, step) for step in steps}
     gpu_jobs = [step for step, job in jobs.items() if _gpu_count(job)]
     assert gpu_jobs == [req.workload]
@@ -75,7 +75,7 @@ def test_a_run_creates_exactly_one_gpu_job(path: Path, k8s_policy, example_reque
 def test_the_gate_run_config_validates_for_the_workload_job(k8s_policy, example_request, workload_job) -> None:
     req = example_request(CHAIN / "released_model.yaml")
     run_config = k8s_run_config(req, "l4-inference", k8s_policy, attempt=2)
-    resolved = dg.validate_run_config(workload_job, run_config)
+    resolved = dg.validate_run_config(workload_job["released_model"], run_config)
     cfg = resolved["execution"]["k8s"]
     assert set(cfg["per_step_k8s_config"]) == {"released_model"}
     assert "resources" not in cfg["step_k8s_config"]["container_config"]

@@ -41,6 +41,12 @@ REQUIRED_METADATA = {
 }
 
 
+def add_partitions(instance, p: Platform, *request_ids: str) -> None:
+    """Add each request to its own workload kind's partition set (what the admission sensor does)."""
+    for rid in request_ids:
+        instance.add_dynamic_partitions(f"{p.ledger.get(rid).workload}_requests", [rid])
+
+
 def materialize(p: Platform, instance, selection: list[str], partition: str) -> dg.ExecuteInProcessResult:
     return dg.materialize(
         [*workload_assets, *workload_checks],
@@ -73,7 +79,7 @@ def chain(tmp_path_factory):
         "replay_map": p.submit(CHAIN / "replay_map.yaml", "req-replay-map"),
     }
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("requests", list(ids.values()))
+        add_partitions(instance, p, *ids.values())
         results = {}
         for key, rid in ids.items():
             kind = "replay" if key == "replay_map" else key
@@ -93,7 +99,9 @@ def test_program_assets_record_the_metadata_and_lineage(chain):
         assert mat.metadata["log_digest"].value.startswith("sha256:")
         assert p.store.verify(mat.metadata["log_digest"].value)
     train = results["training_run"].asset_materializations_for_node("training_run")[0].metadata
-    assert train["upstream"].value == [{"request_id": "req-label", "kind": "label_batch", "via_id": "lbl-batch-2026-11-28"}]
+    assert [r.data for r in train["upstream"].value.records] == [
+        {"asset": "label_batch", "request_id": "req-label", "via_id": "lbl-batch-2026-11-28"}]
+    assert "(/assets/label_batch?partition=req-label)" in train["upstream_links"].value
     assert train["checkpoint_uri"].value.endswith("ckpt-00000060.npz")
     assert train["steps_done"].value == 60, "the program's own pipes-reported metadata is kept"
     label = results["label_batch"].asset_materializations_for_node("label_batch")[0].metadata
@@ -106,8 +114,8 @@ def test_program_assets_record_the_metadata_and_lineage(chain):
 def test_complete_release_materializes_with_every_check_passing_and_lineage_prints(chain):
     p, instance, _, _ = chain
     rid = p.submit(CHAIN / "released_model.yaml", "req-release")
-    instance.add_dynamic_partitions("requests", [rid])
-    res = materialize(p, instance, ["evidence_pack", "released_model"], rid)
+    add_partitions(instance, p, rid)
+    res = materialize(p, instance, ["model_evidence_pack", "released_model"], rid)
     assert res.success
     evals = {(e.asset_key.to_user_string(), e.check_name): e for e in res.get_asset_check_evaluations()}
     assert len(evals) == 10
@@ -134,14 +142,14 @@ def test_incomplete_evidence_pack_blocks_the_release_in_the_same_run(chain):
         evaluator_ids=("eval-scenario-suite-v7", "eval-night-cutins-v2"),
         output_artifact_ids=("release-perception-2026.12-night",),
     )
-    instance.add_dynamic_partitions("requests", [rid])
-    res = materialize(p, instance, ["evidence_pack", "released_model"], rid)
+    add_partitions(instance, p, rid)
+    res = materialize(p, instance, ["model_evidence_pack", "released_model"], rid)
     assert not res.success
-    assert [m.partition for m in res.asset_materializations_for_node("evidence_pack")] == [rid]
+    assert [m.partition for m in res.asset_materializations_for_node("model_evidence_pack")] == [rid]
     assert res.asset_materializations_for_node("released_model") == []
     assert not [e for e in res.all_events if e.step_key == "released_model" and e.event_type_value == "STEP_START"]
     failing = [e for e in res.get_asset_check_evaluations() if not e.passed]
-    assert [(e.asset_key.to_user_string(), e.check_name) for e in failing] == [("evidence_pack", "replay_coverage")]
+    assert [(e.asset_key.to_user_string(), e.check_name) for e in failing] == [("model_evidence_pack", "replay_coverage")]
     assert failing[0].severity == dg.AssetCheckSeverity.ERROR
     assert "suite eval-night-cutins-v2 for ODD cell odd-urban-day: not replayed" in failing[0].description
     latest = instance.get_latest_materialization_event(dg.AssetKey("released_model"))
@@ -153,7 +161,7 @@ def test_cost_check_warns_until_enforced_and_then_names_unpriced_requests(chain,
 
     p, instance, _, _ = chain
     rid = p.submit(CHAIN / "evidence_pack.yaml", "req-pack-cost")
-    instance.add_dynamic_partitions("requests", [rid])
+    add_partitions(instance, p, rid)
     wh = tmp_path / "wh.duckdb"
     with duckdb.connect(str(wh)) as con:
         con.execute("create table fct_gpu_cost_by_request (request_id varchar, allocated_cost decimal(18, 6))")
@@ -177,7 +185,7 @@ def test_cost_check_warns_until_enforced_and_then_names_unpriced_requests(chain,
 def test_map_release_via_its_job_definition(chain):
     p, instance, _, _ = chain
     rid = p.submit(CHAIN / "released_map.yaml", "req-release-map")
-    instance.add_dynamic_partitions("requests", [rid])
+    add_partitions(instance, p, rid)
     defs = dg.Definitions(assets=workload_assets, asset_checks=workload_checks, jobs=workload_jobs, resources=p.resources)
     job = defs.resolve_job_def(JOB_FOR_WORKLOAD["released_map"])
     res = job.execute_in_process(instance=instance, partition_key=rid, raise_on_error=False)
@@ -193,7 +201,7 @@ def test_failed_upstream_is_recorded_and_named_by_the_lineage_check(tmp_path: Pa
         command=(sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"),
     )
     pack = platform.submit(CHAIN / "evidence_pack.yaml", "req-pack")
-    instance.add_dynamic_partitions("requests", [broken, pack])
+    add_partitions(instance, platform, broken, pack)
     res = materialize(platform, instance, ["replay"], broken)
     assert not res.success
     run = platform.lineage.latest_run(broken, "replay")
@@ -207,7 +215,12 @@ def test_failed_upstream_is_recorded_and_named_by_the_lineage_check(tmp_path: Pa
 
 def test_a_partition_of_another_kind_is_refused(platform: Platform, instance):
     rid = platform.submit(EXAMPLES / "labeler_batch.yaml", "req-label-only")
-    instance.add_dynamic_partitions("requests", [rid])
+    add_partitions(instance, platform, rid)
+    # a label batch request is no partition of training_run: Dagster refuses the key
+    with pytest.raises(dg.DagsterUnknownPartitionError):
+        materialize(platform, instance, ["training_run"], rid)
+    # and should someone add it to the training runs' set by hand, the asset refuses it
+    instance.add_dynamic_partitions("training_run_requests", [rid])
     res = materialize(platform, instance, ["training_run"], rid)
     assert not res.success
     failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
@@ -244,12 +257,26 @@ def test_definitions_snapshot(platform: Platform):
     defs.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {"label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map"}
+    assert keys == {"label_batch", "training_run", "replay", "map_segmentation", "evidence_pack",
+                    "model_evidence_pack", "map_evidence_pack", "released_model", "released_map"}
     deps = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
-    assert deps["released_model"] == {"evidence_pack"} and deps["training_run"] == {"label_batch"}
-    assert deps["released_map"] == {"map_segmentation", "evidence_pack"}
+    assert deps["released_model"] == {"model_evidence_pack"} and deps["training_run"] == {"label_batch"}
+    assert deps["released_map"] == {"map_evidence_pack"}
+    assert deps["map_evidence_pack"] == {"map_segmentation", "replay"}
+    # one partition set per workload kind; a release's pack shares its release's set
+    sets = {k.to_user_string(): graph.get(k).partitions_def.name for k in graph.get_all_asset_keys()}
+    assert sets["label_batch"] == "label_batch_requests" and sets["training_run"] == "training_run_requests"
+    assert sets["model_evidence_pack"] == sets["released_model"] == "released_model_requests"
+    assert sets["map_evidence_pack"] == sets["released_map"] == "released_map_requests"
+    assert sets["evidence_pack"] == "evidence_pack_requests"
+    # no partition mapping between different requests: a training run's partition depends on no
+    # label batch partition by key; its real upstream requests are its `upstream` metadata
+    mapping = graph.get_partition_mapping(dg.AssetKey("training_run"), dg.AssetKey("label_batch"))
+    assert isinstance(mapping, dg.SpecificPartitionsPartitionMapping) and not mapping.partition_keys
+    assert isinstance(graph.get_partition_mapping(dg.AssetKey("released_model"), dg.AssetKey("model_evidence_pack")),
+                      dg.IdentityPartitionMapping)
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert len(checks) == 15
+    assert len(checks) == 25
     for spec in (c for a in workload_checks for c in a.check_specs):
         assert spec.blocking
     assert {j.name for j in workload_jobs} == set(JOB_FOR_WORKLOAD.values()) | {"retention_sweep"}
@@ -279,7 +306,7 @@ def test_preempted_training_asset_resumes_from_its_checkpoint(platform: Platform
         "req-train-p",
         env={"DEMO_STEPS": "300", "DEMO_CHECKPOINT_EVERY": "25", "DEMO_STEP_SECONDS": "0.01"},
     )
-    instance.add_dynamic_partitions("requests", [label, rid])
+    add_partitions(instance, platform, label, rid)
     killed: list[int] = []
     preemptor = threading.Thread(
         target=_preempt_when_checkpointed, args=(platform.resources["evidence"].work_dir(rid), 50, killed)
@@ -312,12 +339,12 @@ def test_a_release_launched_without_its_evidence_step_is_refused(chain):
         evaluator_ids=("eval-scenario-suite-v7", "eval-rain-v1"),
         output_artifact_ids=("release-perception-2026.12-rain",),
     )
-    instance.add_dynamic_partitions("requests", [rid])
+    add_partitions(instance, p, rid)
     res = materialize(p, instance, ["released_model"], rid)
     assert not res.success
     failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
     assert "no evidence pack; run release_model_job" in str(failure.event_specific_data.user_failure_data)
-    materialize(p, instance, ["evidence_pack"], rid)  # its blocking check fails, but the pack exists
+    materialize(p, instance, ["model_evidence_pack"], rid)  # its blocking check fails, but the pack exists
     res = materialize(p, instance, ["released_model"], rid)
     assert not res.success
     failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")

@@ -1,0 +1,64 @@
+"""Ctrl-C on `gpu-platform demo run` stops `dagster dev` and all its children within 10 s, even
+when they ignore SIGTERM: a real supervisor process over a real (fake) `dagster dev` tree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpu_platform.demo_supervisor import _alive
+
+FAKE = Path(__file__).with_name("fake_dagster_dev.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _wait_for(path: Path, timeout: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return [int(x) for x in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"the fake dagster dev never wrote {path}")
+
+
+def test_ctrl_c_stops_the_whole_tree_within_ten_seconds(tmp_path: Path):
+    pids_file = tmp_path / "pids"
+    code = ("import sys; from gpu_platform.demo_supervisor import supervise; "
+            f"sys.exit(supervise([sys.executable, {str(FAKE)!r}, {str(pids_file)!r}], grace=3))")
+    sup = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    try:
+        pids = _wait_for(pids_file)
+        assert len(pids) == 3 and all(_alive(p) for p in pids)
+        t0 = time.monotonic()
+        sup.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, _ = sup.communicate(timeout=10)
+        took = time.monotonic() - t0
+        deadline = time.monotonic() + 2
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if _alive(p)], out
+        assert took < 10, out
+        assert sup.returncode == 0, out
+        assert "ignored SIGTERM" in out and "SIGKILL" in out, out  # the KILL fallback was needed here
+    finally:
+        for p in _wait_for(pids_file, 0.1) if pids_file.exists() else []:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if sup.poll() is None:
+            sup.kill()
+
+
+def test_a_tree_that_honours_sigterm_is_stopped_without_kill(tmp_path: Path):
+    from gpu_platform.demo_supervisor import stop_tree
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    messages: list[str] = []
+    took = stop_tree(proc, grace=5, log=messages.append)
+    assert proc.poll() is not None and took < 5 and messages == []
