@@ -16,7 +16,7 @@ DEMO_PRICE_DAYS ?= 7
 DEMO_ENV = DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) GPU_PLATFORM_LOCAL_GPUS=$(DEMO_GPUS)
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-seed test lint bench test-gpu test-cluster clean
+.PHONY: install demo demo-seed ui-check test lint bench test-gpu test-cluster clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c "import sys; assert sys.version_info >= (3, 11), sys.version" || { echo "needs Python 3.11 (set PYTHON=)"; exit 1; }
@@ -48,6 +48,13 @@ demo-seed: $(STAMP)
 # `demo run` supervises `dagster dev`: Ctrl-C stops it and all its children within seconds
 demo: demo-seed
 	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo run --host 127.0.0.1 --port 3000
+
+# The demo UI in headless Chromium (Debian's chromium + chromedriver, installed when missing; needs
+# root for apt-get) driven by selenium: screenshots and page/GraphQL checks in var/ui-check/.
+ui-check: $(STAMP)
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	$(PY) -c "import selenium" 2>/dev/null || $(PY) -m pip install --quiet -e '.[dev,ui]'
+	$(PY) scripts/ui_check.py --out $(CURDIR)/var/ui-check
 
 clean:
 	rm -rf $(VENV) var .demo .pytest_cache .ruff_cache

@@ -42,6 +42,7 @@ DEMO_REQUESTS = ROOT / "examples" / "demo"
 INCIDENT = DEMO_REQUESTS / "incident_sev1.yaml"
 MARKER = ".demo_seeded"
 BACKFILL_FILE = "demo_backfill.json"
+DEV_WARNING = "ignore:Function `dev_command` is superseded"
 
 
 def _home() -> Path:
@@ -180,10 +181,12 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
     if not no_incident:
         actions.append(lambda: _incident_when_sweep_runs(url, stop, log, incident_after))
     dagster = str(Path(sys.executable).parent / "dagster")
+    # `dagster dev` warns that `dg dev` supersedes it on every start: nothing a demo user can act on
+    env = {**os.environ, "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), DEV_WARNING]))}
     log(f"demo: Dagster UI on {url} (Ctrl-C stops everything)")
     try:
         code = supervise([dagster, "dev", "-w", str(ROOT / "workspace.yaml"), "-h", host, "-p", str(port)],
-                         actions=actions, stop_after=stop_after, log=log)
+                         env=env, actions=actions, stop_after=stop_after, log=log)
     finally:
         stop.set()
     sys.exit(code)

@@ -1,0 +1,188 @@
+"""`make ui-check`: the demo UI in headless Chromium, checked through its pages and GraphQL API.
+
+Seeds a short demo (`--days 3`, every day priced before the UI starts) under `var/ui-check/`,
+starts it with `gpu-platform demo run` on a free port, waits until the live release chain has
+run (one release blocked by its evidence pack's failing `replay_coverage` check, one passed),
+then opens in Debian's chromium (headless, through Debian's chromedriver and selenium):
+
+1. the asset graph (global lineage)                        -> 01-asset-graph.png
+2. the `gpu_queue` asset's plots                           -> 02-gpu-queue-plots.png
+3. the blocked release's run                               -> 03-blocked-release-run.png
+4. the `chargeback` cost asset's plots                     -> 04-chargeback-plots.png
+
+and asserts what each page says (asset names, lanes, the failing check), and through GraphQL that
+every lane is observed on `gpu_queue`, the workload and cost assets exist, the blocked release's
+check names what is missing and the cost asset has plotted (numeric) metadata. Stops the demo
+(the supervisor stops the whole process tree) whatever happens. Exit 0 when every check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpu_platform.demo_supervisor import graphql, wait_for_webserver  # noqa: E402
+
+LANES = ("incident_response", "release_eval", "map_semantic_batch", "candidate_train", "platform_maintenance",
+         "labeler_batch", "baseline_rebuild", "research_best_effort")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RUNS = """query Runs($job: String!) { runsOrError(filter: {pipelineName: $job}) { ... on Runs { results {
+  runId status tags { key value } } } } }"""
+CHECKS = """query Checks($key: AssetKeyInput!, $name: String!) { assetCheckExecutions(assetKey: $key,
+  checkName: $name, limit: 20) { runId evaluation { success description partition } } }"""
+QUEUE = """{ assetOrError(assetKey: {path: ["gpu_queue"]}) { ... on Asset { assetObservations(limit: 50) {
+  metadataEntries { label } } } } }"""
+NODES = "{ assetNodes { assetKey { path } groupName isPartitioned } }"
+COST = """{ assetOrError(assetKey: {path: ["chargeback"]}) { ... on Asset { assetMaterializations(limit: 5) {
+  partition metadataEntries { label __typename } } } } }"""
+
+
+def wait_for_releases(url: str, timeout: float) -> tuple[str, str]:
+    """(run id of the blocked release, run id of the passing one), once both runs have ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = graphql(url, RUNS, {"job": "release_model_job"})["runsOrError"]["results"]
+        failed = [r["runId"] for r in runs if r["status"] == "FAILURE"]
+        passed = [r["runId"] for r in runs if r["status"] == "SUCCESS"]
+        if failed and passed:
+            return failed[0], passed[0]
+        time.sleep(5)
+    raise AssertionError(f"the release runs did not both end within {timeout:.0f} s")
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def that(self, ok: bool, what: str) -> None:
+        print(f"  {'ok  ' if ok else 'FAIL'} {what}")
+        if not ok:
+            self.failures.append(what)
+
+
+def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-dev-shm-usage", "--window-size=1600,1000"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        pages = [
+            ("01-asset-graph.png", "/asset-groups", ("label_batch", "training_run", "released_model", "chargeback")),
+            ("02-gpu-queue-plots.png", "/assets/gpu_queue?view=plots", ("gpu_queue", "research_best_effort")),
+            ("03-blocked-release-run.png", f"/runs/{blocked_run}", ("replay_coverage", "released_model")),
+            ("04-chargeback-plots.png", "/assets/chargeback?view=plots", ("chargeback", "total_cost")),
+        ]
+        for name, path, needles in pages:
+            driver.get(url + path)
+            try:
+                WebDriverWait(driver, 60).until(
+                    lambda d, n=needles: all(x in d.find_element("tag name", "body").text for x in n))
+            except Exception:  # the screenshot shows what was there instead
+                pass
+            time.sleep(3)  # let plots and the graph layout settle
+            driver.save_screenshot(str(out / name))
+            text = driver.find_element("tag name", "body").text
+            for needle in needles:
+                checks.that(needle in text, f"{path} shows {needle!r} ({name})")
+    finally:
+        driver.quit()
+
+
+def api_checks(url: str, checks: Checks) -> None:
+    nodes = graphql(url, NODES)["assetNodes"]
+    keys = {"/".join(n["assetKey"]["path"]): n for n in nodes}
+    for key in ("label_batch", "training_run", "replay", "model_evidence_pack", "released_model", "released_map",
+                "gpu_queue", "chargeback", "raw_dcgm_samples"):
+        checks.that(key in keys, f"asset {key} is defined")
+    observed = {e["label"] for o in graphql(url, QUEUE)["assetOrError"]["assetObservations"]
+                for e in o["metadataEntries"]}
+    for lane in LANES:
+        checks.that(f"{lane}/pending" in observed, f"gpu_queue observes {lane}/pending")
+    evals = graphql(url, CHECKS, {"key": {"path": ["model_evidence_pack"]}, "name": "replay_coverage"})
+    failing = [e["evaluation"] for e in evals["assetCheckExecutions"]
+               if e["evaluation"] and not e["evaluation"]["success"]]
+    checks.that(any("eval-night-rain-v3" in (e["description"] or "") and e["partition"] for e in failing),
+                "the blocked release's replay_coverage check names the missing suite, per partition")
+    mats = graphql(url, COST)["assetOrError"]["assetMaterializations"]
+    numeric = {e["label"] for m in mats for e in m["metadataEntries"]
+               if e["__typename"] in ("FloatMetadataEntry", "IntMetadataEntry")}
+    checks.that(bool(mats) and "rows" in numeric and len(numeric) > 2, f"chargeback has plotted metadata {sorted(numeric)}")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="scripts/ui_check.py")
+    p.add_argument("--out", default=str(ROOT / "var" / "ui-check"))
+    p.add_argument("--days", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the release runs")
+    args = p.parse_args(argv)
+    out = Path(args.out).resolve()
+    home = out / "home"
+    shutil.rmtree(home, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.png"):
+        old.unlink()
+    env = {**os.environ, "GPU_PLATFORM_HOME": str(home), "DAGSTER_HOME": str(home / "dagster_home"),
+           "GPU_PLATFORM_LOCAL_GPUS": os.environ.get("DEMO_GPUS", "64")}
+    for var in ("GPU_PLATFORM_LEDGER_URL", "GPU_PLATFORM_WAREHOUSE", "GPU_PLATFORM_EVIDENCE_ROOT",
+                "GPU_PLATFORM_FIRST_DAY"):
+        env.pop(var, None)
+    cli = str(Path(sys.executable).parent / "gpu-platform")
+    t0 = time.monotonic()
+    subprocess.run([cli, "demo", "seed", "--days", str(args.days), "--price-days", str(args.days)], env=env,
+                   check=True, cwd=ROOT)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    demo = subprocess.Popen([cli, "demo", "run", "--port", str(port), "--incident-after", "5"], env=env, cwd=ROOT)
+    checks = Checks()
+    try:
+        if not wait_for_webserver(url, timeout=300):
+            raise AssertionError(f"the Dagster UI did not come up on {url}")
+        print(f"ui-check: UI up {time.monotonic() - t0:.0f} s after the seed started; waiting for the releases")
+        blocked, _passed = wait_for_releases(url, args.timeout)
+        print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
+        browse(url, out, blocked, checks)
+        api_checks(url, checks)
+    except AssertionError as exc:
+        checks.that(False, str(exc))
+    finally:
+        demo.send_signal(signal.SIGINT)
+        try:
+            demo.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+    shots = sorted(x.name for x in out.glob("*.png"))
+    print(f"ui-check: screenshots in {out}: {', '.join(shots) or 'none'}")
+    if checks.failures:
+        print(f"ui-check: {len(checks.failures)} check(s) failed")
+        return 1
+    print(f"ui-check: every check passed in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,78 @@
+"""`gpu-platform demo seed` on a temporary GPU_PLATFORM_HOME and DAGSTER_HOME: live requests,
+history through the engine, feeds, the newest day priced in one real Dagster run, the older day
+left to the backfill, and a second seed that changes nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from gpu_platform.cli.app import main
+from gpu_platform.demo_costs import demo_days
+from gpu_platform.ledger import Ledger
+from gpu_platform.paths import first_data_day
+
+
+@pytest.fixture
+def demo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("GPU_PLATFORM_LEDGER_URL", "GPU_PLATFORM_WAREHOUSE", "GPU_PLATFORM_EVIDENCE_ROOT",
+                "GPU_PLATFORM_DCGM_ENDPOINTS", "GPU_PLATFORM_POLICY", "GPU_PLATFORM_FIRST_DAY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GPU_PLATFORM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    return tmp_path
+
+
+def test_seed_prices_the_newest_days_and_plans_a_backfill_for_the_rest(demo_env: Path):
+    out = CliRunner().invoke(main, ["demo", "seed", "--days", "2", "--price-days", "1"])
+    assert out.exit_code == 0, out.output
+    older, newest = (d.isoformat() for d in demo_days(2))
+    home = demo_env / "home"
+    marker = json.loads((home / ".demo_seeded").read_text())
+    assert marker["priced_now"] == [newest] and marker["backfill"] == [older]
+    assert first_data_day() == older  # the daily partitions start at the first seeded day
+    plan = json.loads((home / "demo_backfill.json").read_text())
+    assert plan["partitions"] == [older] and {"raw_dcgm_samples", "chargeback"} <= set(plan["asset_keys"])
+    for kind in ("dcgm", "nodes", "pods"):
+        assert sorted(p.name for p in (home / "feeds" / kind).iterdir()) == [older, newest]
+
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("select list(distinct cast(day as varchar)) from chargeback where total_cost > 0"
+                           ).fetchone()[0] == [newest]
+        # bills matched nodes by instance id, pods by the request-id label: nothing unreconciled
+        assert con.execute("select max(abs(difference)) from reconciliation").fetchone()[0] == 0
+        assert con.execute("select count(*) from reconciliation_exceptions").fetchone()[0] == 0
+        assert con.execute("select count(distinct team) from chargeback where team <> '(idle)'").fetchone()[0] >= 4
+
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_materialized_partitions(dg.AssetKey("chargeback")) == {newest}
+        assert instance.event_log_storage.get_concurrency_info("duckdb_warehouse").slot_count == 1
+
+    ledger = Ledger()
+    n_requests = ledger.count()[0]
+    assert n_requests > 40
+    # idempotent: the marker makes a second call a no-op
+    again = CliRunner().invoke(main, ["demo", "seed", "--days", "2"])
+    assert again.exit_code == 0 and "already seeded" in again.output
+    assert Ledger().count()[0] == n_requests
+
+
+def test_first_day_comes_from_the_environment_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("GPU_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.delenv("GPU_PLATFORM_FIRST_DAY", raising=False)
+    assert first_data_day() == "2026-01-01"
+    monkeypatch.setenv("GPU_PLATFORM_FIRST_DAY", "2026-11-01")
+    assert first_data_day() == "2026-11-01"
+    monkeypatch.setenv("GPU_PLATFORM_FIRST_DAY", "Nov 1")
+    with pytest.raises(ValueError, match="GPU_PLATFORM_FIRST_DAY"):
+        first_data_day()
+
+
+def test_demo_days_end_yesterday():
+    assert demo_days(3, today=date(2026, 12, 1)) == [date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)]
