@@ -333,13 +333,16 @@ class CostCheckConfig(dg.Config):
     enforce: bool = True
 
 
-def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(
-        passed=outcome.passed,
-        severity=severity,
-        description=outcome.description,
-        metadata={"missing": list(outcome.missing), "missing_count": len(outcome.missing), "checked": outcome.checked},
-    )
+def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity, request_id: str = "") -> dg.AssetCheckResult:
+    """The outcome as a check result that reads on its own per partition: the request, then what
+    is missing, one markdown bullet each."""
+    missing = list(outcome.missing)
+    metadata: dict[str, Any] = {"request_id": request_id, "missing": missing, "missing_count": len(missing),
+                                "checked": outcome.checked}
+    if missing:
+        metadata["missing_md"] = dg.MetadataValue.md("\n".join(f"- {m}" for m in missing))
+    return dg.AssetCheckResult(passed=outcome.passed, severity=severity, description=outcome.description,
+                               metadata=metadata)
 
 
 def _tree(context, asset_kind: str, ledger: LedgerResource) -> tuple[JobRequest, Any]:
@@ -366,7 +369,7 @@ def _release_check(asset_kind: str, name: str) -> dg.AssetChecksDefinition:
             outcome = check_logs_retained(tree, store.exists, store.verify, store.held_digests())
         else:
             outcome = check_reproducible(tree)
-        return _check_result(outcome, dg.AssetCheckSeverity.ERROR)
+        return _check_result(outcome, dg.AssetCheckSeverity.ERROR, context.partition_key)
 
     return _check
 
@@ -422,7 +425,7 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         _, tree = _tree(context, asset_kind, ledger)
         costs, priced_through = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
         severity = dg.AssetCheckSeverity.ERROR if config.enforce else dg.AssetCheckSeverity.WARN
-        result = _check_result(check_cost_attributed(tree, costs, priced_through), severity)
+        result = _check_result(check_cost_attributed(tree, costs, priced_through), severity, context.partition_key)
         note = (
             f"priced by the cost models through {priced_through or 'every day'}"
             if costs is not None

@@ -1,7 +1,8 @@
-"""Demo cost data: a week of DCGM telemetry, FOCUS billing and finished requests, then priced.
+"""Small cost fixtures: DCGM telemetry, FOCUS billing and finished requests on four nodes.
 
-`assets.demo_seed.seed_costs(days=7)` (run by `make demo`) writes, for each of the last
-`days` UTC days ending yesterday:
+Used by the ingest and cost-model tests (and the shapes and constants that
+`gpu_platform.demo_history`, the demo's month of history, shares). For each of the last `days`
+UTC days ending yesterday it can write:
 
 - `$GPU_PLATFORM_HOME/feeds/dcgm/<day>/<host>.parquet`: 15 s history (dcgm-exporter's collect
   interval, which the cost models' integration rule assumes) of `DCGM_FI_PROF_GR_ENGINE_ACTIVE`
@@ -19,9 +20,6 @@
   Their ids and artifact ids carry a `-h<day>` suffix so they never satisfy or feed the live
   demo requests that the admission sensor launches.
 
-Then it materializes the ingest and cost assets for each day into the Dagster instance at
-`DAGSTER_HOME`, sets the `duckdb_warehouse` pool limit to 1 there, and writes a marker file;
-a second call does nothing.
 """
 
 from __future__ import annotations

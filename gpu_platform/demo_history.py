@@ -337,10 +337,16 @@ def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable
         req = requests[r.job.job_id]
         segs = []
         for start, end, flavor, outcome in sim.segments.get(r.job.job_id, []):
-            if start >= end_of_history:
+            if start >= end_of_history - 600:
                 break
-            end = end_of_history if end is None or end > end_of_history else end
-            segs.append(Segment(len(segs) + 1, start, end, flavor, outcome if end < end_of_history else "running"))
+            if end is None or end > end_of_history - 60:
+                # the history ends at midnight with nothing running: a run that would cross it
+                # ends (finished) a minute before, so no history request is live in the demo
+                segs.append(Segment(len(segs) + 1, start, end_of_history - 60, flavor, "finished"))
+                break
+            segs.append(Segment(len(segs) + 1, start, end, flavor, outcome))
+        if segs and segs[-1].outcome == "preempted":
+            segs[-1].outcome = "finished"  # its resumption falls after the history: end it there
         if not segs:
             never.append(HistJob(req, r.job.submit_ts, [], end_of_history - r.job.submit_ts))
             continue
@@ -387,14 +393,11 @@ def write_ledger(history: History, ledger: Ledger, policy: Policy) -> int:
                         "flavor": flavor, "run_id": None,
                         "details": json.dumps(details, sort_keys=True) if details else None})
 
-    for job in sorted(history.jobs + history.never_admitted, key=lambda j: j.submit):
+    # jobs the history ends before admitting are not recorded: none is pending when the demo starts
+    for job in sorted(history.jobs, key=lambda j: j.submit):
         rid, req = job.request_id, job.request
         req_rows.append(ledger._row(req, rid, _at(job.submit).replace(tzinfo=None)))
         ev(rid, "submitted", job.submit, "validated")
-        if not job.segments:
-            ev(rid, "waiting", job.submit + 15, "waiting for quota (history ends before it is admitted)",
-               details={"position": 1})
-            continue
         if job.waited_s > 60:
             ev(rid, "waiting", job.submit + 15, "waiting for quota in its lane", details={"position": 1})
         for seg in job.segments:
