@@ -13,6 +13,7 @@ DEMO_GPUS ?= 64
 # UI opens (the rest by a backfill in the UI).
 DEMO_DAYS ?= 30
 DEMO_PRICE_DAYS ?= 7
+DEMO_PORT ?= 3000
 DEMO_ENV = DAGSTER_HOME=$(DEMO_HOME)/dagster_home GPU_PLATFORM_HOME=$(DEMO_HOME) GPU_PLATFORM_LOCAL_GPUS=$(DEMO_GPUS)
 PYTEST_ARGS ?=
 
@@ -47,7 +48,7 @@ demo-seed: $(STAMP)
 
 # `demo run` supervises `dagster dev`: Ctrl-C stops it and all its children within seconds
 demo: demo-seed
-	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo run --host 127.0.0.1 --port 3000
+	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo run --host 127.0.0.1 --port $(DEMO_PORT)
 
 # The demo UI in headless Chromium (Debian's chromium + chromedriver, installed when missing; needs
 # root for apt-get) driven by selenium: screenshots and page/GraphQL checks in var/ui-check/.
