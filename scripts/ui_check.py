@@ -5,10 +5,11 @@ starts it with `gpu-platform demo run` on a free port, waits until the live rele
 run (one release blocked by its evidence pack's failing `replay_coverage` check, one passed),
 then opens in Debian's chromium (headless, through Debian's chromedriver and selenium):
 
-1. the asset graph (global lineage)                        -> 01-asset-graph.png
-2. the `gpu_queue` asset's plots                           -> 02-gpu-queue-plots.png
-3. the blocked release's run                               -> 03-blocked-release-run.png
-4. the `chargeback` cost asset's plots                     -> 04-chargeback-plots.png
+1. the asset graph (global lineage: the groups)            -> 01-asset-graph.png
+2. the `workloads` group's lineage graph                   -> 02-workloads-lineage.png
+3. the `gpu_queue` asset's plots                           -> 03-gpu-queue-plots.png
+4. the blocked release's run                               -> 04-blocked-release-run.png
+5. the `chargeback` cost asset's plots                     -> 05-chargeback-plots.png
 
 and asserts what each page says (asset names, lanes, the failing check), and through GraphQL that
 every lane is observed on `gpu_queue`, the workload and cost assets exist, the blocked release's
@@ -48,7 +49,8 @@ def free_port() -> int:
 RUNS = """query Runs($job: String!) { runsOrError(filter: {pipelineName: $job}) { ... on Runs { results {
   runId status tags { key value } } } } }"""
 CHECKS = """query Checks($key: AssetKeyInput!, $name: String!) { assetCheckExecutions(assetKey: $key,
-  checkName: $name, limit: 20) { runId evaluation { success description partition } } }"""
+  checkName: $name, limit: 20) { runId evaluation { success description
+  metadataEntries { label ... on TextMetadataEntry { text } } } } }"""
 QUEUE = """{ assetOrError(assetKey: {path: ["gpu_queue"]}) { ... on Asset { assetObservations(limit: 50) {
   metadataEntries { label } } } } }"""
 NODES = "{ assetNodes { assetKey { path } groupName isPartitioned } }"
@@ -79,6 +81,26 @@ class Checks:
             self.failures.append(what)
 
 
+def _button(driver, label: str):
+    found = [b for b in driver.find_elements("xpath", f"//*[self::button or self::a][normalize-space()='{label}']")
+             if b.is_displayed()]
+    return found[0] if found else None
+
+
+def _page_text(driver) -> str:
+    """The visible text, plus the text drawn in the graph's SVG (asset nodes)."""
+    svg = driver.execute_script("return Array.from(document.querySelectorAll('svg')).map(e => e.textContent).join(' ')")
+    return driver.find_element("tag name", "body").text + " " + (svg or "")
+
+
+def dismiss(driver) -> None:
+    """Close Dagster's first-visit community dialog ("Skip") when it shows."""
+    button = _button(driver, "Skip")
+    if button is not None:
+        button.click()
+        time.sleep(1)
+
+
 def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -92,28 +114,42 @@ def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     try:
         pages = [
-            ("01-asset-graph.png", "/asset-groups", ("label_batch", "training_run", "released_model", "chargeback")),
-            ("02-gpu-queue-plots.png", "/assets/gpu_queue?view=plots", ("gpu_queue", "research_best_effort")),
-            ("03-blocked-release-run.png", f"/runs/{blocked_run}", ("replay_coverage", "released_model")),
-            ("04-chargeback-plots.png", "/assets/chargeback?view=plots", ("chargeback", "total_cost")),
+            ("01-asset-graph.png", "/asset-groups", (), ("admission", "workloads", "finops_raw", "finops")),
+            ("02-workloads-lineage.png", "/locations/gpu_platform/asset-groups/workloads/lineage", (),
+             ("label_batch", "training_run", "model_evidence_pack", "released_model", "released_map")),
+            ("03-gpu-queue-plots.png", "/assets/gpu_queue", ("Plots",),
+             ("research_best_effort/pending", "incident_response/gpus_in_use")),
+            ("04-blocked-release-run.png", f"/runs/{blocked_run}", (),
+             ("model_evidence_pack_replay_coverage", "blocking asset check failed")),
+            ("05-chargeback-plots.png", "/assets/chargeback", ("Plots",), ("total_cost_USD", "gpu_hours")),
         ]
-        for name, path, needles in pages:
+        for name, path, clicks, needles in pages:
             driver.get(url + path)
+            time.sleep(4)
+            dismiss(driver)
+            for label in clicks:
+                try:
+                    button = WebDriverWait(driver, 30).until(lambda d, t=label: _button(d, t))
+                    button.click()
+                    if label == "Plots":  # the plots are below the fold: bring them up
+                        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", button)
+                except Exception:
+                    checks.that(False, f"{path}: no {label!r} button")
             try:
-                WebDriverWait(driver, 60).until(
-                    lambda d, n=needles: all(x in d.find_element("tag name", "body").text for x in n))
+                WebDriverWait(driver, 30).until(
+                    lambda d, n=needles: all(x in _page_text(d) for x in n))
             except Exception:  # the screenshot shows what was there instead
                 pass
             time.sleep(3)  # let plots and the graph layout settle
             driver.save_screenshot(str(out / name))
-            text = driver.find_element("tag name", "body").text
+            text = _page_text(driver)
             for needle in needles:
                 checks.that(needle in text, f"{path} shows {needle!r} ({name})")
     finally:
         driver.quit()
 
 
-def api_checks(url: str, checks: Checks) -> None:
+def api_checks(url: str, checks: Checks, blocked_run: str) -> None:
     nodes = graphql(url, NODES)["assetNodes"]
     keys = {"/".join(n["assetKey"]["path"]): n for n in nodes}
     for key in ("label_batch", "training_run", "replay", "model_evidence_pack", "released_model", "released_map",
@@ -124,10 +160,15 @@ def api_checks(url: str, checks: Checks) -> None:
     for lane in LANES:
         checks.that(f"{lane}/pending" in observed, f"gpu_queue observes {lane}/pending")
     evals = graphql(url, CHECKS, {"key": {"path": ["model_evidence_pack"]}, "name": "replay_coverage"})
-    failing = [e["evaluation"] for e in evals["assetCheckExecutions"]
-               if e["evaluation"] and not e["evaluation"]["success"]]
-    checks.that(any("eval-night-rain-v3" in (e["description"] or "") and e["partition"] for e in failing),
-                "the blocked release's replay_coverage check names the missing suite, per partition")
+    failing = [e for e in evals["assetCheckExecutions"] if e["evaluation"] and not e["evaluation"]["success"]]
+    blocked = [e["evaluation"] for e in failing if e["runId"] == blocked_run]
+    runs = graphql(url, RUNS, {"job": "release_model_job"})["runsOrError"]["results"]
+    partition = next(t["value"] for r in runs if r["runId"] == blocked_run for t in r["tags"]
+                     if t["key"] == "dagster/partition")
+    checks.that(bool(blocked) and "eval-night-rain-v3" in (blocked[0]["description"] or ""),
+                "the blocked release's replay_coverage check names the missing suite")
+    checks.that(bool(blocked) and {"label": "request_id", "text": partition} in blocked[0]["metadataEntries"],
+                f"its evaluation names its partition ({partition})")
     mats = graphql(url, COST)["assetOrError"]["assetMaterializations"]
     numeric = {e["label"] for m in mats for e in m["metadataEntries"]
                if e["__typename"] in ("FloatMetadataEntry", "IntMetadataEntry")}
@@ -166,7 +207,7 @@ def main(argv: list[str]) -> int:
         blocked, _passed = wait_for_releases(url, args.timeout)
         print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
         browse(url, out, blocked, checks)
-        api_checks(url, checks)
+        api_checks(url, checks, blocked)
     except AssertionError as exc:
         checks.that(False, str(exc))
     finally:
