@@ -6,6 +6,9 @@ over the range D1..D2 materializes every ingest and cost asset (their single-run
 one step per asset for all days), so the UI opens on priced days. The older days D0..D3 are left
 to a Dagster backfill that `gpu-platform demo run` launches once the UI is up; their asset keys
 and partitions are written to `$GPU_PLATFORM_HOME/demo_backfill.json` for it.
+
+`python -m assets.demo_seed recover` (run by `demo run` before `dagster dev` starts) marks runs a
+stopped demo left in flight as canceled and frees their pool slots.
 """
 
 from __future__ import annotations
@@ -52,6 +55,22 @@ def write_backfill_plan(home: Path, first: date, last: date) -> Path:
     return path
 
 
+IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+
+
+def recover_stopped_runs(instance: dg.DagsterInstance | None = None) -> list[str]:
+    """Runs a stopped demo left in flight (their processes are gone): mark them canceled and free
+    the pool slots they held, so the warehouse pool and the gate do not wait on dead runs."""
+    if instance is None:
+        with dg.DagsterInstance.get() as owned:
+            return recover_stopped_runs(owned)
+    runs = [r.dagster_run for r in instance.get_run_records(filters=dg.RunsFilter(statuses=list(IN_FLIGHT)))]
+    for run in runs:
+        instance.report_run_canceled(run, "the demo was stopped while this run was in flight")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+    return [r.run_id for r in runs]
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m assets.demo_seed")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -60,8 +79,14 @@ def main(argv: list[str]) -> int:
     price.add_argument("--to", dest="last", type=date.fromisoformat, required=True)
     price.add_argument("--later-from", type=date.fromisoformat, default=None)
     price.add_argument("--later-to", type=date.fromisoformat, default=None)
+    sub.add_parser("recover", help="cancel runs a stopped demo left in flight, free their pool slots")
     args = p.parse_args(argv)
     console = Console(stderr=True)
+    if args.cmd == "recover":
+        ids = recover_stopped_runs()
+        if ids:
+            console.print(f"demo: {len(ids)} run(s) in flight when the demo last stopped marked canceled")
+        return 0
     t0 = time.monotonic()
     with console.status(f"demo: ingest and price {args.first} .. {args.last} (one run, one step per asset)"):
         ok = price_range(args.first, args.last)

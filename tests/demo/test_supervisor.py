@@ -62,3 +62,25 @@ def test_a_tree_that_honours_sigterm_is_stopped_without_kill(tmp_path: Path):
     messages: list[str] = []
     took = stop_tree(proc, grace=5, log=messages.append)
     assert proc.poll() is not None and took < 5 and messages == []
+
+
+def test_runs_left_in_flight_by_a_stopped_demo_are_canceled_and_release_their_pool_slot():
+    """After a KILL, a run stays STARTED and keeps its warehouse pool slot: the next `demo run`
+    cancels it first, or every later warehouse step waits on it for ever."""
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from assets.demo_seed import recover_stopped_runs
+
+    with dg.instance_for_test() as instance:
+        instance.event_log_storage.set_concurrency_slots("duckdb_warehouse", 1)
+        dead = DagsterRun(job_name="finops_daily", status=dg.DagsterRunStatus.STARTED)
+        done = DagsterRun(job_name="finops_daily", status=dg.DagsterRunStatus.SUCCESS)
+        instance.add_run(dead)
+        instance.add_run(done)
+        assert instance.event_log_storage.claim_concurrency_slot("duckdb_warehouse", dead.run_id, "chargeback").is_claimed
+        assert recover_stopped_runs(instance) == [dead.run_id]
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.CANCELED
+        assert instance.get_run_by_id(done.run_id).status == dg.DagsterRunStatus.SUCCESS
+        info = instance.event_log_storage.get_concurrency_info("duckdb_warehouse")
+        assert info.active_slot_count == 0
