@@ -22,7 +22,8 @@ from dagster._core.storage.dagster_run import DagsterRun
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assets.gate import WORKLOAD_JOB, admission_sensor  # noqa: E402
+from assets.gate import admission_sensor  # noqa: E402
+from assets.workloads import JOB_FOR_WORKLOAD  # noqa: E402
 from gpu_platform.gate import TAG_ATTEMPT, TAG_REQUEST_ID  # noqa: E402
 from gpu_platform.ledger import Ledger  # noqa: E402
 from gpu_platform.policy import load_policy  # noqa: E402
@@ -59,7 +60,7 @@ def main() -> None:
         with dg.instance_for_test(temp_dir=f"{tmp}/dagster") as instance:
             for rid in active:
                 instance.add_run(
-                    DagsterRun(job_name=WORKLOAD_JOB, status=dg.DagsterRunStatus.STARTED, tags={TAG_REQUEST_ID: rid, TAG_ATTEMPT: "1"})
+                    DagsterRun(job_name=JOB_FOR_WORKLOAD["training_run"], status=dg.DagsterRunStatus.STARTED, tags={TAG_REQUEST_ID: rid, TAG_ATTEMPT: "1"})
                 )
             resources = {
                 "ledger": LedgerResource(url=url),
