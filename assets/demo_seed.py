@@ -47,11 +47,12 @@ def price_range(first: date, last: date) -> bool:
 
 
 def write_backfill_plan(home: Path, first: date, last: date) -> Path:
-    partitioned = [a for a in (*ingest_assets, *finops_assets) if a.partitions_def is not None]
+    """Every ingest and cost asset: the daily ones for first..last, and the unpartitioned ones
+    (pod and request staging, lifetime unit costs) once after them, which read every day."""
     days = [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
     path = home / BACKFILL_FILE
-    path.write_text(json.dumps({"asset_keys": [k.to_user_string() for a in partitioned for k in a.keys],
-                                "partitions": days}, indent=1) + "\n")
+    keys = [k.to_user_string() for a in (*ingest_assets, *finops_assets) for k in a.keys]
+    path.write_text(json.dumps({"asset_keys": keys, "partitions": days}, indent=1) + "\n")
     return path
 
 
