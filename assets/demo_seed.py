@@ -69,6 +69,15 @@ def recover_stopped_runs(instance: dg.DagsterInstance | None = None) -> list[str
     for run in runs:
         instance.report_run_canceled(run, "the demo was stopped while this run was in flight")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+    # and any slot still claimed (or step still pending) by a run that is no longer going
+    storage = instance.event_log_storage
+    for pool in storage.get_concurrency_keys():
+        info = storage.get_concurrency_info(pool)
+        holders = {s.run_id for s in info.claimed_slots} | {s.run_id for s in info.pending_steps}
+        for run_id in holders:
+            run = instance.get_run_by_id(run_id)
+            if run is None or run.is_finished:
+                storage.free_concurrency_slots_for_run(run_id)
     return [r.run_id for r in runs]
 
 

@@ -79,6 +79,11 @@ def test_runs_left_in_flight_by_a_stopped_demo_are_canceled_and_release_their_po
         instance.add_run(dead)
         instance.add_run(done)
         assert instance.event_log_storage.claim_concurrency_slot("duckdb_warehouse", dead.run_id, "chargeback").is_claimed
+        # a canceled run whose slot was never given back (killed between claim and release)
+        stale = DagsterRun(job_name="finops_daily", status=dg.DagsterRunStatus.CANCELED)
+        instance.add_run(stale)
+        instance.event_log_storage.set_concurrency_slots("duckdb_warehouse", 2)
+        assert instance.event_log_storage.claim_concurrency_slot("duckdb_warehouse", stale.run_id, "stg_pods").is_claimed
         assert recover_stopped_runs(instance) == [dead.run_id]
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.CANCELED
         assert instance.get_run_by_id(done.run_id).status == dg.DagsterRunStatus.SUCCESS
