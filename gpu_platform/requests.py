@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.policy.model import WorkloadKind
+from gpu_platform.policy.scale import scale_metadata_problems
 from gpu_platform.safeload import (
     REQUEST_LIMITS,
     InputError,
@@ -402,6 +403,9 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
         if name not in bad_fields and _missing(raw.get(name)):
             why = f"required by lane {lane.name}" if lane is not None and name in lane.required_fields else "required"
             errors.append(f"{name}: {why}")
+
+    # the scale ladder (policy `scale`): from S4, its metadata is required even where the policy's lists omit it
+    errors.extend(scale_metadata_problems(raw, policy, bad_fields | set(required)))
 
     if not _missing(lane_name) and lane is None:
         errors.append(f"lane: unknown lane {show(lane_name)} (one of: {', '.join(sorted(policy.lanes))})")

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from gpu_platform.cli.common import console, policy_or_exit
+from gpu_platform.policy.scale import describe
 from gpu_platform.units import format_duration
 
 
@@ -90,3 +91,14 @@ def policy_check(file: str | None) -> None:
     console.print(table)
     console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
     console.print(cohort_tree(pol))
+    console.print(scale_table(pol))
+
+
+def scale_table(pol) -> Table:
+    """What the policy's `scale` turns on (gpu_platform/policy/scale.py; docs/scorecards.md)."""
+    table = Table(title=f"scale {pol.scale} (S0..S5)", show_header=False)
+    table.add_column("what")
+    table.add_column("at this scale")
+    for what, value in describe(pol.scale, pol):
+        table.add_row(what, value)
+    return table

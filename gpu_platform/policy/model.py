@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpu_platform.policy.capacity import CapacitySignals, capacity_signal_errors
+from gpu_platform.policy.scale import DEFAULT_SCALE, Scale
 from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document
 from gpu_platform.sharing import (
     SHARED,
@@ -333,6 +335,8 @@ class Policy(_Frozen):
     lanes: dict[str, Lane]
     teams: dict[str, Team]
     autoscaling: Autoscaling | None = None  # None: `autoscale plan` has nothing to plan
+    scale: Scale = DEFAULT_SCALE  # the scale ladder (policy/scale.py): metadata, scorecards, ERROR signals
+    capacity_signals: CapacitySignals = CapacitySignals()  # thresholds of the capacity signals
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
@@ -578,6 +582,7 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
             errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
     errors.extend(_semantic_errors(data))
     errors.extend(_autoscaling_errors(data))
+    errors.extend(capacity_signal_errors(data))
     if errors:
         raise PolicyError(sorted(dict.fromkeys(errors)), source)
     assert policy is not None
