@@ -18,6 +18,7 @@ Times are naive UTC datetimes, as the warehouse's `timestamp` columns hold them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -147,3 +148,51 @@ def lineage_edges(lineage_store: LineageStore | None) -> list[tuple[str, str]]:
         return []
     return sorted({(child, p.request_id) for (child, _), parents in lineage_store.edges().items() for p in parents
                    if p.request_id != child})
+
+
+# --- scorecard sources (raw_request_events, raw_request_metadata, raw_workload_runs) ----------
+
+
+def event_rows(events: Iterable[EventRow]) -> list[dict[str, Any]]:
+    """One `raw_request_events` row per ledger event, `seq` = its position in ledger order."""
+    return [
+        {"request_id": ev.request_id, "seq": i, "event": ev.event, "event_at": _naive_utc(ev.at), "reason": ev.reason,
+         "flavor": ev.flavor, "run_id": ev.run_id,
+         "details": json.dumps(ev.details, sort_keys=True, default=str) if ev.details else None}
+        for i, ev in enumerate(events, start=1)
+    ]
+
+
+def metadata_row(state: RequestState) -> dict[str, Any]:
+    """One `raw_request_metadata` row: the request fields scorecards group by that raw_requests lacks."""
+    req = state.request
+    return {
+        "request_id": state.request_id,
+        "owner": req.owner,
+        "image": req.image,
+        "container_digest": req.container_digest,
+        "dataset_ids": list(req.dataset_ids),
+        "gpu_resource": req.gpu_resource,
+        "preemption_policy": req.preemption_policy,
+        "checkpoint_interval_s": req.checkpoint_interval.total_seconds(),
+        "expected_duration_s": req.expected_duration.total_seconds() if req.expected_duration else None,
+    }
+
+
+def run_rows(runs: Iterable[WorkloadRun]) -> list[dict[str, Any]]:
+    """One `raw_workload_runs` row per recorded workload run, oldest first."""
+    return [
+        {"request_id": r.request_id, "seq": i, "kind": r.kind, "status": r.status, "exit_status": r.exit_status,
+         "attempts": r.attempts, "container_digest": r.container_digest, "dataset_ids": list(r.dataset_ids),
+         "results": json.dumps(dict(r.results), sort_keys=True, default=str) if r.results else None,
+         "recorded_at": _naive_utc(r.recorded_at)}
+        for i, r in enumerate(runs, start=1)
+    ]
+
+
+def scorecard_snapshot(
+    ledger: Ledger, lineage_store: LineageStore | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(events, request metadata, workload runs) for `load_scorecard_snapshot`."""
+    runs = run_rows(lineage_store.runs()) if lineage_store is not None else []
+    return event_rows(ledger.events()), [metadata_row(s) for s in ledger.states()], runs

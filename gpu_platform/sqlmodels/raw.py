@@ -88,6 +88,8 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(RAW_REQUESTS_DDL)
     con.execute(RAW_POD_REQUESTS_DDL)
     con.execute(RAW_REQUEST_LINEAGE_DDL)
+    for ddl in SCORECARD_RAW_DDL:
+        con.execute(ddl)
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
     for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
@@ -139,3 +141,83 @@ def load_ledger_snapshot(
         con.execute("rollback")
         raise
     return len(req_rows), len(pod_rows)
+
+
+# --- scorecard sources: the ledger's events, request metadata and workload runs ---------------
+
+RAW_REQUEST_EVENTS_DDL = """
+create table if not exists raw_request_events (
+    request_id varchar,
+    seq bigint,
+    event varchar,
+    event_at timestamp,
+    reason varchar,
+    flavor varchar,
+    run_id varchar,
+    details varchar
+)"""
+"""One row per ledger event (`gp_request_events`), in ledger order (`seq`); details as JSON text."""
+
+RAW_REQUEST_METADATA_DDL = """
+create table if not exists raw_request_metadata (
+    request_id varchar,
+    owner varchar,
+    image varchar,
+    container_digest varchar,
+    dataset_ids varchar[],
+    gpu_resource varchar,
+    preemption_policy varchar,
+    checkpoint_interval_s double,
+    expected_duration_s double
+)"""
+"""Request fields the scorecards group or judge by that `raw_requests` does not carry."""
+
+RAW_WORKLOAD_RUNS_DDL = """
+create table if not exists raw_workload_runs (
+    request_id varchar,
+    seq bigint,
+    kind varchar,
+    status varchar,
+    exit_status integer,
+    attempts integer,
+    container_digest varchar,
+    dataset_ids varchar[],
+    results varchar,
+    recorded_at timestamp
+)"""
+"""One row per recorded workload run (`workload_runs`): outcome, exit code, reported results (JSON)."""
+
+SCORECARD_RAW_DDL = (RAW_REQUEST_EVENTS_DDL, RAW_REQUEST_METADATA_DDL, RAW_WORKLOAD_RUNS_DDL)
+EVENT_COLUMNS = ("request_id", "seq", "event", "event_at", "reason", "flavor", "run_id", "details")
+METADATA_COLUMNS = (
+    "request_id", "owner", "image", "container_digest", "dataset_ids", "gpu_resource", "preemption_policy",
+    "checkpoint_interval_s", "expected_duration_s",
+)
+RUN_COLUMNS = (
+    "request_id", "seq", "kind", "status", "exit_status", "attempts", "container_digest", "dataset_ids", "results",
+    "recorded_at",
+)
+
+
+def load_scorecard_snapshot(
+    con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]], metadata: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+) -> tuple[int, int, int]:
+    """Replace `raw_request_events`, `raw_request_metadata` and `raw_workload_runs` atomically.
+    Returns the rows loaded into each."""
+    tables = (("raw_request_events", EVENT_COLUMNS, _rows(events, EVENT_COLUMNS, "events")),
+              ("raw_request_metadata", METADATA_COLUMNS, _rows(metadata, METADATA_COLUMNS, "metadata")),
+              ("raw_workload_runs", RUN_COLUMNS, _rows(runs, RUN_COLUMNS, "runs")))
+    ensure_raw_tables(con)
+    con.execute("begin transaction")
+    try:
+        for table, columns, rows in tables:
+            con.execute(f"delete from {table}")
+            if rows:
+                marks = ", ".join("?" for _ in columns)
+                con.executemany(f"insert into {table} ({', '.join(columns)}) values ({marks})", rows)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return tuple(len(rows) for _, _, rows in tables)  # type: ignore[return-value]
