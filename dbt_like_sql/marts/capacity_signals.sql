@@ -30,8 +30,8 @@ queue_wait as (
         cast({{ var('cs_queue_wait_ratio') }} as double) as threshold,
         q.admissions >= {{ var('cs_min_attempts') }} and q.wait_p95_s / q.run_p50_s > {{ var('cs_queue_wait_ratio') }}
             as fired,
-        printf('Lane %s waits longer than its jobs run: p95 queue wait %.0f s against a median run of %.0f s '
-               || '(x%.2f > x%.2f). Add nominal_quota or borrowing_limit for it, lend it idle quota from its '
+        printf('Lane %s: p95 queue wait %.0f s against a median run of %.0f s (x%.2f; fires above x%.2f). When it '
+               || 'waits longer than its jobs run, add nominal_quota or borrowing_limit for it, lend it idle quota from its '
                || 'cohort, or move work to an emptier lane or off-peak.',
                q.subject, q.wait_p95_s, q.run_p50_s, q.wait_p95_s / q.run_p50_s, {{ var('cs_queue_wait_ratio') }})
             as action
@@ -48,7 +48,7 @@ pool_utilization as (
         u.busy_of_capacity,
         cast({{ var('cs_pool_utilization_min') }} as double),
         u.busy_of_capacity < {{ var('cs_pool_utilization_min') }},
-        printf('Node pool %s did work on %.0f%% of its GPU-hours (%.1f busy of %.1f; < %.0f%%). Shrink it '
+        printf('Node pool %s did work on %.0f%% of its GPU-hours (%.1f busy of %.1f; fires below %.0f%%). Shrink it '
                || '(autoscaling.node_pools.%s.min_nodes), consolidate onto fewer nodes, or cut its GPUs into MIG '
                || 'slices for the small jobs holding whole GPUs.',
                u.subject, 100 * u.busy_of_capacity, u.used_gpu_hours, u.capacity_gpu_hours,
@@ -56,6 +56,8 @@ pool_utilization as (
     from {{ ref('scorecard_utilization') }} as u
     where u.day between {{ var('day_from') }} and {{ var('day_to') }}
       and u.dimension = 'node_pool' and u.capacity_gpu_hours > 0
+      -- nodes no flavor or inventory label places in a pool have nothing to resize (scorecard only)
+      and u.subject <> 'unknown'
 
 ),
 
@@ -66,7 +68,7 @@ oom as (
         f.oom_retry_rate,
         cast({{ var('cs_oom_retry_rate_max') }} as double),
         f.attempts >= {{ var('cs_min_attempts') }} and f.oom_retry_rate > {{ var('cs_oom_retry_rate_max') }},
-        printf('Lane %s: %d of %d attempts ran out of memory and were retried (%.0f%% > %.0f%%). Raise the jobs'' '
+        printf('Lane %s: %d of %d attempts ran out of memory and were retried (%.0f%%; fires above %.0f%%). Raise the jobs'' '
                || 'memory (memory_gib, a larger GPU flavor) or their batch size down, and fail OOM fast instead of '
                || 'retrying it unchanged.',
                f.subject, f.oom_retries, f.attempts, 100 * f.oom_retry_rate, 100 * {{ var('cs_oom_retry_rate_max') }})
@@ -114,7 +116,7 @@ release_delay as (
         coalesce(max(r.waited_s), 0.0),
         cast({{ var('cs_release_delay_s') }} as double),
         coalesce(max(r.waited_s), 0.0) > {{ var('cs_release_delay_s') }},
-        printf('%s waited up to %.0f s (> %.0f s) while %s held GPUs (%d request(s), longest %s). Let %s reclaim '
+        printf('%s waited up to %.0f s (fires above %.0f s) while %s held GPUs (%d request(s), longest %s). Let %s reclaim '
                || 'them (preemption.reclaim_within_cohort: Any, %s in yields_to), cap %s''s borrowing_limit, or keep '
                || 'a warm pool for %s.',
                {{ var('cs_release_lane') }}, coalesce(max(r.waited_s), 0.0), {{ var('cs_release_delay_s') }},
@@ -134,7 +136,7 @@ incident_wait as (
         coalesce(max(w.waited_s), 0.0),
         cast({{ var('cs_incident_wait_s') }} as double),
         coalesce(max(w.waited_s), 0.0) > {{ var('cs_incident_wait_s') }},
-        printf('%s waited up to %.0f s for capacity (> %.0f s; longest %s). Keep a warm pool for it '
+        printf('%s waited up to %.0f s for capacity (fires above %.0f s; longest %s). Keep a warm pool for it '
                || '(autoscaling.warm_pools), raise its nominal_quota, or let it preempt more '
                || '(preemption.within_cluster_queue / reclaim_within_cohort); gpu-platform explain shows what it waited behind.',
                {{ var('cs_incident_lane') }}, coalesce(max(w.waited_s), 0.0), {{ var('cs_incident_wait_s') }},
@@ -153,7 +155,7 @@ spot as (
         cast({{ var('cs_spot_lost_share_max') }} as double),
         p.ended_attempts >= {{ var('cs_min_attempts') }}
             and (p.lost_gpu_hours + p.failed_gpu_hours) / p.ended_gpu_hours > {{ var('cs_spot_lost_share_max') }},
-        printf('Spot flavor %s lost %.1f of %.1f GPU-hours to preemptions and failures (%.0f%% > %.0f%%). Keep '
+        printf('Spot flavor %s lost %.1f of %.1f GPU-hours to preemptions and failures (%.0f%%; fires above %.0f%%). Keep '
                || 'checkpoint-less work off spot, require preemption_policy checkpoint_requeue with a shorter '
                || 'checkpoint_interval there, or move the lanes that lose most to on-demand.',
                p.subject, p.lost_gpu_hours + p.failed_gpu_hours, p.ended_gpu_hours,
@@ -168,13 +170,14 @@ spot as (
 site as (
 
     select
-        c.day, 'site_dominating_spend', c.subject, cast(null as varchar),
+        -- a site's spend is compared within its currency: subject 'site (currency)'
+        c.day, 'site_dominating_spend', c.subject || ' (' || c.currency || ')', cast(null as varchar),
         c.spend_share,
         cast({{ var('cs_site_spend_share_max') }} as double),
         -- one site alone is no imbalance: it fires only when the day's spend has more than one site
         c.spend_share > {{ var('cs_site_spend_share_max') }}
             and count(*) over (partition by c.day, c.currency) > 1,
-        printf('Site %s took %.0f%% of the day''s %s GPU spend (%s; > %.0f%%). Check its work is expected '
+        printf('Site %s took %.0f%% of the day''s %s GPU spend (%s; fires above %.0f%%). Check its work is expected '
                || '(gpu-platform cost report), rebalance capacity between sites, or charge it back explicitly.',
                c.subject, 100 * c.spend_share, c.currency, cast(c.cost as varchar), 100 * {{ var('cs_site_spend_share_max') }})
     from {{ ref('scorecard_allocation_coverage') }} as c
@@ -190,7 +193,7 @@ image_pull as (
         c.pull_setup_share,
         cast({{ var('cs_image_pull_share_max') }} as double),
         c.timed_runs >= {{ var('cs_min_attempts') }} and c.pull_setup_share > {{ var('cs_image_pull_share_max') }},
-        printf('Image %s spent %.0f%% of its run time pulling and setting up (%.0f of %.0f s over %d run(s); > %.0f%%). '
+        printf('Image %s spent %.0f%% of its run time pulling and setting up (%.0f of %.0f s over %d run(s); fires above %.0f%%). '
                || 'Pre-pull or cache it on the GPU nodes (a node-local registry mirror, image streaming), slim it, '
                || 'or stage data once per node.',
                c.subject, 100 * c.pull_setup_share, c.image_pull_s + c.setup_s, c.runtime_s, c.timed_runs,
@@ -242,10 +245,10 @@ slice as (
         cast({{ var('cs_slice_memory_gib') }} as double),
         s.peak_gib <= {{ var('cs_slice_memory_gib') }}
             and coalesce(s.engine_active, 0) <= {{ var('cs_slice_engine_active_max') }},
-        printf('Request %s (lane %s) held whole GPUs but peaked at %.1f GiB of GPU memory (<= %.0f GiB) and kept '
-               || 'the engine %.0f%% busy (<= %.0f%%): it fits a MIG slice. Ask for gpu_resource '
+        printf('Request %s (lane %s) on whole GPUs peaked at %.1f GiB of GPU memory and kept the engine %.0f%% busy '
+               || '(fires at <= %.0f GiB and <= %.0f%%: it fits a MIG slice). Ask for gpu_resource '
                || 'nvidia.com/mig-1g.10gb on a MIG flavor instead of nvidia.com/gpu.',
-               s.request_id, r.lane, s.peak_gib, {{ var('cs_slice_memory_gib') }}, 100 * coalesce(s.engine_active, 0),
+               s.request_id, r.lane, s.peak_gib, 100 * coalesce(s.engine_active, 0), {{ var('cs_slice_memory_gib') }},
                100 * {{ var('cs_slice_engine_active_max') }})
     from right_size as s
     inner join {{ ref('stg_requests') }} as r on r.request_id = s.request_id

@@ -16,6 +16,7 @@ from assets.finops import (
     finops_jobs,
     finops_schedules,
 )
+from gpu_platform.scorecards import SIGNALS
 from resources.warehouse import Warehouse
 from tests.sqlmodels.finops_scenario import DAY, load_scenario
 
@@ -73,7 +74,10 @@ def test_materialize_day_builds_every_model_and_passes_every_check(materialized)
     assert result.success
     evals = result.get_asset_check_evaluations()
     assert len(evals) == len(finops_checks)
-    assert [e.check_name for e in evals if not e.passed] == []
+    # data tests all pass; capacity signals (tests/scorecards) may fire on this day, and one does
+    signals = {s.name for s in SIGNALS}
+    assert [e.check_name for e in evals if not e.passed and e.check_name not in signals] == []
+    assert {e.check_name for e in evals if not e.passed} == {"pool_utilization_low"}
     with duckdb.connect(path, read_only=True) as con:
         total = con.execute("select sum(total_cost) from chargeback").fetchall()[0][0]
     assert str(total) == "1191.648000"
@@ -112,6 +116,7 @@ def test_backfill_range_runs_as_one_step_per_asset(tmp_path):
         tags={"dagster/asset_partition_range_start": "2026-11-27", "dagster/asset_partition_range_end": DAY},
     )
     assert result.success
-    assert all(e.passed for e in result.get_asset_check_evaluations())
+    signals = {s.name for s in SIGNALS}  # capacity signals may fire (WARN); the data tests all pass
+    assert all(e.passed for e in result.get_asset_check_evaluations() if e.check_name not in signals)
     with duckdb.connect(path, read_only=True) as con:
         assert str(con.execute("select sum(total_cost) from chargeback").fetchall()[0][0]) == "1191.648000"
