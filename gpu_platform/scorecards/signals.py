@@ -77,17 +77,20 @@ def model_vars(policy: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class FiredSignal:
+    """One row of `capacity_signals` (fired or not)."""
+
     day: date
     signal: str
     subject: str
     lane: str | None
     value: float | None
     threshold: float | None
+    fired: bool
     severity: str
     action: str
 
 
-_COLUMNS = "day, signal, subject, lane, value, threshold, severity, action"
+_COLUMNS = "day, signal, subject, lane, value, threshold, fired, severity, action"
 
 
 def signal_rows(con: Any, day_from: str | date, day_to: str | date, only_fired: bool = False) -> list[FiredSignal]:
