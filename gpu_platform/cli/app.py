@@ -19,6 +19,7 @@ from gpu_platform.cli.policy import policy
 from gpu_platform.cli.queue import queue
 from gpu_platform.cli.report import report
 from gpu_platform.cli.requests import request, submit
+from gpu_platform.cli.scorecard import scorecard
 from gpu_platform.cli.simulate import simulate_cmd
 
 
@@ -45,5 +46,6 @@ for _cmd in (
     autoscale,
     report,
     simulate_cmd,
+    scorecard,
 ):
     main.add_command(_cmd)
