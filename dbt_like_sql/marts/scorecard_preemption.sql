@@ -34,7 +34,8 @@ attempts as (
         -- hours since the recorded checkpoint (a checkpoint before the attempt started does not count)
         -- (greatest() skips NULLs, so no checkpoint must stay NULL explicitly)
         case when e.checkpoint_at is not null
-             then epoch(p.ended_at - greatest(e.checkpoint_at, p.started_at)) / 3600.0 end as hours_since_checkpoint,
+             then greatest(0.0, epoch(p.ended_at - greatest(e.checkpoint_at, p.started_at)) / 3600.0)
+        end as hours_since_checkpoint,
         m.preemption_policy,
         m.checkpoint_interval_s
     from {{ ref('stg_pod_requests') }} as p
