@@ -69,3 +69,20 @@ def test_capped_job_starts_once_its_team_frees_room(env, policy):
     ledger.record(sweep[0], "finished", "run succeeded")
     result = tick(instance, resources)
     assert [r.tags[TAG_REQUEST_ID] for r in result.run_requests if r.tags[TAG_REQUEST_ID] == sweep[3]] == [sweep[3]]
+
+
+def test_explain_names_the_team_limit_rule(env, policy):
+    from gpu_platform.queueview import explain
+
+    instance, ledger, resources, _home = env
+    sweep = [
+        submit(
+            ledger, policy, "research_best_effort", gpu_type="any", gpu_count=8,
+            experiment_id=f"sweep-{i}", output_artifact_ids=[f"sweep-{i}"],
+        )
+        for i in range(4)
+    ]
+    tick(instance, resources)
+    wait = explain(ledger, policy, sweep[3]).steps[-1]
+    assert wait.event == "waiting" and wait.details["reason_code"] == "TeamLimit"
+    assert wait.rule == "lanes.research_best_effort.team_limits default: max_share=0.5, max_running=12"
