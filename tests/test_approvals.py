@@ -96,6 +96,8 @@ def test_submit_warns_that_a_request_string_grants_nothing(tmp_path):
     out = CliRunner().invoke(main, ["submit", str(path), "--ledger", f"sqlite:///{tmp_path / 'l.db'}"])
     assert out.exit_code == 0, out.output
     assert "safety_approval: recorded but grants nothing" in out.output and "gpu-platform approve" in out.output
+    out = CliRunner().invoke(main, ["request", "validate", str(path)])
+    assert out.exit_code == 0 and "safety_approval: recorded but grants nothing" in out.output
 
 
 def _yields_policy(tmp_path):
