@@ -94,6 +94,8 @@ def test_policy_check_cli_prints_lanes_and_exits_0():
     for lane in LANES:
         assert lane in result.output
     assert "8 lanes" in result.output
+    assert "team limits in research_best_effort: default max_share=0.5, max_running=12" in result.output
+    assert "approver role finops: may approve cost; members finops-lead@example.com" in result.output
 
 
 def test_policy_check_cli_exits_2_with_all_errors():
