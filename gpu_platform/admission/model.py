@@ -54,8 +54,9 @@ class TeamLimit:
 class TeamLimits:
     """A queue's team limits: `teams` per named team; `default` for every other team.
 
-    A team's entry overrides the default field by field (a field it leaves None comes from the
-    default). A workload without a team is not limited.
+    A team's entry overrides the default per cap: its GPU cap (max_gpus and max_share together:
+    two ways to say one cap) when it sets either, its max_running when set; a cap it leaves out
+    comes from the default. A workload without a team is not limited.
     """
 
     default: TeamLimit | None = None
@@ -68,9 +69,10 @@ class TeamLimits:
             return base
         if base is None:
             return own
+        gpu_cap = own if own.max_gpus is not None or own.max_share is not None else base
         return TeamLimit(
-            own.max_gpus if own.max_gpus is not None else base.max_gpus,
-            own.max_share if own.max_share is not None else base.max_share,
+            gpu_cap.max_gpus,
+            gpu_cap.max_share,
             own.max_running if own.max_running is not None else base.max_running,
         )
 

@@ -172,7 +172,8 @@ class TeamCap(_Frozen):
     and shared replicas each count one); max_share: a share (0, 1] of the most the lane can hold
     (its GPU quota rows' nominal plus borrowing limits, capped by the pool), floored, at least 1 (with
     max_gpus too, the smaller applies); max_running: admitted jobs. A field left out: no cap of
-    that kind (in a team's own entry: the lane default's)."""
+    that kind (in a team's own entry: the lane default's; max_gpus and max_share are one GPU cap,
+    so a team entry that sets either replaces the default's GPU cap)."""
 
     max_gpus: int | None = Field(default=None, ge=1)
     max_share: float | None = Field(default=None, gt=0, le=1)
@@ -181,7 +182,7 @@ class TeamCap(_Frozen):
 
 class TeamLimits(_Frozen):
     """`lanes.<lane>.team_limits`: `default` for every team not listed, `teams` per named team
-    (overriding the default field by field). Enforced by the admission engine (`TeamLimit`)."""
+    (overriding the default per cap: GPUs, running jobs). Enforced by the admission engine (`TeamLimit`)."""
 
     default: TeamCap | None = None
     teams: dict[str, TeamCap] = Field(default_factory=dict)
