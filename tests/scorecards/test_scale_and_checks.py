@@ -122,3 +122,32 @@ def test_signals_are_asset_checks_with_warn_and_error(tmp_path):
     # the data tests of the scorecard marts all pass
     data = [e for e in result.get_asset_check_evaluations() if e.check_name not in {s.name for s in SIGNALS}]
     assert [e.check_name for e in data if not e.passed] == []
+
+
+def test_approvals_granted_in_the_ledger_count_in_the_bypass_scorecard(sqlite_url, policy, tmp_path):
+    from gpu_platform.approvals import grant
+    from gpu_platform.finops_snapshot import ledger_snapshot
+    from gpu_platform.scorecards import model_vars
+    from gpu_platform.sqlmodels import Project, default_project_path, load_ledger_snapshot
+
+    ledger = Ledger(sqlite_url)
+    t0 = datetime(2026, 11, 28, 1, tzinfo=UTC)
+    for rid in ("R1", "R2"):
+        req = validate_request(load_request_file(EXAMPLES / "release_eval.yaml"), policy).model_copy(
+            update={"request_id": rid})
+        ledger.submit(req, at=t0)
+    grant(ledger, policy, "R1", role="safety-owner", kind="safety", reason="replay before the release",
+          approver="safety-owner@example.com")
+    grant(ledger, policy, "R2", role="finops", kind="cost", reason="over budget", approver="finops-lead@example.com")
+    grant(ledger, policy, "R2", role="platform-lead", kind="safety", reason="preempt research",
+          approver="platform-lead@example.com")
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    load_ledger_snapshot(con, *ledger_snapshot(ledger, policy))
+    load_scorecard_snapshot(con, *scorecard_snapshot(ledger))
+    today = datetime.now(UTC).date()  # grant() records now; the day before too, should midnight pass meanwhile
+    Project.load(default_project_path()).build(con, days=(today - timedelta(days=1), today),
+                                               select=["+scorecard_bypass"], variables=model_vars(policy))
+    row = con.execute("select sum(approved_exceptions), sum(safety_approvals), sum(cost_exceptions) "
+                      "from scorecard_bypass").fetchone()
+    assert row == (3, 2, 1)
+    con.close()
