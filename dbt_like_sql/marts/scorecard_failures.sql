@@ -1,5 +1,5 @@
--- Failure and retry rate per day by image, dataset, GPU type (the flavor it ran on), workload and
--- lane, over the attempts that ended that day; with the OOM failures among them and those retried.
+-- Failure and retry rate per day by image, dataset, GPU type (the flavor it ran on), workload,
+-- lane, team and site, over the attempts that ended that day; with the OOM failures among them and those retried.
 with days as (
 
     select
@@ -41,6 +41,8 @@ attempts as (
         p.attempt,
         p.flavor_name,
         r.lane,
+        r.team,
+        r.site,
         r.workload,
         coalesce(m.container_digest, m.image, '(unknown)') as image,
         coalesce(m.dataset_ids, []) as dataset_ids,
@@ -71,6 +73,10 @@ long as (
     select day, 'workload', workload, * exclude (day, image) from attempts
     union all
     select day, 'lane', lane, * exclude (day, image) from attempts
+    union all
+    select day, 'team', team, * exclude (day, image) from attempts
+    union all
+    select day, 'site', site, * exclude (day, image) from attempts
     union all
     select a.day, 'dataset', ds.dataset_id, a.* exclude (day, image)
     from attempts as a, unnest(case when len(a.dataset_ids) = 0 then ['(none)'] else a.dataset_ids end) as ds(dataset_id)

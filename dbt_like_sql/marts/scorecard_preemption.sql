@@ -1,4 +1,4 @@
--- Preemption impact per day by lane, team and flavor: attempts interrupted, their GPU-hours, and
+-- Preemption impact per day by lane, team, site and flavor: attempts interrupted, their GPU-hours, and
 -- the GPU-hours lost since the last checkpoint; with the GPU-hours of failed attempts and of all
 -- attempts that ended, so lost work can be set against what ran (the spot signal).
 with days as (
@@ -28,6 +28,7 @@ attempts as (
         p.flavor_name,
         r.lane,
         r.team,
+        r.site,
         p.exit_status,
         coalesce(p.assigned_gpus, r.gpu_count) as gpus,
         epoch(p.ended_at - p.started_at) / 3600.0 as hours,
@@ -71,6 +72,8 @@ long as (
     select day, 'lane' as dimension, lane as subject, * exclude (day) from lost
     union all
     select day, 'team', team, * exclude (day) from lost
+    union all
+    select day, 'site', site, * exclude (day) from lost
     union all
     select day, 'flavor', flavor_name, * exclude (day) from lost
 

@@ -1,4 +1,4 @@
--- GPU allocated vs busy per day by node pool, flavor, sharing mode and profile. Node pools also
+-- GPU allocated vs busy per day by node pool, flavor, lane, team, site, sharing mode and profile. Node pools also
 -- carry their capacity (the nodes' GPU-hours), so busy / capacity says how much of what the pool
 -- costs did work.
 with flavors as (
@@ -29,11 +29,15 @@ pods as (
         coalesce(f.node_pool, 'unknown') as node_pool,
         coalesce(m.sharing_mode, 'exclusive') as sharing_mode,
         coalesce(m.profile, 'whole') as profile,
+        r.lane,
+        r.team,
+        r.site,
         p.allocated_gpu_hours,
         p.used_gpu_hours
     from {{ ref('int_pod_gpu_hours') }} as p
     left join flavors as f on f.flavor_name = p.flavor_name
     left join {{ ref('stg_request_metadata') }} as m on m.request_id = p.request_id
+    left join {{ ref('stg_requests') }} as r on r.request_id = p.request_id
     where p.day between {{ var('day_from') }} and {{ var('day_to') }}
 
 ),
@@ -65,6 +69,15 @@ long as (
     where (select utilization from rows_on)
     union all
     select day, 'flavor', flavor_name, allocated_gpu_hours, used_gpu_hours from pods
+    where (select utilization from rows_on)
+    union all
+    select day, 'lane', lane, allocated_gpu_hours, used_gpu_hours from pods
+    where (select utilization from rows_on)
+    union all
+    select day, 'team', team, allocated_gpu_hours, used_gpu_hours from pods
+    where (select utilization from rows_on)
+    union all
+    select day, 'site', site, allocated_gpu_hours, used_gpu_hours from pods
     where (select utilization from rows_on)
     union all
     select day, 'sharing_mode', sharing_mode, allocated_gpu_hours, used_gpu_hours from pods

@@ -31,7 +31,7 @@ def test_demo_day_has_every_scorecard_and_a_fired_signal(demo_env: Path):
         for table in SCORECARD_TABLES:
             assert con.execute(f"select count(distinct day) from {table}").fetchone()[0] == 1, table
         dims = {d for (d,) in con.execute("select distinct dimension from scorecard_utilization").fetchall()}
-        assert dims == {"node_pool", "flavor", "sharing_mode", "profile"}
+        assert dims == {"node_pool", "flavor", "lane", "team", "site", "sharing_mode", "profile"}
         assert con.execute("select sum(attempts) from scorecard_failures where dimension = 'lane'").fetchone()[0] > 0
         signals = fired(con, first, last)
         assert signals, "no signal fired on the demo day"

@@ -87,6 +87,10 @@ def test_utilization_allocated_vs_busy(built):
     # gpu-b (GPU_UTIL): T2 2x4x.6 twice, T3 2x2x.9, T5 1x4x.5, T8 .5x1 = 15.7 busy of 24.5 held
     assert u["flavor:a100-spot"] == pytest.approx(dict(allocated_gpu_hours=24.5, used_gpu_hours=15.7,
                                                        capacity_gpu_hours=None))
+    assert u["lane:candidate_train"] == pytest.approx(dict(allocated_gpu_hours=34, used_gpu_hours=16.2,
+                                                         capacity_gpu_hours=None))  # T1 + T6
+    assert u["team:safety"]["used_gpu_hours"] == pytest.approx(3.6 + 1.6)  # T3 + T4
+    assert u["site:muc"]["allocated_gpu_hours"] == pytest.approx(6)
     assert u["sharing_mode:exclusive"]["allocated_gpu_hours"] == pytest.approx(60.5)
     assert u["profile:whole"]["used_gpu_hours"] == pytest.approx(33.5)
 
@@ -107,6 +111,7 @@ def test_failures_retries_and_oom(built):
     assert f["gpu_type:h100-ondemand"]["attempts"] == 4
     assert f["workload:label_batch"]["failed_attempts"] == 1
     assert f["lane:candidate_train"]["oom_retries"] == 1
+    assert f["team:perception"]["attempts"] == 3 and f["site:sf"]["attempts"] == 7
     (rate,) = con.execute("select failure_rate from scorecard_failures where dimension = 'lane' "
                           "and subject = 'labeler_batch'").fetchone()
     assert rate == 0.5
@@ -121,6 +126,7 @@ def test_preemption_impact_lost_since_checkpoint(built):
     assert p["lane:research_best_effort"] == pytest.approx(dict(
         interrupted_attempts=1, interrupted_requests=1, interrupted_gpu_hours=8, lost_gpu_hours=1.5,
         lost_from_checkpoint=1, failed_gpu_hours=0, ended_gpu_hours=16))
+    assert p["site:sf"]["interrupted_attempts"] == 1 and p["site:muc"]["interrupted_attempts"] == 0
     assert p["flavor:a100-spot"] == pytest.approx(dict(
         interrupted_attempts=1, interrupted_requests=1, interrupted_gpu_hours=8, lost_gpu_hours=1.5,
         lost_from_checkpoint=1, failed_gpu_hours=4, ended_gpu_hours=24.5))
@@ -233,9 +239,9 @@ def test_scale_decides_rows_signals_and_severity(tmp_path):
     assert counts["scorecard_queue_wait"] > 0 and counts["scorecard_utilization"] > 0
     assert {m: n for m, n in counts.items() if n} == {k: counts[k] for k in ("scorecard_queue_wait",
                                                                            "scorecard_utilization")}
-    # S0 has utilization by pool and flavor only, not by sharing mode
+    # S0 has utilization by pool, flavor, lane, team and site, not by sharing mode
     assert {d for (d,) in con.execute("select distinct dimension from scorecard_utilization").fetchall()} == {
-        "node_pool", "flavor"}
+        "node_pool", "flavor", "lane", "team", "site"}
     sig = signal_rows(con, DAY, DAY)
     assert {r.signal for r in sig} == {"queue_wait_exceeds_training_time", "pool_utilization_low",
                                         "release_replay_delayed_by_research", "incident_waiting_for_capacity"}
