@@ -24,7 +24,7 @@ from gpu_platform.safeload import POLICY_LIMITS, load_document
 from gpu_platform.scorecards import SIGNALS
 from gpu_platform.sqlmodels.raw import load_scorecard_snapshot
 from resources.warehouse import Warehouse
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, FIXTURES
 from tests.scorecards import scenario
 
 
@@ -150,4 +150,31 @@ def test_approvals_granted_in_the_ledger_count_in_the_bypass_scorecard(sqlite_ur
     row = con.execute("select sum(approved_exceptions), sum(safety_approvals), sum(cost_exceptions) "
                       "from scorecard_bypass").fetchone()
     assert row == (3, 2, 1)
+    con.close()
+
+
+def test_framebuffer_use_from_dcgm_exporter_text(tmp_path):
+    """stg_dcgm_memory on dcgm-exporter's own output (--use-old-namespace labels), through the real loader."""
+    import os
+    import shutil
+    from datetime import date
+
+    from gpu_platform.feeds.ingest import load_dcgm_day
+    from gpu_platform.scorecards import model_vars
+    from gpu_platform.sqlmodels import Project, default_project_path, ensure_raw_tables
+
+    day = date(2024, 9, 18)
+    target = tmp_path / "feeds" / "dcgm" / day.isoformat() / "scrape.prom"
+    target.parent.mkdir(parents=True)
+    shutil.copy(FIXTURES / "feeds" / "dcgm-variant-old-namespace.txt", target)
+    noon = datetime(2024, 9, 18, 12, tzinfo=UTC).timestamp()
+    os.utime(target, (noon, noon))  # lines without a timestamp take the file's time
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    ensure_raw_tables(con)
+    load_dcgm_day(con, tmp_path / "feeds", day, [])
+    Project.load(default_project_path()).build(con, day=day, select=["stg_dcgm_memory"],
+                                               variables=model_vars(parse_policy(_raw_policy())))
+    rows = con.execute("select hostname, gpu, namespace, pod, fb_used_max_mib, fb_samples from stg_dcgm_memory "
+                       "where fb_samples > 0").fetchall()
+    assert ("gpu-node-02", 1, "team-labeling", "label-batch-7-0", 40536.0, 1) in rows
     con.close()
