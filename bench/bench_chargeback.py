@@ -146,7 +146,8 @@ def seed_warehouse(con, gpus: int, days: int) -> None:
     workloads = ", ".join(f"'{w}'" for w in WORKLOADS)
     con.execute(
         f"""
-        insert into raw_pod_requests
+        insert into raw_pod_requests (namespace, pod, request_id, attempt, flavor_name, hostname, gpu_uuids,
+                                      started_at, ended_at, exit_status)
         with slots as (select s, {SLOT_SQL} from range($gpus // 4) r(s)),
         cycles as (
             select s, cycle_s, busy_s, c

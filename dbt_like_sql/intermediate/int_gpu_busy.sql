@@ -30,6 +30,7 @@ partials as materialized (
         metric = 'DCGM_FI_DEV_GPU_UTIL' as is_gpu_util,
         source,
         min(model_name) as model_name,
+        min(gpu_instance_profile) as gpu_instance_profile,
         count(*) as samples,
         -- samples loaded under another day than their own (next-day samples in today's directory)
         count(*) filter (where load_day <> cast(ts as date)) as outside_samples,
@@ -56,6 +57,7 @@ normalised as (
         case when is_gpu_util then 'DCGM_FI_DEV_GPU_UTIL' else 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' end as metric,
         source,
         model_name,
+        gpu_instance_profile,
         samples,
         outside_samples,
         busy_micro
@@ -85,6 +87,7 @@ single_source as (
         n.pod,
         n.metric,
         min(n.model_name) as model_name,
+        min(n.gpu_instance_profile) as gpu_instance_profile,
         sum(n.samples) as samples,
         sum(n.outside_samples) as outside_samples,
         sum(n.busy_micro) as busy_micro
@@ -107,6 +110,7 @@ deduped as (
         pod,
         metric,
         min(model_name) as model_name,
+        min(gpu_instance_profile) as gpu_instance_profile,
         count(*) as samples,
         count(*) filter (where load_day <> day) as outside_samples,
         sum(busy_micro) as busy_micro
@@ -120,6 +124,7 @@ deduped as (
             s.pod,
             s.metric,
             s.model_name,
+            s.gpu_instance_profile,
             s.load_day,
             round(least(case when s.metric = 'DCGM_FI_DEV_GPU_UTIL' then s.value / 100.0 else s.value end, 1.0)
                 * 1000000.0) as busy_micro
@@ -134,6 +139,7 @@ deduped as (
                 nullif(pod, '') as pod,
                 metric,
                 model_name,
+                gpu_instance_profile,
                 value,
                 load_day,
                 source,
@@ -143,7 +149,8 @@ deduped as (
         semi join multi_source as g
             on g.day = s.day and g.hostname = s.hostname
         qualify row_number() over (
-            partition by s.hostname, s.gpu, s.gpu_instance_id, s.metric, s.ts order by s.source, s.source_line
+            partition by s.hostname, s.gpu, s.gpu_instance_id, s.namespace, s.pod, s.metric, s.ts
+            order by s.source, s.source_line
         ) = 1
     )
     group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric
@@ -161,6 +168,7 @@ final as (
         pod,
         metric,
         model_name,
+        gpu_instance_profile,
         cast(samples as bigint) as samples,
         cast(outside_samples as bigint) as outside_samples,
         -- micro-units back to an exact decimal(38, 6)
@@ -176,6 +184,7 @@ final as (
         pod,
         metric,
         model_name,
+        gpu_instance_profile,
         samples,
         outside_samples,
         cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples

@@ -41,7 +41,8 @@ create table if not exists raw_requests (
     output_artifact_ids varchar[],
     accepted_labels bigint,
     rejected_labels bigint,
-    replay_hours double
+    replay_hours double,
+    gpu_resource varchar
 )"""
 
 RAW_POD_REQUESTS_DDL = """
@@ -55,7 +56,9 @@ create table if not exists raw_pod_requests (
     gpu_uuids varchar[],
     started_at timestamp,
     ended_at timestamp,
-    exit_status varchar
+    exit_status varchar,
+    gpu_resource varchar,
+    gpu_share double
 )"""
 
 RAW_REQUEST_LINEAGE_DDL = """
@@ -69,12 +72,21 @@ the parent's output is an input of the child. Unit costs sum over these trees.""
 REQUEST_COLUMNS = (
     "request_id", "team", "cost_center", "lane", "site", "odd_cell", "workload", "gpu_type", "gpu_count",
     "submitted_at", "state", "attempts", "release_packet_id", "candidate_id", "incident_id",
-    "output_artifact_ids", "accepted_labels", "rejected_labels", "replay_hours",
+    "output_artifact_ids", "accepted_labels", "rejected_labels", "replay_hours", "gpu_resource",
 )
 POD_COLUMNS = (
     "namespace", "pod", "request_id", "attempt", "flavor_name", "hostname", "gpu_uuids",
-    "started_at", "ended_at", "exit_status",
+    "started_at", "ended_at", "exit_status", "gpu_resource", "gpu_share",
 )
+ADDED_COLUMNS = {
+    "raw_requests": (("gpu_resource", "varchar"),),
+    "raw_pod_requests": (("gpu_resource", "varchar"), ("gpu_share", "double")),
+}
+"""Columns added after the first release: a warehouse made before gets them (nullable) on open.
+`gpu_resource`: what `gpu_count` counts (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`,
+`nvidia.com/gpu.shared`; NULL = whole GPUs); `gpu_share`: the share of one physical GPU a unit of
+it is priced at (`gpu_platform.sharing.gpu_share` of the admitted flavor; NULL = the profile's
+compute slices / 7, or 1)."""
 
 
 def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -88,6 +100,9 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(RAW_REQUESTS_DDL)
     con.execute(RAW_POD_REQUESTS_DDL)
     con.execute(RAW_REQUEST_LINEAGE_DDL)
+    for table, columns in ADDED_COLUMNS.items():
+        for name, sql_type in columns:
+            con.execute(f"alter table {table} add column if not exists {name} {sql_type}")
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
     for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):

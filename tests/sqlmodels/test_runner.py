@@ -214,7 +214,7 @@ def test_ephemeral_model_is_inlined_not_stored(built):
     tables = {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
     assert "stg_dcgm_samples" not in tables and "int_gpu_busy" in tables
     results = {t.test_name: t.failures for t in p.run_tests(con, DAY, select=["stg_dcgm_samples"])}
-    assert results["unique_day__hostname__gpu__gpu_instance_id__metric__ts"] == 0
+    assert results["unique_day__hostname__gpu__gpu_instance_id__namespace__pod__metric__ts"] == 0
     # 16 GPUs x 5,760 samples; gpu-a reports both metrics; the history duplicates and the sentinel are gone
     n = con.execute(f"select count(*) from ({stg.sql})", p.bind(stg, (DAY_D, DAY_D))).fetchall()[0][0]
     assert n == 8 * 5760 * 2 + 8 * 5760
