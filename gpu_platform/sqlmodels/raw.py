@@ -14,8 +14,13 @@ from typing import Any
 import duckdb
 
 from gpu_platform.feeds.k8s_inventory import RAW_NODES, RAW_PODS
-from gpu_platform.feeds.load import table_ddl
-from gpu_platform.feeds.schemas import RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING
+from gpu_platform.feeds.load import rollup_dcgm_samples, table_ddl
+from gpu_platform.feeds.schemas import (
+    DCGM_SAMPLE_SCHEMA,
+    RAW_DCGM_HOURLY,
+    RAW_DCGM_SAMPLES,
+    RAW_FOCUS_BILLING,
+)
 
 WORKLOADS = (
     "label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map",
@@ -105,10 +110,16 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"alter table {table} add column if not exists {name} {sql_type}")
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
-    for table in (RAW_DCGM_SAMPLES, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
+    for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
         if table not in present:
             con.execute(table_ddl(table))
             con.execute(f"alter table {table} alter column day drop not null")
+    if RAW_DCGM_HOURLY not in present and RAW_DCGM_SAMPLES in present:
+        columns = {r[0] for r in con.execute(
+            "select column_name from information_schema.columns where table_name = $t and table_schema = 'main'",
+            {"t": RAW_DCGM_SAMPLES}).fetchall()}
+        if set(DCGM_SAMPLE_SCHEMA) <= columns:
+            rollup_dcgm_samples(con)  # samples loaded before the rollup existed
 
 
 def _rows(records: Sequence[dict[str, Any]], columns: Sequence[str], what: str) -> list[tuple[Any, ...]]:
