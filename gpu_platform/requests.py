@@ -459,6 +459,18 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
     return req
 
 
+SAFETY_APPROVAL_WARNING = (
+    "safety_approval: recorded but grants nothing; a safety approval must be granted with "
+    "`gpu-platform approve REQUEST_ID --role ROLE --kind safety --reason TEXT` by a role of the "
+    "policy's approvers"
+)
+
+
+def request_warnings(req: JobRequest) -> list[str]:
+    """What is accepted but does not do what it may look like it does (printed, never fatal)."""
+    return [SAFETY_APPROVAL_WARNING] if req.safety_approval else []
+
+
 def load_request_file(path: str | Path) -> Any:
     """Read a YAML or JSON request file within `REQUEST_LIMITS`; RequestError names each problem's
     line (or byte offset for text that is not UTF-8)."""

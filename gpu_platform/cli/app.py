@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from gpu_platform.cli.admission import admit, kueue
+from gpu_platform.cli.approve import approve
 from gpu_platform.cli.autoscale import autoscale
 from gpu_platform.cli.cost import cost
 from gpu_platform.cli.explain import explain
@@ -45,5 +46,6 @@ for _cmd in (
     autoscale,
     report,
     simulate_cmd,
+    approve,
 ):
     main.add_command(_cmd)

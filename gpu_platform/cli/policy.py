@@ -90,3 +90,27 @@ def policy_check(file: str | None) -> None:
     console.print(table)
     console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
     console.print(cohort_tree(pol))
+    _print_team_limits_and_approvers(pol)
+
+
+def _print_team_limits_and_approvers(pol) -> None:
+    """Team limits per lane and the approver roster (docs/approvals.md)."""
+
+    def cap(c) -> str:
+        return ", ".join(
+            f"{k}={getattr(c, k):g}" for k in ("max_gpus", "max_share", "max_running") if getattr(c, k) is not None
+        )
+
+    for lane in pol.lanes_by_priority():
+        tl = lane.team_limits
+        if tl is not None:
+            parts = ([f"default {cap(tl.default)}"] if tl.default else []) + [
+                f"{t} {cap(c)}" for t, c in sorted(tl.teams.items())
+            ]
+            console.print(f"team limits in {lane.name}: {'; '.join(parts)}", markup=False, highlight=False)
+    for role, spec in sorted(pol.approvers.items()):
+        console.print(
+            f"approver role {role}: may approve {', '.join(spec.may_approve)}; members {', '.join(spec.members)}",
+            markup=False,
+            highlight=False,
+        )
