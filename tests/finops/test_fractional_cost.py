@@ -169,6 +169,10 @@ def test_each_slice_and_replica_is_priced_by_its_share(built):
     # the request-level fact and unit costs follow
     fct = dict(q(con, "select request_id, allocated_cost from fct_gpu_cost_by_request where day = $d"))
     assert {k: v.quantize(CENT) for k, v in fct.items()} == {k: v[3] for k, v in expect.items()}
+    lifetime = {r: (c.quantize(CENT), h) for r, c, h in con.execute(
+        "select request_id, cost, allocated_gpu_hours from int_request_cost").fetchall()}
+    assert {r: c for r, (c, _) in lifetime.items()} == {k: v[3] for k, v in expect.items()}
+    assert lifetime["RM1"][1] == pytest.approx(12 / 7)
 
 
 def test_busy_time_per_slice_from_gpu_instance_labels(built):
