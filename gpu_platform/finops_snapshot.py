@@ -26,6 +26,7 @@ from typing import Any
 from gpu_platform.ledger import EventRow, Ledger, RequestState
 from gpu_platform.lineage import SUCCEEDED, LineageStore, WorkloadRun
 from gpu_platform.policy import Policy
+from gpu_platform.sharing import GPU, gpu_share
 
 END_EVENTS = {"finished": "Succeeded", "failed": "Failed", "preempted": "Preempted"}
 """Ledger events that end an attempt's pod, and the pod exit status each one means."""
@@ -48,10 +49,28 @@ def _namespace(policy: Policy, team: str | None) -> str | None:
     return team
 
 
+def unit_share(policy: Policy, flavor_name: str | None, resource: str | None) -> float | None:
+    """The share of one physical GPU a unit of `resource` on flavor `flavor_name` is priced at:
+    1 for a whole GPU, the policy's `profile_weights` or compute slices / 7 for a MIG slice,
+    1 / replicas for a shared replica. None when the flavor is not in the policy."""
+    resource = resource or GPU
+    flavor = next((f for f in policy.flavors if f.name == flavor_name), None)
+    if flavor is None:
+        return None
+    try:
+        return gpu_share(flavor.gpu_product, resource, flavor.sharing.replicas, flavor.sharing.profile_weights)
+    except ValueError:
+        return None
+
+
 def pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) -> list[dict[str, Any]]:
-    """One `raw_pod_requests` row per admitted attempt of one request, from its events in order."""
+    """One `raw_pod_requests` row per admitted attempt of one request, from its events in order.
+
+    `gpu_resource` / `gpu_share`: the resource the request counts and the share of a GPU one unit
+    of it is on the admitted flavor (`unit_share`), so slices and replicas are priced by their share."""
     req = state.request
     namespace = _namespace(policy, req.team)
+    resource = req.gpu_resource or GPU
     pods: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for ev in events:
@@ -69,6 +88,8 @@ def pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) ->
                 "started_at": _naive_utc(ev.at),
                 "ended_at": None,
                 "exit_status": None,
+                "gpu_resource": resource,
+                "gpu_share": unit_share(policy, ev.flavor, resource),
             }
             pods.append(current)
         elif ev.event in END_EVENTS and current is not None:
@@ -116,6 +137,7 @@ def request_row(state: RequestState, policy: Policy, results: dict[str, Any] | N
         "accepted_labels": results.get("accepted"),
         "rejected_labels": results.get("rejected"),
         "replay_hours": float(replay_hours) if replay_hours is not None else None,
+        "gpu_resource": req.gpu_resource or GPU,
     }
 
 
