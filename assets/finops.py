@@ -11,6 +11,7 @@ from datetime import UTC, timedelta
 
 import dagster as dg
 
+from assets.scorecards import signal_check_results, signal_check_specs
 from gpu_platform.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
 from gpu_platform.paths import first_data_day
 from gpu_platform.sqlmodels import Model, Project, default_project_path
@@ -82,6 +83,7 @@ def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, .
     tests this asset runs."""
     partitioned = model.partition_by is not None
     specs = _check_specs(model, model.name) + [s for e in ephemeral for s in _check_specs(e, model.name)]
+    specs += signal_check_specs(model.name)
     names = {(e.name, t.name): _check_name(e, t.name, model.name) for e in (model, *ephemeral) for t in e.tests}
 
     def _asset(context: dg.AssetExecutionContext, warehouse: Warehouse):
@@ -103,6 +105,8 @@ def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, .
                 description=(t.describe() or None) if not t.passed else None,
                 metadata=metadata,
             )
+        if days is not None:
+            yield from signal_check_results(model.name, warehouse, days)
 
     with warnings.catch_warnings():
         # BackfillPolicy is beta in this Dagster; single-run backfills are what DuckDB wants

@@ -25,10 +25,10 @@ from gpu_platform.feeds.ingest import (
     load_local_node,
     merge_reports,
 )
-from gpu_platform.finops_snapshot import ledger_snapshot, lineage_edges
+from gpu_platform.finops_snapshot import ledger_snapshot, lineage_edges, scorecard_snapshot
 from gpu_platform.gpus import local_inventory
 from gpu_platform.lineage import LineageStore
-from gpu_platform.sqlmodels.raw import load_ledger_snapshot
+from gpu_platform.sqlmodels.raw import load_ledger_snapshot, load_scorecard_snapshot
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
@@ -144,7 +144,7 @@ def raw_pods(
 def raw_ledger_snapshot(
     warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource, settings: PlatformSettings
 ) -> dg.MaterializeResult:
-    """The request ledger now (every request, one pod per admitted attempt) with recorded
+    """The request ledger now (every request, one pod per admitted attempt, every event) with recorded
     workload results, replacing raw_requests and raw_pod_requests. Unpartitioned: a snapshot
     holds every day's pods, and each daily build reads the pods overlapping its day."""
     led = ledger.ledger()
@@ -156,12 +156,15 @@ def raw_ledger_snapshot(
     con = warehouse.connect()
     try:
         n_requests, n_pods = load_ledger_snapshot(con, requests, pods, edges)
+        n_events, _, n_runs = load_scorecard_snapshot(con, *scorecard_snapshot(led, store))
     finally:
         con.close()
     return dg.MaterializeResult(
         metadata={
             "requests": dg.MetadataValue.int(n_requests),
             "lineage_edges": dg.MetadataValue.int(len(edges)),
+            "events": dg.MetadataValue.int(n_events),
+            "workload_runs": dg.MetadataValue.int(n_runs),
             "pods": dg.MetadataValue.int(n_pods),
             "pods_without_hostname": dg.MetadataValue.int(sum(p["hostname"] is None for p in pods)),
             "running_pods": dg.MetadataValue.int(sum(p["ended_at"] is None for p in pods)),

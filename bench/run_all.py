@@ -43,12 +43,12 @@ BENCHES = [
     ),
     (
         "chargeback_scale",
-        [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "512", "--runs", "1", "--no-tests"],
+        [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "512", "--runs", "3", "--no-tests"],
         "the same rebuild at 512 GPUs (first half of the 512 -> 4,096 growth ratio)",
     ),
     (
         "chargeback_scale_4096",
-        [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "4096", "--runs", "1", "--no-tests"],
+        [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "4096", "--runs", "3", "--no-tests"],
         "the same rebuild at 4,096 GPUs: grows no worse than linearly (rebuild ratio <= 8x for 8x the GPUs)",
     ),
 ]
@@ -141,6 +141,10 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
             rows.append(("chargeback data tests / build", f"{wt['tests_seconds']:.2f} s / {wt['seconds']:.2f} s ({wt['tests']} tests)",
                          "tests <= build", wt["tests_seconds"] <= wt["seconds"]))
         rows.append(("chargeback peak memory with tests", f"{cb['peak_rss_mib']:.0f} MiB", "<= 1536 MiB", cb["peak_rss_mib"] <= 1536))
+        if cb.get("ingest"):
+            ing = cb["ingest"]
+            rows.append(("chargeback ingestion: hourly rollup of the 30 days (once, at load)",
+                         f"{ing['rollup_s']:.1f} s, {ing['peak_rss_mib']:.0f} MiB", "reported", True))
     small = _find(by_name.get("chargeback_scale", []), benchmark="chargeback_rebuild")
     big = _find(by_name.get("chargeback_scale_4096", []), benchmark="chargeback_rebuild")
     if small and big:
@@ -159,12 +163,15 @@ NOTES = """## Notes
   history is re-read; the platform's parser (`gpu_platform/feeds/dcgm.py`) splits lines with
   polars string kernels and falls back to a careful per-line path for odd lines (escaped
   quotes, commas in values), so correctness never depends on the fast path.
-- Chargeback: the rebuild reads 11 columns and groups on 8 keys per sample, the floor reads 2
-  columns and groups on one dictionary-encoded key; see docs/finops.md ("Performance") for what
-  each step costs, the profile, and what would close the remaining gap (a per-GPU, pod and hour
-  rollup written at ingestion). Peak memory is per measuring process (ru_maxrss); the run that
-  first generates the Parquet data reports the generator's memory too (a known ru_maxrss quirk),
-  so figures are taken from a run with the data already cached.
+- Chargeback: the rebuild reads the hourly rollup the loader writes at ingestion
+  (`raw_dcgm_hourly`, ~12k rows a day for 512 GPUs), never the 15 s samples (unless two sources
+  overlap on a node-day); the floor still reads every sample. The rollup's own cost is reported
+  apart (`ingest`: once per loaded file in production). See docs/finops.md ("Performance") for
+  what each step costs. Peak memory is per measuring process (ru_maxrss); the run that first
+  generates the Parquet data reports the generator's memory too (a known ru_maxrss quirk), so
+  figures are taken from a run with the data already cached. The 2 cores are shared with other
+  jobs: single runs move by 2-3x, so every figure is a median, and the floor is measured in the
+  same invocation, alternating with the rebuild, so the ratio is fair.
 - Simulator: the engine is rebuilt for every admission call (its `Snapshot` of running work
   and one preemption search per nominated head); docs/simulator.md ("Performance") has the
   profile and what the event loop does to call it rarely and with little. The simulator is

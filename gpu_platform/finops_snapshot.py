@@ -18,6 +18,7 @@ Times are naive UTC datetimes, as the warehouse's `timestamp` columns hold them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from gpu_platform.ledger import EventRow, Ledger, RequestState
 from gpu_platform.lineage import SUCCEEDED, LineageStore, WorkloadRun
 from gpu_platform.policy import Policy
+from gpu_platform.sharing import GPU, gpu_share
 
 END_EVENTS = {"finished": "Succeeded", "failed": "Failed", "preempted": "Preempted"}
 """Ledger events that end an attempt's pod, and the pod exit status each one means."""
@@ -47,10 +49,28 @@ def _namespace(policy: Policy, team: str | None) -> str | None:
     return team
 
 
+def unit_share(policy: Policy, flavor_name: str | None, resource: str | None) -> float | None:
+    """The share of one physical GPU a unit of `resource` on flavor `flavor_name` is priced at:
+    1 for a whole GPU, the policy's `profile_weights` or compute slices / 7 for a MIG slice,
+    1 / replicas for a shared replica. None when the flavor is not in the policy."""
+    resource = resource or GPU
+    flavor = next((f for f in policy.flavors if f.name == flavor_name), None)
+    if flavor is None:
+        return None
+    try:
+        return gpu_share(flavor.gpu_product, resource, flavor.sharing.replicas, flavor.sharing.profile_weights)
+    except ValueError:
+        return None
+
+
 def pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) -> list[dict[str, Any]]:
-    """One `raw_pod_requests` row per admitted attempt of one request, from its events in order."""
+    """One `raw_pod_requests` row per admitted attempt of one request, from its events in order.
+
+    `gpu_resource` / `gpu_share`: the resource the request counts and the share of a GPU one unit
+    of it is on the admitted flavor (`unit_share`), so slices and replicas are priced by their share."""
     req = state.request
     namespace = _namespace(policy, req.team)
+    resource = req.gpu_resource or GPU
     pods: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for ev in events:
@@ -68,6 +88,8 @@ def pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) ->
                 "started_at": _naive_utc(ev.at),
                 "ended_at": None,
                 "exit_status": None,
+                "gpu_resource": resource,
+                "gpu_share": unit_share(policy, ev.flavor, resource),
             }
             pods.append(current)
         elif ev.event in END_EVENTS and current is not None:
@@ -115,6 +137,7 @@ def request_row(state: RequestState, policy: Policy, results: dict[str, Any] | N
         "accepted_labels": results.get("accepted"),
         "rejected_labels": results.get("rejected"),
         "replay_hours": float(replay_hours) if replay_hours is not None else None,
+        "gpu_resource": req.gpu_resource or GPU,
     }
 
 
@@ -147,3 +170,51 @@ def lineage_edges(lineage_store: LineageStore | None) -> list[tuple[str, str]]:
         return []
     return sorted({(child, p.request_id) for (child, _), parents in lineage_store.edges().items() for p in parents
                    if p.request_id != child})
+
+
+# --- scorecard sources (raw_request_events, raw_request_metadata, raw_workload_runs) ----------
+
+
+def event_rows(events: Iterable[EventRow]) -> list[dict[str, Any]]:
+    """One `raw_request_events` row per ledger event, `seq` = its position in ledger order."""
+    return [
+        {"request_id": ev.request_id, "seq": i, "event": ev.event, "event_at": _naive_utc(ev.at), "reason": ev.reason,
+         "flavor": ev.flavor, "run_id": ev.run_id,
+         "details": json.dumps(ev.details, sort_keys=True, default=str) if ev.details else None}
+        for i, ev in enumerate(events, start=1)
+    ]
+
+
+def metadata_row(state: RequestState) -> dict[str, Any]:
+    """One `raw_request_metadata` row: the request fields scorecards group by that raw_requests lacks."""
+    req = state.request
+    return {
+        "request_id": state.request_id,
+        "owner": req.owner,
+        "image": req.image,
+        "container_digest": req.container_digest,
+        "dataset_ids": list(req.dataset_ids),
+        "gpu_resource": req.gpu_resource,
+        "preemption_policy": req.preemption_policy,
+        "checkpoint_interval_s": req.checkpoint_interval.total_seconds(),
+        "expected_duration_s": req.expected_duration.total_seconds() if req.expected_duration else None,
+    }
+
+
+def run_rows(runs: Iterable[WorkloadRun]) -> list[dict[str, Any]]:
+    """One `raw_workload_runs` row per recorded workload run, oldest first."""
+    return [
+        {"request_id": r.request_id, "seq": i, "kind": r.kind, "status": r.status, "exit_status": r.exit_status,
+         "attempts": r.attempts, "container_digest": r.container_digest, "dataset_ids": list(r.dataset_ids),
+         "results": json.dumps(dict(r.results), sort_keys=True, default=str) if r.results else None,
+         "recorded_at": _naive_utc(r.recorded_at)}
+        for i, r in enumerate(runs, start=1)
+    ]
+
+
+def scorecard_snapshot(
+    ledger: Ledger, lineage_store: LineageStore | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(events, request metadata, workload runs) for `load_scorecard_snapshot`."""
+    runs = run_rows(lineage_store.runs()) if lineage_store is not None else []
+    return event_rows(ledger.events()), [metadata_row(s) for s in ledger.states()], runs

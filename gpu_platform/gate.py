@@ -20,6 +20,8 @@ from pathlib import Path
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
+from gpu_platform.approvals import honoured_kinds
+from gpu_platform.instance_config import team_limit_tags
 from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.policy import Policy
 from gpu_platform.safeload import path_key
@@ -127,22 +129,26 @@ def build_state(
     admitted here, and are never chosen as victims a second time.
     Queue order is submission order (`submitted_at`), kept across preemption and requeue.
     An admitted request's flavor is the one Kueue assigned when the cluster said so
-    (`RequestState.cluster_flavor`), else the gate's.
+    (`RequestState.cluster_flavor`), else the gate's. Safety and cost approvals come from the
+    ledger's `approved` events that the policy's approver roster still allows.
     """
     holding = dict(holding or {})
     admitted, pending = [], []
     for s in states:
         if s.request.lane not in policy.lanes:
             continue
+        kinds = honoured_kinds(policy, s.approvals) if s.approvals else frozenset()
         if s.request_id in holding:
-            admitted.append(AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id))
+            admitted.append(
+                AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds)
+            )
         elif s.state in ACTIVE_STATES:
             flavor = s.cluster_flavor or s.flavor
             admitted.append(
-                AdmittedRequest(s.request, flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id)
+                AdmittedRequest(s.request, flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds)
             )
         elif s.state in PENDING_STATES:
-            pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id))
+            pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id, kinds))
     state = from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
     if holding:
         # An evidence workload without a checkpoint is never a victim: the engine's own way of
@@ -263,6 +269,7 @@ def launch_for(policy: Policy, s: RequestState, attempt: int, flavor: str, messa
         TAG_ATTEMPT: str(attempt),
         TAG_WORKLOAD: req.workload or "",
         TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
+        **team_limit_tags(policy, req.lane or "", req.team),
     }
     return Launch(s.request_id, attempt, flavor, req.workload or "", run_key(s.request_id, attempt), tags, message)
 

@@ -5,6 +5,13 @@ Lane-aware concurrency backs up the admission gate:
   `gpu-platform/lane=<lane>`, limit = the lane's `max_concurrent_runs`). Dagster 1.13 refuses
   `tag_concurrency_limits` under `run_coordinator.config` once a `concurrency` section exists, so
   they live in `concurrency.runs` (the current home of the same setting).
+- team limits: a lane's `team_limits.*.max_running` as run limits too. Dagster matches one tag
+  per limit and applies every limit that matches, so the gate tags each run of a lane with team
+  limits with one lane-scoped team tag (`team_limit_tags`): a team under the lane default gets
+  `gpu-platform/team.<lane>=<team>`, limited with `applyLimitPerUniqueValue: true` (each team its
+  own count); a team with its own entry gets `gpu-platform/lane-team=<lane>.<team>`, limited by
+  that value alone (so an override above the default is not also held to it). GPU caps
+  (`max_gpus`, `max_share`) have no run-queue form; the admission gate enforces them.
 - pools: only pools that assets declare, with op granularity: `duckdb_warehouse` (limit 1) for
   every warehouse-writing step. There are no lane pools: an asset serves several lanes, a Dagster
   pool is fixed per asset, and each workload run has exactly one workload step, so the per-lane
@@ -26,6 +33,12 @@ from gpu_platform.policy import Policy
 
 RUN_TAG_LANE = "gpu-platform/lane"
 """Run tag the gate sets on every workload run; the run queue limits runs per value."""
+
+RUN_TAG_TEAM_IN_LANE = "gpu-platform/team.{lane}"
+"""Run tag (per lane) naming the team of a run that falls under the lane's default team limit."""
+
+RUN_TAG_LANE_TEAM = "gpu-platform/lane-team"
+"""Run tag `<lane>.<team>` on a run whose team has its own entry in the lane's team limits."""
 
 NON_LANE_RUNS = 10
 """Run slots beyond the lanes' sum, for runs without a lane (cost, scorecards, sensors' jobs)."""
@@ -58,11 +71,53 @@ def pool_limit_commands(policy: Policy) -> list[str]:
     return [f"dagster instance concurrency set {pool} {limit}" for pool, limit in pool_limits(policy).items()]
 
 
+def _team_running(policy: Policy, lane_name: str, team: str) -> tuple[int | None, bool]:
+    """(running-job cap of `team` in the lane, whether it comes from the team's own entry)."""
+    tl = policy.lanes[lane_name].team_limits
+    if tl is None:
+        return None, False
+    base = tl.default.max_running if tl.default is not None else None
+    own = tl.teams.get(team)
+    if own is None:
+        return base, False
+    return (own.max_running if own.max_running is not None else base), True
+
+
+def team_limit_tags(policy: Policy, lane: str, team: str | None) -> dict[str, str]:
+    """The run tags that put a run of `team` in `lane` under the lane's team run limits."""
+    if not team or lane not in policy.lanes:
+        return {}
+    cap, own = _team_running(policy, lane, team)
+    if cap is None:
+        return {}
+    if own:
+        return {RUN_TAG_LANE_TEAM: f"{lane}.{team}"}
+    return {RUN_TAG_TEAM_IN_LANE.format(lane=lane): team}
+
+
 def tag_concurrency_limits(policy: Policy) -> list[dict[str, Any]]:
-    return [
+    """One limit per lane (max_concurrent_runs), then each lane's team run limits."""
+    out: list[dict[str, Any]] = [
         {"key": RUN_TAG_LANE, "value": lane.name, "limit": lane.max_concurrent_runs}
         for lane in policy.lanes_by_priority()
     ]
+    for lane in policy.lanes_by_priority():
+        tl = lane.team_limits
+        if tl is None:
+            continue
+        if tl.default is not None and tl.default.max_running is not None:
+            out.append(
+                {
+                    "key": RUN_TAG_TEAM_IN_LANE.format(lane=lane.name),
+                    "value": {"applyLimitPerUniqueValue": True},
+                    "limit": tl.default.max_running,
+                }
+            )
+        for team in sorted(tl.teams):
+            cap, _own = _team_running(policy, lane.name, team)
+            if cap is not None:
+                out.append({"key": RUN_TAG_LANE_TEAM, "value": f"{lane.name}.{team}", "limit": cap})
+    return out
 
 
 def dagster_instance_yaml(
@@ -125,6 +180,8 @@ def render_instance_yaml(config: dict[str, Any], policy: Policy) -> str:
     header = [
         "# Dagster instance config written by `gpu-platform dagster-config` from the GPU pool policy.",
         f"# Runs tagged {RUN_TAG_LANE}=<lane> are limited per lane (lanes.*.max_concurrent_runs).",
+        "# Runs of a lane with team_limits are also limited per team (lanes.*.team_limits.*.max_running):",
+        f"#   {RUN_TAG_TEAM_IN_LANE.format(lane='<lane>')}=<team> per unique value, {RUN_TAG_LANE_TEAM}=<lane>.<team> per team entry.",
         "# Per-lane workload concurrency is the run limits above (one workload step per run); GPU counts",
         "# are enforced by the admission gate. The only pool is the warehouse writers' (DuckDB: one writer).",
         "# Pool limits live in the instance database; apply them once per instance with:",

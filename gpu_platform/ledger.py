@@ -4,7 +4,9 @@ A request is written once; every change of state (submitted, waiting, admitted, 
 requeued, finished, failed, rejected) is a new row in `request_events` with its reason and time.
 `cluster` rows record what the cluster (Kueue) said about the request's Job (quota reserved,
 admitted, evicted, preempted, finished, or a failure such as `WorkloadPriorityClassNotFound`); they
-inform, they do not change the request's state.
+inform, they do not change the request's state. `approved` rows record an audited exception
+granted by a role of the policy's approver roster (`gpu-platform approve`; details
+`{"kind", "role", "approver", "reason"}`); they do not change the state either.
 SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
 (`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
 inserts are single transactions, request ids are unique by constraint, and a re-submitted request
@@ -29,9 +31,11 @@ from sqlalchemy.exc import IntegrityError
 
 from gpu_platform.requests import FIELD_MAX_CHARS, MONEY_PRECISION, MONEY_SCALE, JobRequest
 
-Event = Literal["submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster"]
+Event = Literal[
+    "submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster", "approved"
+]
 EVENTS: tuple[str, ...] = Event.__args__
-INFO_EVENTS = ("cluster",)
+INFO_EVENTS = ("cluster", "approved")
 """Events that record what was observed without changing the request's state."""
 ACTIVE_STATES = ("admitted",)
 PENDING_STATES = ("submitted", "waiting", "requeued")
@@ -104,6 +108,8 @@ class RequestState:
     attempts: int
     details: dict[str, Any]
     cluster: dict[str, Any] | None = None
+    approvals: tuple[dict[str, Any], ...] = ()
+    """Every `approved` event of the request, oldest first: its details plus `at`."""
 
     @property
     def cluster_flavor(self) -> str | None:
@@ -359,7 +365,7 @@ class Ledger:
         )
         info = (
             sa.select(e.c.request_id, sa.func.max(e.c.id).label("info_id"))
-            .where(e.c.event.in_(INFO_EVENTS))
+            .where(e.c.event == "cluster")
             .group_by(e.c.request_id)
             .subquery()
         )
@@ -412,6 +418,17 @@ class Ledger:
                         "at": _utc(c.at).isoformat(),
                         "flavor": c.flavor,
                     }
+            approvals: dict[str, list[dict[str, Any]]] = {}
+            wanted_ids = {row.request_id for row in rows}
+            if wanted_ids:
+                aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(e.c.event == "approved").order_by(e.c.id)
+                if request_id is not None:
+                    aq = aq.where(e.c.request_id == request_id)
+                for a in conn.execute(aq):
+                    if a.request_id in wanted_ids:
+                        approvals.setdefault(a.request_id, []).append(
+                            {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
+                        )
         return [
             RequestState(
                 seq=row.seq,
@@ -426,6 +443,7 @@ class Ledger:
                 attempts=row.attempts,
                 details=json.loads(row.details) if row.details else {},
                 cluster=clusters.get(row.info_id),
+                approvals=tuple(approvals.get(row.request_id, ())),
             )
             for row in rows
         ]

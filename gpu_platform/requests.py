@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.policy.model import WorkloadKind
+from gpu_platform.policy.scale import scale_metadata_problems
 from gpu_platform.safeload import (
     REQUEST_LIMITS,
     InputError,
@@ -403,6 +404,9 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
             why = f"required by lane {lane.name}" if lane is not None and name in lane.required_fields else "required"
             errors.append(f"{name}: {why}")
 
+    # the scale ladder (policy `scale`): from S4, its metadata is required even where the policy's lists omit it
+    errors.extend(scale_metadata_problems(raw, policy, bad_fields | set(required)))
+
     if not _missing(lane_name) and lane is None:
         errors.append(f"lane: unknown lane {show(lane_name)} (one of: {', '.join(sorted(policy.lanes))})")
     team_name = raw.get("team")
@@ -457,6 +461,18 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
     if req.workload is None and lane is not None:
         req = req.model_copy(update={"workload": lane.default_workload})
     return req
+
+
+SAFETY_APPROVAL_WARNING = (
+    "safety_approval: recorded but grants nothing; a safety approval must be granted with "
+    "`gpu-platform approve REQUEST_ID --role ROLE --kind safety --reason TEXT` by a role of the "
+    "policy's approvers"
+)
+
+
+def request_warnings(req: JobRequest) -> list[str]:
+    """What is accepted but does not do what it may look like it does (printed, never fatal)."""
+    return [SAFETY_APPROVAL_WARNING] if req.safety_approval else []
 
 
 def load_request_file(path: str | Path) -> Any:

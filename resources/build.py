@@ -74,5 +74,6 @@ def build_resources(name: str | None = None, env: Mapping[str, str] | None = Non
             local_gpus=env.get("GPU_PLATFORM_LOCAL_GPUS") or None,
             nvml_feeds_dir=str(home / "feeds"),
         ),
-        "warehouse": Warehouse(path=env.get("GPU_PLATFORM_WAREHOUSE", str(home / "warehouse.duckdb"))),
+        "warehouse": Warehouse(path=env.get("GPU_PLATFORM_WAREHOUSE", str(home / "warehouse.duckdb")),
+                               policy_path=env.get("GPU_PLATFORM_POLICY", "")),
     }

@@ -16,6 +16,8 @@ from typing import Any
 import dagster as dg
 import duckdb
 
+from gpu_platform.policy import load_policy
+from gpu_platform.scorecards import model_vars
 from gpu_platform.sqlmodels import (
     ModelResult,
     Project,
@@ -59,12 +61,16 @@ class Warehouse(dg.ConfigurableResource):
     unreconciled_threshold: float = -1.0
     memory_limit: str = ""
     threads: int = 0
+    policy_path: str = ""
+    """The policy file whose `scale` and `capacity_signals:` thresholds the scorecard models bind
+    ("" = the packaged default)."""
 
     def project(self) -> Project:
         return _load_project(self.project_dir or str(default_project_path()))
 
     def variables(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = model_vars(load_policy(self.policy_path or None))
+        out |= {
             k: v for k, v in (("idle_policy", self.idle_policy), ("shared_policy", self.shared_policy)) if v}
         if self.unreconciled_threshold >= 0:
             out["unreconciled_threshold"] = self.unreconciled_threshold

@@ -75,6 +75,11 @@ def raw_default():
         (lambda d: d["lanes"]["release_eval"].update(priorty=3), "lanes.release_eval.priorty: Extra inputs are not permitted"),
         (lambda d: d["teams"]["safety"].update(namespace="team-perception"), "namespace 'team-perception' used by 2 teams"),
         (lambda d: d["flavors"][0]["capacity"].pop("nvidia.com/gpu"), "flavors[0].capacity: must declare nvidia.com/gpu"),
+        (lambda d: d["lanes"]["research_best_effort"]["team_limits"].update(teams={"nobody": {"max_gpus": 2}}), "lanes.research_best_effort.team_limits.teams.nobody: unknown team 'nobody'"),
+        (lambda d: d["lanes"]["research_best_effort"]["team_limits"].update(default={}), "lanes.research_best_effort.team_limits.default: set at least one of max_gpus, max_share, max_running"),
+        (lambda d: d["lanes"]["research_best_effort"]["team_limits"]["default"].update(max_share=1.5), "lanes.research_best_effort.team_limits.default.max_share: Input should be less than or equal to 1"),
+        (lambda d: d["approvers"]["finops"].update(may_approve=["refunds"]), "approvers.finops.may_approve[0]: Input should be 'safety' or 'cost'"),
+        (lambda d: d["approvers"]["finops"].update(members=[]), "approvers.finops.members: Tuple should have at least 1 item"),
     ],
 )
 def test_each_semantic_error_is_named(raw_default, mutation, fragment):
@@ -89,6 +94,8 @@ def test_policy_check_cli_prints_lanes_and_exits_0():
     for lane in LANES:
         assert lane in result.output
     assert "8 lanes" in result.output
+    assert "team limits in research_best_effort: default max_share=0.5, max_running=12" in result.output
+    assert "approver role finops: may approve cost; members finops-lead@example.com" in result.output
 
 
 def test_policy_check_cli_exits_2_with_all_errors():

@@ -1,12 +1,12 @@
--- Busy samples summed per GPU, pod, metric and day: the only pass over the raw samples.
--- The staging rules for DCGM samples (filters, busy fraction, dedupe; see its yml) applied in
--- aggregate form: one hash group-by over the raw columns, per source; the key normalisation
--- (lower-case host, '' -> NULL) and the multi-source check run on those small partial sums.
--- Only node-days fed by more than one source are read a second time, sample by sample, to
--- deduplicate; with none, that branch's join has an empty side and reads nothing.
+-- Busy samples summed per GPU, pod, metric and day, from the hourly rollup written at ingestion.
+-- raw_dcgm_hourly holds the staging rules for DCGM samples (filters, busy fraction; see the
+-- staging model of the samples) applied per (source, load day) when each file is loaded, so a rebuild never
+-- re-reads the 15 s samples; here the key normalisation (lower-case host, '' -> NULL) and the
+-- multi-source check run on that small table. Only node-days fed by more than one source are read
+-- sample by sample, to deduplicate; with none, that branch's join has an empty side and reads nothing.
 with source as not materialized (
 
-    -- the ts range is a filter on the Parquet/table scan (row groups outside it are skipped)
+    -- the raw samples, for multi-source node-days only (the semi join below)
     -- load_day: the day whose feed directory the sample was loaded under (NULL for seeded tables)
     select *, day as load_day from {{ source('raw_dcgm_samples') }}
     where ts >= {{ var('day_from') }}::timestamp
@@ -17,49 +17,28 @@ with source as not materialized (
 
 ),
 
-partials as materialized (
-
-    select
-        cast(ts as date) as day,
-        hostname,
-        gpu,
-        gpu_instance_id,
-        namespace,
-        pod,
-        -- the filter keeps two metrics: a boolean key hashes and compares cheaper than the name
-        metric = 'DCGM_FI_DEV_GPU_UTIL' as is_gpu_util,
-        source,
-        min(model_name) as model_name,
-        count(*) as samples,
-        -- samples loaded under another day than their own (next-day samples in today's directory)
-        count(*) filter (where load_day <> cast(ts as date)) as outside_samples,
-        -- the staging busy rule, per sample: GPU_UTIL/100, clamped to 1 (value >= 0 is a filter),
-        -- rounded to 1e-6 as cast(... as decimal(9, 6)) does (round half away from zero), here as
-        -- whole micro-units in a double: every term and partial sum is an integer below 2^53, so
-        -- the sum is exact and independent of order, and no per-sample decimal cast is needed
-        sum(round(least(case when metric = 'DCGM_FI_DEV_GPU_UTIL' then value / 100.0 else value end, 1.0)
-            * 1000000.0)) as busy_micro
-    from source
-    group by all
-
-),
-
 normalised as (
 
     select
-        day,
+        cast(hour as date) as day,
         lower(hostname) as hostname,
         gpu,
         coalesce(gpu_instance_id, '') as gpu_instance_id,
         nullif(namespace, '') as namespace,
         nullif(pod, '') as pod,
-        case when is_gpu_util then 'DCGM_FI_DEV_GPU_UTIL' else 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' end as metric,
+        metric,
         source,
         model_name,
+        gpu_instance_profile,
         samples,
-        outside_samples,
+        -- samples loaded under another day than their own (next-day samples in today's directory)
+        case when day <> cast(hour as date) then samples else 0 end as outside_samples,
+        -- samples repeating a timestamp of the same GPU, instance, pod, metric and source
+        samples - distinct_ts as duplicate_samples,
         busy_micro
-    from partials
+    from {{ source('raw_dcgm_hourly') }}
+    where hour >= {{ var('day_from') }}::timestamp
+      and hour < {{ var('day_to') }}::timestamp + interval 1 day
 
 ),
 
@@ -85,8 +64,10 @@ single_source as (
         n.pod,
         n.metric,
         min(n.model_name) as model_name,
+        min(n.gpu_instance_profile) as gpu_instance_profile,
         sum(n.samples) as samples,
         sum(n.outside_samples) as outside_samples,
+        sum(n.duplicate_samples) as duplicate_samples,
         sum(n.busy_micro) as busy_micro
     from normalised as n
     anti join multi_source as g
@@ -107,8 +88,10 @@ deduped as (
         pod,
         metric,
         min(model_name) as model_name,
+        min(gpu_instance_profile) as gpu_instance_profile,
         count(*) as samples,
         count(*) filter (where load_day <> day) as outside_samples,
+        0 as duplicate_samples,
         sum(busy_micro) as busy_micro
     from (
         select
@@ -120,6 +103,7 @@ deduped as (
             s.pod,
             s.metric,
             s.model_name,
+            s.gpu_instance_profile,
             s.load_day,
             round(least(case when s.metric = 'DCGM_FI_DEV_GPU_UTIL' then s.value / 100.0 else s.value end, 1.0)
                 * 1000000.0) as busy_micro
@@ -134,6 +118,7 @@ deduped as (
                 nullif(pod, '') as pod,
                 metric,
                 model_name,
+                gpu_instance_profile,
                 value,
                 load_day,
                 source,
@@ -143,7 +128,8 @@ deduped as (
         semi join multi_source as g
             on g.day = s.day and g.hostname = s.hostname
         qualify row_number() over (
-            partition by s.hostname, s.gpu, s.gpu_instance_id, s.metric, s.ts order by s.source, s.source_line
+            partition by s.hostname, s.gpu, s.gpu_instance_id, s.namespace, s.pod, s.metric, s.ts
+            order by s.source, s.source_line
         ) = 1
     )
     group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric
@@ -161,8 +147,10 @@ final as (
         pod,
         metric,
         model_name,
+        gpu_instance_profile,
         cast(samples as bigint) as samples,
         cast(outside_samples as bigint) as outside_samples,
+        cast(duplicate_samples as bigint) as duplicate_samples,
         -- micro-units back to an exact decimal(38, 6)
         cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
     from single_source
@@ -176,8 +164,10 @@ final as (
         pod,
         metric,
         model_name,
+        gpu_instance_profile,
         samples,
         outside_samples,
+        cast(duplicate_samples as bigint) as duplicate_samples,
         cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
     from deduped
 

@@ -19,7 +19,7 @@ pods as (
 
 requests as (
 
-    select request_id, gpu_count from {{ ref('stg_requests') }}
+    select request_id, gpu_count, gpu_resource from {{ ref('stg_requests') }}
 
 ),
 
@@ -28,8 +28,18 @@ windows as (
     -- a running pod (ended_at null) is counted to the end of the day
     select
         d.day,
-        p.*,
-        coalesce(p.assigned_gpus, r.gpu_count) as pod_gpus,
+        p.* exclude (gpu_resource, gpu_share),
+        coalesce(p.gpu_resource, r.gpu_resource) as gpu_resource,
+        -- units of the resource held: GPUs, MIG slices or shared replicas
+        coalesce(p.assigned_gpus, r.gpu_count) as gpu_units,
+        -- the share of one GPU a unit is priced at (see stg_pod_requests)
+        coalesce(
+            p.gpu_share,
+            case when coalesce(p.gpu_resource, r.gpu_resource) like 'nvidia.com/mig-%'
+                 then try_cast(regexp_extract(coalesce(p.gpu_resource, r.gpu_resource), 'mig-([1-7])g\.', 1)
+                               as integer) / 7.0 end,
+            1.0
+        ) as gpu_share,
         greatest(p.started_at, d.day_start) as window_start,
         least(coalesce(p.ended_at, d.day_end), d.day_end) as window_end
     from pods as p
@@ -59,12 +69,13 @@ preferred as (
 
 busy as (
 
-    -- each sample stands for one collect interval (15 s): busy GPU-hours = sum(busy) x interval
+    -- each sample stands for one collect interval (15 s): busy hours of the devices the pod holds
+    -- (GPUs or MIG instances; DCGM's per-instance busy is relative to the instance) = sum(busy) x interval
     select
         day,
         namespace,
         pod,
-        cast(sum(busy_samples) as double) * {{ var('sample_interval_s') }} / 3600.0 as used_gpu_hours
+        cast(sum(busy_samples) as double) * {{ var('sample_interval_s') }} / 3600.0 as used_device_hours
     from preferred
     where pod is not null
       and metric = case when has_engine_active then 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' else 'DCGM_FI_DEV_GPU_UTIL' end
@@ -91,9 +102,15 @@ hours as (
         w.hostname,
         w.exit_status,
         w.failed,
-        w.pod_gpus,
-        epoch(w.window_end - w.window_start) / 3600.0 * w.pod_gpus as allocated_gpu_hours,
-        coalesce(b.used_gpu_hours, 0.0) as used_gpu_hours
+        -- GPUs held, counted as whole-GPU equivalents: units x share (2 x 1g.10gb = 2/7 of a GPU)
+        w.gpu_units * w.gpu_share as pod_gpus,
+        w.gpu_resource,
+        w.gpu_units,
+        w.gpu_share,
+        epoch(w.window_end - w.window_start) / 3600.0 * w.gpu_units * w.gpu_share as allocated_gpu_hours,
+        -- a slice's or replica's busy time in GPU-hours: device busy x its share of the GPU (a
+        -- time-sliced GPU reports device-level busy to every pod on it: each pays its share)
+        coalesce(b.used_device_hours, 0.0) * w.gpu_share as used_gpu_hours
     from windows as w
     left join busy as b on b.day = w.day and b.namespace = w.namespace and b.pod = w.pod
 

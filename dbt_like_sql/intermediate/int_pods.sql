@@ -28,7 +28,9 @@ k8s_attempts as (
     select
         k.*,
         l.attempt,
-        l.flavor_name
+        l.flavor_name,
+        l.gpu_resource,
+        l.gpu_share
     from k8s as k
     left join ledger as l
         on l.request_id = k.request_id
@@ -42,7 +44,7 @@ final as (
 
     select
         namespace, pod, request_id, attempt, flavor_name, hostname, gpu_uuids, assigned_gpus,
-        started_at, ended_at, exit_status, failed, origin
+        started_at, ended_at, exit_status, failed, origin, gpu_resource, gpu_share
     from ledger as l
     where l.hostname is not null
        or l.request_id not in (select request_id from k8s)
@@ -55,12 +57,15 @@ final as (
         flavor_name,
         node as hostname,
         cast(null as varchar[]) as gpu_uuids,
-        cast(nullif(gpu_requests, 0) as bigint) as assigned_gpus,
+        -- whole GPUs requested, else MIG slices (shared replicas: the request's gpu_count)
+        cast(coalesce(nullif(gpu_requests, 0), nullif(mig_requests, 0)) as bigint) as assigned_gpus,
         started_at,
         ended_at,
         lower(coalesce(phase, 'running')) as exit_status,
         failed,
-        'kubernetes' as origin
+        'kubernetes' as origin,
+        gpu_resource,
+        gpu_share
     from k8s_attempts
 
 )

@@ -50,7 +50,8 @@ k8s as (
 sampled as (
 
     -- pods on DCGM samples that neither the ledger nor the inventory explains: each sample of a
-    -- GPU stands for one collect interval held
+    -- GPU stands for one collect interval held; a MIG instance's sample for its share of the GPU
+    -- (compute slices / 7 of its GPU_I_PROFILE)
     select
         day,
         hostname,
@@ -58,9 +59,12 @@ sampled as (
         pod,
         cast(null as varchar) as request_id,
         'DCGM samples of a pod no inventory or ledger knows' as reason,
-        sum(samples) * {{ var('sample_interval_s') }} / 3600.0 as gpu_hours
+        sum(samples * slice_share) * {{ var('sample_interval_s') }} / 3600.0 as gpu_hours
     from (
-        select day, hostname, gpu, gpu_instance_id, namespace, pod, max(samples) as samples
+        select
+            day, hostname, gpu, gpu_instance_id, namespace, pod, max(samples) as samples,
+            coalesce(try_cast(regexp_extract(min(gpu_instance_profile), '^([1-7])g\.', 1) as integer) / 7.0, 1.0)
+                as slice_share
         from {{ ref('int_gpu_busy') }}
         where day between {{ var('day_from') }} and {{ var('day_to') }} and pod is not null
         group by all

@@ -24,6 +24,7 @@ normalised as not materialized (
         model_name,
         -- '' = the whole GPU (no MIG instance), so the key never holds a null
         coalesce(gpu_instance_id, '') as gpu_instance_id,
+        gpu_instance_profile,
         metric,
         -- GPU_UTIL is a percentage; engine-active is already a 0..1 fraction
         case when metric = 'DCGM_FI_DEV_GPU_UTIL' then value / 100.0 else value end as busy_raw,
@@ -62,7 +63,8 @@ deduped as (
     semi join multi_source as g
         on g.day = n.day and g.hostname = n.hostname
     qualify row_number() over (
-        partition by n.hostname, n.gpu, n.gpu_instance_id, n.metric, n.ts order by n.source, n.source_line
+        partition by n.hostname, n.gpu, n.gpu_instance_id, n.namespace, n.pod, n.metric, n.ts
+        order by n.source, n.source_line
     ) = 1
 
 ),
@@ -75,6 +77,7 @@ final as (
         hostname,
         gpu,
         gpu_instance_id,
+        gpu_instance_profile,
         uuid,
         model_name,
         metric,

@@ -26,7 +26,9 @@ final as (
         output_artifact_ids,
         accepted_labels,
         rejected_labels,
-        replay_hours
+        replay_hours,
+        -- what gpu_count counts, as the device plugin names it (NULL in older snapshots: whole GPUs)
+        coalesce(gpu_resource, 'nvidia.com/gpu') as gpu_resource
     from source
 
 )

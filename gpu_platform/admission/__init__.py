@@ -20,6 +20,8 @@ from gpu_platform.admission.model import (
     Preemption,
     Rejection,
     ResourceQuota,
+    TeamLimit,
+    TeamLimits,
     Workload,
 )
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy, workload_for
@@ -37,6 +39,8 @@ __all__ = [
     "Preemption",
     "Rejection",
     "ResourceQuota",
+    "TeamLimit",
+    "TeamLimits",
     "Workload",
     "admit_until_stable",
     "apply_result",

@@ -26,6 +26,8 @@ from gpu_platform.admission.model import (
     FlavorFungibility,
     FlavorSpec,
     ResourceQuota,
+    TeamLimit,
+    TeamLimits,
     Workload,
 )
 
@@ -76,6 +78,24 @@ def _cohort(raw: Any) -> CohortSpec:
     )
 
 
+def _team_limit(raw: Any) -> TeamLimit | None:
+    if raw is None:
+        return None
+    return TeamLimit(
+        None if raw.get("max_gpus") is None else float(raw["max_gpus"]),
+        None if raw.get("max_share") is None else float(raw["max_share"]),
+        None if raw.get("max_running") is None else int(raw["max_running"]),
+    )
+
+
+def _team_limits(raw: Any) -> TeamLimits | None:
+    """`team_limits: {default: {max_gpus | max_share, max_running}, teams: {team: {...}}}`."""
+    if raw is None:
+        return None
+    teams = {str(k): _team_limit(v) for k, v in (raw.get("teams") or {}).items()}
+    return TeamLimits(_team_limit(raw.get("default")), {k: v for k, v in teams.items() if v is not None})
+
+
 def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
     pre = raw.get("preemption") or {}
     bwc = pre.get("borrowWithinCohort") or {}
@@ -96,6 +116,7 @@ def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
         budget_remaining=raw.get("budget_remaining"),
         budget_total=raw.get("budget_total"),
         flavor_fungibility=_fungibility(raw.get("flavor_fungibility")),
+        team_limits=_team_limits(raw.get("team_limits")),
     )
 
 
@@ -119,6 +140,8 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         evidence=bool(raw.get("evidence", False)),
         checkpointed=bool(raw.get("checkpointed", False)),
         safety_approval=bool(raw.get("safety_approval", False)),
+        cost_approval=bool(raw.get("cost_approval", False)),
+        team=None if raw.get("team") is None else str(raw["team"]),
         max_cost=None if raw.get("max_cost") is None else float(raw["max_cost"]),
         expected_duration_s=None
         if raw.get("expected_duration_s") is None

@@ -35,6 +35,7 @@ from gpu_platform.admission.model import (
     PENDING_PREEMPTION,
     QUOTA_RESERVED,
     STRICT_FIFO,
+    TEAM_LIMIT,
     Admission,
     ClusterState,
     CycleLog,
@@ -43,10 +44,12 @@ from gpu_platform.admission.model import (
     PendingInfo,
     Preemption,
     Rejection,
+    TeamLimit,
     Workload,
 )
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot, usage_of
+from gpu_platform.sharing import is_gpu_resource
 
 _EPS = 1e-9
 
@@ -60,6 +63,11 @@ _BIG = 1 << 30
 
 def _n(v: float) -> str:
     return f"{v:g}"
+
+
+def gpu_units(w: Workload) -> float:
+    """What a workload counts against a team's GPU limit: every GPU resource, one per unit."""
+    return sum(v for r, v in w.requests.items() if v > 0 and is_gpu_resource(r))
 
 
 def queue_key(w: Workload):
@@ -126,6 +134,8 @@ def _equivalence(w: Workload) -> tuple:
         w.safety_approval,
         w.evidence,
         w.max_cost,
+        w.cost_approval,
+        w.team,
     )
 
 
@@ -172,14 +182,38 @@ class _Engine:
         self.queues: dict[str, list[Workload]] = {name: [] for name in self.snap.cqs}
         self.rejected: list[Rejection] = []
         self.budget: dict[str, float | None] = {n: c.spec.budget_remaining for n, c in self.snap.cqs.items()}
+        # Team limits (the platform's lane rule): cluster queue -> team -> its cap in GPUs and
+        # jobs, and what the team holds in the queue now (admissions of this run included).
+        self.team_caps: dict[str, dict[str, tuple[float | None, int | None]]] = {}
+        self.team_use: dict[tuple[str, str], list[float]] = {}
+        for n, c in self.snap.cqs.items():
+            if c.spec.team_limits is not None:
+                self.team_caps[n] = {}
+                for w in c.workloads.values():
+                    if w.team is not None:
+                        use = self.team_use.setdefault((n, w.team), [0.0, 0.0])
+                        use[0] += gpu_units(w)
+                        use[1] += 1
         unknown: list[Workload] = []
         for w in state.pending:
             cq = self.snap.cqs.get(w.cq)
             if cq is None:
                 unknown.append(w)
                 continue
+            cap = self._team_cap(cq, w.team)
+            if cap is not None and cap[0] is not None and gpu_units(w) > cap[0] + _EPS:
+                self.rejected.append(
+                    Rejection(
+                        w.name,
+                        w.cq,
+                        TEAM_LIMIT,
+                        f"team {w.team} in lane {w.cq} may hold at most {_n(cap[0])} GPUs and this job needs "
+                        f"{_n(gpu_units(w))}; it can never be admitted",
+                    )
+                )
+                continue
             total = cq.spec.budget_total
-            if total is not None and w.max_cost is not None and w.max_cost > total + _EPS:
+            if total is not None and w.max_cost is not None and w.max_cost > total + _EPS and not w.cost_approval:
                 self.rejected.append(
                     Rejection(
                         w.name,
@@ -210,6 +244,42 @@ class _Engine:
         self.cycles = 0
         # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
         self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
+
+    def _team_cap(self, cq: CQNode, team: str | None) -> tuple[float | None, int | None] | None:
+        """(max GPUs, max running) for `team` in `cq`, the share resolved; None: not limited."""
+        limits = cq.spec.team_limits
+        if limits is None or team is None:
+            return None
+        caps = self.team_caps[cq.name]
+        hit = caps.get(team)
+        if hit is None:
+            lim = limits.for_team(team)
+            if lim is None:
+                return None
+            hit = caps[team] = (self._team_gpus(cq, lim), lim.max_running)
+        return hit
+
+    def _team_gpus(self, cq: CQNode, lim: TeamLimit) -> float | None:
+        gpus = lim.max_gpus
+        if lim.max_share is not None:
+            ceiling = sum(self.snap.potential(cq, fr) for fr in cq.quotas if is_gpu_resource(fr[1]))
+            share = max(1.0, float(int(lim.max_share * ceiling + _EPS)))
+            gpus = share if gpus is None else min(gpus, share)
+        return gpus
+
+    def _team_refusal(self, cq: CQNode, w: Workload) -> str | None:
+        """Why `w`'s team may not start it now in `cq` (its GPU or job limit), else None."""
+        cap = self._team_cap(cq, w.team)
+        if cap is None:
+            return None
+        used = self.team_use.get((cq.name, w.team or ""), (0.0, 0.0))
+        gpus, running = cap
+        need = gpu_units(w)
+        if gpus is not None and used[0] + need > gpus + _EPS:
+            return f"team {w.team} in lane {cq.name} uses {_n(used[0])} of {_n(gpus)} GPUs (this job needs {_n(need)})"
+        if running is not None and used[1] + 1 > running:
+            return f"team {w.team} in lane {cq.name} uses {_n(used[1])} of {running} running jobs"
+        return None
 
     def fungibility(self, cq: CQNode) -> FlavorFungibility:
         return cq.spec.flavor_fungibility or self.state.flavor_fungibility
@@ -382,12 +452,14 @@ class _Engine:
             self.sticky.pop(name, None)
         i = self.cursor[name]
         budget = self.budget[name]
+        cq = self.snap.cqs[name]
+        team_limited = name in self.team_caps
         while i < len(q):
             w = q[i]
             if w.name in self.done or w.name in self.parked:
                 i += 1
                 continue
-            if budget is not None and w.max_cost is not None and w.max_cost > budget + _EPS:
+            if budget is not None and w.max_cost is not None and w.max_cost > budget + _EPS and not w.cost_approval:
                 self.status[w.name] = (
                     BUDGET_EXHAUSTED,
                     f"max_cost {_n(w.max_cost)} exceeds lane {name}'s remaining budget {_n(max(0.0, budget))}",
@@ -396,6 +468,15 @@ class _Engine:
                 self.parked.add(w.name)
                 i += 1
                 continue
+            if team_limited:
+                why = self._team_refusal(cq, w)
+                if why is not None:
+                    # Like a budget, a team limit lifts only when the team's own jobs end: the head
+                    # is set aside (even under StrictFIFO) so other teams' jobs go on.
+                    self.status[w.name] = (TEAM_LIMIT, why, None)
+                    self.parked.add(w.name)
+                    i += 1
+                    continue
             if self.dominance:
                 dom = self._dominated(name, w)
                 if dom is not None:
@@ -689,6 +770,10 @@ class _Engine:
             resource_flavors=flavors if len(set(flavors.values())) > 1 else None,
         )
         self.snap.add_usage(cq, usage)
+        if cq.name in self.team_caps and wl.team is not None:
+            use = self.team_use.setdefault((cq.name, wl.team), [0.0, 0.0])
+            use[0] += gpu_units(wl)
+            use[1] += 1
         b = self.budget[cq.name]
         if b is not None and wl.max_cost is not None:
             self.budget[cq.name] = b - wl.max_cost
@@ -810,7 +895,7 @@ class _Engine:
                     code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
                 else:
                     code, msg, flavor = st
-                    if code == BUDGET_EXHAUSTED:
+                    if code in (BUDGET_EXHAUSTED, TEAM_LIMIT):
                         est = None
                     elif code == PENDING_PREEMPTION:
                         est = now
@@ -990,6 +1075,7 @@ def apply_result(state: ClusterState, result: CycleResult) -> ClusterState:
 
 __all__ = [
     "admit_until_stable",
+    "gpu_units",
     "apply_result",
     "preemption_targets",
     "queue_key",

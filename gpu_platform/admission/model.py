@@ -32,6 +32,49 @@ PENDING = "Pending"
 PENDING_PREEMPTION = "PendingPreemption"
 BUDGET_EXHAUSTED = "BudgetExhausted"
 BUDGET_EXCEEDED = "BudgetExceeded"
+TEAM_LIMIT = "TeamLimit"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamLimit:
+    """Caps on what one team runs at once in one cluster queue (the platform's; Kueue has none).
+
+    max_gpus: GPU devices held (every GPU resource counts one per unit: whole GPUs, MIG slices,
+    shared replicas). max_share: a share (0, 1] of the most the queue can hold of them (the sum of
+    Kueue's potentialAvailable over its GPU quota rows, capped by flavor capacity), floored, at
+    least 1; with both set the smaller applies. max_running: admitted workloads. None: no cap.
+    """
+
+    max_gpus: float | None = None
+    max_share: float | None = None
+    max_running: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamLimits:
+    """A queue's team limits: `teams` per named team; `default` for every other team.
+
+    A team's entry overrides the default per cap: its GPU cap (max_gpus and max_share together:
+    two ways to say one cap) when it sets either, its max_running when set; a cap it leaves out
+    comes from the default. A workload without a team is not limited.
+    """
+
+    default: TeamLimit | None = None
+    teams: Mapping[str, TeamLimit] = field(default_factory=dict)
+
+    def for_team(self, team: str) -> TeamLimit | None:
+        own = self.teams.get(team)
+        base = self.default
+        if own is None:
+            return base
+        if base is None:
+            return own
+        gpu_cap = own if own.max_gpus is not None or own.max_share is not None else base
+        return TeamLimit(
+            gpu_cap.max_gpus,
+            gpu_cap.max_share,
+            own.max_running if own.max_running is not None else base.max_running,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +126,7 @@ class ClusterQueueSpec:
     preemptors from those queues, or carrying a safety approval, may.
     protected: this queue's workloads are never preemption victims.
     budget_remaining=None: no budget cap; budget_total=None: no lifetime cap (nothing is rejected).
+    team_limits=None: no team is limited in this queue.
     flavor_fungibility=None: the state's (cluster-wide default) fungibility applies.
     """
 
@@ -100,6 +144,7 @@ class ClusterQueueSpec:
     budget_remaining: float | None = None
     budget_total: float | None = None
     flavor_fungibility: FlavorFungibility | None = None
+    team_limits: TeamLimits | None = None
 
     @property
     def flavors(self) -> tuple[str, ...]:
@@ -114,6 +159,9 @@ class Workload:
     allowed_flavors=None: any flavor of its cluster queue.
     evidence/checkpointed: an evidence-producing job is a preemption candidate only when
     checkpointed (a resumable checkpoint and immutable logs exist).
+    safety_approval: a recorded safety approval (lets it preempt a queue that yields only to others).
+    cost_approval: a recorded cost exception (the queue's budget does not hold it back).
+    team: the team it runs for (team limits); None: not limited.
     max_cost=None: no cost cap checked. expected_duration_s=None: unknown (no estimate from it).
     resource_flavors: an admitted workload whose resources got different flavors ({resource:
     flavor}); None: every resource is on `flavor`.
@@ -133,6 +181,8 @@ class Workload:
     max_cost: float | None = None
     expected_duration_s: float | None = None
     resource_flavors: Mapping[str, str] | None = None
+    cost_approval: bool = False
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +248,7 @@ class Preemption:
 @dataclass(frozen=True, slots=True)
 class PendingInfo:
     """Why a workload still waits. condition is Kueue's (QuotaReserved=False); reason_code one of
-    Inadmissible, PendingPreemption, Pending, BudgetExhausted. position is 1-based in its queue
+    Inadmissible, PendingPreemption, Pending, BudgetExhausted, TeamLimit. position is 1-based in its queue
     (priority desc, then created_at asc). estimated_start=None: no estimate possible.
     queue: where Kueue's queue manager keeps it: `active` (tried again next cycle) or
     `inadmissible` (a BestEffortFIFO head that could not be admitted, set aside until capacity

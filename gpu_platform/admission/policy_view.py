@@ -17,6 +17,8 @@ from gpu_platform.admission.model import (
     CohortSpec,
     FlavorSpec,
     ResourceQuota,
+    TeamLimit,
+    TeamLimits,
     Workload,
 )
 from gpu_platform.policy import Lane, Policy
@@ -33,15 +35,35 @@ class AdmittedRequest:
     admitted_at: float = 0.0
     checkpointed: bool = False
     name: str | None = None
+    approvals: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class PendingRequest:
-    """A waiting request and when it was submitted. name=None: request_id."""
+    """A waiting request and when it was submitted. name=None: request_id.
+
+    approvals: the kinds of exception granted to it and recorded in the ledger (`safety`,
+    `cost`; see `gpu_platform.approvals`). The request's own `safety_approval` field grants nothing.
+    """
 
     request: JobRequest
     created_at: float = 0.0
     name: str | None = None
+    approvals: frozenset[str] = frozenset()
+
+
+def team_limits_for(lane: Lane) -> TeamLimits | None:
+    """The lane's `team_limits` in the engine's words (None: no team limited)."""
+    tl = lane.team_limits
+    if tl is None:
+        return None
+
+    def cap(c) -> TeamLimit | None:
+        if c is None:
+            return None
+        return TeamLimit(None if c.max_gpus is None else float(c.max_gpus), c.max_share, c.max_running)
+
+    return TeamLimits(cap(tl.default), {t: c for t, c in ((t, cap(v)) for t, v in tl.teams.items()) if c is not None})
 
 
 def cluster_queue_for(lane: Lane, spent: float = 0.0) -> ClusterQueueSpec:
@@ -63,6 +85,7 @@ def cluster_queue_for(lane: Lane, spent: float = 0.0) -> ClusterQueueSpec:
         fair_sharing_weight=lane.fair_sharing_weight,
         budget_remaining=float(lane.budget) - spent,
         budget_total=float(lane.budget),
+        team_limits=team_limits_for(lane),
     )
 
 
@@ -75,8 +98,13 @@ def workload_for(
     admitted_at: float = 0.0,
     flavor: str | None = None,
     checkpointed: bool = False,
+    approvals: frozenset[str] = frozenset(),
 ) -> Workload:
-    """One request as a workload: lane priority, GPU count (plus cpu/memory where the lane has quota)."""
+    """One request as a workload: lane priority, GPU count (plus cpu/memory where the lane has quota).
+
+    approvals: exceptions recorded in the ledger for it (`safety`, `cost`); the request's own
+    `safety_approval` string is not one.
+    """
     lane = policy.lane(req.lane or "")
     resources = {q.resource for q in lane.quotas}
     requests: dict[str, float] = {req.gpu_resource: float(req.gpu_count or 0)}
@@ -96,7 +124,9 @@ def workload_for(
         allowed_flavors=allowed,
         evidence=lane.evidence,
         checkpointed=checkpointed,
-        safety_approval=bool(req.safety_approval),
+        safety_approval="safety" in approvals,
+        cost_approval="cost" in approvals,
+        team=req.team,
         max_cost=None if req.max_cost is None else float(req.max_cost),
         expected_duration_s=None if req.expected_duration is None else req.expected_duration.total_seconds(),
     )
@@ -131,6 +161,7 @@ def from_policy(
                 admitted_at=a.admitted_at,
                 flavor=a.flavor,
                 checkpointed=a.checkpointed,
+                approvals=a.approvals,
             )
         )
     pend: list[Workload] = []
@@ -144,6 +175,7 @@ def from_policy(
                     p.request,
                     p.name or p.request.request_id or f"pending-{i}",
                     created_at=p.created_at,
+                    approvals=p.approvals,
                 )
             )
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from gpu_platform.cli.admission import admit, kueue
+from gpu_platform.cli.approve import approve
 from gpu_platform.cli.autoscale import autoscale
 from gpu_platform.cli.cost import cost
 from gpu_platform.cli.demo import demo
@@ -20,6 +21,7 @@ from gpu_platform.cli.policy import policy
 from gpu_platform.cli.queue import queue
 from gpu_platform.cli.report import report
 from gpu_platform.cli.requests import request, submit
+from gpu_platform.cli.scorecard import scorecard
 from gpu_platform.cli.simulate import simulate_cmd
 
 
@@ -46,6 +48,8 @@ for _cmd in (
     autoscale,
     report,
     simulate_cmd,
+    approve,
+    scorecard,
     demo,
 ):
     main.add_command(_cmd)

@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 import duckdb
 
+from gpu_platform.cli.common import policy_option, policy_or_exit
+from gpu_platform.scorecards import model_vars
 from gpu_platform.sqlmodels.raw import ensure_raw_tables
 from gpu_platform.sqlmodels.report import cost_report, to_jsonable
 from gpu_platform.sqlmodels.runner import Project, ProjectError
@@ -85,6 +87,7 @@ def cost() -> None:
     "(default: project.yml, 0.01).",
 )
 @click.option("--no-tests", is_flag=True, help="Skip the data tests.")
+@policy_option
 def build(
     day: str,
     until: str | None,
@@ -95,13 +98,18 @@ def build(
     project_path: str | None,
     unreconciled_threshold: float | None,
     no_tests: bool,
+    policy_path: str | None,
 ) -> None:
-    """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests."""
+    """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests.
+
+    The scorecards and capacity signals take their thresholds and scale from the policy."""
     warehouse = _warehouse(warehouse)
+    signal_vars = model_vars(policy_or_exit(policy_path))
     try:
         project = _project(project_path)
         variables: dict[str, object] = {
-            k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v
+            **signal_vars,
+            **{k: v for k, v in (("idle_policy", idle_policy), ("shared_policy", shared_policy)) if v},
         }
         if unreconciled_threshold is not None:
             variables["unreconciled_threshold"] = unreconciled_threshold

@@ -56,3 +56,13 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
             s.rule,
         )
     console.print(table)
+    for a in ex.approvals:
+        state = "honoured" if a["honoured"] else "not honoured under the current policy"
+        console.print(
+            f"approval: {a.get('kind')} by {a.get('approver')} ({a.get('role')}) at {a.get('at')}: "
+            f"{a.get('reason')} [{state}]",
+            markup=False,
+            highlight=False,
+        )
+    if not ex.approvals:
+        console.print("approvals: none recorded", markup=False)

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from gpu_platform.cli.common import console, policy_or_exit
+from gpu_platform.policy.scale import describe
 from gpu_platform.units import format_duration
 
 
@@ -90,3 +91,38 @@ def policy_check(file: str | None) -> None:
     console.print(table)
     console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
     console.print(cohort_tree(pol))
+    _print_team_limits_and_approvers(pol)
+    console.print(scale_table(pol))
+
+
+def _print_team_limits_and_approvers(pol) -> None:
+    """Team limits per lane and the approver roster (docs/approvals.md)."""
+
+    def cap(c) -> str:
+        return ", ".join(
+            f"{k}={getattr(c, k):g}" for k in ("max_gpus", "max_share", "max_running") if getattr(c, k) is not None
+        )
+
+    for lane in pol.lanes_by_priority():
+        tl = lane.team_limits
+        if tl is not None:
+            parts = ([f"default {cap(tl.default)}"] if tl.default else []) + [
+                f"{t} {cap(c)}" for t, c in sorted(tl.teams.items())
+            ]
+            console.print(f"team limits in {lane.name}: {'; '.join(parts)}", markup=False, highlight=False)
+    for role, spec in sorted(pol.approvers.items()):
+        console.print(
+            f"approver role {role}: may approve {', '.join(spec.may_approve)}; members {', '.join(spec.members)}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def scale_table(pol) -> Table:
+    """What the policy's `scale` turns on (gpu_platform/policy/scale.py; docs/scorecards.md)."""
+    table = Table(title=f"scale {pol.scale} (S0..S5)", show_header=False)
+    table.add_column("what")
+    table.add_column("at this scale")
+    for what, value in describe(pol.scale, pol):
+        table.add_row(what, value)
+    return table

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from gpu_platform.cli.common import console, err_console, ledger_option, policy_option, policy_or_exit
 from gpu_platform.ledger import BatchConflict, Ledger, content_request_id, default_ledger_url
-from gpu_platform.requests import RequestError, validate_request_file
+from gpu_platform.requests import RequestError, request_warnings, validate_request_file
 
 
 @click.group("request")
@@ -36,8 +36,14 @@ def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
         console.print(
             f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}, workload {req.workload}"
         )
+        _warn(f, req)
     if failed:
         sys.exit(2)
+
+
+def _warn(source: str, req) -> None:
+    for w in request_warnings(req):
+        err_console.print(f"warning {source}: {w}", markup=False, highlight=False, soft_wrap=True)
 
 
 @click.command("submit")
@@ -88,8 +94,9 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
             soft_wrap=True,
         )
         sys.exit(1)
-    for f, rid in zip(files, ids, strict=True):
+    for f, rid, req in zip(files, ids, keyed, strict=True):
         click.echo(rid)
+        _warn(f, req)
         if rid in before:
             err_console.print(
                 f"{f}: already recorded as {rid}", markup=False, highlight=False, soft_wrap=True

@@ -258,7 +258,7 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
             stats = load_batch(con, "dcgm", part, source=source, day=day)
             if own or part.rows_in:
                 report.add(part, stats.accepted, stats.quarantined)
-    _forget_removed(con, ("raw_dcgm_samples", "raw_dcgm_quarantine"), "dcgm/", day, sources)
+    _forget_removed(con, ("raw_dcgm_samples", "raw_dcgm_hourly", "raw_dcgm_quarantine"), "dcgm/", day, sources)
     record_file_quarantine(con, "dcgm", day, bad_files)
     for url in endpoints:
         # one source per scrape, so the day's scrapes add up instead of replacing each other

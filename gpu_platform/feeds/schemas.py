@@ -13,6 +13,7 @@ import polars as pl
 
 RAW_DCGM_SAMPLES = "raw_dcgm_samples"
 RAW_DCGM_QUARANTINE = "raw_dcgm_quarantine"
+RAW_DCGM_HOURLY = "raw_dcgm_hourly"
 RAW_FOCUS_BILLING = "raw_focus_billing"
 RAW_FOCUS_QUARANTINE = "raw_focus_quarantine"
 RAW_FEED_FILE_QUARANTINE = "raw_feed_file_quarantine"
@@ -45,6 +46,32 @@ Label columns are NULL when the exporter did not report the label or reported it
 (sorted keys) of every label without a column of its own (``DCGM_FI_DRIVER_VERSION``,
 ``pod_uid``, ``err_code``, ...), NULL when there are none.
 """
+
+DCGM_HOURLY_SCHEMA: dict[str, pl.DataType] = {
+    "hour": pl.Datetime("us"),
+    "metric": pl.String(),
+    "hostname": pl.String(),
+    "gpu": pl.Int32(),
+    "gpu_instance_id": pl.String(),
+    "gpu_instance_profile": pl.String(),
+    "namespace": pl.String(),
+    "pod": pl.String(),
+    "model_name": pl.String(),
+    "samples": pl.Int64(),
+    "distinct_ts": pl.Int64(),
+    "busy_micro": pl.Int64(),
+    "source": pl.String(),
+}
+"""Columns of ``raw_dcgm_hourly``: the busy samples of ``raw_dcgm_samples`` rolled up per UTC hour,
+GPU (or MIG instance), pod, metric and source when they are loaded (``load_batch``, same
+transaction, same (source, day) partition), so the cost models never re-read 15 s samples.
+
+Only ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` and ``DCGM_FI_DEV_GPU_UTIL``, without DCGM blank sentinels
+(>= 1e15), NaN or negatives; label values as loaded (the models normalise them). ``busy_micro``:
+the sum over the samples of the busy fraction (GPU_UTIL / 100, clamped to 1) in whole
+micro-units, each sample rounded half away from zero as ``decimal(9, 6)`` does, so sums are exact.
+``distinct_ts``: distinct timestamps of the group (``samples - distinct_ts`` samples repeat a
+timestamp of the same GPU, instance, pod, metric and source)."""
 
 DCGM_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String(),

@@ -8,7 +8,9 @@ validated `Policy`. Every problem in the file is reported at once, each with its
 from __future__ import annotations
 
 from gpu_platform.policy.model import (
+    APPROVAL_KINDS,
     GPU,
+    ApproverRole,
     BorrowWithinCohort,
     Cohort,
     Flavor,
@@ -20,13 +22,17 @@ from gpu_platform.policy.model import (
     Sharing,
     Taint,
     Team,
+    TeamCap,
+    TeamLimits,
     default_policy_path,
     load_policy,
     parse_policy,
 )
 
 __all__ = [
+    "APPROVAL_KINDS",
     "GPU",
+    "ApproverRole",
     "BorrowWithinCohort",
     "Cohort",
     "Flavor",
@@ -38,6 +44,8 @@ __all__ = [
     "Sharing",
     "Taint",
     "Team",
+    "TeamCap",
+    "TeamLimits",
     "default_policy_path",
     "load_policy",
     "parse_policy",

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpu_platform.policy.capacity import CapacitySignals, capacity_signal_errors
+from gpu_platform.policy.scale import DEFAULT_SCALE, Scale
 from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document
 from gpu_platform.sharing import (
     SHARED,
@@ -167,6 +169,44 @@ class Preemption(_Frozen):
     borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
 
 
+class TeamCap(_Frozen):
+    """What one team may run at once in a lane. max_gpus: GPU devices held (whole GPUs, MIG slices
+    and shared replicas each count one); max_share: a share (0, 1] of the most the lane can hold
+    (its GPU quota rows' nominal plus borrowing limits, capped by the pool), floored, at least 1 (with
+    max_gpus too, the smaller applies); max_running: admitted jobs. A field left out: no cap of
+    that kind (in a team's own entry: the lane default's; max_gpus and max_share are one GPU cap,
+    so a team entry that sets either replaces the default's GPU cap)."""
+
+    max_gpus: int | None = Field(default=None, ge=1)
+    max_share: float | None = Field(default=None, gt=0, le=1)
+    max_running: int | None = Field(default=None, ge=1)
+
+
+class TeamLimits(_Frozen):
+    """`lanes.<lane>.team_limits`: `default` for every team not listed, `teams` per named team
+    (overriding the default per cap: GPUs, running jobs). Enforced by the admission engine (`TeamLimit`)."""
+
+    default: TeamCap | None = None
+    teams: dict[str, TeamCap] = Field(default_factory=dict)
+
+
+ApprovalKind = Literal["safety", "cost"]
+APPROVAL_KINDS: tuple[str, ...] = ApprovalKind.__args__
+
+
+class ApproverRole(_Frozen):
+    """One role of the approver roster: who holds it and what it may approve.
+
+    may_approve: `safety` (a preemption the victim lane's yields_to would refuse) and/or `cost`
+    (running over the lane's budget). members: people or groups, as `gpu-platform approve
+    --approver` names them.
+    """
+
+    description: str = ""
+    may_approve: tuple[ApprovalKind, ...] = Field(min_length=1)
+    members: tuple[str, ...] = Field(min_length=1)
+
+
 class Lane(_Frozen):
     """One workload class: a Kueue ClusterQueue plus the platform's lane rules.
 
@@ -197,6 +237,7 @@ class Lane(_Frozen):
     budget: Decimal = Field(ge=0)
     default_retention: timedelta
     fair_sharing_weight: float = Field(default=1.0, gt=0)
+    team_limits: TeamLimits | None = None
 
     @field_validator("max_run_duration", "default_retention", mode="before")
     @classmethod
@@ -333,6 +374,9 @@ class Policy(_Frozen):
     lanes: dict[str, Lane]
     teams: dict[str, Team]
     autoscaling: Autoscaling | None = None  # None: `autoscale plan` has nothing to plan
+    approvers: dict[str, ApproverRole] = Field(default_factory=dict)  # role -> who, what (docs/approvals.md)
+    scale: Scale = DEFAULT_SCALE  # the scale ladder (policy/scale.py): metadata, scorecards, ERROR signals
+    capacity_signals: CapacitySignals = CapacitySignals()  # thresholds of the capacity signals
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
@@ -454,11 +498,32 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
             names = sorted(name for name, p in priorities if p == prio)
             errors.append(f"lanes: priority {prio} is shared by {', '.join(names)}; lane priorities must be distinct")
     teams = raw.get("teams") or {}
+    errors.extend(_team_limit_errors(lanes, teams))
     if isinstance(teams, dict):
         namespaces = Counter(t.get("namespace") for t in teams.values() if isinstance(t, dict))
         for ns, n in namespaces.items():
             if n > 1 and ns is not None:
                 errors.append(f"teams: namespace {ns!r} used by {n} teams")
+    return errors
+
+
+def _team_limit_errors(lanes: dict[str, Any], teams: Any) -> list[str]:
+    """`lanes.*.team_limits`: known teams, and every entry caps something."""
+    errors: list[str] = []
+    for lane_name, lane in lanes.items():
+        tl = lane.get("team_limits") if isinstance(lane, dict) else None
+        if not isinstance(tl, dict):
+            continue
+        entries = [("default", tl.get("default"))]
+        if isinstance(tl.get("teams"), dict):
+            entries += [(f"teams.{t}", cap) for t, cap in tl["teams"].items()]
+        for where, cap in entries:
+            path = f"lanes.{lane_name}.team_limits.{where}"
+            team = where.removeprefix("teams.")
+            if where != "default" and isinstance(teams, dict) and team not in teams:
+                errors.append(f"{path}: unknown team {team!r} (known: {', '.join(sorted(teams))})")
+            if isinstance(cap, dict) and all(cap.get(k) is None for k in ("max_gpus", "max_share", "max_running")):
+                errors.append(f"{path}: set at least one of max_gpus, max_share, max_running")
     return errors
 
 
@@ -578,6 +643,7 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
             errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
     errors.extend(_semantic_errors(data))
     errors.extend(_autoscaling_errors(data))
+    errors.extend(capacity_signal_errors(data))
     if errors:
         raise PolicyError(sorted(dict.fromkeys(errors)), source)
     assert policy is not None

@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpu_platform.approvals import roster_errors
 from gpu_platform.ledger import Ledger, RequestState, events_table, requests_table
 from gpu_platform.policy import GPU, Policy
 
@@ -67,9 +68,12 @@ class Explanation:
     gpu_type: str
     state: str
     steps: list[Step]
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    """Every approval recorded for the request (kind, role, approver, reason, at, honoured now)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "approvals": self.approvals,
             "request_id": self.request_id,
             "lane": self.lane,
             "team": self.team,
@@ -109,6 +113,10 @@ def rule_for(
     code = details.get("reason_code") or details.get("kueue_reason")
     if event == "submitted":
         return f"common_required_fields + lanes.{lane_name}.required_fields (validated, fail closed)"
+    if event == "approved":
+        return _approval_rule(policy, details)
+    if code == "TeamLimit" or str(details.get("reason", "")).startswith("TeamLimit"):
+        return _team_rule(lane)
     if event == "waiting":
         if code in ("BudgetExhausted", "BudgetExceeded"):
             return f"lanes.{lane_name}.budget = {lane.budget} {policy.currency} per {policy.budget_period}"
@@ -149,6 +157,31 @@ def rule_for(
     if event in ("finished", "failed"):
         return "run outcome, recorded by the gate from the Dagster run"
     return ""
+
+
+def _team_rule(lane) -> str:
+    tl = lane.team_limits
+    if tl is None:
+        return f"lanes.{lane.name}.team_limits: none in the current policy"
+
+    def text(cap) -> str:
+        parts = [f"{k}={getattr(cap, k):g}" for k in ("max_gpus", "max_share", "max_running") if getattr(cap, k) is not None]
+        return ", ".join(parts)
+
+    parts = []
+    if tl.default is not None:
+        parts.append(f"default: {text(tl.default)}")
+    parts += [f"teams.{t}: {text(c)}" for t, c in sorted(tl.teams.items())]
+    return f"lanes.{lane.name}.team_limits " + "; ".join(parts)
+
+
+def _approval_rule(policy: Policy, details: dict[str, Any]) -> str:
+    role, kind, who = str(details.get("role", "")), str(details.get("kind", "")), str(details.get("approver", ""))
+    problems = roster_errors(policy, role, kind, who)
+    if problems:
+        return f"approvers.{role}: not honoured under the current policy ({'; '.join(problems)})"
+    what = "preemption past yields_to" if kind == "safety" else "running over the lane budget"
+    return f"approvers.{role}.may_approve includes {kind} ({what}); {who} is a member"
 
 
 def _victims_by_preemptor(ledger: Ledger, request_id: str) -> list[tuple[datetime, str]]:
@@ -212,6 +245,15 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
     if vi < len(victims) and steps:
         last = steps[-1]
         steps[-1] = replace(last, victims=last.victims + tuple(v for _, v in victims[vi:]))
+    approvals = [
+        {
+            **a,
+            "honoured": not roster_errors(
+                policy, str(a.get("role", "")), str(a.get("kind", "")), str(a.get("approver", ""))
+            ),
+        }
+        for a in state.approvals
+    ]
     return Explanation(
         request_id,
         lane,
@@ -220,4 +262,5 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
         state.request.gpu_type or "",
         state.state,
         steps,
+        approvals,
     )

@@ -78,8 +78,13 @@ def test_request_becomes_workload_with_lane_rules(pol: Policy) -> None:
             PendingRequest(
                 req("r1", "release_eval", 2, "NVIDIA-L4", max_cost=Decimal("10"), safety_approval="SO-1"),
                 created_at=7,
+                approvals=frozenset({"cost"}),
             ),
-            req("r2", "research_best_effort", 1, expected_duration="2h"),
+            PendingRequest(
+                req("r2", "research_best_effort", 1, expected_duration="2h", team="perception"),
+                created_at=8,
+                approvals=frozenset({"safety"}),
+            ),
         ],
     )
     c1 = state.admitted[0]
@@ -92,7 +97,10 @@ def test_request_becomes_workload_with_lane_rules(pol: Policy) -> None:
         5,
     )
     r1, r2 = state.pending
-    assert r1.allowed_flavors == ("l4-inference",) and r1.safety_approval and r1.max_cost == 10.0
+    assert r1.allowed_flavors == ("l4-inference",) and r1.max_cost == 10.0
+    # The request's own safety_approval string grants nothing; approvals come from the ledger.
+    assert not r1.safety_approval and r1.cost_approval
+    assert r2.safety_approval and not r2.cost_approval and r2.team == "perception"
     assert r1.created_at == 7 and r1.requests == {GPU: 2.0}
     assert r2.allowed_flavors == ("h100-ondemand", "a100-spot") and r2.expected_duration_s == 7200
     res = schedule_cycle(state)

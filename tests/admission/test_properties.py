@@ -208,3 +208,52 @@ def test_default_policy_states_keep_the_invariants(seed: int, n_admitted: int, n
     res2 = admit_until_stable(nxt)
     _victims_ok(nxt, res2)
     _usage_ok(apply_result(nxt, res2))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.integers(1, 6), st.integers(1, 4), st.data())
+def test_no_team_goes_over_its_limit_and_only_its_limit_holds_it(state, max_gpus, max_running, data):
+    """With team limits on every queue: after the gate's loop no team holds more than its cap in a
+    queue (counting what it held before), and every TeamLimit wait is really at its team's cap."""
+    from gpu_platform.admission import TeamLimit, TeamLimits
+    from gpu_platform.admission.engine import gpu_units
+
+    teams = ("t0", "t1", "t2")
+    own = data.draw(st.sampled_from(teams))
+    limits = TeamLimits(TeamLimit(float(max_gpus), None, max_running), {own: TeamLimit(float(max_gpus + 2))})
+    pick = random.Random(data.draw(st.integers(0, 2**16)))
+    state = replace(
+        state,
+        cluster_queues=tuple(replace(c, team_limits=limits) for c in state.cluster_queues),
+        admitted=tuple(replace(w, team=pick.choice(teams)) for w in state.admitted),
+        pending=tuple(replace(w, team=pick.choice(teams)) for w in state.pending),
+    )
+    res = admit_until_stable(state)
+    held: dict[tuple[str, str], list[float]] = {}
+    before: dict[tuple[str, str], list[float]] = {}
+    by_name = {w.name: w for w in state.pending}
+    for w in state.admitted:
+        for d in (held, before):
+            u = d.setdefault((w.cq, w.team), [0.0, 0])
+            u[0] += gpu_units(w)
+            u[1] += 1
+    for a in res.admitted:
+        w = by_name[a.name]
+        u = held.setdefault((w.cq, w.team), [0.0, 0])
+        u[0] += gpu_units(w)
+        u[1] += 1
+    for (cq, team), (gpus, running) in held.items():
+        cap = limits.for_team(team)
+        old = before.get((cq, team), [0.0, 0])
+        if gpus > old[0]:  # something was admitted for the team: it stayed within its caps
+            assert gpus <= cap.max_gpus + 1e-9 and running <= cap.max_running, (cq, team, gpus, running)
+    for p in res.pending:
+        if p.reason_code == "TeamLimit":
+            w = by_name[p.name]
+            cap = limits.for_team(w.team)
+            u = held.get((w.cq, w.team), [0.0, 0])
+            assert u[0] + gpu_units(w) > cap.max_gpus + 1e-9 or u[1] + 1 > cap.max_running
+    for r in res.rejected:
+        if r.reason_code == "TeamLimit":
+            w = by_name[r.name]
+            assert gpu_units(w) > limits.for_team(w.team).max_gpus

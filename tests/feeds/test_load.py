@@ -164,3 +164,42 @@ def test_tables_created_elsewhere_with_the_agreed_columns_get_ours_added(
     assert load_batch(db, "focus", focus, source="f", day=DAY).accepted == 993
     assert _count(db, "select count(*), count(day), count(extra_labels) from raw_dcgm_samples") == (2, 2, 0)
     assert _count(db, 'select count(*), count("ServiceName") from raw_focus_billing') == (993, 993)
+
+
+def _busy_text(values: list[tuple[int, float]], pod: str = "p-1") -> str:
+    """dcgm-exporter text for one MIG instance: (seconds after 00:00 UTC of DAY, engine-active)."""
+    t0 = int(datetime(2024, 9, 18, tzinfo=UTC).timestamp() * 1000)
+    return "".join(
+        f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="1g.10gb",'
+        f'GPU_I_ID="9",Hostname="node-1",container="main",namespace="ns",pod="{pod}"}} {v} {t0 + s * 1000}\n'
+        for s, v in values)
+
+
+def test_dcgm_load_writes_the_hourly_rollup_of_its_partition(tmp_path: Path, scraped_at: datetime) -> None:
+    """The loader rolls the busy samples up per hour, GPU instance, pod, metric and source in the same
+    transaction; a re-load replaces its (source, day); a repeated timestamp shows as samples > distinct_ts."""
+    from gpu_platform.feeds.load import ensure_tables, rollup_dcgm_samples
+
+    db = tmp_path / "wh.duckdb"
+    text = _busy_text([(0, 0.5), (15, 0.25), (3600, 1.0), (3615, 2.0), (3615, 2.0), (30, 9223372036854775794)])
+    load_batch(db, "dcgm", parse_text(text, source="node-1", scraped_at=scraped_at), source="node-1", day=DAY)
+    sql = ("select hour, gpu_instance_id, gpu_instance_profile, pod, samples, distinct_ts, busy_micro, day "
+           "from raw_dcgm_hourly order by hour")
+    with duckdb.connect(str(db)) as con:
+        rows = con.execute(sql).fetchall()
+    assert rows == [
+        (datetime(2024, 9, 18, 0), "9", "1g.10gb", "p-1", 2, 2, 750_000, DAY),  # the blank sentinel is not busy time
+        (datetime(2024, 9, 18, 1), "9", "1g.10gb", "p-1", 3, 2, 3_000_000, DAY),  # busy clamped to 1; 3615 twice
+    ]
+    load_batch(db, "dcgm", parse_text(_busy_text([(0, 0.1)]), source="node-1", scraped_at=scraped_at),
+               source="node-1", day=DAY)
+    with duckdb.connect(str(db)) as con:
+        assert con.execute("select count(*), sum(busy_micro) from raw_dcgm_hourly").fetchone() == (1, 100_000)
+        # samples written another way are rolled up on request, and a warehouse without a rollup gets one
+        con.execute("insert into raw_dcgm_samples select * replace ('other' as source) from raw_dcgm_samples")
+        assert rollup_dcgm_samples(con) == 2
+        con.execute("drop table raw_dcgm_hourly")
+
+    with duckdb.connect(str(db)) as con:
+        ensure_tables(con)
+        assert con.execute("select list(source order by source) from raw_dcgm_hourly").fetchone() == (["node-1", "other"],)

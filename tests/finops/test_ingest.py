@@ -31,6 +31,7 @@ from gpu_platform.feeds import focus
 from gpu_platform.feeds.ingest import focus_day_batch, load_dcgm_day
 from gpu_platform.ledger import Ledger
 from gpu_platform.lineage import LineageStore
+from gpu_platform.scorecards import SIGNALS
 from resources.build import build_resources
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"
@@ -100,7 +101,8 @@ def test_ingest_then_price_one_day(materialized):
         busy = con.execute("select sum(used_gpu_hours) / sum(allocated_gpu_hours) from fct_gpu_cost_by_request "
                            "where day = ?", [DAY]).fetchone()[0]
         assert 0.3 < busy < 0.9
-    failed = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+    signals = {s.name for s in SIGNALS}  # capacity signals fire on this realistic day (WARN); data tests pass
+    failed = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed and e.check_name not in signals]
     assert failed == []
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 # Private Dagster modules are allowed in tests: they are Dagster's own instance-config checks.
 from dagster._config import validate_config
 from dagster._core.instance.config import dagster_instance_config
+from dagster._core.storage.dagster_run import DagsterRun
 from dagster_k8s import K8sRunLauncher
 
 from gpu_platform.cli.k8s import dagster_config
@@ -58,9 +59,12 @@ def test_lane_limits_reach_a_live_instance(k8s_policy) -> None:
     with dg.instance_for_test(overrides=overrides) as instance:
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         queue = instance.get_concurrency_config().run_queue_config
-        limits = {(t["key"], t["value"]): t["limit"] for t in queue.tag_concurrency_limits}
+        limits = {(t["key"], str(t["value"])): t["limit"] for t in queue.tag_concurrency_limits}
         for lane in k8s_policy.lanes.values():
             assert limits[(RUN_TAG_LANE, lane.name)] == lane.max_concurrent_runs
+        # The default policy's research sweep limit: 12 running jobs per team.
+        per_team = ("gpu-platform/team.research_best_effort", str({"applyLimitPerUniqueValue": True}))
+        assert limits[per_team] == 12
         assert (
             queue.max_concurrent_runs
             == sum(lane.max_concurrent_runs for lane in k8s_policy.lanes.values()) + 10
@@ -96,3 +100,64 @@ def test_stdout_is_the_yaml(k8s_policy) -> None:
     result = CliRunner().invoke(dagster_config, [])
     assert result.exit_code == 0
     assert yaml.safe_load(result.stdout) == dagster_instance_yaml(k8s_policy, postgres=False, k8s=False)
+
+
+def _team_policy():
+    """The default policy with research's team limits: default 2 running, perception 3 of its own."""
+    from gpu_platform.policy import default_policy_path, parse_policy
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["research_best_effort"]["team_limits"] = {
+        "default": {"max_share": 0.5, "max_running": 2},
+        "teams": {"perception": {"max_running": 3}},
+    }
+    return parse_policy(raw)
+
+
+def test_team_run_limits_hold_each_team_in_a_live_instance(tmp_path: Path) -> None:
+    """The per-team run limit reaches Dagster's run queue: with the tags the gate puts on runs,
+    a team under the lane default is held at its limit per unique team, another team still
+    starts, and a team with its own (higher) entry is held at that one, not the default."""
+    from dagster._utils.tags import TagConcurrencyLimitsCounter
+
+    from gpu_platform.gate import TAG_TEAM, launch_for
+    from gpu_platform.ledger import Ledger
+    from gpu_platform.requests import validate_request
+    from tests.gate.helpers import raw_request
+
+    pol = _team_policy()
+    limits = [t for t in dagster_instance_yaml(pol)["concurrency"]["runs"]["tag_concurrency_limits"]]
+    assert {"key": "gpu-platform/team.research_best_effort", "value": {"applyLimitPerUniqueValue": True}, "limit": 2} in limits
+    assert {"key": "gpu-platform/lane-team", "value": "research_best_effort.perception", "limit": 3} in limits
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    def run_for(team: str, i: int) -> DagsterRun:
+        raw = raw_request("research_best_effort", team=team, experiment_id=f"exp-{team}-{i}", output_artifact_ids=[f"o-{team}-{i}"])
+        raw["cost_center"] = pol.teams[team].cost_center
+        raw["data_access_scope"] = pol.teams[team].data_access_scopes[0]
+        rid = ledger.submit(validate_request(raw, pol))
+        launch = launch_for(pol, ledger.state(rid), 1, "h100-ondemand")
+        assert launch.tags[TAG_TEAM] == team
+        return DagsterRun(job_name="workload", run_id=f"run-{team}-{i}", tags=dict(launch.tags))
+
+    overrides = {k: dagster_instance_yaml(pol)[k] for k in ("run_coordinator", "concurrency")}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        queue = instance.get_concurrency_config().run_queue_config
+        planning = [run_for("planning", i) for i in range(3)]
+        perception = [run_for("perception", i) for i in range(4)]
+        mapping = run_for("mapping", 0)
+        counter = TagConcurrencyLimitsCounter(queue.tag_concurrency_limits, planning[:2] + perception[:2])
+        assert counter.is_blocked(planning[2])  # planning holds 2 of 2 in research
+        assert not counter.is_blocked(mapping)  # another team still starts
+        assert not counter.is_blocked(perception[2])  # its own limit is 3, above the default
+        counter.update_counters_with_launched_item(perception[2])
+        assert counter.is_blocked(perception[3])
+
+
+def test_lanes_without_team_limits_get_no_team_run_limit() -> None:
+    from gpu_platform.instance_config import team_limit_tags
+
+    pol = _team_policy()
+    assert team_limit_tags(pol, "release_eval", "safety") == {}
+    assert team_limit_tags(pol, "research_best_effort", "planning") == {"gpu-platform/team.research_best_effort": "planning"}
+    assert team_limit_tags(pol, "research_best_effort", "perception") == {"gpu-platform/lane-team": "research_best_effort.perception"}

@@ -74,14 +74,14 @@ def test_report_writes_html_and_every_plot_as_png(ledger, policy, warehouse, tmp
         assert team in page
     assert "training_run" in page and "accepted_label" in page
     assert "release_eval" in page and "research_best_effort" in page
-    assert rep.notes == {"signals": "the warehouse has no capacity_signals table"}
+    assert rep.notes == {}  # the cost build made capacity_signals too
 
 
 def test_fired_capacity_signals_are_listed(ledger, policy, warehouse, tmp_path):
     copy = tmp_path / "wh.duckdb"
     copy.write_bytes(warehouse.read_bytes())
     con = duckdb.connect(str(copy))
-    con.execute("create table capacity_signals (day date, signal varchar, fired boolean, action varchar)")
+    con.execute("create or replace table capacity_signals (day date, signal varchar, fired boolean, action varchar)")
     con.execute(
         "insert into capacity_signals values (?, 'pool_utilization_low', true, 'consolidate onto fewer nodes'), "
         "(?, 'queue_wait_gt_training', false, 'add capacity')",

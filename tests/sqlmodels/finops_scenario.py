@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
+from gpu_platform.feeds.load import rollup_dcgm_samples
 from gpu_platform.sqlmodels import ensure_raw_tables, load_ledger_snapshot
 
 DAY = "2026-11-28"
@@ -105,7 +106,10 @@ def insert_billing(con: duckdb.DuckDBPyConnection, rows: list[tuple], source: st
 
 def insert_samples(con: duckdb.DuckDBPyConnection, nodes: dict[str, str] = NODES, pods=PODS,
                    engine_nodes=ENGINE_NODES, day: datetime = D0) -> None:
-    """Every GPU of every node, every 15 s: busy while a pod holds it, 0 (no pod) otherwise."""
+    """Every GPU of every node, every 15 s: busy while a pod holds it, 0 (no pod) otherwise.
+
+    Written straight into raw_dcgm_samples (not through the loader), then rolled up into
+    raw_dcgm_hourly as a load would."""
     con.execute("create temp table if not exists _assign (hostname varchar, gpu integer, namespace varchar, "
                 "pod varchar, s timestamp, e timestamp, engine double, util double)")
     con.execute("delete from _assign")
@@ -139,6 +143,7 @@ def insert_samples(con: duckdb.DuckDBPyConnection, nodes: dict[str, str] = NODES
         """,
         {"d": day},
     )
+    rollup_dcgm_samples(con)
 
 
 def load_scenario(con: duckdb.DuckDBPyConnection, currency: str = "USD") -> None:
@@ -158,3 +163,4 @@ def load_scenario(con: duckdb.DuckDBPyConnection, currency: str = "USD") -> None
         "$m, 'team-perception', 'r1-a2', 'scrape', -1)",
         {"ts": h(3) + timedelta(seconds=7), "m": H100},
     )
+    rollup_dcgm_samples(con)

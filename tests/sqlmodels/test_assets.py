@@ -16,6 +16,7 @@ from assets.finops import (
     finops_jobs,
     finops_schedules,
 )
+from gpu_platform.scorecards import SIGNALS
 from resources.warehouse import Warehouse
 from tests.sqlmodels.finops_scenario import DAY, load_scenario
 
@@ -31,10 +32,12 @@ def test_asset_graph_follows_refs_and_raw_sources():
     assert deps == {"raw_ledger_snapshot"}
     deps = {k.to_user_string() for k in assets["int_node_hour_prices"].asset_deps[dg.AssetKey(["int_node_hour_prices"])]}
     assert deps == {"int_gpu_nodes", "int_billing_nodes", "price_book"}
-    assert "stg_dcgm_samples" not in assets  # ephemeral: inlined into int_gpu_busy, its tests run there
+    assert "stg_dcgm_samples" not in assets  # ephemeral: its rules are applied by the rollup and int_gpu_busy
     busy = assets["int_gpu_busy"]
     assert {k.to_user_string() for k in busy.asset_deps[dg.AssetKey(["int_gpu_busy"])]} == {"raw_dcgm_samples"}
-    assert any(c.name.startswith("stg_dcgm_samples__") for c in busy.check_specs)
+    # the per-sample checks, set-based on the rollup's counts
+    assert {"expression_is_true_samples_unique_per_gpu_pod_metric_ts", "accepted_values_metric"} <= {
+        c.name for c in busy.check_specs}
     assert busy.partitions_def == finops_daily_partitions
     assert busy.backfill_policy == dg.BackfillPolicy.single_run()
     assert assets["unit_cost_training_run"].partitions_def is None
@@ -73,7 +76,10 @@ def test_materialize_day_builds_every_model_and_passes_every_check(materialized)
     assert result.success
     evals = result.get_asset_check_evaluations()
     assert len(evals) == len(finops_checks)
-    assert [e.check_name for e in evals if not e.passed] == []
+    # data tests all pass; capacity signals (tests/scorecards) may fire on this day, and one does
+    signals = {s.name for s in SIGNALS}
+    assert [e.check_name for e in evals if not e.passed and e.check_name not in signals] == []
+    assert {e.check_name for e in evals if not e.passed} == {"pool_utilization_low"}
     with duckdb.connect(path, read_only=True) as con:
         total = con.execute("select sum(total_cost) from chargeback").fetchall()[0][0]
     assert str(total) == "1191.648000"
@@ -112,6 +118,7 @@ def test_backfill_range_runs_as_one_step_per_asset(tmp_path):
         tags={"dagster/asset_partition_range_start": "2026-11-27", "dagster/asset_partition_range_end": DAY},
     )
     assert result.success
-    assert all(e.passed for e in result.get_asset_check_evaluations())
+    signals = {s.name for s in SIGNALS}  # capacity signals may fire (WARN); the data tests all pass
+    assert all(e.passed for e in result.get_asset_check_evaluations() if e.check_name not in signals)
     with duckdb.connect(path, read_only=True) as con:
         assert str(con.execute("select sum(total_cost) from chargeback").fetchall()[0][0]) == "1191.648000"

@@ -210,14 +210,41 @@ def test_ephemeral_model_is_inlined_not_stored(built):
     p, con = built
     stg = p.models["stg_dcgm_samples"]
     assert stg.is_ephemeral and "stg_dcgm_samples" not in p.models["int_gpu_busy"].sql
-    assert "raw_dcgm_samples" in p.models["int_gpu_busy"].sql
+    assert "raw_dcgm_hourly" in p.models["int_gpu_busy"].sql
     tables = {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
     assert "stg_dcgm_samples" not in tables and "int_gpu_busy" in tables
-    results = {t.test_name: t.failures for t in p.run_tests(con, DAY, select=["stg_dcgm_samples"])}
-    assert results["unique_day__hostname__gpu__gpu_instance_id__metric__ts"] == 0
     # 16 GPUs x 5,760 samples; gpu-a reports both metrics; the history duplicates and the sentinel are gone
     n = con.execute(f"select count(*) from ({stg.sql})", p.bind(stg, (DAY_D, DAY_D))).fetchall()[0][0]
     assert n == 8 * 5760 * 2 + 8 * 5760
+
+
+def test_rollup_and_int_gpu_busy_agree_with_the_per_sample_rules(built):
+    """stg_dcgm_samples (the per-sample definition) summed = int_gpu_busy (from the hourly rollup)."""
+    p, con = built
+    stg = p.models["stg_dcgm_samples"]
+    keys = "day, hostname, gpu, gpu_instance_id, namespace, pod, metric"
+    per_sample = con.execute(f"select {keys}, count(*), sum(busy) from ({stg.sql}) group by all order by all",
+                             p.bind(stg, (DAY_D, DAY_D))).fetchall()
+    stored = con.execute(f"select {keys}, samples, busy_samples from int_gpu_busy where day = $d order by all",
+                         {"d": DAY_D}).fetchall()
+    assert per_sample == stored and len(stored) > 16
+
+
+def test_a_sample_repeated_in_one_source_fails_the_uniqueness_check(built):
+    from gpu_platform.feeds.load import rollup_dcgm_samples
+
+    p, con = built
+    con.execute("insert into raw_dcgm_samples select * replace (-7 as source_line) from raw_dcgm_samples "
+                "where hostname = 'gpu-b' and gpu = 3 and ts = timestamp '2026-11-28 07:00:00'")
+    try:
+        rollup_dcgm_samples(con)
+        p.build(con, day=DAY, select=["int_gpu_busy"])
+        failing = {t.test_name: t.failures for t in p.run_tests(con, DAY, select=["int_gpu_busy"]) if t.failures}
+        assert failing == {"expression_is_true_samples_unique_per_gpu_pod_metric_ts": 1}
+    finally:
+        con.execute("delete from raw_dcgm_samples where source_line = -7")
+        rollup_dcgm_samples(con)
+        p.build(con, day=DAY)
 
 
 def test_range_build_equals_day_by_day(project_days):

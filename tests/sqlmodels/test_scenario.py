@@ -200,7 +200,8 @@ def test_multi_currency_never_mixed(project):
                    engine_nodes=set())
     con.execute("insert into raw_requests (request_id, team, cost_center, lane, site, workload, gpu_count, state) "
                 "values ('R8', 'planning', 'CC-1020', 'research_best_effort', 'muc', 'training_run', 1, 'finished')")
-    con.execute("insert into raw_pod_requests values ('team-planning', 'r8-a1', 'R8', 1, 'l4-inference', 'gpu-c', "
+    con.execute("insert into raw_pod_requests (namespace, pod, request_id, attempt, flavor_name, hostname, gpu_uuids, "
+                "started_at, ended_at, exit_status) values ('team-planning', 'r8-a1', 'R8', 1, 'l4-inference', 'gpu-c', "
                 "['GPU-gpu-c-0'], $s, $e, 'Succeeded')", {"s": D0, "e": D0 + timedelta(hours=6)})
     failures = build(project, con)
     assert {k: v for k, v in failures.items() if v} == {}

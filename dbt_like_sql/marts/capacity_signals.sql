@@ -1,0 +1,291 @@
+-- The capacity-planning table, computed: one row per day, signal and subject with its value, the
+-- policy's threshold (bound vars cs_*), whether it fired, its severity and the action to take.
+-- Signals off at the policy's scale (enabled_signals) are left out; severity is ERROR for the
+-- scale's error_lanes / error_signals, else WARN.
+with days as (
+
+    select
+        cast(d as date) as day,
+        cast(d as timestamp) as day_start,
+        cast(d as timestamp) + interval 1 day as day_end
+    from unnest(generate_series(
+        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
+    )) as t(d)
+
+),
+
+flavors as (
+
+    select split_part(f, '|', 1) as flavor_name, split_part(f, '|', 2) as node_pool,
+           split_part(f, '|', 3) as flavor_mode, split_part(f, '|', 4) = 'true' as spot
+    from unnest(cast({{ var('flavor_catalog') }} as varchar[])) as t(f)
+
+),
+
+queue_wait as (
+
+    select
+        q.day, 'queue_wait_exceeds_training_time' as signal, q.subject, q.subject as lane,
+        q.wait_p95_s / q.run_p50_s as value,
+        cast({{ var('cs_queue_wait_ratio') }} as double) as threshold,
+        q.admissions >= {{ var('cs_min_attempts') }} and q.wait_p95_s / q.run_p50_s > {{ var('cs_queue_wait_ratio') }}
+            as fired,
+        printf('Lane %s: p95 queue wait %.0f s against a median run of %.0f s (x%.2f; fires above x%.2f). When it '
+               || 'waits longer than its jobs run, add nominal_quota or borrowing_limit for it, lend it idle quota from its '
+               || 'cohort, or move work to an emptier lane or off-peak.',
+               q.subject, q.wait_p95_s, q.run_p50_s, q.wait_p95_s / q.run_p50_s, {{ var('cs_queue_wait_ratio') }})
+            as action
+    from {{ ref('scorecard_queue_wait') }} as q
+    where q.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and q.dimension = 'lane' and q.run_p50_s > 0 and q.wait_p95_s is not null
+
+),
+
+pool_utilization as (
+
+    select
+        u.day, 'pool_utilization_low', u.subject, cast(null as varchar),
+        u.busy_of_capacity,
+        cast({{ var('cs_pool_utilization_min') }} as double),
+        u.busy_of_capacity < {{ var('cs_pool_utilization_min') }},
+        printf('Node pool %s did work on %.0f%% of its GPU-hours (%.1f busy of %.1f; fires below %.0f%%). Shrink it '
+               || '(autoscaling.node_pools.%s.min_nodes), consolidate onto fewer nodes, or cut its GPUs into MIG '
+               || 'slices for the small jobs holding whole GPUs.',
+               u.subject, 100 * u.busy_of_capacity, u.used_gpu_hours, u.capacity_gpu_hours,
+               100 * {{ var('cs_pool_utilization_min') }}, u.subject)
+    from {{ ref('scorecard_utilization') }} as u
+    where u.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and u.dimension = 'node_pool' and u.capacity_gpu_hours > 0
+      -- nodes no flavor or inventory label places in a pool have nothing to resize (scorecard only)
+      and u.subject <> 'unknown'
+
+),
+
+oom as (
+
+    select
+        f.day, 'oom_retries_high', f.subject, f.subject,
+        f.oom_retry_rate,
+        cast({{ var('cs_oom_retry_rate_max') }} as double),
+        f.attempts >= {{ var('cs_min_attempts') }} and f.oom_retry_rate > {{ var('cs_oom_retry_rate_max') }},
+        printf('Lane %s: %d of %d attempts ran out of memory and were retried (%.0f%%; fires above %.0f%%). Raise the jobs'' '
+               || 'memory (memory_gib, a larger GPU flavor) or their batch size down, and fail OOM fast instead of '
+               || 'retrying it unchanged.',
+               f.subject, f.oom_retries, f.attempts, 100 * f.oom_retry_rate, 100 * {{ var('cs_oom_retry_rate_max') }})
+    from {{ ref('scorecard_failures') }} as f
+    where f.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and f.dimension = 'lane' and f.oom_retry_rate is not null
+
+),
+
+waits_by_day as (
+
+    -- waits touching each day, with what they had waited by its end; upstream and budget waits
+    -- do not wait for capacity
+    select d.day, w.*,
+           epoch(least(w.wait_end, d.day_end) - w.wait_start) as waited_s,
+           least(w.wait_end, d.day_end) as until
+    from {{ ref('int_queue_waits') }} as w
+    inner join days as d on w.wait_start < d.day_end and w.wait_end >= d.day_start
+    where coalesce(w.last_reason_code, '') not in ('WaitingForUpstream', 'BudgetExhausted')
+
+),
+
+research_pods as (
+
+    select p.started_at, coalesce(p.ended_at, timestamp '9999-12-31') as ended_at, p.flavor_name
+    from {{ ref('stg_pod_requests') }} as p
+    inner join {{ ref('stg_requests') }} as r on r.request_id = p.request_id
+    where r.lane = {{ var('cs_research_lane') }}
+
+),
+
+release_delays as (
+
+    select w.day, w.request_id, w.waited_s
+    from waits_by_day as w
+    where w.lane = {{ var('cs_release_lane') }}
+      and exists (select 1 from research_pods as p where p.started_at < w.until and p.ended_at > w.wait_start)
+
+),
+
+release_delay as (
+
+    select
+        d.day, 'release_replay_delayed_by_research', {{ var('cs_release_lane') }}, {{ var('cs_release_lane') }},
+        coalesce(max(r.waited_s), 0.0),
+        cast({{ var('cs_release_delay_s') }} as double),
+        coalesce(max(r.waited_s), 0.0) > {{ var('cs_release_delay_s') }},
+        printf('%s waited up to %.0f s (fires above %.0f s) while %s held GPUs (%d request(s), longest %s). Let %s reclaim '
+               || 'them (preemption.reclaim_within_cohort: Any, %s in yields_to), cap %s''s borrowing_limit, or keep '
+               || 'a warm pool for %s.',
+               {{ var('cs_release_lane') }}, coalesce(max(r.waited_s), 0.0), {{ var('cs_release_delay_s') }},
+               {{ var('cs_research_lane') }}, count(r.request_id), coalesce(arg_max(r.request_id, r.waited_s), '-'),
+               {{ var('cs_release_lane') }}, {{ var('cs_release_lane') }}, {{ var('cs_research_lane') }},
+               {{ var('cs_release_lane') }})
+    from days as d
+    left join release_delays as r on r.day = d.day
+    group by d.day
+
+),
+
+incident_wait as (
+
+    select
+        d.day, 'incident_waiting_for_capacity', {{ var('cs_incident_lane') }}, {{ var('cs_incident_lane') }},
+        coalesce(max(w.waited_s), 0.0),
+        cast({{ var('cs_incident_wait_s') }} as double),
+        coalesce(max(w.waited_s), 0.0) > {{ var('cs_incident_wait_s') }},
+        printf('%s waited up to %.0f s for capacity (fires above %.0f s; longest %s). Keep a warm pool for it '
+               || '(autoscaling.warm_pools), raise its nominal_quota, or let it preempt more '
+               || '(preemption.within_cluster_queue / reclaim_within_cohort); gpu-platform explain shows what it waited behind.',
+               {{ var('cs_incident_lane') }}, coalesce(max(w.waited_s), 0.0), {{ var('cs_incident_wait_s') }},
+               coalesce(arg_max(w.request_id, w.waited_s), '-'))
+    from days as d
+    left join waits_by_day as w on w.day = d.day and w.lane = {{ var('cs_incident_lane') }}
+    group by d.day
+
+),
+
+spot as (
+
+    select
+        p.day, 'spot_failures_erasing_work', p.subject, cast(null as varchar),
+        (p.lost_gpu_hours + p.failed_gpu_hours) / p.ended_gpu_hours,
+        cast({{ var('cs_spot_lost_share_max') }} as double),
+        p.ended_attempts >= {{ var('cs_min_attempts') }}
+            and (p.lost_gpu_hours + p.failed_gpu_hours) / p.ended_gpu_hours > {{ var('cs_spot_lost_share_max') }},
+        printf('Spot flavor %s lost %.1f of %.1f GPU-hours to preemptions and failures (%.0f%%; fires above %.0f%%). Keep '
+               || 'checkpoint-less work off spot, require preemption_policy checkpoint_requeue with a shorter '
+               || 'checkpoint_interval there, or move the lanes that lose most to on-demand.',
+               p.subject, p.lost_gpu_hours + p.failed_gpu_hours, p.ended_gpu_hours,
+               100 * (p.lost_gpu_hours + p.failed_gpu_hours) / p.ended_gpu_hours, 100 * {{ var('cs_spot_lost_share_max') }})
+    from {{ ref('scorecard_preemption') }} as p
+    inner join flavors as f on f.flavor_name = p.subject and f.spot
+    where p.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and p.dimension = 'flavor' and p.ended_gpu_hours > 0
+
+),
+
+site as (
+
+    select
+        -- a site's spend is compared within its currency: subject 'site (currency)'
+        c.day, 'site_dominating_spend', c.subject || ' (' || c.currency || ')', cast(null as varchar),
+        c.spend_share,
+        cast({{ var('cs_site_spend_share_max') }} as double),
+        -- one site alone is no imbalance: it fires only when the day's spend has more than one site
+        c.spend_share > {{ var('cs_site_spend_share_max') }}
+            and count(*) over (partition by c.day, c.currency) > 1,
+        printf('Site %s took %.0f%% of the day''s %s GPU spend (%s; fires above %.0f%%). Check its work is expected '
+               || '(gpu-platform cost report), rebalance capacity between sites, or charge it back explicitly.',
+               c.subject, 100 * c.spend_share, c.currency, cast(c.cost as varchar), 100 * {{ var('cs_site_spend_share_max') }})
+    from {{ ref('scorecard_allocation_coverage') }} as c
+    where c.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and c.dimension = 'site' and c.spend_share is not null
+
+),
+
+image_pull as (
+
+    select
+        c.day, 'image_pull_dominating_runtime', c.subject, cast(null as varchar),
+        c.pull_setup_share,
+        cast({{ var('cs_image_pull_share_max') }} as double),
+        c.timed_runs >= {{ var('cs_min_attempts') }} and c.pull_setup_share > {{ var('cs_image_pull_share_max') }},
+        printf('Image %s spent %.0f%% of its run time pulling and setting up (%.0f of %.0f s over %d run(s); fires above %.0f%%). '
+               || 'Pre-pull or cache it on the GPU nodes (a node-local registry mirror, image streaming), slim it, '
+               || 'or stage data once per node.',
+               c.subject, 100 * c.pull_setup_share, c.image_pull_s + c.setup_s, c.runtime_s, c.timed_runs,
+               100 * {{ var('cs_image_pull_share_max') }})
+    from {{ ref('scorecard_cache_efficiency') }} as c
+    where c.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and c.dimension = 'image' and c.pull_setup_share is not null
+
+),
+
+whole_gpu_pods as (
+
+    select p.day, p.request_id, p.namespace, p.pod, p.allocated_gpu_hours, p.used_gpu_hours
+    from {{ ref('int_pod_gpu_hours') }} as p
+    left join {{ ref('stg_request_metadata') }} as m on m.request_id = p.request_id
+    left join flavors as f on f.flavor_name = p.flavor_name
+    where p.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and coalesce(m.sharing_mode, 'exclusive') = 'exclusive' and coalesce(f.flavor_mode, 'exclusive') = 'exclusive'
+
+),
+
+memory as (
+
+    select day, namespace, pod, max(fb_used_max_mib) as fb_used_max_mib
+    from {{ ref('stg_dcgm_memory') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and pod is not null and fb_samples > 0
+    group by day, namespace, pod
+
+),
+
+right_size as (
+
+    select
+        w.day,
+        w.request_id,
+        max(m.fb_used_max_mib) / 1024.0 as peak_gib,
+        sum(w.used_gpu_hours) / nullif(sum(w.allocated_gpu_hours), 0) as engine_active
+    from whole_gpu_pods as w
+    inner join memory as m on m.day = w.day and m.namespace = w.namespace and m.pod = w.pod
+    group by w.day, w.request_id
+
+),
+
+slice as (
+
+    select
+        s.day, 'whole_gpu_fits_slice', s.request_id, r.lane,
+        s.peak_gib,
+        cast({{ var('cs_slice_memory_gib') }} as double),
+        s.peak_gib <= {{ var('cs_slice_memory_gib') }}
+            and coalesce(s.engine_active, 0) <= {{ var('cs_slice_engine_active_max') }},
+        printf('Request %s (lane %s) on whole GPUs peaked at %.1f GiB of GPU memory and kept the engine %.0f%% busy '
+               || '(fires at <= %.0f GiB and <= %.0f%%: it fits a MIG slice). Ask for gpu_resource '
+               || 'nvidia.com/mig-1g.10gb on a MIG flavor instead of nvidia.com/gpu.',
+               s.request_id, r.lane, s.peak_gib, 100 * coalesce(s.engine_active, 0), {{ var('cs_slice_memory_gib') }},
+               100 * {{ var('cs_slice_engine_active_max') }})
+    from right_size as s
+    inner join {{ ref('stg_requests') }} as r on r.request_id = s.request_id
+
+),
+
+signals as (
+
+    select * from queue_wait
+    union all select * from pool_utilization
+    union all select * from oom
+    union all select * from release_delay
+    union all select * from incident_wait
+    union all select * from spot
+    union all select * from site
+    union all select * from image_pull
+    union all select * from slice
+
+),
+
+final as (
+
+    select
+        day,
+        signal,
+        subject,
+        lane,
+        cast(value as double) as value,
+        threshold,
+        coalesce(fired, false) as fired,
+        case when list_contains(cast({{ var('error_signals') }} as varchar[]), signal)
+                  or list_contains(cast({{ var('error_lanes') }} as varchar[]), coalesce(lane, ''))
+             then 'ERROR' else 'WARN' end as severity,
+        action
+    from signals
+    where list_contains(cast({{ var('enabled_signals') }} as varchar[]), signal)
+
+)
+
+select * from final

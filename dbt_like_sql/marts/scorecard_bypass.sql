@@ -1,0 +1,66 @@
+-- Bypass rate per day: GPU time on no admitted request against GPU time of admitted requests, and
+-- the approved policy exceptions (safety approvals, cost exceptions) the ledger recorded that day.
+with days as (
+
+    select
+        cast(d as date) as day,
+        cast(d as timestamp) as day_start,
+        cast(d as timestamp) + interval 1 day as day_end
+    from unnest(generate_series(
+        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
+    )) as t(d)
+    where list_contains(cast({{ var('scorecard_rows') }} as varchar[]), 'bypass_rate')
+
+),
+
+attributed as (
+
+    select day, sum(allocated_gpu_hours) as gpu_hours from {{ ref('int_pod_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day
+
+),
+
+unattributed as (
+
+    select day, sum(gpu_hours) as gpu_hours, count(*) as pods from {{ ref('int_unattributed_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day
+
+),
+
+approvals as (
+
+    select
+        d.day,
+        count(*) as approved_exceptions,
+        count(*) filter (where e.approval_kind = 'safety') as safety_approvals,
+        count(*) filter (where e.approval_kind = 'cost') as cost_exceptions,
+        count(distinct e.approver) as approvers
+    from {{ ref('stg_request_events') }} as e
+    inner join days as d on e.event_at >= d.day_start and e.event_at < d.day_end
+    where e.event = 'approved'
+    group by d.day
+
+),
+
+final as (
+
+    select
+        d.day,
+        coalesce(a.gpu_hours, 0.0) as attributed_gpu_hours,
+        coalesce(u.gpu_hours, 0.0) as unattributed_gpu_hours,
+        coalesce(u.pods, 0) as unattributed_pods,
+        coalesce(u.gpu_hours, 0.0) / nullif(coalesce(a.gpu_hours, 0.0) + coalesce(u.gpu_hours, 0.0), 0) as bypass_share,
+        coalesce(x.approved_exceptions, 0) as approved_exceptions,
+        coalesce(x.safety_approvals, 0) as safety_approvals,
+        coalesce(x.cost_exceptions, 0) as cost_exceptions,
+        coalesce(x.approvers, 0) as approvers
+    from days as d
+    left join attributed as a on a.day = d.day
+    left join unattributed as u on u.day = d.day
+    left join approvals as x on x.day = d.day
+
+)
+
+select * from final

@@ -1,0 +1,106 @@
+"""The capacity signals: their catalogue, the vars the SQL marts bind, and reading what fired."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from gpu_platform.policy.scale import (
+    SIGNAL_ROWS,
+    enabled_signals,
+    error_lanes,
+    error_signals,
+    scorecard_rows,
+)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One row of the capacity-planning table. `threshold`: the `capacity_signals:` key."""
+
+    name: str
+    subject: str
+    threshold: str
+    fires_when: str
+
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal("queue_wait_exceeds_training_time", "lane", "queue_wait_ratio",
+           "lane p95 queue wait / median run time of its attempts > threshold"),
+    Signal("pool_utilization_low", "node_pool", "pool_utilization_min",
+           "node pool busy GPU-hours / capacity GPU-hours < threshold"),
+    Signal("oom_retries_high", "lane", "oom_retry_rate_max",
+           "OOM-failed attempts that were retried / attempts > threshold"),
+    Signal("release_replay_delayed_by_research", "lane", "release_delay_s",
+           "longest release-lane wait while the research lane held GPUs (s) > threshold"),
+    Signal("incident_waiting_for_capacity", "lane", "incident_wait_s",
+           "longest incident-lane wait for admission (s) > threshold"),
+    Signal("spot_failures_erasing_work", "flavor", "spot_lost_share_max",
+           "GPU-hours lost on a spot flavor (failed + preempted attempts) / its GPU-hours > threshold"),
+    Signal("site_dominating_spend", "site", "site_spend_share_max",
+           "one site's share of the day's allocated cost > threshold"),
+    Signal("image_pull_dominating_runtime", "image", "image_pull_share_max",
+           "image pull + setup seconds / run seconds of an image > threshold"),
+    Signal("whole_gpu_fits_slice", "request", "slice_memory_gib",
+           "a whole-GPU request's peak FB_USED (GiB) <= threshold and mean engine activity <= slice_engine_active_max"),
+)
+assert {s.name for s in SIGNALS} == set(SIGNAL_ROWS), "every signal has its scorecard row in policy/scale.py"
+
+_THRESHOLDS = (
+    "queue_wait_ratio", "pool_utilization_min", "oom_retry_rate_max", "release_delay_s", "incident_wait_s",
+    "spot_lost_share_max", "site_spend_share_max", "image_pull_share_max", "slice_memory_gib",
+    "slice_engine_active_max", "min_attempts", "release_lane", "research_lane", "incident_lane",
+)
+
+
+def flavor_catalog(policy: Any) -> list[str]:
+    """`name|node_pool|sharing mode|spot` per flavor: the policy facts the marts need, as one
+    bound list (DuckDB splits it), so no policy value is ever formatted into SQL."""
+    return [f"{f.name}|{f.node_pool}|{f.sharing.mode}|{'true' if f.spot else 'false'}" for f in policy.flavors]
+
+
+def model_vars(policy: Any) -> dict[str, Any]:
+    """The bound vars of the scorecard and capacity-signal models, from the policy: every
+    threshold as `cs_<key>`, the scale's rows / signals / ERROR lanes and signals, the flavors."""
+    cs = policy.capacity_signals
+    out: dict[str, Any] = {f"cs_{k}": getattr(cs, k) for k in _THRESHOLDS}
+    out.update(
+        scorecard_rows=list(scorecard_rows(policy.scale)),
+        enabled_signals=list(enabled_signals(policy.scale)),
+        error_lanes=list(error_lanes(policy.scale, policy)),
+        error_signals=list(error_signals(policy.scale)),
+        flavor_catalog=flavor_catalog(policy),
+    )
+    return out
+
+
+@dataclass(frozen=True)
+class FiredSignal:
+    """One row of `capacity_signals` (fired or not)."""
+
+    day: date
+    signal: str
+    subject: str
+    lane: str | None
+    value: float | None
+    threshold: float | None
+    fired: bool
+    severity: str
+    action: str
+
+
+_COLUMNS = "day, signal, subject, lane, value, threshold, fired, severity, action"
+
+
+def signal_rows(con: Any, day_from: str | date, day_to: str | date, only_fired: bool = False) -> list[FiredSignal]:
+    """Rows of `capacity_signals` for the days (inclusive), ERROR first, then by signal and subject."""
+    sql = (f"select {_COLUMNS} from capacity_signals where day between $f and $t"
+           + (" and fired" if only_fired else "")
+           + " order by day, severity = 'WARN', signal, subject")
+    return [FiredSignal(*row) for row in con.execute(sql, {"f": day_from, "t": day_to}).fetchall()]
+
+
+def fired(con: Any, day_from: str | date, day_to: str | date) -> list[FiredSignal]:
+    """The signals that fired on the days (inclusive)."""
+    return signal_rows(con, day_from, day_to, only_fired=True)
