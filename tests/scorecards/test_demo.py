@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
-from assets import demo_seed
+from gpu_platform.cli.app import main
 from gpu_platform.scorecards import fired
 from gpu_platform.scorecards.read import SCORECARD_TABLES
 
@@ -19,14 +21,14 @@ def demo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GPU_PLATFORM_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
-    (tmp_path / "dagster_home").mkdir()
     return tmp_path
 
 
 def test_demo_day_has_every_scorecard_and_a_fired_signal(demo_env: Path):
-    summary = demo_seed.seed_costs(days=1)
-    assert summary is not None
-    first, last = summary["days"][0], summary["days"][-1]
+    out = CliRunner().invoke(main, ["demo", "seed", "--days", "1", "--price-days", "1"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads((demo_env / "home" / ".demo_seeded").read_text())
+    first, last = summary["priced_now"][0], summary["priced_now"][-1]
     with duckdb.connect(str(demo_env / "home" / "warehouse.duckdb"), read_only=True) as con:
         for table in SCORECARD_TABLES:
             assert con.execute(f"select count(distinct day) from {table}").fetchone()[0] == 1, table
