@@ -8,7 +8,8 @@ to a Dagster backfill that `gpu-platform demo run` launches once the UI is up; t
 and partitions are written to `$GPU_PLATFORM_HOME/demo_backfill.json` for it.
 
 `python -m assets.demo_seed recover` (run by `demo run` before `dagster dev` starts) marks runs a
-stopped demo left in flight as canceled and frees their pool slots.
+stopped demo left in flight as canceled (workload runs: deleted, so the gate launches them
+again) and frees their pool slots.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rich.console import Console
 
 from assets.finops import WAREHOUSE_POOL, finops_assets
 from assets.ingest import ingest_assets
+from gpu_platform.gate import TAG_REQUEST_ID
 from resources.build import build_resources
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -60,15 +62,21 @@ IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.Dagst
 
 
 def recover_stopped_runs(instance: dg.DagsterInstance | None = None) -> list[str]:
-    """Runs a stopped demo left in flight (their processes are gone): mark them canceled and free
-    the pool slots they held, so the warehouse pool and the gate do not wait on dead runs."""
+    """Runs a stopped demo left in flight (their processes are gone): free the pool slots they
+    held, delete the workload runs (the gate relaunches their requests) and mark the others
+    canceled, so neither the warehouse pool nor the gate waits on dead runs."""
     if instance is None:
         with dg.DagsterInstance.get() as owned:
             return recover_stopped_runs(owned)
     runs = [r.dagster_run for r in instance.get_run_records(filters=dg.RunsFilter(statuses=list(IN_FLIGHT)))]
     for run in runs:
-        instance.report_run_canceled(run, "the demo was stopped while this run was in flight")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        if TAG_REQUEST_ID in run.tags:
+            # a workload run: gone, so the gate launches the admitted request again under the
+            # same run key (its crash path) and the work resumes from its checkpoint
+            instance.delete_run(run.run_id)
+        else:
+            instance.report_run_canceled(run, "the demo was stopped while this run was in flight")
     # and any slot still claimed (or step still pending) by a run that is no longer going
     storage = instance.event_log_storage
     for pool in storage.get_concurrency_keys():

@@ -71,6 +71,7 @@ def test_runs_left_in_flight_by_a_stopped_demo_are_canceled_and_release_their_po
     from dagster._core.storage.dagster_run import DagsterRun
 
     from assets.demo_seed import recover_stopped_runs
+    from gpu_platform.gate import TAG_ATTEMPT, TAG_REQUEST_ID
 
     with dg.instance_for_test() as instance:
         instance.event_log_storage.set_concurrency_slots("duckdb_warehouse", 1)
@@ -84,8 +85,13 @@ def test_runs_left_in_flight_by_a_stopped_demo_are_canceled_and_release_their_po
         instance.add_run(stale)
         instance.event_log_storage.set_concurrency_slots("duckdb_warehouse", 2)
         assert instance.event_log_storage.claim_concurrency_slot("duckdb_warehouse", stale.run_id, "stg_pods").is_claimed
-        assert recover_stopped_runs(instance) == [dead.run_id]
+        workload = DagsterRun(job_name="training_run_job", status=dg.DagsterRunStatus.STARTED,
+                              tags={TAG_REQUEST_ID: "req-1", TAG_ATTEMPT: "1"})
+        instance.add_run(workload)
+        assert sorted(recover_stopped_runs(instance)) == sorted([dead.run_id, workload.run_id])
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.CANCELED
+        # the workload run is gone: the gate sees an admitted request without a run and relaunches it
+        assert instance.get_run_by_id(workload.run_id) is None
         assert instance.get_run_by_id(done.run_id).status == dg.DagsterRunStatus.SUCCESS
         info = instance.event_log_storage.get_concurrency_info("duckdb_warehouse")
         assert info.active_slot_count == 0
