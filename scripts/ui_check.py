@@ -109,7 +109,7 @@ def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-dev-shm-usage", "--window-size=1600,1000"):
+                 "--disable-dev-shm-usage", "--window-size=1600,1400"):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     try:
