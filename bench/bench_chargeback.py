@@ -10,7 +10,7 @@ rollup the loader writes with each loaded file (`raw_dcgm_hourly`, `rollup_dcgm_
 view of the Parquet files), saved next to them as Parquet; the rebuild's seed loads it as the
 table the loader would have written.
 
-Timed, each in its own fresh subprocess (peak RSS = that process's ru_maxrss), floor and rebuild
+Timed, each in its own fresh subprocess (peak RSS = that process's own high-water mark, VmHWM), floor and rebuild
 alternating --runs times (default 3; medians reported) on the same page-cached files:
   floor    select pod, count(*), avg(value) from read_parquet(...) group by pod
   rebuild  every cost model for the whole period as one partition range (a single-run backfill;
@@ -258,7 +258,7 @@ def run_rebuild(gpus: int, days: int, threads: int, with_tests: bool = True) -> 
     for r in project.build(con, select=sorted(after)):
         per_model[r.name] = per_model.get(r.name, 0.0) + r.seconds
     build_s = time.perf_counter() - t0
-    rss_build = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_build = _peak_rss_mib()
     samples = con.execute("select sum(samples) from int_gpu_busy").fetchall()[0][0]
     result = {
         "seconds": build_s,
@@ -282,8 +282,23 @@ def run_rebuild(gpus: int, days: int, threads: int, with_tests: bool = True) -> 
     return result
 
 
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB: VmHWM of its own address space on Linux.
+
+    ru_maxrss is not used where VmHWM exists: Linux carries it across fork and exec, so a child
+    forked from a parent holding the generated data would report the parent's memory.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
+
+
 def _child(kind: str, gpus: int, days: int, threads: int, with_tests: bool = False) -> dict:
-    """Run one measurement in a fresh interpreter; it reports its own peak RSS (ru_maxrss)."""
+    """Run one measurement in a fresh interpreter; it reports its own peak RSS (`_peak_rss_mib`)."""
     cmd = [sys.executable, __file__, "--child", kind, "--gpus", str(gpus), "--days", str(days),
            "--threads", str(threads)] + (["--with-tests"] if with_tests else [])
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -311,7 +326,7 @@ def main() -> None:
             result = run_ingest(args.gpus, days, args.threads)
         else:
             result = run_rebuild(args.gpus, days, args.threads, with_tests=args.with_tests)
-        result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+        result["peak_rss_mib"] = round(_peak_rss_mib(), 1)
         print(json.dumps(result))
         return
     gen_s = generate(args.gpus, days, args.threads)

@@ -167,9 +167,8 @@ NOTES = """## Notes
   (`raw_dcgm_hourly`, ~12k rows a day for 512 GPUs), never the 15 s samples (unless two sources
   overlap on a node-day); the floor still reads every sample. The rollup's own cost is reported
   apart (`ingest`: once per loaded file in production). See docs/finops.md ("Performance") for
-  what each step costs. Peak memory is per measuring process (ru_maxrss); the run that first
-  generates the Parquet data reports the generator's memory too (a known ru_maxrss quirk), so
-  figures are taken from a run with the data already cached. The 2 cores are shared with other
+  what each step costs. Peak memory is per measuring process (its own VmHWM, so a child never
+  reports the memory of the process that generated the data). The 2 cores are shared with other
   jobs: single runs move by 2-3x, so every figure is a median, and the floor is measured in the
   same invocation, alternating with the rebuild, so the ratio is fair.
 - Simulator: the engine is rebuilt for every admission call (its `Snapshot` of running work
