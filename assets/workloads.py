@@ -47,6 +47,7 @@ from gpu_platform.workloads.stages import (
     assemble,
     prepare_program,
     program_metadata,
+    read_result,
     record_program_failure,
     record_program_success,
 )
@@ -225,8 +226,8 @@ def run_program_stage(
         raise dg.Failure(description=exc.description) from exc
     try:
         reported = invocation.get_materialize_result().metadata
-    except Exception:  # the program reported through result.json only
-        reported = None
+    except Exception:  # no pipes materialization arrived: the program's result.json says the same
+        reported = {k: v for k, v in (read_result(stage.out_dir) or {}).items() if v is not None}
     return dg.MaterializeResult(metadata={**program_metadata(reported), **_dagster_metadata(md, kind)})
 
 
