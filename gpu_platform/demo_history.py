@@ -209,8 +209,9 @@ class _Recording(_Sim):
         self.segments.setdefault(r.job.job_id, []).append([now, None, flavor, "finished"])
 
     def _evict(self, r, now):  # type: ignore[no-untyped-def]
-        super()._evict(r, now)
+        requeue = super()._evict(r, now)
         self.segments[r.job.job_id][-1][3] = "preempted"
+        return requeue
 
     def _stop(self, r, now):  # type: ignore[no-untyped-def]
         self.segments[r.job.job_id][-1][1] = now

@@ -261,7 +261,9 @@ class _Sim:
         heapq.heappush(self.heap, (now + r.job.duration_s - r.saved_s, self.counter, r.seq, r))
         self.usage.append((now, r.job.lane, r.job.gpus))
 
-    def _evict(self, r: JobRun, now: float) -> None:
+    def _evict(self, r: JobRun, now: float) -> bool:
+        """Stop a preempted run and account its lost work; True when it goes back to its queue
+        (the caller requeues it: `schedule` does so after the instant settles)."""
         ran = self._stop(r, now)
         r.seq += 1  # invalidates its completion event
         r.preemptions += 1
@@ -279,8 +281,9 @@ class _Sim:
         r.lost_gpu_s += r.job.gpus * lost
         if policy == "fail":
             r.state, r.end, r.reason = "failed", now, "preempted with preemption_policy fail"
-            return
-        self._enqueue(r, now)
+            return False
+        r.state = "evicted"
+        return True
 
     def _account(self, w: Workload, sign: int) -> None:
         g = (w.cq, w.flavor or "", w.priority)
@@ -423,13 +426,18 @@ class _Sim:
         reps.sort(key=lambda e: e[0])
         return reps[:limit], len(reps) > limit
 
-    def schedule(self, now: float, full: bool) -> None:
+    def schedule(self, now: float, full: bool, settle: bool = True) -> None:
         limits = dict.fromkeys(self.shapes, self.window)
         expand: dict[tuple, int] = {}
         # Found inadmissible at this instant: not shown again after evictions here, since what
         # evictions free is the preemptors' (Kueue's inadmissible list; without it two queues
         # can trade the same GPUs back and forth at one instant).
         parked: set[tuple] = set()
+        # Preempted at this instant: back in their queue only once the instant settles, as a
+        # Kueue workload is requeued after its eviction completes. Requeued at once, a victim
+        # could take the room its preemptor freed (it sorts first when it needs no borrowing)
+        # and the two would trade the same GPUs at one instant without end.
+        requeue: list[JobRun] = []
         for _ in range(10_000):
             self._refresh_checkpoints(now)
             pending: list[Workload] = []
@@ -472,7 +480,8 @@ class _Sim:
             for p in res.preempted:
                 victim = self.run_of.get(p.victim)
                 if victim is not None:
-                    self._evict(victim, now)
+                    if self._evict(victim, now):
+                        requeue.append(victim)
                     evicted = True
             # Per queue: the first pending workload that holds the queue (it waits, or it is an
             # inadmissible StrictFIFO head); nothing behind it can move until something changes.
@@ -505,6 +514,12 @@ class _Sim:
             self.fresh[cq] = []
             if not self.size[cq]:
                 self.block[cq] = None
+        for r in requeue:
+            self._enqueue(r, now)
+        if requeue and settle:
+            # Their preemptors are admitted: the victims may take what is still free at once
+            # (once; victims of that pass wait for the next event).
+            self.schedule(now, full=True, settle=False)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> tuple[float, float]:
