@@ -76,6 +76,11 @@ class FleetType:
     """(ListCost, BilledCost = EffectiveCost, PricingCategory) per hour, USD."""
     zone: str
 
+    @property
+    def memory_gib(self) -> float:
+        """Framebuffer of one GPU (from the model name: 80, 40 or the L4's 24 GB)."""
+        return 80.0 if "80GB" in self.model_name else 40.0 if "40GB" in self.model_name else 24.0
+
 
 FLEET_TYPES = {
     "h100-ondemand": FleetType("h100-ondemand", "p5.48xlarge", "NVIDIA H100 80GB HBM3", True,
@@ -156,6 +161,23 @@ SWEEP_JOBS = 48
 BUSY = {"incident_response": 0.75, "release_eval": 0.6, "map_semantic_batch": 0.66, "candidate_train": 0.82,
         "platform_maintenance": 0.3, "labeler_batch": 0.5, "baseline_rebuild": 0.62, "research_best_effort": 0.4}
 """Mean GR_ENGINE_ACTIVE of a lane's running jobs."""
+MEMORY_GIB = {"incident_response": 52.0, "release_eval": 46.0, "map_semantic_batch": 18.0, "candidate_train": 64.0,
+              "platform_maintenance": 3.0, "labeler_batch": 14.0, "baseline_rebuild": 50.0, "research_best_effort": 38.0}
+"""Typical framebuffer use (DCGM_FI_DEV_FB_USED) of a lane's running jobs, capped at 90% of the GPU."""
+LIGHT_SHARE = 4
+"""One labeler job in LIGHT_SHARE is a small one: ~7 GiB and ~10% engine use on whole GPUs, which
+the right-sizing signal says would fit a 1g.10gb MIG slice."""
+MEMORY_EVERY = 4
+"""FB_USED is written every MEMORY_EVERY samples (60 s): memory peaks, not a busy integral."""
+FB_USED = "DCGM_FI_DEV_FB_USED"
+IMAGE_PULL_S = (2.0, 380.0)
+COLD_PULL_SHARE = 5
+"""Image pull seconds of a run whose node has (first) or lacks (second) the image cached; one run
+in COLD_PULL_SHARE pulls cold."""
+
+
+def _light(rid: str, lane: str | None) -> bool:
+    return lane == "labeler_batch" and int(hashlib.sha256(rid.encode()).hexdigest()[:6], 16) % LIGHT_SHARE == 0
 OFFICE = np.array([0.3] * 7 + [1.0] + [1.8] * 12 + [1.0] + [0.4] * 3)
 OFFICE = OFFICE / OFFICE.mean()
 
@@ -435,13 +457,17 @@ def write_ledger(history: History, ledger: Ledger, policy: Policy) -> int:
 
 
 def _results(req: JobRequest, job: HistJob, rid: str) -> dict[str, Any]:
+    seed = int(hashlib.sha256(rid.encode()).hexdigest()[:6], 16)
+    ran = sum(s.end - s.start for s in job.segments)
+    # what the pod status says of each attempt, summed: image pull, setup before the program starts
+    timings = {"image_pull_s": float(IMAGE_PULL_S[1] if seed % COLD_PULL_SHARE == 0 else IMAGE_PULL_S[0]),
+               "setup_s": float(20 + seed % 70), "runtime_s": round(ran, 1)}
     if req.lane == "labeler_batch":
-        seed = int(hashlib.sha256(rid.encode()).hexdigest()[:6], 16)
         frames = 12_000 + seed % 9_000
-        return {"accepted": frames - frames // 12, "rejected": frames // 12}
+        return {"accepted": frames - frames // 12, "rejected": frames // 12, **timings}
     if req.lane == "release_eval":
-        return {"replay_hours": round(sum(s.end - s.start for s in job.segments) / 3600 * 10, 2)}
-    return {}
+        return {"replay_hours": round(ran / 3600 * 10, 2), **timings}
+    return timings
 
 
 # feeds ----------------------------------------------------------------------------------------
@@ -521,6 +547,7 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
     steps = 86400 // STEP_S
     busy = np.zeros((steps, GPUS_PER_NODE))
     holder = np.full((steps, GPUS_PER_NODE), -1, dtype=np.int32)
+    memory = np.zeros((steps, GPUS_PER_NODE))
     names: list[tuple[str, str]] = []
     for job, seg, k, n, gpus in _pods_of_day(history, day):
         if n != node.name:
@@ -530,9 +557,12 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
         if b <= a:
             continue
         names.append((policy.team(job.request.team or "").namespace, _pod(job.request_id, seg.attempt, k)))
-        level = BUSY.get(job.request.lane or "", 0.5)
+        light = _light(job.request_id, job.request.lane)
+        level = 0.1 if light else BUSY.get(job.request.lane or "", 0.5)
+        mem = min(7.0 if light else MEMORY_GIB.get(job.request.lane or "", 20.0), 0.9 * node.kind.memory_gib)
         for g in gpus:
-            busy[a:b, g] = np.clip(rng.normal(level, 0.12, b - a), 0.02, 1.0)
+            busy[a:b, g] = np.clip(rng.normal(level, 0.03 if light else 0.12, b - a), 0.02, 1.0)
+            memory[a:b, g] = np.clip(rng.normal(mem, 0.05 * mem, b - a), 0.5, 0.95 * node.kind.memory_gib) * 1024
             holder[a:b, g] = len(names) - 1
     idx = pl.Series(np.where(holder < 0, len(names), holder).ravel())
     namespace = pl.Series([x[0] for x in names] + [None], dtype=pl.String).gather(idx)
@@ -543,12 +573,17 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
     gpu = pl.Series(np.tile(np.arange(GPUS_PER_NODE, dtype=np.int32), steps))
     metric = ENGINE if node.kind.profiling else UTIL
     value = busy.ravel() if node.kind.profiling else np.clip(np.round(busy.ravel() * 100 + 8 * (busy.ravel() > 0)), 0, 100)
+    mem_steps = np.arange(0, steps, MEMORY_EVERY)
+    mem_rows = (mem_steps[:, None] * GPUS_PER_NODE + np.arange(GPUS_PER_NODE)).ravel()
+    n_mem = len(mem_rows)
     frame = pl.DataFrame({
-        "ts": ts.gather(np.repeat(np.arange(steps), GPUS_PER_NODE)),
-        "metric": pl.Series([metric], dtype=pl.String).gather(np.zeros(steps * GPUS_PER_NODE, dtype=np.int32)),
-        "value": np.round(value, 3),
-        "hostname": pl.Series([node.name], dtype=pl.String).gather(np.zeros(steps * GPUS_PER_NODE, dtype=np.int32)),
-        "gpu": gpu,
+        "ts": pl.concat([ts.gather(np.repeat(np.arange(steps), GPUS_PER_NODE)),
+                         ts.gather(np.repeat(mem_steps, GPUS_PER_NODE))]),
+        "metric": pl.Series([metric, FB_USED], dtype=pl.String).gather(
+            np.concatenate([np.zeros(steps * GPUS_PER_NODE, dtype=np.int32), np.ones(n_mem, dtype=np.int32)])),
+        "value": np.concatenate([np.round(value, 3), np.round(memory.ravel()[mem_rows])]),
+        "hostname": pl.Series([node.name], dtype=pl.String).gather(np.zeros(steps * GPUS_PER_NODE + n_mem, dtype=np.int32)),
+        "gpu": pl.concat([gpu, gpu.gather(mem_rows)]),
     }).with_columns(
         uuid=pl.col("gpu").replace_strict({g: gpu_uuid(node.name, g) for g in range(GPUS_PER_NODE)},
                                           return_dtype=pl.String),
@@ -557,8 +592,8 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
         device=pl.format("nvidia{}", pl.col("gpu")),
         gpu_instance_profile=pl.lit(None, dtype=pl.String),
         gpu_instance_id=pl.lit(None, dtype=pl.String),
-        namespace=namespace,
-        pod=pod,
+        namespace=pl.concat([namespace, namespace.gather(mem_rows)]),
+        pod=pl.concat([pod, pod.gather(mem_rows)]),
     ).with_columns(container=pl.when(pl.col("pod").is_not_null()).then(pl.lit("main")))
     return frame
 

@@ -37,7 +37,7 @@ from gpu_platform.safeload import RESULT_LIMITS, InputError, load_json_text, rea
 from gpu_platform.workloads import demo_command
 from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE
 
-RESULT_KEYS = ("suites", "accepted", "rejected", "steps_done", "tiles", "replay_hours")
+RESULT_KEYS = ("suites", "accepted", "rejected", "steps_done", "tiles", "replay_hours", "image_pull_s", "setup_s", "runtime_s")
 """Keys of a program's result.json copied into the WorkloadRun's `results`."""
 
 URL_KEYS = ("checkpoint_uri", "log_uri")

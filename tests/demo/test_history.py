@@ -72,5 +72,12 @@ def test_feeds_agree_with_each_other(history, policy, tmp_path):
     labelled = set(frame["pod"].drop_nulls().unique().to_list())
     on_node = set(pods.rows.filter(pods.rows["node"] == history.nodes[0].name)["pod"].to_list())
     assert labelled and labelled <= on_node  # every sample's pod is a pod of that node
-    assert frame.height == 86400 // 15 * 8
+    busy = frame.filter(frame["metric"] != demo_history.FB_USED)
+    memory = frame.filter(frame["metric"] == demo_history.FB_USED)
+    assert busy.height == 86400 // 15 * 8  # one busy sample per GPU every 15 s
+    assert memory.height == 86400 // (15 * demo_history.MEMORY_EVERY) * 8  # framebuffer use every 60 s
+    held = memory.filter(memory["pod"].is_not_null())
+    assert held.height and held["value"].min() > 0  # a GPU a pod holds uses memory
+    assert memory.filter(memory["pod"].is_null())["value"].max() == 0
+    assert memory["value"].max() <= 0.95 * 80 * 1024 + 1  # never over the GPU's framebuffer
     assert json.dumps(demo_history.summary(history))

@@ -35,6 +35,13 @@ def test_demo_day_has_every_scorecard_and_a_fired_signal(demo_env: Path):
         dims = {d for (d,) in con.execute("select distinct dimension from scorecard_utilization").fetchall()}
         assert dims == {"node_pool", "flavor", "lane", "team", "site", "sharing_mode", "profile"}
         assert con.execute("select sum(attempts) from scorecard_failures where dimension = 'lane'").fetchone()[0] > 0
+        # cache efficiency from each run's pod timings; right-sizing from framebuffer use
+        timed, share = con.execute(
+            "select sum(timed_runs), max(pull_setup_share) from scorecard_cache_efficiency where dimension = 'all'"
+        ).fetchone()
+        assert timed > 0 and 0 < share < 1
+        peaks = con.execute("select value from capacity_signals where signal = 'whole_gpu_fits_slice'").fetchall()
+        assert peaks and all(0 < v <= 80 for (v,) in peaks)  # peak GiB of whole-GPU requests
         signals = fired(con, first, last)
         assert signals, "no signal fired on the demo day"
         assert all(s.action and s.severity in ("WARN", "ERROR") for s in signals)
