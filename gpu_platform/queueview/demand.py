@@ -18,7 +18,14 @@ from functools import lru_cache
 
 import sqlalchemy as sa
 
-from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, events_table, requests_table
+from gpu_platform.ledger import (
+    ACTIVE_STATES,
+    INFO_EVENTS,
+    PENDING_STATES,
+    Ledger,
+    events_table,
+    requests_table,
+)
 from gpu_platform.policy import Policy
 from gpu_platform.requests import matching_flavors
 from gpu_platform.units import parse_duration
@@ -121,7 +128,13 @@ def load_demand(
     now = _utc(now or datetime.now(UTC))
     e, r = events_table, requests_table
     lanes = {lane.name: LaneDemand(lane.name) for lane in policy.lanes_by_priority()}
-    latest = sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id")).group_by(e.c.request_id).subquery()
+    # the latest *state* event: `cluster` and `approved` rows inform without changing the state
+    latest = (
+        sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id"))
+        .where(e.c.event.not_in(INFO_EVENTS))
+        .group_by(e.c.request_id)
+        .subquery()
+    )
     live = (*PENDING_STATES, *ACTIVE_STATES)
     # One pass over each request's latest event: pending requests are aggregated in SQL; admitted
     # ones stay one row each (grouped by their event id) to carry their admission time; their

@@ -38,6 +38,10 @@ def test_same_figures_on_every_backend(ledger_url, policy):
     )
     blocked = sub("release_eval", 0)
     led.record(blocked, "waiting", "WaitingForUpstream: needs m1 from r1 (admitted)", details={"position": 0, "of": 0}, at=later)
+    # informational events after the state: what Kueue said, an audited approval
+    led.record(running[0], "cluster", "Admitted", details={"condition": "Admitted", "attempt": 1}, at=later)
+    led.record(waiting[0], "approved", "cost exception",
+               details={"kind": "cost", "role": "finops", "approver": "dana", "reason": "quarter end"}, at=later)
     now = T0 + timedelta(minutes=30)
     d = load_demand(led, policy, now, wait_window=timedelta(hours=1))
     ct = d.lanes["candidate_train"]
