@@ -1,13 +1,7 @@
 -- Per pod and day: allocated GPU-hours (pod window x GPUs), used GPU-hours (busy samples), cost.
 with days as (
 
-    select
-        cast(d as date) as day,
-        cast(d as timestamp) as day_start,
-        cast(d as timestamp) + interval 1 day as day_end
-    from unnest(generate_series(
-        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
-    )) as t(d)
+    select * from {{ ref('int_build_days') }}
 
 ),
 

@@ -3,10 +3,7 @@
 -- image without timings keeps its row with NULL shares and the reason.
 with days as (
 
-    select cast(d as date) as day
-    from unnest(generate_series(
-        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
-    )) as t(d)
+    select day from {{ ref('int_build_days') }}
     where list_contains(cast({{ var('scorecard_rows') }} as varchar[]), 'cache_efficiency')
 
 ),

@@ -2,13 +2,7 @@
 -- lane, team and site, over the attempts that ended that day; with the OOM failures among them and those retried.
 with days as (
 
-    select
-        cast(d as date) as day,
-        cast(d as timestamp) as day_start,
-        cast(d as timestamp) + interval 1 day as day_end
-    from unnest(generate_series(
-        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
-    )) as t(d)
+    select * from {{ ref('int_build_days') }}
     where list_contains(cast({{ var('scorecard_rows') }} as varchar[]), 'failure_retry')
 
 ),

@@ -3,13 +3,7 @@
 -- attempts that ended, so lost work can be set against what ran (the spot signal).
 with days as (
 
-    select
-        cast(d as date) as day,
-        cast(d as timestamp) as day_start,
-        cast(d as timestamp) + interval 1 day as day_end
-    from unnest(generate_series(
-        {{ var('day_from') }}::timestamp, {{ var('day_to') }}::timestamp, interval 1 day
-    )) as t(d)
+    select * from {{ ref('int_build_days') }}
     where list_contains(cast({{ var('scorecard_rows') }} as varchar[]), 'preemption_impact')
 
 ),
