@@ -294,41 +294,57 @@ def _iso(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def focus_rows(days: list[date]) -> list[dict[str, str]]:
-    """FOCUS 1.2 rows of the demo days: node-hours, volumes, control plane, support, one credit."""
+@dataclass(frozen=True)
+class BilledNode:
+    """One GPU node as a FOCUS export bills it: its instance hours and its volume."""
+
+    resource_id: str
+    """FOCUS ResourceId: the cloud's id (an instance id or ARN), or a hostname for on-prem."""
+    resource_name: str
+    instance_type: str
+    hourly: tuple[str, str, str]
+    """(ListCost, BilledCost = EffectiveCost, PricingCategory) per hour, USD."""
+    flavor: str
+    volume_id: str
+
+
+def focus_bill(days: list[date], nodes: list[BilledNode]) -> list[dict[str, str]]:
+    """FOCUS 1.2 rows of `days`: each node's instance hours and volume, the cluster's control plane,
+    support, and one credit on the last day; each row in the billing period (month) of its start."""
     rows: list[dict[str, str]] = []
-    first = days[0]
-    period_start = datetime(first.year, first.month, 1, tzinfo=UTC)
-    period_end = (period_start + timedelta(days=32)).replace(day=1)
     common = {
         "BillingAccountId": "111122223333", "BillingAccountName": "av-fleet-payer", "BillingAccountType": "Payer",
-        "BillingCurrency": "USD", "BillingPeriodStart": _iso(period_start), "BillingPeriodEnd": _iso(period_end),
-        "ChargeClass": "", "InvoiceId": f"INV-{period_start:%Y%m}-0042", "InvoiceIssuerName": "Amazon Web Services",
+        "BillingCurrency": "USD", "ChargeClass": "", "InvoiceIssuerName": "Amazon Web Services",
         "ProviderName": "Amazon Web Services", "PublisherName": "Amazon Web Services", "RegionId": "us-west-2",
         "RegionName": "US West (Oregon)", "SubAccountId": "444455556666", "SubAccountName": "gpu-platform-prod",
     }
 
+    def period(start: datetime) -> dict[str, str]:
+        ps = datetime(start.year, start.month, 1, tzinfo=UTC)
+        pe = (ps + timedelta(days=32)).replace(day=1)
+        return {"BillingPeriodStart": _iso(ps), "BillingPeriodEnd": _iso(pe), "InvoiceId": f"INV-{ps:%Y%m}-0042"}
+
     def row(start: datetime, end: datetime, cost: str, list_cost: str, **kw: str) -> None:
-        rows.append({**common, "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
+        rows.append({**common, **period(start), "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
                      "ChargePeriodStart": _iso(start), "ChargePeriodEnd": _iso(end), "BilledCost": cost,
                      "EffectiveCost": cost, "ContractedCost": cost, "ListCost": list_cost, **kw})
 
     for day in days:
         d0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        for node in NODES:
+        for node in nodes:
             list_price, price, category = node.hourly
             tags = json.dumps({"node-pool": node.flavor, "cluster": "av-gpu-west"}, sort_keys=True)
             for h in range(24):
                 s = d0 + timedelta(hours=h)
-                row(s, s + timedelta(hours=1), price, list_price, ChargeDescription=f"{node.sku} instance hour",
+                row(s, s + timedelta(hours=1), price, list_price, ChargeDescription=f"{node.instance_type} instance hour",
                     ConsumedQuantity="1", ConsumedUnit="Hours", PricingQuantity="1", PricingUnit="Hours",
                     ContractedUnitPrice=price, ListUnitPrice=list_price, PricingCategory=category,
-                    ResourceId=node.hostname, ResourceName=node.hostname, ResourceType="Instance",
+                    ResourceId=node.resource_id, ResourceName=node.resource_name, ResourceType="Instance",
                     ServiceCategory="Compute", ServiceName="Amazon Elastic Compute Cloud",
-                    ServiceSubcategory="Virtual Machines", SkuId=node.sku, Tags=tags)
+                    ServiceSubcategory="Virtual Machines", SkuId=node.instance_type, Tags=tags)
             row(d0, d0 + timedelta(days=1), "9.60", "9.60", ChargeDescription="gp3 volume 2 TiB, 1 day",
                 ConsumedQuantity="2048", ConsumedUnit="GiB-Days", PricingQuantity="2048", PricingUnit="GiB-Days",
-                ResourceId=f"vol-{node.hostname}", ResourceType="Volume", ServiceCategory="Storage",
+                ResourceId=node.volume_id, ResourceType="Volume", ServiceCategory="Storage",
                 ServiceName="Amazon Elastic Block Store", ServiceSubcategory="Block Storage", SkuId="gp3", Tags=tags)
         row(d0, d0 + timedelta(days=1), "2.40", "2.40", ChargeDescription="EKS cluster hours",
             ConsumedQuantity="24", ConsumedUnit="Hours", PricingQuantity="24", PricingUnit="Hours",
@@ -339,12 +355,18 @@ def focus_rows(days: list[date]) -> list[dict[str, str]]:
             ServiceCategory="Management and Governance", ServiceName="AWS Support",
             ServiceSubcategory="Support", SkuId="support-business")
     d0 = datetime(days[-1].year, days[-1].month, days[-1].day, tzinfo=UTC)
-    rows.append({**common, "ChargeCategory": "Credit", "ChargeFrequency": "One-Time",
+    rows.append({**common, **period(d0), "ChargeCategory": "Credit", "ChargeFrequency": "One-Time",
                  "ChargePeriodStart": _iso(d0), "ChargePeriodEnd": _iso(d0 + timedelta(days=1)),
                  "BilledCost": "-250.00", "EffectiveCost": "-250.00", "ContractedCost": "-250.00",
                  "ListCost": "-250.00", "ChargeDescription": "AWS Activate credit", "ServiceCategory": "Other",
                  "ServiceName": "AWS Credits", "ServiceSubcategory": "Other (Other)"})
     return rows
+
+
+def focus_rows(days: list[date]) -> list[dict[str, str]]:
+    """FOCUS 1.2 rows of the four fixture nodes (billed under their hostnames, as on-prem)."""
+    return focus_bill(days, [BilledNode(n.hostname, n.hostname, n.sku, n.hourly, n.flavor, f"vol-{n.hostname}")
+                             for n in NODES])
 
 
 def write_focus(feeds: Path, days: list[date]) -> Path:

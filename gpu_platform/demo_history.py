@@ -44,7 +44,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from gpu_platform.demo_costs import ENGINE, EXAMPLES, FOCUS_HEADER, STEP_S, UTIL, _iso, _suffixed, gpu_uuid
+from gpu_platform.demo_costs import (
+    ENGINE,
+    EXAMPLES,
+    FOCUS_HEADER,
+    STEP_S,
+    UTIL,
+    BilledNode,
+    _iso,
+    _suffixed,
+    focus_bill,
+    gpu_uuid,
+)
 from gpu_platform.k8s import (
     LABEL_GPU_PRODUCT,
     LABEL_LANE,
@@ -599,59 +610,14 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
 
 
 def focus_rows(history: History) -> list[dict[str, str]]:
-    """FOCUS 1.2 rows: node-hours by instance id, volumes, control plane, support, one credit."""
-    days = history.days
-    rows: list[dict[str, str]] = []
-    common = {
-        "BillingAccountId": "111122223333", "BillingAccountName": "av-fleet-payer", "BillingAccountType": "Payer",
-        "BillingCurrency": "USD", "ChargeClass": "", "InvoiceIssuerName": "Amazon Web Services",
-        "ProviderName": "Amazon Web Services", "PublisherName": "Amazon Web Services", "RegionId": "us-west-2",
-        "RegionName": "US West (Oregon)", "SubAccountId": "444455556666", "SubAccountName": "gpu-platform-prod",
-    }
-
-    def row(start: datetime, end: datetime, cost: str, list_cost: str, **kw: str) -> None:
-        ps = datetime(start.year, start.month, 1, tzinfo=UTC)
-        pe = (ps + timedelta(days=32)).replace(day=1)
-        rows.append({**common, "BillingPeriodStart": _iso(ps), "BillingPeriodEnd": _iso(pe),
-                     "InvoiceId": f"INV-{ps:%Y%m}-0042", "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
-                     "ChargePeriodStart": _iso(start), "ChargePeriodEnd": _iso(end), "BilledCost": cost,
-                     "EffectiveCost": cost, "ContractedCost": cost, "ListCost": list_cost, **kw})
-
-    for day in days:
-        d0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        for n in history.nodes:
-            list_price, price, category = n.kind.hourly
-            tags = json.dumps({"node-pool": n.flavor, "cluster": "av-gpu-west"}, sort_keys=True)
-            arn = f"arn:aws:ec2:us-west-2:444455556666:instance/{n.instance_id}"
-            for h in range(24):
-                s = d0 + timedelta(hours=h)
-                row(s, s + timedelta(hours=1), price, list_price, ChargeDescription=f"{n.kind.instance_type} instance hour",
-                    ConsumedQuantity="1", ConsumedUnit="Hours", PricingQuantity="1", PricingUnit="Hours",
-                    ContractedUnitPrice=price, ListUnitPrice=list_price, PricingCategory=category,
-                    ResourceId=arn if n.flavor == "l4-inference" else n.instance_id, ResourceName=n.name,
-                    ResourceType="Instance", ServiceCategory="Compute", ServiceName="Amazon Elastic Compute Cloud",
-                    ServiceSubcategory="Virtual Machines", SkuId=n.kind.instance_type, Tags=tags)
-            row(d0, d0 + timedelta(days=1), "9.60", "9.60", ChargeDescription="gp3 volume 2 TiB, 1 day",
-                ConsumedQuantity="2048", ConsumedUnit="GiB-Days", PricingQuantity="2048", PricingUnit="GiB-Days",
-                ResourceId=f"vol-0{n.instance_id[3:]}", ResourceType="Volume", ServiceCategory="Storage",
-                ServiceName="Amazon Elastic Block Store", ServiceSubcategory="Block Storage", SkuId="gp3", Tags=tags)
-        row(d0, d0 + timedelta(days=1), "2.40", "2.40", ChargeDescription="EKS cluster hours",
-            ConsumedQuantity="24", ConsumedUnit="Hours", PricingQuantity="24", PricingUnit="Hours",
-            ResourceId="arn:aws:eks:us-west-2:444455556666:cluster/av-gpu-west", ResourceType="Cluster",
-            ServiceCategory="Compute", ServiceName="Amazon Elastic Kubernetes Service",
-            ServiceSubcategory="Containers", SkuId="eks-hours")
-        row(d0, d0 + timedelta(days=1), "85.00", "85.00", ChargeDescription="Business support, daily share",
-            ServiceCategory="Management and Governance", ServiceName="AWS Support",
-            ServiceSubcategory="Support", SkuId="support-business")
-    d0 = datetime(days[-1].year, days[-1].month, days[-1].day, tzinfo=UTC)
-    ps = datetime(d0.year, d0.month, 1, tzinfo=UTC)
-    rows.append({**common, "BillingPeriodStart": _iso(ps), "BillingPeriodEnd": _iso((ps + timedelta(days=32)).replace(day=1)),
-                 "InvoiceId": f"INV-{ps:%Y%m}-0042", "ChargeCategory": "Credit", "ChargeFrequency": "One-Time",
-                 "ChargePeriodStart": _iso(d0), "ChargePeriodEnd": _iso(d0 + timedelta(days=1)),
-                 "BilledCost": "-250.00", "EffectiveCost": "-250.00", "ContractedCost": "-250.00",
-                 "ListCost": "-250.00", "ChargeDescription": "AWS Activate credit", "ServiceCategory": "Other",
-                 "ServiceName": "AWS Credits", "ServiceSubcategory": "Other (Other)"})
-    return rows
+    """FOCUS 1.2 rows: node-hours by instance id (an ARN for the L4 nodes, as some exports write
+    it), volumes, control plane, support, one credit."""
+    nodes = [
+        BilledNode(f"arn:aws:ec2:us-west-2:444455556666:instance/{n.instance_id}" if n.flavor == "l4-inference"
+                   else n.instance_id, n.name, n.kind.instance_type, n.kind.hourly, n.flavor, f"vol-0{n.instance_id[3:]}")
+        for n in history.nodes
+    ]
+    return focus_bill(history.days, nodes)
 
 
 def write_feeds(history: History, feeds: Path, policy: Policy, days: Iterable[date] | None = None,
