@@ -47,12 +47,6 @@ SIGNALS: tuple[Signal, ...] = (
 )
 assert {s.name for s in SIGNALS} == set(SIGNAL_ROWS), "every signal has its scorecard row in policy/scale.py"
 
-_THRESHOLDS = (
-    "queue_wait_ratio", "pool_utilization_min", "oom_retry_rate_max", "release_delay_s", "incident_wait_s",
-    "spot_lost_share_max", "site_spend_share_max", "image_pull_share_max", "slice_memory_gib",
-    "slice_engine_active_max", "min_attempts", "release_lane", "research_lane", "incident_lane",
-)
-
 
 def flavor_catalog(policy: Any) -> list[str]:
     """`name|node_pool|sharing mode|spot` per flavor: the policy facts the marts need, as one
@@ -64,7 +58,7 @@ def model_vars(policy: Any) -> dict[str, Any]:
     """The bound vars of the scorecard and capacity-signal models, from the policy: every
     threshold as `cs_<key>`, the scale's rows / signals / ERROR lanes and signals, the flavors."""
     cs = policy.capacity_signals
-    out: dict[str, Any] = {f"cs_{k}": getattr(cs, k) for k in _THRESHOLDS}
+    out: dict[str, Any] = {f"cs_{k}": getattr(cs, k) for k in type(cs).model_fields}  # every threshold and lane
     out.update(
         scorecard_rows=list(scorecard_rows(policy.scale)),
         enabled_signals=list(enabled_signals(policy.scale)),
