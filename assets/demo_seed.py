@@ -27,7 +27,7 @@ from rich.console import Console
 
 from assets.finops import WAREHOUSE_POOL, finops_assets
 from assets.ingest import ingest_assets
-from gpu_platform.gate import TAG_REQUEST_ID
+from gpu_platform.gate.tick import TAG_REQUEST_ID
 from resources.build import build_resources
 
 RANGE_START = "dagster/asset_partition_range_start"

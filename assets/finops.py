@@ -12,10 +12,10 @@ from datetime import UTC, timedelta
 import dagster as dg
 
 from assets.scorecards import signal_check_results, signal_check_specs
-from gpu_platform.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
+from gpu_platform.finops.sqlmodels import Model, Project, default_project_path
+from gpu_platform.finops.sqlmodels.report import markdown_table
+from gpu_platform.gate.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
 from gpu_platform.paths import first_data_day
-from gpu_platform.sqlmodels import Model, Project, default_project_path
-from gpu_platform.sqlmodels.report import markdown_table
 from resources.warehouse import Warehouse
 
 FINOPS_GROUP = "finops"

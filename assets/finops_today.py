@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from gpu_platform.gate import TAG_WORKLOAD
+from gpu_platform.gate.tick import TAG_WORKLOAD
 from gpu_platform.policy.model import WORKLOAD_KINDS
 
 FINOPS_JOB = "finops_daily"

@@ -1,8 +1,8 @@
 """The admission gate in Dagster: submit from the Launchpad, admit by sensor, launch workload runs.
 
-Thin by design: decisions come from `gpu_platform.gate` (pure), this module only reads the
+Thin by design: decisions come from `gpu_platform.gate.tick` (pure), this module only reads the
 ledger and the instance's runs, records, launches and terminates, and reports the queue as
-observations of the `gpu_queue` asset (numbers from `gpu_platform.queueview`).
+observations of the `gpu_queue` asset (numbers from `gpu_platform.observe.queueview`).
 """
 
 import socket
@@ -14,7 +14,8 @@ import dagster as dg
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.workloads import ASSETS_FOR_WORKLOAD, JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.readback import ledger_rows
-from gpu_platform.gate import (
+from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
+from gpu_platform.gate.tick import (
     TAG_ATTEMPT,
     TAG_FLAVOR,
     TAG_REQUEST_ID,
@@ -22,16 +23,14 @@ from gpu_platform.gate import (
     RunInfo,
     TickPlan,
     budget_period_start,
-    checkpoints_under,
-    has_checkpoint,
     plan_tick,
     reconcile,
     record_plan,
 )
-from gpu_platform.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.observe.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
 from gpu_platform.policy import Policy
-from gpu_platform.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
-from gpu_platform.requests import RequestError, validate_request
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.requests.model import RequestError, validate_request
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings

@@ -1,10 +1,10 @@
 """Raw ingestion assets: DCGM samples, FOCUS billing and the ledger snapshot into the warehouse.
 
-Thin by design: `gpu_platform.feeds.ingest` (file discovery, parsing, idempotent loading per
-file and day, forgetting removed files) and the ledger export (`gpu_platform.finops_snapshot`)
+Thin by design: `gpu_platform.finops.feeds.ingest` (file discovery, parsing, idempotent loading per
+file and day, forgetting removed files) and the ledger export (`gpu_platform.finops.snapshot`)
 do the work; these assets pick the days of a run, call them, and report counts as Dagster
 metadata. Saved feed files live under `$GPU_PLATFORM_HOME/feeds/` (layout: see
-`gpu_platform.feeds.ingest`); today's DCGM partition also scrapes every `dcgm_endpoints` URL.
+`gpu_platform.finops.feeds.ingest`); today's DCGM partition also scrapes every `dcgm_endpoints` URL.
 """
 
 import socket
@@ -15,7 +15,8 @@ from pathlib import Path
 import dagster as dg
 
 from assets.finops import INGEST_GROUP, WAREHOUSE_POOL, finops_daily_partitions
-from gpu_platform.feeds.ingest import (
+from gpu_platform.devices.gpus import local_inventory
+from gpu_platform.finops.feeds.ingest import (
     IngestCountMismatch,
     IngestReport,
     load_dcgm_day,
@@ -25,10 +26,9 @@ from gpu_platform.feeds.ingest import (
     load_local_node,
     merge_reports,
 )
-from gpu_platform.finops_snapshot import ledger_snapshot, lineage_edges, scorecard_snapshot
-from gpu_platform.gpus import local_inventory
-from gpu_platform.lineage import LineageStore
-from gpu_platform.sqlmodels.raw import load_ledger_snapshot, load_scorecard_snapshot
+from gpu_platform.finops.snapshot import ledger_snapshot, lineage_edges, scorecard_snapshot
+from gpu_platform.finops.sqlmodels.raw import load_ledger_snapshot, load_scorecard_snapshot
+from gpu_platform.lineage.graph import LineageStore
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from gpu_platform.scorecards import SIGNALS, fired
-from gpu_platform.sqlmodels.report import markdown_table
+from gpu_platform.finops.sqlmodels.report import markdown_table
+from gpu_platform.observe.scorecards import SIGNALS, fired
 from resources.warehouse import Warehouse
 
 SIGNALS_MODEL = "capacity_signals"

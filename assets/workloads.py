@@ -25,10 +25,9 @@ import dagster as dg
 import duckdb
 
 from assets.partitions import WORKLOAD_PARTITIONS
-from gpu_platform.evidence import EvidenceStore
-from gpu_platform.k8s import namespace_for
-from gpu_platform.ledger import Ledger, LedgerError
-from gpu_platform.lineage import (
+from gpu_platform.cluster.jobs import namespace_for
+from gpu_platform.lineage.evidence import EvidenceStore
+from gpu_platform.lineage.graph import (
     CheckOutcome,
     LineageStore,
     check_cost_attributed,
@@ -37,7 +36,8 @@ from gpu_platform.lineage import (
     check_replay_coverage,
     check_reproducible,
 )
-from gpu_platform.requests import JobRequest
+from gpu_platform.requests.ledger import Ledger, LedgerError
+from gpu_platform.requests.model import JobRequest
 from gpu_platform.workloads import PROGRAMS
 from gpu_platform.workloads.stages import (
     MARKDOWN_KEYS,

@@ -153,8 +153,8 @@ def _samples_view(con, gpus: int, days: int, files: list[str] | None = None) -> 
 def run_ingest(gpus: int, days: int, threads: int) -> dict:
     """The loader's hourly rollup of the period's samples (what ingestion adds per loaded file)."""
     duckdb = _duckdb()
-    from gpu_platform.feeds.load import rollup_dcgm_samples
-    from gpu_platform.sqlmodels import ensure_raw_tables
+    from gpu_platform.finops.feeds.load import rollup_dcgm_samples
+    from gpu_platform.finops.sqlmodels import ensure_raw_tables
 
     con = duckdb.connect(config={"threads": threads, "memory_limit": MEMORY_LIMIT})
     ensure_raw_tables(con)
@@ -174,7 +174,7 @@ def run_ingest(gpus: int, days: int, threads: int) -> dict:
 def seed_warehouse(con, gpus: int, days: int) -> None:
     """Ledger (one request per pod), FOCUS billing for even nodes, raw_dcgm_samples as a view,
     raw_dcgm_hourly as the loader writes it (from the ingest step's file)."""
-    from gpu_platform.sqlmodels import ensure_raw_tables
+    from gpu_platform.finops.sqlmodels import ensure_raw_tables
 
     ensure_raw_tables(con)
     _samples_view(con, gpus, days)
@@ -233,7 +233,7 @@ def seed_warehouse(con, gpus: int, days: int) -> None:
 
 def run_rebuild(gpus: int, days: int, threads: int, with_tests: bool = True) -> dict:
     duckdb = _duckdb()
-    from gpu_platform.sqlmodels import Project, default_project_path
+    from gpu_platform.finops.sqlmodels import Project, default_project_path
 
     wh = CACHE / f"warehouse-{gpus}-{days}.duckdb"
     for p in (wh, wh.with_suffix(".duckdb.wal")):

@@ -1,4 +1,4 @@
-"""Benchmark: gpu_platform.feeds.dcgm.parse_text against prometheus_client's text parser.
+"""Benchmark: gpu_platform.finops.feeds.dcgm.parse_text against prometheus_client's text parser.
 
 Generates dcgm-exporter text in memory (512 GPUs on 64 nodes, 20 metrics, Kubernetes pod
 labels, 100 scrapes concatenated: ~1M sample lines, ~280 MB), times our parser (median of
@@ -89,7 +89,7 @@ def main() -> None:
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpu_platform.feeds.dcgm import parse_text
+    from gpu_platform.finops.feeds.dcgm import parse_text
 
     text = generate(scrapes=args.scrapes)
     data = text.encode()

@@ -24,10 +24,10 @@ sys.path.insert(0, str(ROOT))
 
 from assets.gate import admission_sensor  # noqa: E402
 from assets.workloads import JOB_FOR_WORKLOAD  # noqa: E402
-from gpu_platform.gate import TAG_ATTEMPT, TAG_REQUEST_ID  # noqa: E402
-from gpu_platform.ledger import Ledger  # noqa: E402
+from gpu_platform.gate.tick import TAG_ATTEMPT, TAG_REQUEST_ID  # noqa: E402
 from gpu_platform.policy import load_policy  # noqa: E402
-from gpu_platform.requests import validate_request  # noqa: E402
+from gpu_platform.requests.ledger import Ledger  # noqa: E402
+from gpu_platform.requests.model import validate_request  # noqa: E402
 from resources.ledger import LedgerResource  # noqa: E402
 from resources.policy import PolicyResource  # noqa: E402
 from resources.settings import PlatformSettings  # noqa: E402

@@ -23,10 +23,10 @@ from prometheus_client import generate_latest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_platform.ledger import Ledger  # noqa: E402
-from gpu_platform.metrics import registry_for, serve  # noqa: E402
+from gpu_platform.observe.metrics import registry_for, serve  # noqa: E402
 from gpu_platform.policy import load_policy  # noqa: E402
-from gpu_platform.requests import validate_request  # noqa: E402
+from gpu_platform.requests.ledger import Ledger  # noqa: E402
+from gpu_platform.requests.model import validate_request  # noqa: E402
 
 LANES = ["research_best_effort", "baseline_rebuild", "candidate_train", "release_eval", "map_semantic_batch", "labeler_batch"]
 

@@ -160,7 +160,7 @@ NOTES = """## Notes
 
 - DCGM parsing: `prometheus_client`'s parser is the well-kept library for this format, but it
   parses about 25k samples/s here, 40-60x short of what a 512-GPU fleet at 15 s needs when
-  history is re-read; the platform's parser (`gpu_platform/feeds/dcgm.py`) splits lines with
+  history is re-read; the platform's parser (`gpu_platform/finops/feeds/dcgm.py`) splits lines with
   polars string kernels and falls back to a careful per-line path for odd lines (escaped
   quotes, commas in values), so correctness never depends on the fast path.
 - Chargeback: the rebuild reads the hourly rollup the loader writes at ingestion

@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from gpu_platform.evidence import default_evidence_root
-from gpu_platform.ledger import default_ledger_url
+from gpu_platform.lineage.evidence import default_evidence_root
+from gpu_platform.requests.ledger import default_ledger_url
 from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor

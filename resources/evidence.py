@@ -6,8 +6,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from gpu_platform.evidence import EvidenceStore
-from gpu_platform.gate import safe_name
+from gpu_platform.gate.checkpoints import safe_name
+from gpu_platform.lineage.evidence import EvidenceStore
 
 
 class EvidenceStoreResource(dg.ConfigurableResource):

@@ -23,11 +23,11 @@ from dagster_k8s.job import (
 )
 from kubernetes.client import ApiClient
 
+from gpu_platform.cluster.jobs import WorkVolume, executor_config_for, k8s_config_for, workload_step
 from gpu_platform.cluster.names import run_id_for
 from gpu_platform.cluster.readback import Observation, read_cluster
-from gpu_platform.k8s import WorkVolume, executor_config_for, k8s_config_for, workload_step
 from gpu_platform.policy import Policy
-from gpu_platform.requests import JobRequest
+from gpu_platform.requests.model import JobRequest
 
 STEP_ARGS_PLACEHOLDER = ("dagster", "api", "execute_step")
 """What the executor passes as container args (it appends the serialized step; omitted here)."""

@@ -6,7 +6,7 @@ from functools import cache
 
 import dagster as dg
 
-from gpu_platform.ledger import Ledger
+from gpu_platform.requests.ledger import Ledger
 from resources.settings import resolved
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import dagster as dg
 
-from gpu_platform.gpus import ENV_LOCAL_GPUS, GpusBusy, Inventory, LocalGpuAllocator, local_inventory
-from gpu_platform.k8s import ENV_CHECKPOINT_DIR, ENV_REQUEST_ID
-from gpu_platform.requests import JobRequest
+from gpu_platform.cluster.jobs import ENV_CHECKPOINT_DIR, ENV_REQUEST_ID
+from gpu_platform.devices.gpus import ENV_LOCAL_GPUS, GpusBusy, Inventory, LocalGpuAllocator, local_inventory
+from gpu_platform.requests.model import JobRequest
 from gpu_platform.units import format_duration
 
 WORKLOAD_ENV_ALLOWLIST: tuple[str, ...] = (
@@ -193,8 +193,8 @@ class LocalGpuExecutor(dg.ConfigurableResource):
         """An NVML recorder of this run's GPUs, started; None without NVML, GPUs or a feeds dir."""
         if not self.nvml_feeds_dir or inventory.source != "nvml" or not devices:
             return None
-        from gpu_platform.feeds.nvml_recorder import NvmlRecorder
-        from gpu_platform.finops_snapshot import pod_name
+        from gpu_platform.finops.feeds.nvml_recorder import NvmlRecorder
+        from gpu_platform.finops.snapshot import pod_name
 
         attempt = int((getattr(context, "run", None) and context.run.tags.get("gpu-platform/attempt")) or 1)
         return NvmlRecorder(self.nvml_feeds_dir, devices, (extras or {}).get("namespace"),

@@ -50,8 +50,8 @@ class PlatformSettings(dg.ConfigurableResource):
         return Path(self.work_root) if self.work_root else Path(self.home) / "work"
 
     def work_volume(self):
-        """The work volume step pods mount (`gpu_platform.k8s.WorkVolume`), None without a claim."""
-        from gpu_platform.k8s import WorkVolume
+        """The work volume step pods mount (`gpu_platform.cluster.jobs.WorkVolume`), None without a claim."""
+        from gpu_platform.cluster.jobs import WorkVolume
 
         if not self.work_claim:
             return None

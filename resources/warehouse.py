@@ -16,16 +16,16 @@ from typing import Any
 import dagster as dg
 import duckdb
 
-from gpu_platform.policy import load_policy
-from gpu_platform.scorecards import model_vars
-from gpu_platform.sqlmodels import (
+from gpu_platform.finops.sqlmodels import (
     ModelResult,
     Project,
     TestResult,
     default_project_path,
     ensure_raw_tables,
 )
-from gpu_platform.sqlmodels.report import model_metrics
+from gpu_platform.finops.sqlmodels.report import model_metrics
+from gpu_platform.observe.scorecards import model_vars
+from gpu_platform.policy import load_policy
 
 
 @lru_cache(maxsize=8)

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_platform.demo_supervisor import graphql, wait_for_webserver  # noqa: E402
+from gpu_platform.demo.supervisor import graphql, wait_for_webserver  # noqa: E402
 
 LANES = ("incident_response", "release_eval", "map_semantic_batch", "candidate_train", "platform_maintenance",
          "labeler_batch", "baseline_rebuild", "research_best_effort")

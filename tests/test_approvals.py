@@ -13,10 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.gate import plan_tick
-from gpu_platform.ledger import Ledger
+from gpu_platform.gate.tick import plan_tick
 from gpu_platform.policy import default_policy_path, load_policy, parse_policy
-from gpu_platform.requests import validate_request
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request
 from tests.conftest import EXAMPLES
 
 

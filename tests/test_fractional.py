@@ -11,9 +11,9 @@ import yaml
 
 from gpu_platform.admission import admit_until_stable, from_policy
 from gpu_platform.admission.kueue_export import kueue_manifests
+from gpu_platform.devices.sharing import gpu_share, layout_errors, parse_layout
 from gpu_platform.policy import PolicyError, load_policy, parse_policy
-from gpu_platform.requests import RequestError, validate_request, validate_request_file
-from gpu_platform.sharing import gpu_share, layout_errors, parse_layout
+from gpu_platform.requests.model import RequestError, validate_request, validate_request_file
 from resources.k8s import render_job_manifest
 
 ROOT = Path(__file__).resolve().parents[1]

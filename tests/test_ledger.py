@@ -7,9 +7,9 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.ledger import Ledger, LedgerError
 from gpu_platform.policy import load_policy
-from gpu_platform.requests import validate_request
+from gpu_platform.requests.ledger import Ledger, LedgerError
+from gpu_platform.requests.model import validate_request
 from tests.conftest import EXAMPLES
 
 

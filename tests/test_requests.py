@@ -3,7 +3,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.requests import RequestError, validate_request, validate_request_file
+from gpu_platform.requests.model import RequestError, validate_request, validate_request_file
 from tests.conftest import EXAMPLES, ROOT
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))

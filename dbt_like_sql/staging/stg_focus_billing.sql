@@ -87,7 +87,7 @@ final as (
         least(period_end, cast(day as timestamp) + interval 1 day) as day_period_end,
         day_share,
         lower(ResourceId) as resource_id,
-        -- the provider identity (same rules as gpu_platform.feeds.k8s_inventory.provider_key)
+        -- the provider identity (same rules as gpu_platform.finops.feeds.k8s_inventory.provider_key)
         case
             when regexp_matches(lower(ResourceId), '^(aws://|arn:aws|i-)')
                 then nullif('aws:' || regexp_extract(lower(ResourceId), '(?:^|/)(i-[0-9a-z]+)$', 1), 'aws:')

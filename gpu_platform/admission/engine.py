@@ -49,7 +49,7 @@ from gpu_platform.admission.model import (
 )
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot, usage_of
-from gpu_platform.sharing import is_gpu_resource
+from gpu_platform.devices.sharing import is_gpu_resource
 
 _EPS = 1e-9
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gpu_platform.cluster.jobs import node_selector_for, tolerations_for
 from gpu_platform.cluster.names import (
     KUEUE_API_GROUP,
     KUEUE_API_VERSION,
@@ -25,7 +26,6 @@ from gpu_platform.cluster.names import (
 )
 from gpu_platform.cluster.names import LABEL_GPU_PRODUCT as PRODUCT_LABEL
 from gpu_platform.cluster.names import LABEL_NODE_POOL as POOL_LABEL
-from gpu_platform.k8s import node_selector_for, tolerations_for
 from gpu_platform.policy import GPU, Lane, Policy
 
 API = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"

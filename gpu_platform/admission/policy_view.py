@@ -22,7 +22,7 @@ from gpu_platform.admission.model import (
     Workload,
 )
 from gpu_platform.policy import Lane, Policy
-from gpu_platform.requests import JobRequest, matching_flavors
+from gpu_platform.requests.model import JobRequest, matching_flavors
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class PendingRequest:
     """A waiting request and when it was submitted. name=None: request_id.
 
     approvals: the kinds of exception granted to it and recorded in the ledger (`safety`,
-    `cost`; see `gpu_platform.approvals`). The request's own `safety_approval` field grants nothing.
+    `cost`; see `gpu_platform.requests.approvals`). The request's own `safety_approval` field grants nothing.
     """
 
     request: JobRequest

@@ -8,10 +8,10 @@ import os
 
 import click
 
-from gpu_platform.approvals import ApprovalError, grant
 from gpu_platform.cli.common import fail, ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import Ledger, default_ledger_url
 from gpu_platform.policy import APPROVAL_KINDS
+from gpu_platform.requests.approvals import ApprovalError, grant
+from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
 
 def _default_approver() -> str:

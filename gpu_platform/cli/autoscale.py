@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import click
 
-from gpu_platform.autoscale.plan import plan_pools
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import Ledger, default_ledger_url
-from gpu_platform.queueview.demand import load_demand
+from gpu_platform.observe.autoscale.plan import plan_pools
+from gpu_platform.observe.queueview.demand import load_demand
+from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
 
 @click.group("autoscale")

@@ -13,10 +13,10 @@ import click
 import duckdb
 
 from gpu_platform.cli.common import policy_option, policy_or_exit
-from gpu_platform.scorecards import model_vars
-from gpu_platform.sqlmodels.raw import ensure_raw_tables
-from gpu_platform.sqlmodels.report import cost_report, to_jsonable
-from gpu_platform.sqlmodels.runner import Project, ProjectError
+from gpu_platform.finops.sqlmodels.raw import ensure_raw_tables
+from gpu_platform.finops.sqlmodels.report import cost_report, to_jsonable
+from gpu_platform.finops.sqlmodels.runner import Project, ProjectError
+from gpu_platform.observe.scorecards import model_vars
 
 POLICIES = click.Choice(["proportional", "even", "none"])
 
@@ -29,7 +29,7 @@ def _day(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 
 
 def _project(path: str | None) -> Project:
-    from gpu_platform.sqlmodels import default_project_path
+    from gpu_platform.finops.sqlmodels import default_project_path
 
     return Project.load(Path(path) if path else default_project_path())
 

@@ -6,11 +6,11 @@
    sweep on borrowed H100s and a release whose evidence misses a scenario suite
    (`examples/demo/`, all but the incident);
 3. generates N days of history ending yesterday through the admission engine
-   (`gpu_platform.demo_history`) into the ledger and the feeds under `$GPU_PLATFORM_HOME/feeds/`;
+   (`gpu_platform.demo.history`) into the ledger and the feeds under `$GPU_PLATFORM_HOME/feeds/`;
 4. prices the newest `--price-days` days in one Dagster run (`python -m assets.demo_seed price`)
    and leaves the older ones to a backfill that `run` launches once the UI is up.
 
-`run` starts `dagster dev` under `gpu_platform.demo_supervisor` (Ctrl-C stops the whole process
+`run` starts `dagster dev` under `gpu_platform.demo.supervisor` (Ctrl-C stops the whole process
 tree within seconds), launches that backfill through Dagster's GraphQL API, and submits the
 incident request (`examples/demo/incident_sev1.yaml`) once the research sweep runs, so the
 preemption happens while one watches.
@@ -31,12 +31,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpu_platform import demo_history
-from gpu_platform.demo import EXAMPLES, ROOT, write_instance_yaml
-from gpu_platform.demo_costs import demo_days
-from gpu_platform.ledger import Ledger, content_request_id, default_ledger_url
+from gpu_platform.demo import history as demo_history
+from gpu_platform.demo.costs import demo_days
+from gpu_platform.demo.instance import EXAMPLES, ROOT, write_instance_yaml
 from gpu_platform.policy import load_policy
-from gpu_platform.requests import validate_request_file
+from gpu_platform.requests.ledger import Ledger, content_request_id, default_ledger_url
+from gpu_platform.requests.model import validate_request_file
 
 DEMO_REQUESTS = ROOT / "examples" / "demo"
 INCIDENT = DEMO_REQUESTS / "incident_sev1.yaml"
@@ -122,7 +122,7 @@ def seed_cmd(days: int, price_days: int) -> None:
 
 
 def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
-    from gpu_platform.demo_supervisor import launch_backfill, wait_for_webserver
+    from gpu_platform.demo.supervisor import launch_backfill, wait_for_webserver
 
     plan = home / BACKFILL_FILE
     if not plan.exists() or not wait_for_webserver(url, stop=stop):
@@ -136,7 +136,7 @@ def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
 
 def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: float, timeout_s: float = 600) -> None:
     """Submit the incident once every research sweep trial has been admitted, plus `after_s`."""
-    from gpu_platform.demo_supervisor import wait_for_webserver
+    from gpu_platform.demo.supervisor import wait_for_webserver
 
     if not wait_for_webserver(url, stop=stop):
         return
@@ -167,7 +167,7 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
 @click.option("--stop-after", default=None, type=float, help="Stop by itself after this many seconds.")
 def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop_after: float | None) -> None:
     """Run `dagster dev` for the demo; Ctrl-C stops it and all its children within seconds."""
-    from gpu_platform.demo_supervisor import supervise
+    from gpu_platform.demo.supervisor import supervise
 
     url = f"http://{host}:{port}"
     home = _home()

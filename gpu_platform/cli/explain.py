@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import Ledger, LedgerError, default_ledger_url
-from gpu_platform.queueview.explain import explain as explain_request
+from gpu_platform.observe.queueview.explain import explain as explain_request
+from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
 
 
 @click.command("explain")

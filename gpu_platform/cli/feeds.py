@@ -81,12 +81,12 @@ def ingest(
     """Load DAY's feeds into the warehouse; print rows in / accepted / quarantined per feed and file."""
     import duckdb
 
-    from gpu_platform.feeds import dcgm as dcgm_feed
-    from gpu_platform.feeds import focus as focus_feed
-    from gpu_platform.feeds import ingest as ing
-    from gpu_platform.feeds.k8s_inventory import InventoryError
-    from gpu_platform.feeds.load import load_batch
-    from gpu_platform.feeds.schemas import FeedSchemaError
+    from gpu_platform.finops.feeds import dcgm as dcgm_feed
+    from gpu_platform.finops.feeds import focus as focus_feed
+    from gpu_platform.finops.feeds import ingest as ing
+    from gpu_platform.finops.feeds.k8s_inventory import InventoryError
+    from gpu_platform.finops.feeds.load import load_batch
+    from gpu_platform.finops.feeds.schemas import FeedSchemaError
 
     path = Path(warehouse) if warehouse else default_warehouse()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ import click
 import yaml
 
 from gpu_platform.cli.common import fail, policy_option, policy_or_exit
-from gpu_platform.instance_config import dagster_instance_yaml, render_instance_yaml
-from gpu_platform.requests import RequestError, validate_request_file
+from gpu_platform.gate.instance_config import dagster_instance_yaml, render_instance_yaml
+from gpu_platform.requests.model import RequestError, validate_request_file
 
 
 @click.group()
@@ -62,7 +62,7 @@ def render(
 
     Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
     """
-    from gpu_platform.k8s import resolve_flavor
+    from gpu_platform.cluster.jobs import resolve_flavor
     from resources.k8s import render_job_manifest
 
     policy = policy_or_exit(policy_path)

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 import click
 from rich.console import Console
 
-from gpu_platform.evidence import EvidenceStore, default_evidence_root
-from gpu_platform.ledger import Ledger, LedgerError, default_ledger_url
-from gpu_platform.lineage import SUCCEEDED, LineageStore, render_tree
+from gpu_platform.lineage.evidence import EvidenceStore, default_evidence_root
+from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, render_tree
+from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
 
 _ledger_option = click.option(
     "--ledger",

@@ -8,9 +8,9 @@ from datetime import timedelta
 import click
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import Ledger, default_ledger_url
-from gpu_platform.metrics.collector import registry_for
-from gpu_platform.metrics.server import serve as serve_registry
+from gpu_platform.observe.metrics.collector import registry_for
+from gpu_platform.observe.metrics.server import serve as serve_registry
+from gpu_platform.requests.ledger import Ledger, default_ledger_url
 from gpu_platform.units import parse_duration
 
 

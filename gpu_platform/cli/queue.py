@@ -12,8 +12,8 @@ import click
 from rich.table import Table
 
 from gpu_platform.cli.common import console, ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import PENDING_STATES, Ledger, default_ledger_url
-from gpu_platform.queueview.rows import dry_run, queue_rows
+from gpu_platform.observe.queueview.rows import dry_run, queue_rows
+from gpu_platform.requests.ledger import PENDING_STATES, Ledger, default_ledger_url
 from gpu_platform.units import format_duration
 
 

@@ -8,8 +8,8 @@ import click
 import sqlalchemy as sa
 
 from gpu_platform.cli.common import console, err_console, ledger_option, policy_option, policy_or_exit
-from gpu_platform.ledger import BatchConflict, Ledger, content_request_id, default_ledger_url
-from gpu_platform.requests import RequestError, request_warnings, validate_request_file
+from gpu_platform.requests.ledger import BatchConflict, Ledger, content_request_id, default_ledger_url
+from gpu_platform.requests.model import RequestError, request_warnings, validate_request_file
 
 
 @click.group("request")

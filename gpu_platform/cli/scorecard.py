@@ -10,8 +10,8 @@ import duckdb
 from rich.table import Table
 
 from gpu_platform.cli.common import console
-from gpu_platform.scorecards.read import day_scorecards
-from gpu_platform.sqlmodels.report import to_jsonable
+from gpu_platform.finops.sqlmodels.report import to_jsonable
+from gpu_platform.observe.scorecards.read import day_scorecards
 
 
 def _cell(v: object) -> str:

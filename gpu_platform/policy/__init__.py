@@ -7,6 +7,7 @@ validated `Policy`. Every problem in the file is reported at once, each with its
 
 from __future__ import annotations
 
+from gpu_platform.policy.loading import default_policy_path, load_policy, parse_policy
 from gpu_platform.policy.model import (
     APPROVAL_KINDS,
     GPU,
@@ -24,9 +25,6 @@ from gpu_platform.policy.model import (
     Team,
     TeamCap,
     TeamLimits,
-    default_policy_path,
-    load_policy,
-    parse_policy,
 )
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Each field is the threshold of one signal of the `capacity_signals` mart (docs/scorecards.md
 lists source, formula and action of each). The mart receives them as bound vars
-(`gpu_platform.scorecards.model_vars`), never as SQL text. Every field has a default, so a
+(`gpu_platform.observe.scorecards.model_vars`), never as SQL text. Every field has a default, so a
 policy without the block gets the defaults below.
 """
 

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpu_platform.policy.capacity import CapacitySignals, capacity_signal_errors
-from gpu_platform.policy.scale import DEFAULT_SCALE, Scale
-from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document
-from gpu_platform.sharing import (
+from gpu_platform.devices.sharing import (
     SHARED,
     SHARING_MODES,
     SharingMode,
     is_gpu_resource,
-    layout_errors,
     mig_resource,
-    mode_of,
     parse_layout,
 )
+from gpu_platform.policy.capacity import CapacitySignals
+from gpu_platform.policy.scale import DEFAULT_SCALE, Scale
 from gpu_platform.units import parse_duration
 
 GPU = "nvidia.com/gpu"
@@ -62,7 +57,7 @@ class Taint(_Frozen):
 
 
 class Sharing(_Frozen):
-    """How a flavor's GPUs are offered (see `gpu_platform.sharing`).
+    """How a flavor's GPUs are offered (see `gpu_platform.devices.sharing`).
 
     exclusive: whole GPUs (`nvidia.com/gpu`). mig: every GPU cut into `layout` (`"7 x 1g.10gb"` or
     `"3 x 2g.20gb + 1 x 1g.10gb"`), offered as `nvidia.com/mig-<profile>`; `profile_weights`
@@ -318,51 +313,6 @@ class Autoscaling(_Frozen):
     warm_pools: tuple[WarmPool, ...] = ()
 
 
-def _autoscaling_errors(raw: dict[str, Any]) -> list[str]:
-    """Cross-references of the autoscaling block (pools have flavors, warm lanes exist and may
-    hold that many GPUs in the pool)."""
-    block = raw.get("autoscaling")
-    if not isinstance(block, dict):
-        return []
-    errors: list[str] = []
-    flavors = [f for f in raw.get("flavors") or [] if isinstance(f, dict)]
-    pool_of = {f.get("name"): f.get("node_pool") for f in flavors}
-    pools = block.get("node_pools") or {}
-    if isinstance(pools, dict):
-        for name, cfg in pools.items():
-            if name not in pool_of.values():
-                errors.append(f"autoscaling.node_pools.{name}: no flavor is in node pool {name!r}")
-            if isinstance(cfg, dict):
-                lo, hi = cfg.get("min_nodes", 0), cfg.get("max_nodes")
-                if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
-                    errors.append(f"autoscaling.node_pools.{name}.min_nodes: {lo} exceeds max_nodes {hi}")
-    lanes = raw.get("lanes") if isinstance(raw.get("lanes"), dict) else {}
-    for i, w in enumerate(block.get("warm_pools") or []):
-        if not isinstance(w, dict):
-            continue
-        base = f"autoscaling.warm_pools[{i}]"
-        lane, pool, gpus = w.get("lane"), w.get("node_pool"), w.get("gpus")
-        if lane not in lanes:
-            errors.append(f"{base}.lane: unknown lane {lane!r}")
-            continue
-        if isinstance(pools, dict) and pool not in pools:
-            errors.append(f"{base}.node_pool: {pool!r} has no entry in autoscaling.node_pools")
-        quotas = [q for q in (lanes[lane] or {}).get("quotas") or [] if isinstance(q, dict)]
-        limit = 0.0
-        for q in quotas:
-            if pool_of.get(q.get("flavor_name")) == pool and q.get("resource", GPU) == GPU:
-                nominal = q.get("nominal_quota") or 0
-                borrow = q.get("borrowing_limit")
-                limit += float(nominal) + (float(borrow) if isinstance(borrow, int | float) else float("inf"))
-        if limit == 0:
-            errors.append(f"{base}: lane {lane!r} has no GPU quota on a flavor in node pool {pool!r}")
-        elif isinstance(gpus, int | float) and gpus > limit:
-            errors.append(f"{base}.gpus: {gpus} exceeds the {limit:g} GPUs lane {lane!r} may hold in node pool {pool!r}")
-    return errors
-
-# --- end autoscaling ---
-
-
 class Policy(_Frozen):
     version: int = 1
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
@@ -399,265 +349,3 @@ class Policy(_Frozen):
 
     def lanes_by_priority(self) -> list[Lane]:
         return sorted(self.lanes.values(), key=lambda lane: -lane.priority)
-
-
-def default_policy_path() -> Path:
-    return Path(__file__).with_name("default.yaml")
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<root>"
-
-
-def _semantic_errors(raw: dict[str, Any]) -> list[str]:
-    """Cross-reference checks, run on the raw mapping so they report even when types are wrong."""
-    errors: list[str] = []
-    flavors = raw.get("flavors") or []
-    flavor_names = [f.get("name") for f in flavors if isinstance(f, dict)]
-    for name, n in Counter(flavor_names).items():
-        if n > 1:
-            errors.append(f"flavors: duplicate flavor name {name!r}")
-    capacity: dict[Any, dict[str, Any]] = {}
-    modes: dict[Any, str] = {}
-    for i, f in enumerate(flavors):
-        if not isinstance(f, dict):
-            continue
-        cap = f.get("capacity") or {}
-        sharing = f.get("sharing") or {}
-        errors.extend(_sharing_errors(f"flavors[{i}].sharing", f, sharing))
-        try:
-            capacity[f.get("name")] = offered_capacity(cap, Sharing.model_validate(sharing))
-        except (ValidationError, ValueError, TypeError):
-            capacity[f.get("name")] = dict(cap)
-        modes[f.get("name")] = sharing.get("mode", "exclusive") if isinstance(sharing, dict) else "exclusive"
-    raw_cohorts = [c for c in raw.get("cohorts") or [] if isinstance(c, dict)]
-    cohorts = [c.get("name") for c in raw_cohorts]
-    for name, n in Counter(cohorts).items():
-        if n > 1:
-            errors.append(f"cohorts: duplicate cohort name {name!r}")
-    nominal_sum: Counter[tuple[str, str]] = Counter()
-    errors.extend(_cohort_tree_errors(raw_cohorts, capacity, nominal_sum))
-    lanes = raw.get("lanes") or {}
-    if not isinstance(lanes, dict):
-        return errors
-    for lane_name, lane in lanes.items():
-        if not isinstance(lane, dict):
-            continue
-        base = f"lanes.{lane_name}"
-        cohort = lane.get("cohort_name")
-        if cohort is not None and cohort not in cohorts:
-            errors.append(f"{base}.cohort_name: unknown cohort {cohort!r} (known: {', '.join(map(str, cohorts)) or 'none'})")
-        seen: set[tuple[Any, Any]] = set()
-        for i, q in enumerate(lane.get("quotas") or []):
-            if not isinstance(q, dict):
-                continue
-            qp = f"{base}.quotas[{i}]"
-            errors.extend(_quota_errors(qp, q, capacity, seen, nominal_sum))
-            if cohort is None:
-                for key in ("borrowing_limit", "lending_limit"):
-                    if q.get(key) is not None:
-                        errors.append(f"{qp}.{key}: set but lane has no cohort_name")
-        for i, other in enumerate(lane.get("yields_to") or []):
-            if other not in lanes:
-                errors.append(f"{base}.yields_to[{i}]: unknown lane {other!r}")
-            elif other == lane_name:
-                errors.append(f"{base}.yields_to[{i}]: a lane cannot yield to itself")
-        allowed = lane.get("sharing_modes") or SHARING_MODES
-        if lane.get("evidence") and "shared" in allowed and "sharing_modes" in lane:
-            errors.append(
-                f"{base}.sharing_modes: an evidence lane may not use shared GPUs (no memory isolation); use exclusive or mig"
-            )
-        for i, q in enumerate(lane.get("quotas") or []):
-            if isinstance(q, dict) and is_gpu_resource(str(q.get("resource", GPU))):
-                mode = mode_of(str(q.get("resource", GPU)))
-                if mode not in allowed:
-                    errors.append(
-                        f"{base}.quotas[{i}].resource: {q.get('resource', GPU)} is {mode}, which the lane's "
-                        f"sharing_modes ({', '.join(allowed)}) do not allow"
-                    )
-        if lane.get("protected") and lane.get("yields_to"):
-            errors.append(f"{base}.yields_to: a protected lane is never preempted; remove yields_to or protected")
-    for (flavor, resource), total in nominal_sum.items():
-        cap = capacity.get(flavor, {}).get(resource)
-        if isinstance(cap, int | float) and total > cap:
-            errors.append(
-                f"flavors.{flavor}.capacity.{resource}: lanes' and cohorts' nominal quotas sum to {total:g}, "
-                f"more than the capacity {cap:g}"
-            )
-    priorities = [
-        (name, lane.get("priority")) for name, lane in lanes.items() if isinstance(lane, dict)
-    ]
-    for prio, n in Counter(p for _, p in priorities if p is not None).items():
-        if n > 1:
-            names = sorted(name for name, p in priorities if p == prio)
-            errors.append(f"lanes: priority {prio} is shared by {', '.join(names)}; lane priorities must be distinct")
-    teams = raw.get("teams") or {}
-    errors.extend(_team_limit_errors(lanes, teams))
-    if isinstance(teams, dict):
-        namespaces = Counter(t.get("namespace") for t in teams.values() if isinstance(t, dict))
-        for ns, n in namespaces.items():
-            if n > 1 and ns is not None:
-                errors.append(f"teams: namespace {ns!r} used by {n} teams")
-    return errors
-
-
-def _team_limit_errors(lanes: dict[str, Any], teams: Any) -> list[str]:
-    """`lanes.*.team_limits`: known teams, and every entry caps something."""
-    errors: list[str] = []
-    for lane_name, lane in lanes.items():
-        tl = lane.get("team_limits") if isinstance(lane, dict) else None
-        if not isinstance(tl, dict):
-            continue
-        entries = [("default", tl.get("default"))]
-        if isinstance(tl.get("teams"), dict):
-            entries += [(f"teams.{t}", cap) for t, cap in tl["teams"].items()]
-        for where, cap in entries:
-            path = f"lanes.{lane_name}.team_limits.{where}"
-            team = where.removeprefix("teams.")
-            if where != "default" and isinstance(teams, dict) and team not in teams:
-                errors.append(f"{path}: unknown team {team!r} (known: {', '.join(sorted(teams))})")
-            if isinstance(cap, dict) and all(cap.get(k) is None for k in ("max_gpus", "max_share", "max_running")):
-                errors.append(f"{path}: set at least one of max_gpus, max_share, max_running")
-    return errors
-
-
-def _sharing_errors(path: str, flavor: dict[str, Any], sharing: Any) -> list[str]:
-    """A flavor's sharing block against its GPU product's real MIG geometry."""
-    if not isinstance(sharing, dict):
-        return []
-    errors: list[str] = []
-    mode = sharing.get("mode", "exclusive")
-    if mode == "mig":
-        raw = sharing.get("layout")
-        if raw is None:
-            return [f"{path}.layout: required for mode mig (e.g. '7 x 1g.10gb')"]
-        try:
-            layout = parse_layout(raw)
-        except ValueError as exc:
-            return [f"{path}.layout: {exc}"]
-        errors.extend(f"{path}.layout: {e}" for e in layout_errors(str(flavor.get("gpu_product")), layout))
-    elif mode == "shared":
-        for key in ("replicas", "replica_memory_gib"):
-            if sharing.get(key) is None:
-                errors.append(f"{path}.{key}: required for mode shared")
-    for key in ("layout", "profile_weights"):
-        if mode != "mig" and sharing.get(key) is not None:
-            errors.append(f"{path}.{key}: only for mode mig")
-    for key in ("replicas", "replica_memory_gib"):
-        if mode != "shared" and sharing.get(key) is not None:
-            errors.append(f"{path}.{key}: only for mode shared")
-    return errors
-
-
-def _quota_errors(
-    qp: str,
-    q: dict[str, Any],
-    capacity: dict[Any, dict[str, Any]],
-    seen: set[tuple[Any, Any]],
-    nominal_sum: Counter[tuple[str, str]],
-    lending_within_nominal: bool = True,
-) -> list[str]:
-    """One quota row. lending_within_nominal: a lane may not lend more than its nominal quota
-    (Kueue's ClusterQueue webhook); a cohort may, since its lending limit counts its subtree."""
-    errors: list[str] = []
-    flavor = q.get("flavor_name")
-    resource = q.get("resource", "nvidia.com/gpu")
-    if flavor not in capacity:
-        errors.append(f"{qp}.flavor_name: unknown flavor {flavor!r} (known: {', '.join(map(str, capacity))})")
-    elif resource not in capacity[flavor]:
-        offered = ", ".join(sorted(capacity[flavor]))
-        errors.append(f"{qp}.resource: flavor {flavor!r} offers no {resource!r} (it offers: {offered})")
-    if (flavor, resource) in seen:
-        errors.append(f"{qp}: duplicate quota for ({flavor}, {resource})")
-    seen.add((flavor, resource))
-    nominal = q.get("nominal_quota")
-    lending = q.get("lending_limit")
-    if (
-        lending_within_nominal
-        and isinstance(nominal, int | float)
-        and isinstance(lending, int | float)
-        and lending > nominal
-    ):
-        errors.append(f"{qp}.lending_limit: {lending} exceeds nominal_quota {nominal}")
-    if isinstance(nominal, int | float) and nominal >= 0:
-        nominal_sum[(flavor, resource)] += nominal
-    return errors
-
-
-def _cohort_tree_errors(
-    cohorts: list[dict[str, Any]], capacity: dict[Any, dict[str, Any]], nominal_sum: Counter[tuple[str, str]]
-) -> list[str]:
-    """The cohort tree: known parents, no cycle, limits only below a root, valid quotas."""
-    errors: list[str] = []
-    names = {c.get("name") for c in cohorts}
-    parent = {c.get("name"): c.get("parent_name") for c in cohorts}
-    for i, c in enumerate(cohorts):
-        base = f"cohorts[{i}]"
-        p = c.get("parent_name")
-        if p is not None and p not in names:
-            errors.append(f"{base}.parent_name: unknown cohort {p!r} (known: {', '.join(sorted(map(str, names)))})")
-        seen_chain = {c.get("name")}
-        while p is not None and p in parent:
-            if p in seen_chain:
-                errors.append(f"{base}.parent_name: the cohort tree has a cycle through {c.get('name')!r}")
-                break
-            seen_chain.add(p)
-            p = parent[p]
-        seen: set[tuple[Any, Any]] = set()
-        for j, q in enumerate(c.get("quotas") or []):
-            if not isinstance(q, dict):
-                continue
-            qp = f"{base}.quotas[{j}]"
-            errors.extend(_quota_errors(qp, q, capacity, seen, nominal_sum, lending_within_nominal=False))
-            if c.get("parent_name") is None:
-                for key in ("borrowing_limit", "lending_limit"):
-                    if q.get(key) is not None:
-                        errors.append(f"{qp}.{key}: set on root cohort {c.get('name')!r}; limits need a parent_name")
-    return errors
-
-
-def parse_policy(raw: Any, source: str = "policy") -> Policy:
-    """Validate a policy mapping; raise PolicyError naming every problem with its path."""
-    if not isinstance(raw, dict):
-        raise PolicyError([f"<root>: expected a mapping, got {type(raw).__name__}"], source)
-    data = dict(raw)
-    errors: list[str] = []
-    lanes = data.get("lanes")
-    if isinstance(lanes, dict):
-        data["lanes"] = {k: {**v, "name": k} if isinstance(v, dict) else v for k, v in lanes.items()}
-    teams = data.get("teams")
-    if isinstance(teams, dict):
-        data["teams"] = {k: {**v, "name": k} if isinstance(v, dict) else v for k, v in teams.items()}
-    policy: Policy | None = None
-    try:
-        policy = Policy.model_validate(data)
-    except ValidationError as exc:
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
-    errors.extend(_semantic_errors(data))
-    errors.extend(_autoscaling_errors(data))
-    errors.extend(capacity_signal_errors(data))
-    if errors:
-        raise PolicyError(sorted(dict.fromkeys(errors)), source)
-    assert policy is not None
-    return policy
-
-
-def load_policy(path: str | Path | None = None) -> Policy:
-    """Load and validate a policy file (default: the packaged `default.yaml`), read within
-    `POLICY_LIMITS` (see `gpu_platform.safeload`)."""
-    p = Path(path) if path is not None else default_policy_path()
-    try:
-        raw = load_document(p, POLICY_LIMITS)
-    except InputError as exc:
-        raise PolicyError(exc.errors, str(p)) from None
-    from gpu_platform.policy.loading import parse_policy_document
-
-    return parse_policy_document(raw, str(p))

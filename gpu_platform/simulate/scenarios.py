@@ -31,7 +31,7 @@ from gpu_platform.admission import (
 )
 from gpu_platform.admission.model import LOWER_PRIORITY, NEVER, STRICT_FIFO
 from gpu_platform.policy import GPU, Policy
-from gpu_platform.requests import matching_flavors
+from gpu_platform.requests.model import matching_flavors
 from gpu_platform.simulate.trace import TraceJob
 
 POOL = "pool"

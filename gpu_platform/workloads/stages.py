@@ -19,9 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu_platform.evidence import EvidenceRef, EvidenceStore
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import (
+from gpu_platform.lineage.evidence import EvidenceRef, EvidenceStore
+from gpu_platform.lineage.graph import (
     RELEASE_KINDS,
     SUCCEEDED,
     LineageStore,
@@ -32,7 +31,8 @@ from gpu_platform.lineage import (
     resolve_parents,
 )
 from gpu_platform.policy import Policy
-from gpu_platform.requests import JobRequest
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import JobRequest
 from gpu_platform.safeload import RESULT_LIMITS, InputError, load_json_text, read_text
 from gpu_platform.workloads import demo_command
 from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE

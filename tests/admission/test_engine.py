@@ -21,8 +21,8 @@ from gpu_platform.admission import (
 )
 from gpu_platform.admission.synthetic import synthetic_state
 from gpu_platform.policy import GPU, Policy, load_policy, parse_policy
-from gpu_platform.policy.model import default_policy_path
-from gpu_platform.requests import JobRequest
+from gpu_platform.policy.loading import default_policy_path
+from gpu_platform.requests.model import JobRequest
 
 
 @pytest.fixture(scope="module")

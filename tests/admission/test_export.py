@@ -19,7 +19,7 @@ from gpu_platform.admission.kueue_export import (
 )
 from gpu_platform.cli.admission import kueue
 from gpu_platform.policy import GPU, load_policy, parse_policy
-from gpu_platform.policy.model import default_policy_path
+from gpu_platform.policy.loading import default_policy_path
 
 CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "kueue-crds"
 KINDS = {

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli.app import main
-from gpu_platform.demo_costs import demo_days
-from gpu_platform.ledger import Ledger
+from gpu_platform.demo.costs import demo_days
 from gpu_platform.paths import first_data_day
+from gpu_platform.requests.ledger import Ledger
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from datetime import date, timedelta
 import numpy as np
 import pytest
 
-from gpu_platform import demo_history
-from gpu_platform.feeds.k8s_inventory import parse_nodes, parse_pods, provider_key
+from gpu_platform.demo import history as demo_history
+from gpu_platform.finops.feeds.k8s_inventory import parse_nodes, parse_pods, provider_key
 from gpu_platform.policy import load_policy
 
 DAYS = [date(2026, 11, 1) + timedelta(days=n) for n in range(8)]

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_platform.demo_supervisor import _alive
+from gpu_platform.demo.supervisor import _alive
 
 FAKE = Path(__file__).with_name("fake_dagster_dev.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def _wait_for(path: Path, timeout: float = 30.0) -> list[int]:
 
 def test_ctrl_c_stops_the_whole_tree_within_ten_seconds(tmp_path: Path):
     pids_file = tmp_path / "pids"
-    code = ("import sys; from gpu_platform.demo_supervisor import supervise; "
+    code = ("import sys; from gpu_platform.demo.supervisor import supervise; "
             f"sys.exit(supervise([sys.executable, {str(FAKE)!r}, {str(pids_file)!r}], grace=3))")
     sup = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
@@ -56,7 +56,7 @@ def test_ctrl_c_stops_the_whole_tree_within_ten_seconds(tmp_path: Path):
 
 
 def test_a_tree_that_honours_sigterm_is_stopped_without_kill(tmp_path: Path):
-    from gpu_platform.demo_supervisor import stop_tree
+    from gpu_platform.demo.supervisor import stop_tree
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     messages: list[str] = []
@@ -71,7 +71,7 @@ def test_runs_left_in_flight_by_a_stopped_demo_are_canceled_and_release_their_po
     from dagster._core.storage.dagster_run import DagsterRun
 
     from assets.demo_seed import recover_stopped_runs
-    from gpu_platform.gate import TAG_ATTEMPT, TAG_REQUEST_ID
+    from gpu_platform.gate.tick import TAG_ATTEMPT, TAG_REQUEST_ID
 
     with dg.instance_for_test() as instance:
         instance.event_log_storage.set_concurrency_slots("duckdb_warehouse", 1)

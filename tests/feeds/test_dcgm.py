@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_platform.feeds.dcgm import (
+from gpu_platform.finops.feeds.dcgm import (
     PrometheusQueryError,
     ScrapeError,
     parse_file,
@@ -23,7 +23,12 @@ from gpu_platform.feeds.dcgm import (
     read_history_parquet,
     scrape,
 )
-from gpu_platform.feeds.schemas import DCGM_QUARANTINE_SCHEMA, DCGM_SAMPLE_SCHEMA, FeedBatch, FeedSchemaError
+from gpu_platform.finops.feeds.schemas import (
+    DCGM_QUARANTINE_SCHEMA,
+    DCGM_SAMPLE_SCHEMA,
+    FeedBatch,
+    FeedSchemaError,
+)
 
 SENTINEL = "9223372036854775794"
 
@@ -382,7 +387,7 @@ def test_large_inputs_are_parsed_in_chunks_with_global_line_numbers(
 ) -> None:
     text = (fixtures / "dcgm-malformed.txt").read_text() * 3
     whole = parse_text(text, source="t", scraped_at=scraped_at)
-    monkeypatch.setattr("gpu_platform.feeds.dcgm._MAX_CHUNK", 100)
+    monkeypatch.setattr("gpu_platform.finops.feeds.dcgm._MAX_CHUNK", 100)
     chunked = parse_text(text, source="t", scraped_at=scraped_at)
     assert chunked.rows.equals(whole.rows)
     assert chunked.quarantine.equals(whole.quarantine)

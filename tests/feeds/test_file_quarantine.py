@@ -14,8 +14,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpu_platform.feeds import focus
-from gpu_platform.feeds.ingest import load_dcgm_day, load_focus_day
+from gpu_platform.finops.feeds import focus
+from gpu_platform.finops.feeds.ingest import load_dcgm_day, load_focus_day
 
 SAMPLE = "focus-1.0-sample.csv"
 

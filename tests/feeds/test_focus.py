@@ -10,14 +10,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpu_platform.feeds.focus import (
+from gpu_platform.finops.feeds.focus import (
     FOCUS_COLUMNS,
     FOCUS_TABLE_SCHEMA,
     detect_version,
     load_focus,
     mandatory_columns,
 )
-from gpu_platform.feeds.schemas import FOCUS_QUARANTINE_SCHEMA, FeedBatch, FeedSchemaError
+from gpu_platform.finops.feeds.schemas import FOCUS_QUARANTINE_SCHEMA, FeedBatch, FeedSchemaError
 
 ORACLE_NULL_CONTRACTED = [926, 927, 942, 945, 948, 949, 951]
 

@@ -1,4 +1,4 @@
-"""gpu_platform.feeds.ingest without Dagster: a day's directory of saved DCGM files into DuckDB."""
+"""gpu_platform.finops.feeds.ingest without Dagster: a day's directory of saved DCGM files into DuckDB."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpu_platform.feeds.ingest import IngestCountMismatch, IngestReport, load_dcgm_day
+from gpu_platform.finops.feeds.ingest import IngestCountMismatch, IngestReport, load_dcgm_day
 
 DAY = date(2024, 9, 18)
 FILES = ("dcgm-malformed.txt", "dcgm-variant-released.txt", "dcgm-metrics-k8s-unassigned.txt")

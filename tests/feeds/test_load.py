@@ -8,10 +8,10 @@ import duckdb
 import polars as pl
 import pytest
 
-from gpu_platform.feeds.dcgm import parse_file, parse_text
-from gpu_platform.feeds.focus import load_focus
-from gpu_platform.feeds.load import LoadStats, load_batch, table_ddl
-from gpu_platform.feeds.schemas import FeedBatch
+from gpu_platform.finops.feeds.dcgm import parse_file, parse_text
+from gpu_platform.finops.feeds.focus import load_focus
+from gpu_platform.finops.feeds.load import LoadStats, load_batch, table_ddl
+from gpu_platform.finops.feeds.schemas import FeedBatch
 
 DAY = date(2024, 9, 18)
 
@@ -178,7 +178,7 @@ def _busy_text(values: list[tuple[int, float]], pod: str = "p-1") -> str:
 def test_dcgm_load_writes_the_hourly_rollup_of_its_partition(tmp_path: Path, scraped_at: datetime) -> None:
     """The loader rolls the busy samples up per hour, GPU instance, pod, metric and source in the same
     transaction; a re-load replaces its (source, day); a repeated timestamp shows as samples > distinct_ts."""
-    from gpu_platform.feeds.load import ensure_tables, rollup_dcgm_samples
+    from gpu_platform.finops.feeds.load import ensure_tables, rollup_dcgm_samples
 
     db = tmp_path / "wh.duckdb"
     text = _busy_text([(0, 0.5), (15, 0.25), (3600, 1.0), (3615, 2.0), (3615, 2.0), (30, 9223372036854775794)])

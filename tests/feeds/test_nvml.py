@@ -4,9 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpu_platform.feeds.nvml import GpuInventory, GpuProcess, NvmlSampler
-from gpu_platform.feeds.schemas import DCGM_QUARANTINE_SCHEMA, DCGM_SAMPLE_SCHEMA
-from gpu_platform.gpus import (
+from gpu_platform.devices.gpus import (
     FakeGpu,
     FakeNvml,
     GpuDevice,
@@ -14,6 +12,8 @@ from gpu_platform.gpus import (
     cuda_visible_devices,
     discover_gpus,
 )
+from gpu_platform.finops.feeds.nvml import GpuInventory, GpuProcess, NvmlSampler
+from gpu_platform.finops.feeds.schemas import DCGM_QUARANTINE_SCHEMA, DCGM_SAMPLE_SCHEMA
 
 AT = datetime(2024, 9, 18, 12, tzinfo=UTC)
 MIB = 1024 * 1024
@@ -132,9 +132,9 @@ def test_recorder_writes_a_days_samples_of_the_pods_gpus_as_dcgm_history(tmp_pat
     """NVML readings of a local run's GPUs become a raw DCGM feed file the ingest loads."""
     from datetime import UTC, datetime, timedelta
 
-    from gpu_platform.feeds.dcgm import read_history_parquet
-    from gpu_platform.feeds.nvml_recorder import NvmlRecorder
-    from gpu_platform.gpus import FakeNvml
+    from gpu_platform.devices.gpus import FakeNvml
+    from gpu_platform.finops.feeds.dcgm import read_history_parquet
+    from gpu_platform.finops.feeds.nvml_recorder import NvmlRecorder
 
     rec = NvmlRecorder(tmp_path, [1, 2], "team-perception", "req-1-a2", run_id="abcdef123456",
                        nvml_module=FakeNvml(count=4), hostname="Box-1")

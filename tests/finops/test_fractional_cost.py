@@ -36,12 +36,17 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpu_platform.feeds.dcgm import parse_text
-from gpu_platform.feeds.load import load_batch
-from gpu_platform.finops_snapshot import ledger_snapshot
-from gpu_platform.ledger import Ledger
-from gpu_platform.requests import validate_request_file
-from gpu_platform.sqlmodels import Project, default_project_path, ensure_raw_tables, load_ledger_snapshot
+from gpu_platform.finops.feeds.dcgm import parse_text
+from gpu_platform.finops.feeds.load import load_batch
+from gpu_platform.finops.snapshot import ledger_snapshot
+from gpu_platform.finops.sqlmodels import (
+    Project,
+    default_project_path,
+    ensure_raw_tables,
+    load_ledger_snapshot,
+)
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request_file
 from tests.conftest import EXAMPLES
 from tests.sqlmodels.finops_scenario import insert_billing
 

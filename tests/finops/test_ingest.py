@@ -26,12 +26,12 @@ from assets.ingest import (
     raw_dcgm_samples,
     raw_focus_billing,
 )
-from gpu_platform import demo_costs
-from gpu_platform.feeds import focus
-from gpu_platform.feeds.ingest import focus_day_batch, load_dcgm_day
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import LineageStore
-from gpu_platform.scorecards import SIGNALS
+from gpu_platform.demo import costs as demo_costs
+from gpu_platform.finops.feeds import focus
+from gpu_platform.finops.feeds.ingest import focus_day_batch, load_dcgm_day
+from gpu_platform.lineage.graph import LineageStore
+from gpu_platform.observe.scorecards import SIGNALS
+from gpu_platform.requests.ledger import Ledger
 from resources.build import build_resources
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"

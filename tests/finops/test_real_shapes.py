@@ -32,8 +32,13 @@ from click.testing import CliRunner
 
 from assets.finops import finops_assets
 from gpu_platform.cli import main
-from gpu_platform.feeds.k8s_inventory import parse_nodes, parse_pods, provider_key, read_cluster
-from gpu_platform.sqlmodels import Project, default_project_path, ensure_raw_tables, load_ledger_snapshot
+from gpu_platform.finops.feeds.k8s_inventory import parse_nodes, parse_pods, provider_key, read_cluster
+from gpu_platform.finops.sqlmodels import (
+    Project,
+    default_project_path,
+    ensure_raw_tables,
+    load_ledger_snapshot,
+)
 from resources.warehouse import Warehouse
 
 FIX = Path(__file__).parent.parent / "fixtures" / "finops"

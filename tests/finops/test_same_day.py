@@ -9,9 +9,9 @@ import dagster as dg
 
 from assets.finops import finops_assets, finops_daily_partitions, finops_jobs, finops_schedules
 from assets.finops_today import finops_today_sensor
-from gpu_platform.feeds.k8s_inventory import local_node_list, parse_nodes
-from gpu_platform.gate import TAG_WORKLOAD
-from gpu_platform.gpus import ConfiguredInventory
+from gpu_platform.devices.gpus import ConfiguredInventory
+from gpu_platform.finops.feeds.k8s_inventory import local_node_list, parse_nodes
+from gpu_platform.gate.tick import TAG_WORKLOAD
 from resources.warehouse import Warehouse
 
 

@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import duckdb
 
-from gpu_platform.finops_snapshot import ledger_snapshot, pod_name
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import SUCCEEDED, LineageStore, WorkloadRun
-from gpu_platform.requests import validate_request_file
-from gpu_platform.sqlmodels.raw import POD_COLUMNS, REQUEST_COLUMNS, load_ledger_snapshot
+from gpu_platform.finops.snapshot import ledger_snapshot, pod_name
+from gpu_platform.finops.sqlmodels.raw import POD_COLUMNS, REQUEST_COLUMNS, load_ledger_snapshot
+from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, WorkloadRun
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request_file
 
 T0 = datetime(2026, 11, 28, 1, 0, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from assets.gate import admission_sensor
 from assets.workloads import JOB_FOR_WORKLOAD
-from gpu_platform.gate import TAG_ATTEMPT, TAG_LANE, TAG_REQUEST_ID
-from gpu_platform.ledger import Ledger
-from gpu_platform.requests import validate_request
+from gpu_platform.gate.tick import TAG_ATTEMPT, TAG_LANE, TAG_REQUEST_ID
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings

@@ -6,7 +6,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.gate import TAG_REQUEST_ID
+from gpu_platform.gate.tick import TAG_REQUEST_ID
 from tests.gate.helpers import submit, tick
 
 

@@ -16,8 +16,8 @@ import sys
 
 import dagster as dg
 
-from gpu_platform.gate import checkpoints_under, has_checkpoint
-from gpu_platform.k8s import ENV_WORK_ROOT, WORK_VOLUME_NAME, WorkVolume
+from gpu_platform.cluster.jobs import ENV_WORK_ROOT, WORK_VOLUME_NAME, WorkVolume
+from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from resources.build import build_resources
 from resources.k8s import render_job_manifest
 from resources.ledger import LedgerResource

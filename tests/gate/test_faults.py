@@ -21,8 +21,8 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from assets.workloads import JOB_FOR_WORKLOAD
-from gpu_platform.gate import TAG_ATTEMPT, TAG_REQUEST_ID, RunInfo, reconcile
-from gpu_platform.ledger import TERMINAL_STATES, Ledger
+from gpu_platform.gate.tick import TAG_ATTEMPT, TAG_REQUEST_ID, RunInfo, reconcile
+from gpu_platform.requests.ledger import TERMINAL_STATES, Ledger
 from resources.settings import PlatformSettings
 from tests.gate.helpers import add_run, submit, tick
 

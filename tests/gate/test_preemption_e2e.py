@@ -17,7 +17,8 @@ import time
 
 import dagster as dg
 
-from gpu_platform.gate import TAG_REQUEST_ID, checkpoint_dir, has_checkpoint
+from gpu_platform.gate.checkpoints import checkpoint_dir, has_checkpoint
+from gpu_platform.gate.tick import TAG_REQUEST_ID
 from tests.gate.helpers import add_run, fill_h100, submit, tick
 
 CHECKPOINT_EVERY = 10

@@ -9,7 +9,8 @@ import dagster as dg
 
 from assets.gate import submit_request
 from assets.workloads import JOB_FOR_WORKLOAD
-from gpu_platform.gate import TAG_REQUEST_ID, checkpoint_dir, plan_tick
+from gpu_platform.gate.checkpoints import checkpoint_dir
+from gpu_platform.gate.tick import TAG_REQUEST_ID, plan_tick
 from tests.gate.helpers import add_run, fill_h100, raw_request, submit, tick
 
 

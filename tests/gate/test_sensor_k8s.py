@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from gpu_platform.ledger import Ledger
+from gpu_platform.requests.ledger import Ledger
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings

@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.gate import TAG_REQUEST_ID, TAG_TEAM
+from gpu_platform.gate.tick import TAG_REQUEST_ID, TAG_TEAM
 from tests.gate.helpers import submit, tick
 
 PLANNING = {"team": "planning", "cost_center": "CC-1020", "data_access_scope": "sim", "owner": "pat@example.com"}
@@ -72,7 +72,7 @@ def test_capped_job_starts_once_its_team_frees_room(env, policy):
 
 
 def test_explain_names_the_team_limit_rule(env, policy):
-    from gpu_platform.queueview import explain
+    from gpu_platform.observe.queueview import explain
 
     instance, ledger, resources, _home = env
     sweep = [

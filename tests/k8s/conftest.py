@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpu_platform.policy import Policy, load_policy
-from gpu_platform.requests import JobRequest, validate_request_file
+from gpu_platform.requests.model import JobRequest, validate_request_file
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from gpu_platform.ledger import Ledger
-from gpu_platform.requests import validate_request_file
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kueue-workloads"
 FILES: dict[str, tuple] = {

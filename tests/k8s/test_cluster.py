@@ -18,11 +18,11 @@ import pytest
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.kueue_export import kueue_manifests
 from gpu_platform.admission.policy_view import PendingRequest, from_policy
+from gpu_platform.cluster.jobs import resolve_flavor
 from gpu_platform.cluster.names import KUEUE_API_GROUP, KUEUE_API_VERSION
 from gpu_platform.cluster.readback import ledger_rows, read_cluster
-from gpu_platform.k8s import resolve_flavor
-from gpu_platform.ledger import Ledger
-from gpu_platform.requests import validate_request_file
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request_file
 from resources.k8s import render_job_manifest
 
 pytestmark = pytest.mark.cluster

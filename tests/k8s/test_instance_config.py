@@ -16,7 +16,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster_k8s import K8sRunLauncher
 
 from gpu_platform.cli.k8s import dagster_config
-from gpu_platform.instance_config import (
+from gpu_platform.gate.instance_config import (
     RUN_TAG_LANE,
     dagster_instance_yaml,
     pool_limit_commands,
@@ -120,9 +120,9 @@ def test_team_run_limits_hold_each_team_in_a_live_instance(tmp_path: Path) -> No
     starts, and a team with its own (higher) entry is held at that one, not the default."""
     from dagster._utils.tags import TagConcurrencyLimitsCounter
 
-    from gpu_platform.gate import TAG_TEAM, launch_for
-    from gpu_platform.ledger import Ledger
-    from gpu_platform.requests import validate_request
+    from gpu_platform.gate.tick import TAG_TEAM, launch_for
+    from gpu_platform.requests.ledger import Ledger
+    from gpu_platform.requests.model import validate_request
     from tests.gate.helpers import raw_request
 
     pol = _team_policy()
@@ -155,7 +155,7 @@ def test_team_run_limits_hold_each_team_in_a_live_instance(tmp_path: Path) -> No
 
 
 def test_lanes_without_team_limits_get_no_team_run_limit() -> None:
-    from gpu_platform.instance_config import team_limit_tags
+    from gpu_platform.gate.instance_config import team_limit_tags
 
     pol = _team_policy()
     assert team_limit_tags(pol, "release_eval", "safety") == {}

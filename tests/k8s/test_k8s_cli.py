@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_platform.cli.k8s import k8s
-from gpu_platform.k8s import KUEUE_QUEUE_NAME, LABEL_REQUEST_ID
+from gpu_platform.cluster.jobs import KUEUE_QUEUE_NAME, LABEL_REQUEST_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "requests" / "labeler_batch.yaml"

@@ -13,7 +13,7 @@ import pytest
 from dagster_k8s import k8s_job_executor
 from dagster_k8s.job import UserDefinedDagsterK8sConfig, get_user_defined_k8s_config
 
-from gpu_platform.k8s import (
+from gpu_platform.cluster.jobs import (
     ANNOTATION_GATE_FLAVOR,
     ANNOTATION_REQUEST_ID,
     KUEUE_PRIORITY_CLASS,
@@ -183,7 +183,7 @@ def test_run_config_validates_against_k8s_job_executor(k8s_policy, research) -> 
 
 def test_domain_modules_do_not_import_dagster() -> None:
     code = (
-        "import sys, gpu_platform.k8s, gpu_platform.gpus, gpu_platform.instance_config, gpu_platform.cli.k8s\n"
+        "import sys, gpu_platform.cluster.jobs, gpu_platform.devices.gpus, gpu_platform.gate.instance_config, gpu_platform.cli.k8s\n"
         "import gpu_platform.cluster.names, gpu_platform.cluster.readback\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'dagster_k8s', 'dagster_pipes'))\n"
         "assert not bad, bad\n"

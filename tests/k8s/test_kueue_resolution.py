@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpu_platform.admission.kueue_export import kueue_manifests
+from gpu_platform.cluster.jobs import KUEUE_PRIORITY_CLASS, accepted_flavors, resolve_flavor
 from gpu_platform.cluster.names import is_dns_label, priority_class_name
-from gpu_platform.k8s import KUEUE_PRIORITY_CLASS, accepted_flavors, resolve_flavor
 from resources.k8s import render_job_manifest
 from tests.k8s.kueue_resolve import KueueRefusal, admit_on, pod_matches_labels, resolve, tolerates
 

@@ -16,7 +16,7 @@ import pytest
 from dagster_k8s import k8s_job_executor
 
 from assets.workloads import JOB_FOR_WORKLOAD, make_workload_jobs, workload_assets, workload_checks
-from gpu_platform.k8s import KUEUE_QUEUE_NAME, resolve_flavor
+from gpu_platform.cluster.jobs import KUEUE_QUEUE_NAME, resolve_flavor
 from resources.build import build_resources
 from resources.k8s import k8s_run_config, render_job_manifest
 

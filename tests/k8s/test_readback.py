@@ -15,7 +15,7 @@ from kubernetes import client
 
 from gpu_platform.cli import main
 from gpu_platform.cluster.readback import ledger_rows, observe, read_cluster
-from gpu_platform.ledger import Ledger
+from gpu_platform.requests.ledger import Ledger
 from tests.k8s.fake_apiserver import FILES, recorded, serve, submit_recorded
 
 NAMESPACES = ("team-perception", "team-platform", "team-safety")

@@ -20,7 +20,7 @@ from gpu_platform.admission.cases import load_cases, state_from_case
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.model import ClusterState
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
-from gpu_platform.requests import validate_request_file
+from gpu_platform.requests.model import validate_request_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "requests"

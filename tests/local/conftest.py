@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_platform.requests import JobRequest
+from gpu_platform.requests.model import JobRequest
 
 WORKLOAD = """
 import os, sys, time

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_platform.gpus import (
+from gpu_platform.devices.gpus import (
     ConfiguredInventory,
     FakeNvml,
     GpuDevice,

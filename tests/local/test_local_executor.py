@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from gpu_platform.gpus import FakeNvml, NvmlUnavailable, discover_gpus
+from gpu_platform.devices.gpus import FakeNvml, NvmlUnavailable, discover_gpus
 from resources.local_executor import LocalGpuExecutor
 
 # dagster-pipes itself (open_pipes_session) touches a preview API; not ours to fix.
@@ -121,7 +121,7 @@ def test_timeout_kills_process_group_and_fails_step(tmp_path: Path, make_request
     assert not _alive(child), "the job's child process outlived the timeout"
     # The GPU went back to the pool.
     assert executor.inventory(FakeNvml(count=1)).indices == (0,)
-    from gpu_platform.gpus import LocalGpuAllocator
+    from gpu_platform.devices.gpus import LocalGpuAllocator
 
     assert LocalGpuAllocator([0], tmp_path / "state").allocations() == {}
 
@@ -160,7 +160,7 @@ def test_real_nvml_inventory_and_run(tmp_path: Path, make_request) -> None:
 def test_mig_slice_runs_on_a_mig_device_of_the_double(tmp_path: Path, make_request) -> None:
     """FakeNvml (a test double: no GPU here) with GPU 1 MIG-partitioned: a 1g.10gb request gets one
     MIG device by its UUID; whole-GPU requests never see the partitioned GPU."""
-    from gpu_platform.gpus import FakeGpu, fake_mig_gpu
+    from gpu_platform.devices.gpus import FakeGpu, fake_mig_gpu
 
     nvml = FakeNvml(gpus=[FakeGpu(uuid="GPU-whole-0"), fake_mig_gpu(1, {"2g.20gb": 2, "1g.10gb": 3})])
     executor = LocalGpuExecutor(state_dir=str(tmp_path / "state"))
@@ -184,7 +184,7 @@ def test_mig_slice_runs_on_a_mig_device_of_the_double(tmp_path: Path, make_reque
 
 
 def test_configured_inventory_declares_mig_devices() -> None:
-    from gpu_platform.gpus import ConfiguredInventory, InventoryError
+    from gpu_platform.devices.gpus import ConfiguredInventory, InventoryError
 
     inv = ConfiguredInventory.parse(
         '[0, {"index": 1, "mig": [{"uuid": "MIG-a", "profile": "1g.10gb"}, {"uuid": "MIG-b", "profile": "1g.10gb"}]}]'
@@ -199,7 +199,7 @@ def test_configured_inventory_declares_mig_devices() -> None:
 def test_real_mig_devices_when_mig_is_enabled(tmp_path: Path) -> None:
     """On a GPU node with MIG enabled (`nvidia-smi -mig 1` and a layout), the inventory lists
     its MIG devices by MIG-... UUID and profile. Needs `make test-gpu` on such a node."""
-    from gpu_platform.gpus import discover_devices
+    from gpu_platform.devices.gpus import discover_devices
 
     try:
         _whole, migs = discover_devices()

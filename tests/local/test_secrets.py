@@ -9,7 +9,7 @@ import pytest
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster._serdes import serialize_value
 
-from gpu_platform.requests import JobRequest
+from gpu_platform.requests.model import JobRequest
 from resources.ledger import LedgerResource
 from resources.local_executor import WORKLOAD_ENV_ALLOWLIST, LocalGpuExecutor
 

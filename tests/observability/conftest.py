@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_platform.gate import TAG_REQUEST_ID, checkpoint_dir
+from gpu_platform.gate.checkpoints import checkpoint_dir
+from gpu_platform.gate.tick import TAG_REQUEST_ID
 from tests.gate.helpers import add_run, env, fill_h100, submit, tick  # noqa: F401
 
 

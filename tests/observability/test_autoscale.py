@@ -10,10 +10,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gpu_platform.autoscale import plan_pools
 from gpu_platform.cli import main
+from gpu_platform.observe.autoscale import plan_pools
+from gpu_platform.observe.queueview.demand import Demand, LaneDemand
 from gpu_platform.policy import PolicyError, default_policy_path, parse_policy
-from gpu_platform.queueview.demand import Demand, LaneDemand
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

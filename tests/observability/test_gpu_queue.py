@@ -6,7 +6,7 @@ import dagster as dg
 
 from assets.definitions import build_definitions
 from assets.gate import GPU_QUEUE
-from gpu_platform.queueview import read_gate_snapshot
+from gpu_platform.observe.queueview import read_gate_snapshot
 from tests.gate.helpers import add_run, submit, tick
 
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from gpu_platform.ledger import Ledger
-from gpu_platform.metrics.collector import QueueCollector
-from gpu_platform.queueview import LaneSnapshot, explain, load_demand, read_gate_snapshot, write_gate_snapshot
-from gpu_platform.report.data import queue_waits
-from gpu_platform.requests import validate_request
+from gpu_platform.observe.metrics.collector import QueueCollector
+from gpu_platform.observe.queueview import (
+    LaneSnapshot,
+    explain,
+    load_demand,
+    read_gate_snapshot,
+    write_gate_snapshot,
+)
+from gpu_platform.observe.report.data import queue_waits
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request
 from tests.gate.helpers import raw_request
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)

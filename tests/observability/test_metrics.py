@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_platform.metrics import METRIC_NAMES, registry_for, serve
-from gpu_platform.metrics.collector import QueueCollector
-from gpu_platform.queueview.demand import percentile
+from gpu_platform.observe.metrics import METRIC_NAMES, registry_for, serve
+from gpu_platform.observe.metrics.collector import QueueCollector
+from gpu_platform.observe.queueview.demand import percentile
 from tests.gate.helpers import add_run, submit, tick
 
 
@@ -84,7 +84,7 @@ def test_preemptions_counted_on_the_victims_lane(preempted, policy):
 def test_wait_p95_covers_admissions_in_the_window(env, policy):
     _, ledger, _, _ = env
     t0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
-    from gpu_platform.requests import validate_request
+    from gpu_platform.requests.model import validate_request
     from tests.gate.helpers import raw_request
 
     waits_min = [1, 2, 3, 4, 5, 6, 7, 8, 9, 60]

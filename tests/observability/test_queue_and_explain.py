@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.queueview import explain
+from gpu_platform.observe.queueview import explain
 from tests.gate.helpers import submit, tick
 
 

@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.ledger import Ledger
-from gpu_platform.report import build_report
-from gpu_platform.report.data import queue_waits
-from gpu_platform.requests import validate_request
-from gpu_platform.sqlmodels import Project, default_project_path
+from gpu_platform.finops.sqlmodels import Project, default_project_path
+from gpu_platform.observe.report import build_report
+from gpu_platform.observe.report.data import queue_waits
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request
 from tests.gate.helpers import raw_request
 from tests.sqlmodels.finops_scenario import DAY, load_scenario
 

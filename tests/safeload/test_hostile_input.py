@@ -15,8 +15,8 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.ledger import Ledger
-from gpu_platform.requests import RequestError, load_request_file, validate_request
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import RequestError, load_request_file, validate_request
 from gpu_platform.safeload import REQUEST_LIMITS, InputError, load_document
 from tests.conftest import EXAMPLES
 

@@ -16,11 +16,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_platform.feeds import dcgm, focus
+from gpu_platform.finops.feeds import dcgm, focus
 from gpu_platform.policy import PolicyError, load_policy
-from gpu_platform.policy.loading import parse_policy_document
-from gpu_platform.policy.model import default_policy_path
-from gpu_platform.requests import RequestError, validate_request
+from gpu_platform.policy.loading import default_policy_path, parse_policy_document
+from gpu_platform.requests.model import RequestError, validate_request
 from gpu_platform.safeload import POLICY_LIMITS, REQUEST_LIMITS, InputError, load_json_text, load_yaml_text
 from tests.conftest import EXAMPLES, ROOT
 

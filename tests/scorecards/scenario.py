@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from gpu_platform.sqlmodels import ensure_raw_tables, load_ledger_snapshot
-from gpu_platform.sqlmodels.raw import load_scorecard_snapshot
+from gpu_platform.finops.sqlmodels import ensure_raw_tables, load_ledger_snapshot
+from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot
 from tests.sqlmodels.finops_scenario import A100, H100, billing_rows, insert_billing, insert_samples
 
 DAY = "2026-11-28"

@@ -38,7 +38,7 @@ def test_cost_build_uses_the_policy_file(tmp_path):
     with duckdb.connect(path) as con:
         scenario.load(con)
     policy = tmp_path / "policy.yaml"
-    from gpu_platform.policy.model import default_policy_path
+    from gpu_platform.policy.loading import default_policy_path
 
     policy.write_text(default_policy_path().read_text().replace("incident_wait_s: 300", "incident_wait_s: 100"))
     res = CliRunner().invoke(main, ["cost", "build", "--day", scenario.DAY, "--warehouse", path,

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli.app import main
-from gpu_platform.scorecards import fired
-from gpu_platform.scorecards.read import SCORECARD_TABLES
+from gpu_platform.observe.scorecards import fired
+from gpu_platform.observe.scorecards.read import SCORECARD_TABLES
 
 
 @pytest.fixture

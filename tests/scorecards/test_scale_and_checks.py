@@ -13,16 +13,16 @@ from click.testing import CliRunner
 
 from assets.finops import finops_assets
 from gpu_platform.cli import main
-from gpu_platform.finops_snapshot import scorecard_snapshot
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import LineageStore, WorkloadRun
+from gpu_platform.finops.snapshot import scorecard_snapshot
+from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot
+from gpu_platform.lineage.graph import LineageStore, WorkloadRun
+from gpu_platform.observe.scorecards import SIGNALS
 from gpu_platform.policy import PolicyError, parse_policy
-from gpu_platform.policy.model import default_policy_path
+from gpu_platform.policy.loading import default_policy_path
 from gpu_platform.policy.scale import LEVELS, SCALES, required_metadata, scorecard_rows
-from gpu_platform.requests import RequestError, load_request_file, validate_request
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import RequestError, load_request_file, validate_request
 from gpu_platform.safeload import POLICY_LIMITS, load_document
-from gpu_platform.scorecards import SIGNALS
-from gpu_platform.sqlmodels.raw import load_scorecard_snapshot
 from resources.warehouse import Warehouse
 from tests.conftest import EXAMPLES, FIXTURES
 from tests.scorecards import scenario
@@ -125,10 +125,10 @@ def test_signals_are_asset_checks_with_warn_and_error(tmp_path):
 
 
 def test_approvals_granted_in_the_ledger_count_in_the_bypass_scorecard(sqlite_url, policy, tmp_path):
-    from gpu_platform.approvals import grant
-    from gpu_platform.finops_snapshot import ledger_snapshot
-    from gpu_platform.scorecards import model_vars
-    from gpu_platform.sqlmodels import Project, default_project_path, load_ledger_snapshot
+    from gpu_platform.finops.snapshot import ledger_snapshot
+    from gpu_platform.finops.sqlmodels import Project, default_project_path, load_ledger_snapshot
+    from gpu_platform.observe.scorecards import model_vars
+    from gpu_platform.requests.approvals import grant
 
     ledger = Ledger(sqlite_url)
     t0 = datetime(2026, 11, 28, 1, tzinfo=UTC)
@@ -159,9 +159,9 @@ def test_framebuffer_use_from_dcgm_exporter_text(tmp_path):
     import shutil
     from datetime import date
 
-    from gpu_platform.feeds.ingest import load_dcgm_day
-    from gpu_platform.scorecards import model_vars
-    from gpu_platform.sqlmodels import Project, default_project_path, ensure_raw_tables
+    from gpu_platform.finops.feeds.ingest import load_dcgm_day
+    from gpu_platform.finops.sqlmodels import Project, default_project_path, ensure_raw_tables
+    from gpu_platform.observe.scorecards import model_vars
 
     day = date(2024, 9, 18)
     target = tmp_path / "feeds" / "dcgm" / day.isoformat() / "scrape.prom"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from gpu_platform.finops.sqlmodels import Project, default_project_path
+from gpu_platform.observe.scorecards import fired, model_vars, signal_rows
 from gpu_platform.policy import load_policy, parse_policy
-from gpu_platform.policy.model import default_policy_path
+from gpu_platform.policy.loading import default_policy_path
 from gpu_platform.safeload import POLICY_LIMITS, load_document
-from gpu_platform.scorecards import fired, model_vars, signal_rows
-from gpu_platform.sqlmodels import Project, default_project_path
 from tests.scorecards import scenario
 from tests.scorecards.scenario import DAY, IMAGE_A, IMAGE_B, IMAGE_C
 

@@ -13,7 +13,7 @@ from datetime import date, timedelta
 
 import pytest
 
-import gpu_platform.demo_history as history
+import gpu_platform.demo.history as history
 from gpu_platform.policy import load_policy
 
 

@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from gpu_platform.feeds.load import rollup_dcgm_samples
-from gpu_platform.sqlmodels import ensure_raw_tables, load_ledger_snapshot
+from gpu_platform.finops.feeds.load import rollup_dcgm_samples
+from gpu_platform.finops.sqlmodels import ensure_raw_tables, load_ledger_snapshot
 
 DAY = "2026-11-28"
 D0 = datetime(2026, 11, 28)

@@ -16,7 +16,7 @@ from assets.finops import (
     finops_jobs,
     finops_schedules,
 )
-from gpu_platform.scorecards import SIGNALS
+from gpu_platform.observe.scorecards import SIGNALS
 from resources.warehouse import Warehouse
 from tests.sqlmodels.finops_scenario import DAY, load_scenario
 

@@ -1,4 +1,4 @@
-"""The cost models on raw tables written by the real feed loaders (gpu_platform.feeds).
+"""The cost models on raw tables written by the real feed loaders (gpu_platform.finops.feeds).
 
 Inputs are the project's fixture copies of public samples: dcgm-exporter's released-image
 `/metrics` text (tests/fixtures/feeds/dcgm-variant-released.txt) and the FOCUS 1.0 sample
@@ -14,11 +14,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpu_platform.sqlmodels import Project, default_project_path, load_ledger_snapshot
+from gpu_platform.finops.sqlmodels import Project, default_project_path, load_ledger_snapshot
 
-feeds_dcgm = pytest.importorskip("gpu_platform.feeds.dcgm")
-feeds_focus = pytest.importorskip("gpu_platform.feeds.focus")
-feeds_load = pytest.importorskip("gpu_platform.feeds.load")
+feeds_dcgm = pytest.importorskip("gpu_platform.finops.feeds.dcgm")
+feeds_focus = pytest.importorskip("gpu_platform.finops.feeds.focus")
+feeds_load = pytest.importorskip("gpu_platform.finops.feeds.load")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"
 DAY = date(2024, 9, 3)

@@ -7,7 +7,7 @@ from datetime import datetime
 import duckdb
 import pytest
 
-from gpu_platform.sqlmodels import ensure_raw_tables, load_ledger_snapshot
+from gpu_platform.finops.sqlmodels import ensure_raw_tables, load_ledger_snapshot
 
 REQ = dict(request_id="R1", team="perception", cost_center="CC-1010", lane="candidate_train", workload="training_run",
            gpu_count=4, output_artifact_ids=["a", "b"], accepted_labels=None)

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpu_platform.sqlmodels import Project, ProjectError, default_project_path, render
+from gpu_platform.finops.sqlmodels import Project, ProjectError, default_project_path, render
 from tests.sqlmodels.finops_scenario import (
     D0,
     DAY,
@@ -231,7 +231,7 @@ def test_rollup_and_int_gpu_busy_agree_with_the_per_sample_rules(built):
 
 
 def test_a_sample_repeated_in_one_source_fails_the_uniqueness_check(built):
-    from gpu_platform.feeds.load import rollup_dcgm_samples
+    from gpu_platform.finops.feeds.load import rollup_dcgm_samples
 
     p, con = built
     con.execute("insert into raw_dcgm_samples select * replace (-7 as source_line) from raw_dcgm_samples "

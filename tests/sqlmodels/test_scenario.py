@@ -8,7 +8,7 @@ from decimal import Decimal as D
 import duckdb
 import pytest
 
-from gpu_platform.sqlmodels import Project, default_project_path
+from gpu_platform.finops.sqlmodels import Project, default_project_path
 from tests.sqlmodels.finops_scenario import (
     D0,
     DAY,
@@ -231,7 +231,7 @@ def test_billing_rows_default_currency_is_usd():
 
 def test_released_model_cost_follows_recorded_lineage_not_shared_ids(tmp_path):
     """With lineage recorded, R5 costs its tree (R3 -> R1, R4), not every request sharing C1 / P1."""
-    from gpu_platform.sqlmodels import load_ledger_snapshot
+    from gpu_platform.finops.sqlmodels import load_ledger_snapshot
     from tests.sqlmodels.finops_scenario import REQUESTS, pod_dicts
 
     con = duckdb.connect(str(tmp_path / "w.duckdb"))

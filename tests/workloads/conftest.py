@@ -11,10 +11,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import LineageStore
+from gpu_platform.lineage.graph import LineageStore
 from gpu_platform.policy import load_policy
-from gpu_platform.requests import JobRequest, validate_request_file
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import JobRequest, validate_request_file
 from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor

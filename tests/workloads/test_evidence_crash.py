@@ -12,8 +12,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpu_platform.evidence import EvidenceStore
-from gpu_platform.gate import checkpoint_dir, work_dir
+from gpu_platform.gate.checkpoints import checkpoint_dir, work_dir
+from gpu_platform.lineage.evidence import EvidenceStore
 from gpu_platform.safeload import path_key
 from tests.conftest import ROOT
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_platform.evidence import EvidenceError, EvidenceStore, sha256_bytes
+from gpu_platform.lineage.evidence import EvidenceError, EvidenceStore, sha256_bytes
 from gpu_platform.safeload import path_key
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

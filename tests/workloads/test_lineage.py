@@ -11,9 +11,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from gpu_platform.cli.lineage import lineage, retention
-from gpu_platform.evidence import EvidenceStore
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import (
+from gpu_platform.lineage.evidence import EvidenceStore
+from gpu_platform.lineage.graph import (
     LineageStore,
     Parent,
     WorkloadRun,
@@ -26,7 +25,8 @@ from gpu_platform.lineage import (
     resolve_parents,
 )
 from gpu_platform.policy import load_policy
-from gpu_platform.requests import JobRequest, validate_request_file
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import JobRequest, validate_request_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "requests"

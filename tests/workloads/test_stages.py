@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gpu_platform.evidence import EvidenceStore
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import LineageStore
+from gpu_platform.lineage.evidence import EvidenceStore
+from gpu_platform.lineage.graph import LineageStore
 from gpu_platform.policy import load_policy
-from gpu_platform.requests import JobRequest, validate_request_file
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import JobRequest, validate_request_file
 from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE
 from gpu_platform.workloads.stages import (
     ProgramStage,
@@ -141,7 +141,7 @@ def test_lineage_markdown_has_one_row_per_stage():
 def test_cost_check_counts_stages_after_the_last_priced_day_as_awaiting_not_missing():
     from datetime import UTC, date, datetime
 
-    from gpu_platform.lineage import WorkloadRun, awaiting_pricing
+    from gpu_platform.lineage.graph import WorkloadRun, awaiting_pricing
 
     run = WorkloadRun(request_id="r", kind="training_run", status="succeeded", recorded_at=datetime(2026, 11, 29, 9, tzinfo=UTC))
     assert awaiting_pricing(run, date(2026, 11, 28))

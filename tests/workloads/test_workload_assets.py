@@ -25,8 +25,8 @@ from assets.workloads import (
     workload_schedules,
 )
 from gpu_platform.cli.lineage import lineage
-from gpu_platform.ledger import Ledger
-from gpu_platform.lineage import LineageStore
+from gpu_platform.lineage.graph import LineageStore
+from gpu_platform.requests.ledger import Ledger
 from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor

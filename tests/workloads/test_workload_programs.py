@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_platform.evidence import sha256_file
+from gpu_platform.lineage.evidence import sha256_file
 from gpu_platform.workloads import PROGRAMS
 
 PY = sys.executable

@@ -1,0 +1,347 @@
+"""What a request's step Jobs look like, from the request and the lane's flavors.
+
+Pure functions: no Dagster import. `k8s_config_for` returns the `dagster-k8s/config` mapping
+(the shape of dagster-k8s's `UserDefinedDagsterK8sConfig`, snake_case keys of the Kubernetes
+models) of the request's one GPU step; `cpu_step_config_for` that of every other step of its
+run (checks, evidence bookkeeping), which asks for no GPU and no Kueue queue. `executor_config_for`
+puts both in `k8s_job_executor` config (`step_k8s_config` + `per_step_k8s_config`).
+`resources/k8s.py` turns them into full manifests with dagster-k8s's own builder.
+
+The GPU Job is created suspended (`spec.suspend: true`) in the team's namespace with Kueue's
+`queue-name` and `priority-class` labels, named by `gpu_platform.cluster.names` exactly as the
+export names the LocalQueue and WorkloadPriorityClass. The Job does not pin a flavor: its pod
+template has a required node affinity with one term per flavor the request accepts (its lane's
+flavors that match its `gpu_type`), so Kueue chooses among them and, on admission, injects the
+chosen ResourceFlavor's node labels and tolerations. `activeDeadlineSeconds` counts from the
+Job's start, which Kubernetes resets on every suspend/resume, so queue time does not eat the
+request's timeout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_platform.cluster.names import (  # noqa: F401  (re-exported: the Job's names live there)
+    ANNOTATION_GATE_FLAVOR,
+    ANNOTATION_REQUEST_ID,
+    KUEUE_PRIORITY_CLASS,
+    KUEUE_QUEUE_NAME,
+    LABEL_ATTEMPT,
+    LABEL_GPU_PRODUCT,
+    LABEL_GPU_SHARING,
+    LABEL_LANE,
+    LABEL_NODE_POOL,
+    LABEL_REQUEST_ID,
+    LABEL_STEP,
+    LABEL_TEAM,
+    k8s_name,
+    label_value,
+    local_queue_name,
+    priority_class_name,
+)
+from gpu_platform.policy import GPU, Flavor, Policy
+from gpu_platform.requests.model import JobRequest, matching_flavors
+
+ENV_REQUEST_ID = "GPU_PLATFORM_REQUEST_ID"
+ENV_CHECKPOINT_DIR = "GPU_PLATFORM_CHECKPOINT_DIR"
+ENV_WORK_ROOT = "GPU_PLATFORM_WORK_ROOT"
+WORK_VOLUME_NAME = "gpu-platform-work"
+
+JOB_BACKOFF_LIMIT = 0
+"""Pods are not retried by the Job controller: Dagster owns step retries, Kueue owns requeueing."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkVolume:
+    """The volume that holds every request's work directory (checkpoints, scratch, logs before
+    they enter the evidence store) and outlives any pod: a PersistentVolumeClaim, ReadWriteMany,
+    on a filesystem with atomic rename (NFS, EFS, Filestore, CephFS).
+
+    It is mounted at `mount_path` in every step pod and in the pod that runs the admission
+    gate, so the gate's "checkpointed" test reads the checkpoints where the workload wrote them.
+    `mount_path` is the work root (`GPU_PLATFORM_WORK_ROOT`): a request's checkpoints are at
+    `<mount_path>/<request>/checkpoints/<workload kind>/ckpt-*`.
+    """
+
+    claim_name: str
+    mount_path: str = "/var/lib/gpu-platform/work"
+
+
+def _request_id(request: JobRequest) -> str:
+    if not request.request_id:
+        raise ValueError("request has no request_id: submit it to the ledger first (or pass one to render)")
+    return request.request_id
+
+
+def _lane_and_team(request: JobRequest, policy: Policy) -> tuple[str, str]:
+    if not request.lane or request.lane not in policy.lanes:
+        raise ValueError(f"lane: unknown lane {request.lane!r}")
+    if not request.team or request.team not in policy.teams:
+        raise ValueError(f"team: unknown team {request.team!r}")
+    return request.lane, request.team
+
+
+def pod_labels(request: JobRequest, attempt: int = 1, step: str | None = None) -> dict[str, str]:
+    """Labels on the step pod, so DCGM samples (pod labels) map back to team, lane and request,
+    and the gate's read-back maps a Job (and its Kueue Workload) back to a request attempt."""
+    labels = {
+        LABEL_TEAM: label_value(request.team or ""),
+        LABEL_LANE: label_value(request.lane or ""),
+        LABEL_REQUEST_ID: label_value(_request_id(request)),
+        LABEL_ATTEMPT: str(attempt),
+    }
+    if step:
+        labels[LABEL_STEP] = label_value(step)
+    return labels
+
+
+def kueue_labels(request: JobRequest) -> dict[str, str]:
+    """Job labels Kueue reads: the lane's LocalQueue and WorkloadPriorityClass, named as the
+    export names them (`gpu_platform.cluster.names`)."""
+    if not request.lane:
+        raise ValueError("request has no lane")
+    return {
+        KUEUE_QUEUE_NAME: local_queue_name(request.lane),
+        KUEUE_PRIORITY_CLASS: priority_class_name(request.lane),
+    }
+
+
+def workload_step(request: JobRequest) -> str:
+    """The step (op name) of a request's run that runs its workload and so asks for its GPUs:
+    the asset named after the request's workload (`replay`, `released_model`, ...)."""
+    if not request.workload:
+        raise ValueError("workload: required to know which step asks for GPUs")
+    return request.workload
+
+
+def namespace_for(request: JobRequest, policy: Policy) -> str:
+    """The team's namespace, where the lane's LocalQueue lives and the step Job must be created."""
+    _, team = _lane_and_team(request, policy)
+    return policy.team(team).namespace
+
+
+def resolve_flavor(request: JobRequest, policy: Policy, flavor_name: str | None = None) -> Flavor:
+    """The flavor a request runs on: `flavor_name` (admission's choice) checked against the lane's
+    quota and the request's gpu_type, or, when None, the first flavor that matches."""
+    lane, _ = _lane_and_team(request, policy)
+    candidates = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource)
+    if flavor_name is None:
+        if not candidates:
+            raise ValueError(f"lane {lane} has no quota on a flavor matching gpu_type {request.gpu_type!r}")
+        return policy.flavor(candidates[0])
+    if flavor_name not in policy.flavor_by_name:
+        raise ValueError(f"unknown flavor {flavor_name!r} (one of: {', '.join(policy.flavor_by_name)})")
+    if flavor_name not in candidates:
+        raise ValueError(
+            f"flavor {flavor_name!r} does not fit request: lane {lane} with gpu_type {request.gpu_type!r} "
+            f"may use {', '.join(candidates) or 'no flavor'}"
+        )
+    return policy.flavor(flavor_name)
+
+
+def _cpu_quantity(cores: float) -> str:
+    millis = math.ceil(cores * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def _memory_quantity(gib: float) -> str:
+    mib = math.ceil(gib * 1024)
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def resources_for(request: JobRequest) -> dict[str, dict[str, str | int]]:
+    """Container resources: `gpu_count` of the request's GPU resource (whole GPUs, a MIG profile
+    or shared replicas, as the device plugin names them); request == limit (Kubernetes requires it
+    for extended resources)."""
+    if request.gpu_count is None:
+        raise ValueError("gpu_count: required")
+    res = request.gpu_resource or GPU
+    limits: dict[str, str | int] = {res: request.gpu_count}
+    requests: dict[str, str | int] = {res: request.gpu_count}
+    if request.cpu is not None:
+        requests["cpu"] = _cpu_quantity(request.cpu)
+    if request.memory_gib is not None:
+        requests["memory"] = limits["memory"] = _memory_quantity(request.memory_gib)
+    return {"limits": limits, "requests": requests}
+
+
+def tolerations_for(flavor: Flavor) -> list[dict[str, str]]:
+    """One toleration per flavor taint (GPU taint, spot taint, ...): what Kueue injects from the
+    exported ResourceFlavor's `spec.tolerations` when it admits a Job on this flavor."""
+    out = []
+    for taint in flavor.taints:
+        tol = {"key": taint.key, "effect": taint.effect}
+        if taint.value is None:
+            tol["operator"] = "Exists"
+        else:
+            tol["operator"] = "Equal"
+            tol["value"] = taint.value
+        out.append(tol)
+    return out
+
+
+def node_selector_for(flavor: Flavor) -> dict[str, str]:
+    """A flavor's node labels (the exported ResourceFlavor's `spec.nodeLabels`): GPU product and
+    node pool, plus any extra node labels it declares. Kueue injects them as the pod's
+    nodeSelector when it admits the Job on this flavor."""
+    labels = {LABEL_GPU_PRODUCT: flavor.gpu_product, LABEL_NODE_POOL: flavor.node_pool}
+    if flavor.sharing.mode != "exclusive":
+        labels[LABEL_GPU_SHARING] = flavor.sharing.mode
+    return {**labels, **flavor.node_labels}
+
+
+def accepted_flavors(request: JobRequest, policy: Policy) -> list[Flavor]:
+    """The flavors a request may run on: its lane's flavors (quota order) matching its gpu_type."""
+    lane, _ = _lane_and_team(request, policy)
+    names = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource)
+    if not names:
+        raise ValueError(
+            f"lane {lane} has no quota of {request.gpu_resource} on a flavor matching gpu_type {request.gpu_type!r}"
+        )
+    return [policy.flavor(n) for n in names]
+
+
+def flavor_affinity(request: JobRequest, policy: Policy) -> dict[str, Any]:
+    """A required node affinity with one term per accepted flavor (its node labels, `In`).
+
+    Kueue keeps a flavor for the Job only if the pod's node affinity admits that flavor's node
+    labels, so this leaves Kueue the choice among exactly the flavors the request accepts (a
+    request for `h100-ondemand` never lands on `l4-inference`; `gpu_type: any` may borrow on
+    every flavor of its lane). The terms stay true after Kueue injects the chosen flavor's labels.
+    """
+    terms = []
+    for flavor in accepted_flavors(request, policy):
+        terms.append(
+            {
+                "match_expressions": [
+                    {"key": key, "operator": "In", "values": [value]}
+                    for key, value in node_selector_for(flavor).items()
+                ]
+            }
+        )
+    return {"node_affinity": {"required_during_scheduling_ignored_during_execution": {"node_selector_terms": terms}}}
+
+
+def timeout_seconds(request: JobRequest, policy: Policy) -> int:
+    """The request's timeout in whole seconds; without one, the lane's max_run_duration."""
+    timeout = request.timeout
+    if timeout is None:
+        lane, _ = _lane_and_team(request, policy)
+        timeout = policy.lane(lane).max_run_duration
+    return max(1, math.ceil(timeout.total_seconds()))
+
+
+def _work_volume_config(work_volume: WorkVolume | None) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]]]:
+    """(container part, pod part, env) that mount the work volume, or nothing without one."""
+    if work_volume is None:
+        return {}, {}, []
+    container = {"volume_mounts": [{"name": WORK_VOLUME_NAME, "mount_path": work_volume.mount_path}]}
+    pod = {
+        "volumes": [
+            {"name": WORK_VOLUME_NAME, "persistent_volume_claim": {"claim_name": work_volume.claim_name}}
+        ]
+    }
+    return container, pod, [{"name": ENV_WORK_ROOT, "value": work_volume.mount_path}]
+
+
+def cpu_step_config_for(
+    request: JobRequest, policy: Policy, attempt: int = 1, work_volume: WorkVolume | None = None
+) -> dict[str, Any]:
+    """The `dagster-k8s/config` mapping of every step of the request's run but the workload step.
+
+    Checks and bookkeeping steps (the evidence pack and its blocking checks) ask for no GPU, carry
+    no Kueue label (Kueue's default `manageJobsWithoutQueueName: false` leaves them alone) and no
+    flavor affinity; they run in the team's namespace with the request's labels, so the cluster
+    still attributes them to the request.
+    """
+    request_id = _request_id(request)
+    labels = pod_labels(request, attempt)
+    annotations = {ANNOTATION_REQUEST_ID: request_id}
+    container_volume, pod_volume, volume_env = _work_volume_config(work_volume)
+    return {
+        "container_config": {
+            "env": [{"name": ENV_REQUEST_ID, "value": request_id}, *volume_env],
+            **container_volume,
+        },
+        "pod_template_spec_metadata": {"labels": labels, "annotations": annotations},
+        **({"pod_spec_config": pod_volume} if pod_volume else {}),
+        "job_metadata": {
+            "namespace": namespace_for(request, policy),
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "job_spec_config": {"backoff_limit": JOB_BACKOFF_LIMIT},
+    }
+
+
+def k8s_config_for(
+    request: JobRequest,
+    flavor_name: str,
+    policy: Policy,
+    attempt: int = 1,
+    work_volume: WorkVolume | None = None,
+) -> dict[str, Any]:
+    """The `dagster-k8s/config` mapping for the request's workload step (its one GPU Job).
+
+    flavor_name: the flavor the gate admitted the request on; checked against the lane's quota
+    and the request's gpu_type and recorded as an annotation, but not pinned: the pod template
+    accepts every flavor the request may use (`flavor_affinity`) and Kueue picks one.
+    Keys are those of dagster-k8s's `UserDefinedDagsterK8sConfig`: `container_config`,
+    `pod_template_spec_metadata`, `pod_spec_config`, `job_metadata`, `job_spec_config`.
+    Raises ValueError when the request lacks what a Job needs (request_id, container_digest,
+    gpu_count, workload, a known lane and team) or the flavor does not fit it.
+    """
+    flavor = resolve_flavor(request, policy, flavor_name)
+    request_id = _request_id(request)
+    if not request.container_digest:
+        raise ValueError("container_digest: required to pin the image by digest")
+    step = workload_step(request)
+    labels = pod_labels(request, attempt, step)
+    annotations = {ANNOTATION_REQUEST_ID: request_id, ANNOTATION_GATE_FLAVOR: flavor.name}
+    container_volume, pod_volume, volume_env = _work_volume_config(work_volume)
+    return {
+        "container_config": {
+            "image": request.image_ref,
+            "resources": resources_for(request),
+            "env": [{"name": ENV_REQUEST_ID, "value": request_id}, *volume_env],
+            **container_volume,
+        },
+        "pod_template_spec_metadata": {"labels": labels, "annotations": annotations},
+        "pod_spec_config": {"affinity": flavor_affinity(request, policy), **pod_volume},
+        "job_metadata": {
+            "namespace": namespace_for(request, policy),
+            "labels": {**labels, **kueue_labels(request)},
+            "annotations": annotations,
+        },
+        "job_spec_config": {
+            "suspend": True,
+            "active_deadline_seconds": timeout_seconds(request, policy),
+            "backoff_limit": JOB_BACKOFF_LIMIT,
+        },
+    }
+
+
+def executor_config_for(
+    request: JobRequest,
+    flavor_name: str,
+    policy: Policy,
+    attempt: int = 1,
+    work_volume: WorkVolume | None = None,
+) -> dict[str, Any]:
+    """`k8s_job_executor` config for a run that executes this one request.
+
+    `job_namespace` is the team's namespace (the LocalQueue's). `step_k8s_config` applies to
+    every step (CPU only, no Kueue queue); `per_step_k8s_config` gives the workload step alone
+    the GPU Job (`k8s_config_for`), which dagster-k8s merges over the former. So a release run
+    (evidence pack, its checks, the release) creates exactly one Job that asks for GPUs. Static op
+    tags cannot vary per request, so the gate passes this as the run's `execution.config`.
+    """
+    return {
+        "job_namespace": namespace_for(request, policy),
+        "step_k8s_config": cpu_step_config_for(request, policy, attempt, work_volume),
+        "per_step_k8s_config": {
+            workload_step(request): k8s_config_for(request, flavor_name, policy, attempt, work_volume)
+        },
+    }

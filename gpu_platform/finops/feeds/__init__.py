@@ -1,0 +1,11 @@
+"""Feed ingestion: dcgm-exporter text and history, FOCUS billing, local NVML sampling.
+
+Pure Python (no Dagster). Parsers return a :class:`~gpu_platform.finops.feeds.schemas.FeedBatch`
+(accepted rows, quarantined rows with a reason, and the input row count);
+:func:`~gpu_platform.finops.feeds.load.load_batch` writes one (source, day) partition to DuckDB.
+:mod:`~gpu_platform.finops.feeds.ingest` loads a day's saved feed files (and DCGM scrapes) with it.
+"""
+
+from gpu_platform.finops.feeds.schemas import FeedBatch, FeedSchemaError
+
+__all__ = ["FeedBatch", "FeedSchemaError"]

@@ -1,0 +1,458 @@
+"""Ingestion of saved feed files into the warehouse, one day at a time (no Dagster).
+
+Saved feed files live under a `feeds/` directory:
+
+- `dcgm/<YYYY-MM-DD>/`: `*.prom` / `*.txt` (Prometheus text), `*.json` (Prometheus
+  `query_range` answer), `*.parquet` (history in the `raw_dcgm_samples` schema); the caller
+  may also pass `dcgm_endpoints` URLs to scrape (today only). A sample belongs to the day of
+  its timestamp, not of its directory (lines without one: see :func:`read_dcgm_file`): loading a day reads its directory and the two beside it
+  and keeps the samples stamped on that day (a file of 23:55-00:05 feeds both days). Samples
+  stamped more than a day away from their directory, and lines without a readable sample, are
+  quarantined under the directory's day.
+- `focus/`: `*.csv` / `*.parquet` FOCUS exports; each day takes the rows whose
+  `ChargePeriodStart` falls on it. A row identical to an earlier one (same file or an earlier
+  file in path order) is quarantined as a duplicate, so a re-delivered export is not billed twice.
+
+Each file is one loader source (its path under `feeds/`), so re-loading a day replaces that
+day's rows of each file (`load_batch` is idempotent per source and day), and a file removed
+from the directory has its rows of that day deleted. A file that cannot be read as a whole
+(not UTF-8, broken header, not Parquet or JSON, over `FEED_FILE_MAX_BYTES`) never aborts the
+day: it is recorded in `raw_feed_file_quarantine` (path, size, reason), its earlier rows of the
+day are deleted, and the other files load. Per day, files in = files loaded + files
+quarantined, and for each loaded file rows in = accepted + quarantined.
+The assets in `assets/ingest.py` call :func:`load_dcgm_day` / :func:`load_focus_day` and
+report :meth:`IngestReport.metadata`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from gpu_platform.finops.feeds import dcgm, focus
+from gpu_platform.finops.feeds.load import ensure_tables, load_batch, record_file_quarantine
+from gpu_platform.finops.feeds.schemas import DCGM_QUARANTINE_SCHEMA, FOCUS_QUARANTINE_SCHEMA, FeedBatch
+from gpu_platform.safeload import (
+    FEED_FILE_MAX_BYTES,
+    FEED_JSON_LIMITS,
+    InputError,
+    check_utf8_file,
+    decode_utf8,
+    load_json_text,
+)
+
+DCGM_SUFFIXES = (".prom", ".txt", ".json", ".parquet")
+FOCUS_SUFFIXES = (".csv", ".parquet")
+_POSITION = re.compile(r"^(line|row) \d+: ")
+
+
+class IngestCountMismatch(ValueError):
+    """rows_in != accepted + quarantined: some input rows were neither loaded nor quarantined."""
+
+
+@dataclass
+class IngestReport:
+    """Counts of one asset's loads; `reasons`: quarantine reasons without their line/row number."""
+
+    rows_in: int = 0
+    accepted: int = 0
+    quarantined: int = 0
+    sources: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    files_in: int = 0
+    files_loaded: int = 0
+    quarantined_files: list[tuple[str, str]] = field(default_factory=list)
+    """(source, reason) of every file quarantined as a whole."""
+    currency_flags: list[str] = field(default_factory=list)
+    """FOCUS charge periods billed only in a currency the rest of their file does not use."""
+
+    def add(self, batch: FeedBatch, accepted: int, quarantined: int) -> None:
+        self.rows_in += batch.rows_in
+        self.accepted += accepted
+        self.quarantined += quarantined
+        self.sources += 1
+        self.reasons.update(_POSITION.sub("", r) for r in batch.quarantine["reason"].to_list())
+
+    def check(self) -> None:
+        """Raise :class:`IngestCountMismatch` unless rows_in == accepted + quarantined and
+        files_in == files_loaded + files quarantined."""
+        if self.rows_in != self.accepted + self.quarantined:
+            raise IngestCountMismatch(
+                f"rows_in={self.rows_in} != accepted={self.accepted} + quarantined={self.quarantined}"
+            )
+        if self.files_in != self.files_loaded + len(self.quarantined_files):
+            raise IngestCountMismatch(
+                f"files_in={self.files_in} != files_loaded={self.files_loaded} + "
+                f"files_quarantined={len(self.quarantined_files)}"
+            )
+
+    def metadata(self) -> dict[str, int | str]:
+        """Checked counts (ints) and markdown (strs): `rows_in`, `accepted`, `quarantined`,
+        `sources`, `files_in`, `files_quarantined`, `quarantine_reasons` (the ten most common),
+        `quarantined_files` when a file was quarantined whole, and `scrape_errors` when a
+        scrape failed. Raises :class:`IngestCountMismatch` when the counts do not add up."""
+        self.check()
+        table = "| reason | rows |\n|---|---|\n" + "".join(
+            f"| {reason.replace('|', '/')} | {n} |\n" for reason, n in self.reasons.most_common(10)
+        )
+        md: dict[str, int | str] = {
+            "rows_in": self.rows_in,
+            "accepted": self.accepted,
+            "quarantined": self.quarantined,
+            "sources": self.sources,
+            "quarantine_reasons": table if self.reasons else "no quarantined rows",
+            "files_in": self.files_in,
+            "files_quarantined": len(self.quarantined_files),
+            "currency_flagged_periods": len(self.currency_flags),
+        }
+        if self.currency_flags:
+            md["currency_flags"] = "\n".join(f"- {flag}" for flag in self.currency_flags)
+        if self.quarantined_files:
+            md["quarantined_files"] = "| file | reason |\n|---|---|\n" + "".join(
+                f"| {src} | {reason.replace('|', '/')} |\n" for src, reason in self.quarantined_files
+            )
+        if self.errors:
+            md["scrape_errors"] = "\n".join(f"- {e}" for e in self.errors)
+        return md
+
+
+def merge_reports(reports: Iterable[IngestReport]) -> IngestReport:
+    """One report summing `reports` (e.g. the days of a backfill range)."""
+    out = IngestReport()
+    for r in reports:
+        out.rows_in += r.rows_in
+        out.accepted += r.accepted
+        out.quarantined += r.quarantined
+        out.sources += r.sources
+        out.reasons.update(r.reasons)
+        out.errors += r.errors
+        out.files_in += r.files_in
+        out.files_loaded += r.files_loaded
+        out.quarantined_files += r.quarantined_files
+        out.currency_flags += r.currency_flags
+    return out
+
+
+def _files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
+
+
+def _forget_removed(con: duckdb.DuckDBPyConnection, tables: Iterable[str], prefix: str, day: date,
+                    kept: list[str]) -> None:
+    """Delete the day's rows of files under `prefix` that are no longer there."""
+    ensure_tables(con)  # a missing table would make DuckDB look for a Python variable of its name
+    for table in tables:
+        con.execute(
+            f"delete from {table} where day = ? and starts_with(source, ?) and not list_contains(?, source)",
+            [day, prefix, kept],
+        )
+
+
+def read_dcgm_file(path: Path, source: str, directory_day: date | None = None) -> FeedBatch:
+    """Parse one saved DCGM file. Text lines without their own timestamp are stamped with the
+    file's modification time, or with 00:00 UTC of `directory_day` when that time is on another
+    day (a file copied in later: its directory is the better witness of when it was scraped)."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        text = decode_utf8(path.read_bytes(), source)
+        return dcgm.parse_query_range(load_json_text(text, source, FEED_JSON_LIMITS), source=source)
+    if suffix == ".parquet":
+        return dcgm.read_history_parquet(path, source=source)
+    scraped_at = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    if directory_day is not None and scraped_at.date() != directory_day:
+        scraped_at = datetime.combine(directory_day, time(0), UTC)
+    return dcgm.parse_file(path, source=source, scraped_at=scraped_at)
+
+
+def read_feed_file(path: Path, read: Callable[[], FeedBatch]) -> tuple[FeedBatch | None, int | None, str | None]:
+    """(batch, size, None) or (None, size, reason): why the file cannot be read as a whole.
+
+    Any failure of a parser on one file (Arrow, Polars, JSON, a schema error) quarantines that
+    file; only memory exhaustion and interrupts propagate."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return None, None, f"cannot read: {exc.strerror or exc}"
+    if size > FEED_FILE_MAX_BYTES:
+        return None, size, f"larger than the limit of {FEED_FILE_MAX_BYTES:,} bytes"
+    try:
+        return read(), size, None
+    except MemoryError:
+        raise
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start : exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
+        return None, size, f"not UTF-8: byte 0x{bad} at byte offset {exc.start} ({exc.reason})"
+    except InputError as exc:
+        return None, size, "; ".join(exc.errors)[:500]
+    except Exception as exc:  # one unreadable file never aborts the day
+        text = (str(exc).strip().splitlines() or [""])[0][:400]
+        return None, size, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_FAR = "timestamp on {} is more than a day away from its directory's day {}"
+
+
+def dcgm_day_batch(batch: FeedBatch, day: date, directory_day: date) -> FeedBatch:
+    """The samples of `batch` (a file of `directory_day`'s directory) stamped on `day`.
+
+    The file's quarantined lines, and samples stamped more than a day from `directory_day`
+    (which no day's load would read), belong to `directory_day`."""
+    stamped = batch.rows["ts"].dt.date()
+    rows = batch.rows.filter(stamped == day)
+    if day != directory_day:
+        return FeedBatch(rows=rows, quarantine=batch.quarantine.clear(), rows_in=rows.height)
+    near = (stamped >= directory_day - timedelta(days=1)) & (stamped <= directory_day + timedelta(days=1))
+    far = batch.rows.filter(~near)
+    quarantine = batch.quarantine
+    if far.height:
+        extra = pl.DataFrame(
+            {
+                "source": far["source"],
+                "source_line": far["source_line"],
+                "raw": [json.dumps(r, default=str, sort_keys=True) for r in far.drop("source").to_dicts()],
+                "reason": [
+                    f"line {n}: " + _FAR.format(ts.date().isoformat(), directory_day.isoformat())
+                    for n, ts in zip(far["source_line"].to_list(), far["ts"].to_list(), strict=True)
+                ],
+            },
+            schema=DCGM_QUARANTINE_SCHEMA,
+        )
+        quarantine = pl.concat([quarantine, extra]).sort("source_line")
+    return FeedBatch(rows=rows, quarantine=quarantine, rows_in=rows.height + quarantine.height)
+
+
+def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoints: list[str]) -> IngestReport:
+    """Load the DCGM samples stamped on `day` from `feeds/dcgm/<day-1 .. day+1>/`, then scrape
+    `endpoints` (pass [] except today). Files of `day`'s directory that cannot be read are
+    quarantined whole; unreadable files of the neighbouring directories belong to their own day."""
+    report = IngestReport()
+    sources: list[str] = []
+    bad_files: list[tuple[str, int | None, str]] = []
+    for directory_day in (day - timedelta(days=1), day, day + timedelta(days=1)):
+        own = directory_day == day
+        for path in _files(feeds / "dcgm" / directory_day.isoformat(), DCGM_SUFFIXES):
+            source = path.relative_to(feeds).as_posix()
+            report.files_in += own
+            batch, size, reason = read_feed_file(path, lambda p=path, s=source, d=directory_day: read_dcgm_file(p, s, d))
+            if batch is None:
+                if own:
+                    bad_files.append((source, size, reason or "unreadable"))
+                    report.quarantined_files.append((source, reason or "unreadable"))
+                continue
+            part = dcgm_day_batch(batch, day, directory_day)
+            sources.append(source)
+            report.files_loaded += own
+            # A neighbour's file is loaded even when it has nothing for this day: that replaces
+            # whatever an earlier version of it left here. It counts as a source only with rows.
+            stats = load_batch(con, "dcgm", part, source=source, day=day)
+            if own or part.rows_in:
+                report.add(part, stats.accepted, stats.quarantined)
+    _forget_removed(con, ("raw_dcgm_samples", "raw_dcgm_hourly", "raw_dcgm_quarantine"), "dcgm/", day, sources)
+    record_file_quarantine(con, "dcgm", day, bad_files)
+    for url in endpoints:
+        # one source per scrape, so the day's scrapes add up instead of replacing each other
+        source = f"scrape:{url}@{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+        try:
+            batch = dcgm.scrape(url, source=source)
+        except dcgm.ScrapeError as exc:
+            report.errors.append(str(exc))
+            continue
+        stats = load_batch(con, "dcgm", batch, source=source, day=day)
+        report.add(batch, stats.accepted, stats.quarantined)
+    return report
+
+
+_FOCUS_KEY_EXCLUDED = ("source", "source_row")
+
+
+def _focus_keys(rows: pl.DataFrame) -> pl.Series:
+    """One exact text key per row over every billing column (not its position)."""
+    cols = [c for c in rows.columns if c not in _FOCUS_KEY_EXCLUDED]
+    if rows.height == 0:
+        return pl.Series("key", [], dtype=pl.String)
+    return rows.select(
+        pl.concat_str(
+            [pl.col(c).cast(pl.String).fill_null("\x00") for c in cols], separator="\x1f"
+        ).alias("key")
+    ).to_series()
+
+
+def drop_duplicate_rows(batch: FeedBatch, seen: dict[str, tuple[str, int]]) -> FeedBatch:
+    """Quarantine rows identical to an earlier row of the same batch or to one in `seen`
+    (key -> (source, row) of rows already accepted this day); add the accepted rows to `seen`."""
+    rows = batch.rows
+    if rows.height == 0:
+        return batch
+    keys = _focus_keys(rows).to_list()
+    sources = rows["source"].to_list()
+    numbers = rows["source_row"].to_list()
+    keep, dupes = [], []
+    for i, key in enumerate(keys):
+        first = seen.get(key)
+        if first is None:
+            seen[key] = (sources[i], numbers[i])
+            keep.append(i)
+        else:
+            where = f"row {first[1]}" if first[0] == sources[i] else f"{first[0]} row {first[1]}"
+            dupes.append((i, f"row {numbers[i]}: duplicate of {where} (every billing column equal)"))
+    if not dupes:
+        return batch
+    idx = [i for i, _ in dupes]
+    dup_rows = rows[idx]
+    extra = pl.DataFrame(
+        {
+            "source": dup_rows["source"],
+            "source_row": dup_rows["source_row"],
+            "raw": [json.dumps(r, default=str, sort_keys=True) for r in dup_rows.drop("source").to_dicts()],
+            "reason": [reason for _, reason in dupes],
+        },
+        schema=FOCUS_QUARANTINE_SCHEMA,
+    )
+    quarantine = pl.concat([batch.quarantine, extra]).sort("source_row")
+    return FeedBatch(rows=rows[keep], quarantine=quarantine, rows_in=batch.rows_in)
+
+
+def lone_currency_periods(rows: pl.DataFrame, source: str) -> list[tuple[date, str]]:
+    """Charge periods whose every accepted row is in a currency other than the one most of the
+    file's periods use: with one currency per charge period, such a row is its own period's
+    currency and passes unconverted, though it is most likely mis-billed. Flagged (asset
+    metadata `currency_flags`), not quarantined: the row may be right.
+    Returns (day of the period's start, message)."""
+    if rows.height == 0 or "original_currency" not in rows.columns:
+        return []
+    per_period = rows.group_by("ChargePeriodStart", "ChargePeriodEnd").agg(
+        pl.col("original_currency").unique().alias("currencies"), pl.len().alias("rows")
+    )
+    usage = rows.group_by("original_currency").agg(pl.col("ChargePeriodStart").n_unique().alias("periods"))
+    if usage.height < 2:
+        return []
+    dominant = usage.sort("periods", descending=True)["original_currency"][0]
+    flags = []
+    for start, end, currencies, n in per_period.sort("ChargePeriodStart").iter_rows():
+        if start is None or len(currencies) != 1 or currencies[0] == dominant:
+            continue
+        until = f"-{end:%Y-%m-%d %H:%M}" if end is not None else ""
+        message = (
+            f"{source}: charge period {start:%Y-%m-%d %H:%M}{until} is billed only in {currencies[0]} "
+            f"({n} row(s)); the file's other periods use {dominant}"
+        )
+        flags.append((start.date(), message))
+    return flags
+
+
+def focus_day_batch(batch: FeedBatch, day: date, anchor_day: date) -> FeedBatch:
+    """The rows of `batch` charged on `day`; its quarantined rows (no trustworthy charge period)
+    belong to one day per file, `anchor_day`."""
+    rows = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() == day)
+    quarantine = batch.quarantine if day == anchor_day else batch.quarantine.clear()
+    return FeedBatch(rows=rows, quarantine=quarantine, rows_in=rows.height + quarantine.height)
+
+
+def _read_focus_file(path: Path, source: str) -> FeedBatch:
+    if path.suffix.lower() == ".csv":
+        problem = check_utf8_file(path)
+        if problem:
+            raise InputError([problem], source)
+    return focus.load_focus(path, source=source)
+
+
+def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> IngestReport:
+    """Load the rows of every FOCUS file under `feeds/focus/` whose ChargePeriodStart is on `day`.
+
+    A file's quarantined rows are loaded under the earliest day it charges (the day of its file
+    modification time when no row was accepted), so they are counted once. Files are read in
+    path order; a row equal to an earlier one is quarantined as a duplicate. A file that cannot
+    be read (broken header, not UTF-8, not Parquet) is quarantined whole for the day."""
+    report = IngestReport()
+    sources: list[str] = []
+    bad_files: list[tuple[str, int | None, str]] = []
+    seen: dict[str, tuple[str, int]] = {}
+    for path in _files(feeds / "focus", FOCUS_SUFFIXES):
+        source = path.relative_to(feeds).as_posix()
+        report.files_in += 1
+        batch, size, reason = read_feed_file(path, lambda p=path, s=source: _read_focus_file(p, s))
+        if batch is None:
+            bad_files.append((source, size, reason or "unreadable"))
+            report.quarantined_files.append((source, reason or "unreadable"))
+            continue
+        starts = batch.rows["ChargePeriodStart"].drop_nulls()
+        anchor = starts.min().date() if len(starts) else datetime.fromtimestamp(path.stat().st_mtime, UTC).date()
+        part = drop_duplicate_rows(focus_day_batch(batch, day, anchor), seen)
+        report.currency_flags += [msg for on, msg in lone_currency_periods(batch.rows, source) if on == day]
+        stats = load_batch(con, "focus", part, source=source, day=day)
+        report.add(part, stats.accepted, stats.quarantined)
+        report.files_loaded += 1
+        sources.append(source)
+    _forget_removed(con, ("raw_focus_billing", "raw_focus_quarantine"), "focus/", day, sources)
+    record_file_quarantine(con, "focus", day, bad_files)
+    return report
+
+
+INVENTORY_SUFFIXES = (".json",)
+
+
+def read_inventory_file(kind: str, path: Path, source: str, snapshot_at: datetime | None = None) -> FeedBatch:
+    """One `kubectl get nodes -o json` / `kubectl get pods -A -o json` file (`kind`: nodes | pods).
+
+    The snapshot time is the file's modification time unless given."""
+    from gpu_platform.finops.feeds import k8s_inventory
+
+    at = snapshot_at or datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
+    return parse(path.read_bytes(), source=source, snapshot_at=at)
+
+
+def load_inventory_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, kind: str) -> IngestReport:
+    """Load every `feeds/<kind>/<day>/*.json` snapshot (`kind`: nodes | pods) under `day`."""
+    if kind not in ("nodes", "pods"):
+        raise ValueError(f"unknown inventory kind {kind!r}")
+    report = IngestReport()
+    sources = []
+    for path in _files(feeds / kind / day.isoformat(), INVENTORY_SUFFIXES):
+        source = path.relative_to(feeds).as_posix()
+        batch = read_inventory_file(kind, path, source)
+        stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+        report.add(batch, stats.accepted, stats.quarantined)
+        sources.append(source)
+    tables = ("raw_nodes", "raw_nodes_quarantine") if kind == "nodes" else ("raw_pods", "raw_pods_quarantine")
+    _forget_removed(con, tables, f"{kind}/", day, sources)
+    return report
+
+
+def load_inventory_from_cluster(con: duckdb.DuckDBPyConnection, day: date, kind: str, api=None) -> tuple[str, IngestReport]:
+    """Read nodes or pods through the Kubernetes API (`kubernetes` client) and load them under `day`
+    as one source `cluster:<kind>` (a re-run of the day replaces that day's snapshot)."""
+    from gpu_platform.finops.feeds import k8s_inventory
+
+    doc = k8s_inventory.read_cluster("Node" if kind == "nodes" else "Pod", api=api)
+    source = f"cluster:{kind}"
+    parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
+    batch = parse(doc, source=source)
+    stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+    report = IngestReport()
+    report.add(batch, stats.accepted, stats.quarantined)
+    return source, report
+
+
+def load_local_node(con: duckdb.DuckDBPyConnection, day: date, hostname: str, inventory) -> IngestReport:
+    """This machine (the local executor's GPUs, `gpu_platform.devices.gpus.local_inventory()`) as one
+    `raw_nodes` row under `day`, source `local:nodes`, so local runs are priced the day they run."""
+    from gpu_platform.finops.feeds import k8s_inventory
+
+    doc = k8s_inventory.local_node_list(hostname.lower(), list(inventory.devices), inventory.detail)
+    batch = k8s_inventory.parse_nodes(doc, source="local:nodes")
+    stats = load_batch(con, "nodes", batch, source="local:nodes", day=day)
+    report = IngestReport()
+    report.add(batch, stats.accepted, stats.quarantined)
+    return report

@@ -1,0 +1,412 @@
+"""Kubernetes node and pod inventory: `kubectl get nodes -o json` / `kubectl get pods -A -o json`.
+
+Both commands print a `v1` `List` (`{"apiVersion": "v1", "kind": "List", "items": [...]}`);
+the API's `NodeList` / `PodList` (what :func:`read_cluster` fetches with the `kubernetes`
+client and serialises with the client's own `sanitize_for_serialization`, i.e. the same JSON)
+is accepted too. Each item is one input row: it becomes a `raw_nodes` / `raw_pods` row or is
+quarantined with `item N: field: reason` (N counts items from 1).
+
+Nodes: name, `spec.providerID` and the provider identity parsed from it (:func:`provider_key`),
+instance type / GPU product / node pool labels, `nvidia.com/gpu` and MIG (`nvidia.com/mig-*`)
+capacity, taints. GPU counts for pricing come from here (DESIGN: never from sample indices).
+
+Pods: namespace, name, uid, node, phase, the request id the k8s executor sets (annotation
+`gpu-platform.io/request-id` verbatim, else the label of the same name), team / lane labels,
+GPU and MIG requests summed over containers (limits when requests are absent), start (status
+`startTime`) and end (latest container `finishedAt`, only for a pod in `Succeeded`/`Failed`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from gpu_platform.cluster.jobs import (
+    ANNOTATION_REQUEST_ID,
+    LABEL_GPU_PRODUCT,
+    LABEL_LANE,
+    LABEL_NODE_POOL,
+    LABEL_REQUEST_ID,
+    LABEL_TEAM,
+)
+from gpu_platform.finops.feeds.schemas import FOCUS_QUARANTINE_SCHEMA, UTC_TS, FeedBatch
+
+RAW_NODES = "raw_nodes"
+RAW_NODES_QUARANTINE = "raw_nodes_quarantine"
+RAW_PODS = "raw_pods"
+RAW_PODS_QUARANTINE = "raw_pods_quarantine"
+
+NODE_SCHEMA: dict[str, pl.DataType] = {
+    "snapshot_at": UTC_TS,
+    "node": pl.String(),
+    "provider_id": pl.String(),
+    "provider": pl.String(),
+    "provider_key": pl.String(),
+    "alt_provider_key": pl.String(),
+    "instance_type": pl.String(),
+    "gpu_product": pl.String(),
+    "node_pool": pl.String(),
+    "gpu_capacity": pl.Int32(),
+    "gpu_count_label": pl.Int32(),
+    "mig_devices": pl.Int32(),
+    "mig_capacity": pl.String(),
+    "taints": pl.String(),
+    "labels": pl.String(),
+    "source": pl.String(),
+    "source_row": pl.Int32(),
+}
+"""Columns of `raw_nodes`. `mig_capacity`, `taints`, `labels`: JSON text (sorted keys)."""
+
+POD_SCHEMA: dict[str, pl.DataType] = {
+    "snapshot_at": UTC_TS,
+    "namespace": pl.String(),
+    "pod": pl.String(),
+    "uid": pl.String(),
+    "node": pl.String(),
+    "phase": pl.String(),
+    "request_id": pl.String(),
+    "team": pl.String(),
+    "lane": pl.String(),
+    "run_id": pl.String(),
+    "gpu_requests": pl.Int32(),
+    "mig_requests": pl.Int32(),
+    "started_at": UTC_TS,
+    "ended_at": UTC_TS,
+    "labels": pl.String(),
+    "source": pl.String(),
+    "source_row": pl.Int32(),
+}
+"""Columns of `raw_pods`; `labels` is JSON text (sorted keys)."""
+
+QUARANTINE_SCHEMA = FOCUS_QUARANTINE_SCHEMA
+"""`raw_nodes_quarantine` / `raw_pods_quarantine`: source, source_row (item number), raw, reason."""
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+NODE_POOL_LABELS = (
+    LABEL_NODE_POOL, "eks.amazonaws.com/nodegroup", "karpenter.sh/nodepool", "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool", "agentpool", "oci.oraclecloud.com/node-pool-id",
+)
+GKE_INSTANCE_ID = "container.googleapis.com/instance_id"
+"""Annotation GKE puts on a node: the Compute Engine numeric instance id (a billing ResourceId form)."""
+LABEL_RUN_ID = "dagster/run-id"
+
+_AWS_INSTANCE = re.compile(r"(?:^|/)(i-[0-9a-z]+)$")
+_GCE_PATH = re.compile(r"projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$")
+_OCID = re.compile(r"(ocid1\.instance\.[0-9a-z._-]+)$")
+
+
+def provider_key(identity: str | None) -> tuple[str | None, str | None]:
+    """(provider, normalised key) of a node's `providerID` or a FOCUS `ResourceId`.
+
+    Both sides reduce to the same key, so a bill row matches its node:
+
+    | form | example | key |
+    |---|---|---|
+    | AWS providerID | `aws:///us-east-1b/i-0abc` | `aws:i-0abc` |
+    | AWS ResourceId | `i-0abc`, `arn:aws:ec2:us-east-1:123:instance/i-0abc` | `aws:i-0abc` |
+    | Azure | `azure:///subscriptions/S/resourceGroups/G/providers/Microsoft.Compute/virtualMachines/V`, `/subscriptions/...` | `azure:/subscriptions/s/.../v` (lower-case) |
+    | GCP | `gce://P/Z/N`, `//compute.googleapis.com/projects/P/zones/Z/instances/N`, `https://www.googleapis.com/compute/v1/projects/P/zones/Z/instances/N` | `gce:p/z/n` |
+    | GCP numeric id | `1234567890123` (ResourceId) / the node's `container.googleapis.com/instance_id` | `gce-id:1234567890123` |
+    | OCI | `oci://ocid1.instance...`, `ocid1.instance...` | `oci:ocid1.instance...` |
+
+    Anything else is (None, None); dbt_like_sql/staging/stg_focus_billing.sql applies the same
+    rules in SQL (tests check the two agree).
+    """
+    if not identity:
+        return None, None
+    s = identity.strip().lower()
+    if s.startswith("aws://") or s.startswith("arn:aws") or s.startswith("i-"):
+        m = _AWS_INSTANCE.search(s)
+        return ("aws", f"aws:{m.group(1)}") if m else ("aws", None)
+    if s.startswith("azure://") or s.startswith("/subscriptions/"):
+        path = s[len("azure://"):] if s.startswith("azure://") else s
+        return "azure", f"azure:{path}"
+    if s.startswith("gce://"):
+        parts = s[len("gce://"):].split("/")
+        return ("gce", f"gce:{'/'.join(parts)}") if len(parts) == 3 and all(parts) else ("gce", None)
+    m = _GCE_PATH.search(s)
+    if m and ("googleapis.com" in s):
+        return "gce", f"gce:{m.group(1)}/{m.group(2)}/{m.group(3)}"
+    if s.isdigit() and len(s) >= 10:
+        return "gce", f"gce-id:{s}"
+    if s.startswith("oci://") or s.startswith("ocid1.instance"):
+        m = _OCID.search(s)
+        return ("oci", f"oci:{m.group(1)}") if m else ("oci", None)
+    return None, None
+
+
+class InventoryError(ValueError):
+    """The document is not a Kubernetes list of the expected kind (names the field)."""
+
+
+def _items(doc: Any, kind: str, source: str) -> list[Any]:
+    if not isinstance(doc, Mapping):
+        raise InventoryError(f"{source}: expected a JSON object (a v1 List), got {type(doc).__name__}")
+    doc_kind = doc.get("kind")
+    if doc_kind not in ("List", f"{kind}List"):
+        raise InventoryError(f"{source}: kind: expected 'List' or '{kind}List', got {doc_kind!r}")
+    if doc.get("apiVersion") not in ("v1", None):
+        raise InventoryError(f"{source}: apiVersion: expected 'v1', got {doc.get('apiVersion')!r}")
+    items = doc.get("items")
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise InventoryError(f"{source}: items: expected a list, got {type(items).__name__}")
+    return items
+
+
+def _load(data: bytes | str | Mapping[str, Any], source: str) -> Any:
+    if isinstance(data, Mapping):
+        return data
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as e:
+        raise InventoryError(f"{source}: not JSON: line {e.lineno} column {e.colno}: {e.msg}") from e
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _str_map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    value = obj.get(key) or {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise _Bad(f"{where}.{key}: expected a map of strings")
+    return dict(value)
+
+
+def _quantity(value: Any, where: str) -> int:
+    """A count resource quantity ("8", 8); anything fractional or suffixed is an error."""
+    if isinstance(value, bool):
+        raise _Bad(f"{where}: {value!r} is not a whole number")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        n = int(value)
+    else:
+        raise _Bad(f"{where}: {value!r} is not a whole number")
+    if n < 0 or n > 1_000_000:
+        raise _Bad(f"{where}: {n} is out of range")
+    return n
+
+
+def _ts(value: Any, where: str) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str):
+        raise _Bad(f"{where}: expected an RFC 3339 time, got {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise _Bad(f"{where}: {value!r} is not an RFC 3339 time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _json(value: Any) -> str | None:
+    return json.dumps(value, sort_keys=True, default=str) if value else None
+
+
+def _raw(item: Any) -> str:
+    text = json.dumps(item, sort_keys=True, default=str)
+    return text if len(text) <= 4000 else text[:4000] + "..."
+
+
+def _object_parts(item: Any, kind: str) -> tuple[Mapping[str, Any], dict[str, str], dict[str, str], Mapping[str, Any], Mapping[str, Any]]:
+    """metadata, labels, annotations, spec and status of one `kubectl -o json` item of `kind`;
+    raises _Bad naming the field that is not what the API returns."""
+    if not isinstance(item, Mapping):
+        raise _Bad("expected an object")
+    if item.get("kind") not in (None, kind):
+        raise _Bad(f"kind: expected {kind!r}, got {item.get('kind')!r}")
+    meta = item.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise _Bad("metadata: expected an object")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Bad("metadata.name: missing")
+    labels = _str_map(meta, "labels", "metadata")
+    annotations = _str_map(meta, "annotations", "metadata")
+    spec = item.get("spec") or {}
+    status = item.get("status") or {}
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        raise _Bad("spec/status: expected objects")
+    return meta, labels, annotations, spec, status
+
+
+def _node_row(item: Any) -> dict[str, Any]:
+    meta, labels, annotations, spec, status = _object_parts(item, "Node")
+    name = meta["name"]
+    capacity = status.get("capacity") or {}
+    if not isinstance(capacity, Mapping):
+        raise _Bad("status.capacity: expected a map")
+    gpus = _quantity(capacity[GPU_RESOURCE], f"status.capacity.{GPU_RESOURCE}") if GPU_RESOURCE in capacity else None
+    mig = {k: _quantity(v, f"status.capacity.{k}") for k, v in capacity.items() if k.startswith(MIG_PREFIX)}
+    count_label = _quantity(labels[LABEL_GPU_COUNT], f"metadata.labels.{LABEL_GPU_COUNT}") \
+        if LABEL_GPU_COUNT in labels else None
+    taints = spec.get("taints") or []
+    if not isinstance(taints, list):
+        raise _Bad("spec.taints: expected a list")
+    provider_id = spec.get("providerID")
+    if provider_id is not None and not isinstance(provider_id, str):
+        raise _Bad("spec.providerID: expected a string")
+    provider, key = provider_key(provider_id)
+    _, alt = provider_key(annotations.get(GKE_INSTANCE_ID))
+    return {
+        "node": name.lower(),
+        "provider_id": provider_id,
+        "provider": provider,
+        "provider_key": key,
+        "alt_provider_key": alt,
+        "instance_type": next((labels[k] for k in INSTANCE_TYPE_LABELS if k in labels), None),
+        "gpu_product": labels.get(LABEL_GPU_PRODUCT),
+        "node_pool": next((labels[k] for k in NODE_POOL_LABELS if k in labels), None),
+        "gpu_capacity": gpus,
+        "gpu_count_label": count_label,
+        "mig_devices": sum(mig.values()) if mig else None,
+        "mig_capacity": _json(mig),
+        "taints": _json(taints),
+        "labels": _json(labels),
+    }
+
+
+def _container_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+    gpus = mig = 0
+    containers = spec.get("containers") or []
+    if not isinstance(containers, list):
+        raise _Bad("spec.containers: expected a list")
+    for i, c in enumerate(containers):
+        res = (c or {}).get("resources") or {}
+        if not isinstance(res, Mapping):
+            raise _Bad(f"spec.containers[{i}].resources: expected an object")
+        wanted = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        for k, v in wanted.items():
+            if k == GPU_RESOURCE:
+                gpus += _quantity(v, f"spec.containers[{i}].resources.{GPU_RESOURCE}")
+            elif k.startswith(MIG_PREFIX):
+                mig += _quantity(v, f"spec.containers[{i}].resources.{k}")
+    return gpus, mig
+
+
+def _pod_row(item: Any) -> dict[str, Any]:
+    meta, labels, annotations, spec, status = _object_parts(item, "Pod")
+    name, namespace = meta["name"], meta.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise _Bad("metadata.namespace: missing")
+    gpus, mig = _container_requests(spec)
+    phase = status.get("phase")
+    started = _ts(status.get("startTime"), "status.startTime")
+    ended = None
+    if phase in ("Succeeded", "Failed"):
+        for i, cs in enumerate(status.get("containerStatuses") or []):
+            term = ((cs or {}).get("state") or {}).get("terminated") or {}
+            t = _ts(term.get("finishedAt"), f"status.containerStatuses[{i}].state.terminated.finishedAt")
+            if t is not None and (ended is None or t > ended):
+                ended = t
+        if ended is None:
+            raise _Bad(f"status: phase {phase} without a container finishedAt")
+    if started is not None and ended is not None and ended < started:
+        raise _Bad(f"status: finishedAt {ended.isoformat()} before startTime {started.isoformat()}")
+    node = spec.get("nodeName")
+    return {
+        "namespace": namespace,
+        "pod": name,
+        "uid": meta.get("uid"),
+        "node": node.lower() if isinstance(node, str) and node else None,
+        "phase": phase,
+        "request_id": annotations.get(ANNOTATION_REQUEST_ID) or labels.get(LABEL_REQUEST_ID),
+        "team": labels.get(LABEL_TEAM),
+        "lane": labels.get(LABEL_LANE),
+        "run_id": labels.get(LABEL_RUN_ID),
+        "gpu_requests": gpus,
+        "mig_requests": mig,
+        "started_at": started,
+        "ended_at": ended,
+        "labels": _json(labels),
+    }
+
+
+def _parse(data: bytes | str | Mapping[str, Any], source: str, kind: str, schema: dict[str, pl.DataType],
+           row_fn, snapshot_at: datetime | None) -> FeedBatch:
+    items = _items(_load(data, source), kind, source)
+    at = snapshot_at or datetime.now(UTC)
+    rows, bad = [], []
+    for n, item in enumerate(items, start=1):
+        try:
+            row = row_fn(item)
+        except _Bad as e:
+            bad.append({"source": source, "source_row": n, "raw": _raw(item), "reason": f"item {n}: {e}"})
+            continue
+        row.update(snapshot_at=at, source=source, source_row=n)
+        rows.append(row)
+    return FeedBatch(
+        rows=pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema),
+        quarantine=pl.DataFrame(bad, schema=QUARANTINE_SCHEMA) if bad else pl.DataFrame(schema=QUARANTINE_SCHEMA),
+        rows_in=len(items),
+    )
+
+
+def parse_nodes(data: bytes | str | Mapping[str, Any], source: str, snapshot_at: datetime | None = None) -> FeedBatch:
+    """`kubectl get nodes -o json` (or a NodeList) -> `raw_nodes` rows; bad items quarantined."""
+    return _parse(data, source, "Node", NODE_SCHEMA, _node_row, snapshot_at)
+
+
+def parse_pods(data: bytes | str | Mapping[str, Any], source: str, snapshot_at: datetime | None = None) -> FeedBatch:
+    """`kubectl get pods -A -o json` (or a PodList) -> `raw_pods` rows; bad items quarantined."""
+    return _parse(data, source, "Pod", POD_SCHEMA, _pod_row, snapshot_at)
+
+
+def read_cluster(kind: str, api: Any = None, page_size: int = 500) -> dict[str, Any]:
+    """`NodeList` / `PodList` (all namespaces) from the API, as the JSON kubectl prints.
+
+    `api`: a `kubernetes.client.CoreV1Api`; by default one from the in-cluster config, else
+    `KUBECONFIG` / `~/.kube/config`. Pages through `limit` / `continue`.
+    """
+    from kubernetes import client, config
+
+    if api is None:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        api = client.CoreV1Api()
+    fetch = api.list_node if kind == "Node" else api.list_pod_for_all_namespaces
+    items: list[Any] = []
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": page_size}
+        if token:
+            kwargs["_continue"] = token
+        page = fetch(**kwargs)
+        body = api.api_client.sanitize_for_serialization(page)
+        items += body.get("items") or []
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            break
+    return {"apiVersion": "v1", "kind": f"{kind}List", "items": items}
+
+
+def local_node_list(hostname: str, devices: list[Any], source_detail: str = "") -> dict[str, Any]:
+    """This machine as a one-node `v1` List, for the local executor: `nvidia.com/gpu` capacity =
+    the local inventory's GPUs (NVML, else `GPU_PLATFORM_LOCAL_GPUS`), the product label = the
+    first device's name, no providerID (on-prem: priced from the price book unless billed)."""
+    labels = {"kubernetes.io/hostname": hostname, LABEL_NODE_POOL: "local"}
+    if devices:
+        labels[LABEL_GPU_PRODUCT] = str(getattr(devices[0], "name", "") or "configured GPU")
+    node = {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": hostname, "labels": labels,
+                     "annotations": {"gpu-platform.io/inventory": source_detail} if source_detail else {}},
+        "spec": {},
+        "status": {"capacity": {GPU_RESOURCE: str(len(devices))}},
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [node]}

@@ -1,0 +1,309 @@
+"""Write parsed feed batches into the DuckDB warehouse, one (source, day) at a time.
+
+A load deletes the rows of its (source, day) from the raw table and from its quarantine
+table, then inserts the batch, in one transaction: re-running a day gives the same rows.
+Table names come from a fixed allowlist; every user value travels as a query parameter.
+
+Every table has a ``day DATE`` column: the partition day the rows were loaded under (UTC).
+It is what makes a quarantined line, which may have no readable timestamp, belong to one
+partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+import polars as pl
+
+from gpu_platform.finops.feeds.focus import FOCUS_TABLE_SCHEMA
+from gpu_platform.finops.feeds.k8s_inventory import (
+    NODE_SCHEMA,
+    POD_SCHEMA,
+    QUARANTINE_SCHEMA,
+    RAW_NODES,
+    RAW_NODES_QUARANTINE,
+    RAW_PODS,
+    RAW_PODS_QUARANTINE,
+)
+from gpu_platform.finops.feeds.schemas import (
+    DCGM_HOURLY_SCHEMA,
+    DCGM_QUARANTINE_SCHEMA,
+    DCGM_SAMPLE_SCHEMA,
+    FILE_QUARANTINE_SCHEMA,
+    FOCUS_QUARANTINE_SCHEMA,
+    RAW_DCGM_HOURLY,
+    RAW_DCGM_QUARANTINE,
+    RAW_DCGM_SAMPLES,
+    RAW_FEED_FILE_QUARANTINE,
+    RAW_FOCUS_BILLING,
+    RAW_FOCUS_QUARANTINE,
+    FeedBatch,
+)
+
+Feed = Literal["dcgm", "focus", "nodes", "pods"]
+
+
+@dataclass(frozen=True)
+class LoadStats:
+    """Counts of one load: ``rows_in == accepted + quarantined``."""
+
+    rows_in: int
+    accepted: int
+    quarantined: int
+
+
+def _duckdb_type(dtype: pl.DataType) -> str:
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMP"
+    if isinstance(dtype, pl.Decimal):
+        return f"DECIMAL({dtype.precision}, {dtype.scale})"
+    mapping = {
+        pl.String: "VARCHAR",
+        pl.Float64: "DOUBLE",
+        pl.Int32: "INTEGER",
+        pl.Int64: "BIGINT",
+        pl.Date: "DATE",
+    }
+    for pl_type, sql in mapping.items():
+        if isinstance(dtype, pl_type):
+            return sql
+    raise TypeError(f"no DuckDB type for {dtype}")
+
+
+_TABLES: dict[str, dict[str, pl.DataType]] = {
+    RAW_DCGM_SAMPLES: DCGM_SAMPLE_SCHEMA,
+    RAW_DCGM_QUARANTINE: DCGM_QUARANTINE_SCHEMA,
+    RAW_DCGM_HOURLY: DCGM_HOURLY_SCHEMA,
+    RAW_FOCUS_BILLING: FOCUS_TABLE_SCHEMA,
+    RAW_FOCUS_QUARANTINE: FOCUS_QUARANTINE_SCHEMA,
+    RAW_FEED_FILE_QUARANTINE: FILE_QUARANTINE_SCHEMA,
+    RAW_NODES: NODE_SCHEMA,
+    RAW_NODES_QUARANTINE: QUARANTINE_SCHEMA,
+    RAW_PODS: POD_SCHEMA,
+    RAW_PODS_QUARANTINE: QUARANTINE_SCHEMA,
+}
+_FEEDS: dict[str, tuple[str, str]] = {
+    "dcgm": (RAW_DCGM_SAMPLES, RAW_DCGM_QUARANTINE),
+    "focus": (RAW_FOCUS_BILLING, RAW_FOCUS_QUARANTINE),
+    "nodes": (RAW_NODES, RAW_NODES_QUARANTINE),
+    "pods": (RAW_PODS, RAW_PODS_QUARANTINE),
+}
+_NOT_NULL = {
+    RAW_DCGM_SAMPLES: {"ts", "metric", "value", "source", "source_line"},
+    RAW_DCGM_QUARANTINE: {"source", "reason"},
+    RAW_DCGM_HOURLY: {"hour", "metric", "samples", "distinct_ts", "busy_micro", "source"},
+    RAW_FOCUS_BILLING: {"source", "source_row", "focus_version"},
+    RAW_FOCUS_QUARANTINE: {"source", "reason"},
+    RAW_FEED_FILE_QUARANTINE: {"feed", "source", "reason"},
+    RAW_NODES: {"node", "snapshot_at", "source", "source_row"},
+    RAW_NODES_QUARANTINE: {"source", "reason"},
+    RAW_PODS: {"namespace", "pod", "snapshot_at", "source", "source_row"},
+    RAW_PODS_QUARANTINE: {"source", "reason"},
+}
+
+
+# The rollup of busy samples (see DCGM_HOURLY_SCHEMA). `{rows}` is one of two fixed relation names
+# (the staged batch or raw_dcgm_samples), never a user value; the day comes in as a parameter.
+_ROLLUP_SELECT = """
+    SELECT
+        date_trunc('hour', ts) AS hour,
+        metric,
+        hostname,
+        gpu,
+        gpu_instance_id,
+        min(gpu_instance_profile) AS gpu_instance_profile,
+        namespace,
+        pod,
+        min(model_name) AS model_name,
+        count(*) AS samples,
+        count(DISTINCT epoch_us(ts)) AS distinct_ts,  -- on the integer: ~2.5x cheaper than on the timestamp
+        -- the staging busy rule per sample: GPU_UTIL / 100, clamped to 1, rounded to 1e-6 (half away
+        -- from zero, as decimal(9, 6)); whole micro-units summed as doubles are exact below 2^53
+        CAST(sum(round(least(CASE WHEN metric = 'DCGM_FI_DEV_GPU_UTIL' THEN value / 100.0 ELSE value END, 1.0)
+                 * 1000000.0)) AS BIGINT) AS busy_micro,
+        source,
+        {day} AS day
+    FROM {rows}
+    WHERE metric IN ('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL')
+      -- values near 2^63 are DCGM blank sentinels, not data
+      AND value IS NOT NULL AND NOT isnan(value) AND value >= 0 AND value < 1e15
+      {where}
+    GROUP BY ALL
+"""
+_ROLLUP_COLUMNS = ", ".join(f'"{c}"' for c in [*DCGM_HOURLY_SCHEMA, "day"])
+
+
+def rollup_dcgm_samples(
+    database: str | Path | duckdb.DuckDBPyConnection, days: tuple[date, date] | None = None
+) -> int:
+    """Rebuild ``raw_dcgm_hourly`` from ``raw_dcgm_samples`` (every load day, or the load days in
+    ``days``, inclusive); returns the rollup rows written.
+
+    ``load_batch`` keeps the rollup in step for every batch it loads; this is for samples written
+    to ``raw_dcgm_samples`` another way (a seeded table, a view over Parquet history, a warehouse
+    from before the rollup existed). Rows whose load ``day`` is NULL are rolled up with
+    ``days=None`` only."""
+    with _connection(database) as con:
+        con.execute(table_ddl(RAW_DCGM_HOURLY))
+        where = "" if days is None else "AND day BETWEEN ? AND ?"
+        params = [] if days is None else [days[0], days[1]]
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if days is None:
+                con.execute(f"DELETE FROM {RAW_DCGM_HOURLY}")
+            else:
+                con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE day BETWEEN ? AND ?", params)
+            sql = _ROLLUP_SELECT.format(rows=RAW_DCGM_SAMPLES, day="day", where=where)
+            con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", params)
+            n = con.execute(f"SELECT count(*) FROM {RAW_DCGM_HOURLY}").fetchall()[0][0]
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return int(n)
+
+
+def table_ddl(table: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for one allowlisted raw table (its columns plus ``day``)."""
+    schema = _TABLES[table]
+    cols = [
+        f'"{name}" {_duckdb_type(dtype)}{" NOT NULL" if name in _NOT_NULL[table] else ""}'
+        for name, dtype in schema.items()
+    ]
+    cols.append('"day" DATE NOT NULL')
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols)})"
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection, backfill: bool = True) -> None:
+    """Create the raw tables (samples, billing, their row quarantines, the file quarantine) when missing; add columns a table created elsewhere lacks.
+
+    A table made first by another writer with the agreed columns only (``extra_labels``,
+    ``day`` or FOCUS columns missing) gets the missing ones as nullable columns; existing
+    columns keep their types (a DECIMAL(18, 6) there rounds our DECIMAL(38, 15) on insert).
+    A warehouse with samples but no ``raw_dcgm_hourly`` yet (made before the rollup) gets it
+    rolled up from them once (``backfill``).
+    """
+    had_rollup = bool(con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'",
+        [RAW_DCGM_HOURLY]).fetchall()[0][0])
+    for table, schema in _TABLES.items():
+        con.execute(table_ddl(table))
+        present = {
+            row[0]
+            for row in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
+                [table],
+            ).fetchall()
+        }
+        wanted = {**{name: _duckdb_type(dtype) for name, dtype in schema.items()}, "day": "DATE"}
+        for name, sql_type in wanted.items():
+            if name not in present:
+                con.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {sql_type}')
+    if backfill and not had_rollup:
+        rollup_dcgm_samples(con)
+
+
+def record_file_quarantine(
+    con: duckdb.DuckDBPyConnection, feed: Feed, day: date, files: list[tuple[str, int | None, str]]
+) -> None:
+    """Replace the (``feed``, ``day``) file quarantine with ``files``: (source, size_bytes, reason)."""
+    ensure_tables(con)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"DELETE FROM {RAW_FEED_FILE_QUARANTINE} WHERE feed = ? AND day = ?", [feed, day])
+        if files:
+            con.executemany(
+                f"INSERT INTO {RAW_FEED_FILE_QUARANTINE} (feed, source, size_bytes, reason, day) VALUES (?, ?, ?, ?, ?)",
+                [[feed, src, size, reason, day] for src, size, reason in files],
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def _connection(database: str | Path | duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        yield database
+        return
+    con = duckdb.connect(str(database))
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _for_duckdb(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Cast to the table schema; UTC timestamps become naive UTC (DuckDB ``TIMESTAMP``)."""
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise ValueError(f"batch lacks column(s) {missing}")
+    out = df.select([pl.col(c).cast(t) for c, t in schema.items()])
+    return out.with_columns(
+        [pl.col(c).dt.replace_time_zone(None) for c, t in schema.items() if isinstance(t, pl.Datetime)]
+    )
+
+
+def load_batch(
+    database: str | Path | duckdb.DuckDBPyConnection,
+    feed: Feed,
+    batch: FeedBatch,
+    *,
+    source: str,
+    day: date,
+) -> LoadStats:
+    """Replace the (``source``, ``day``) partition of ``feed``'s raw and quarantine tables.
+
+    ``database``: a DuckDB file path (opened and closed here) or an open connection. Every row
+    of ``batch`` must carry ``source``; a batch with rows of another source, or whose counts
+    do not add up, raises ``ValueError`` before anything is written. Tables are created when
+    missing (see :func:`ensure_tables`).
+    """
+    if feed not in _FEEDS:
+        raise ValueError(f"unknown feed {feed!r}; expected one of {sorted(_FEEDS)}")
+    raw_table, q_table = _FEEDS[feed]
+    for frame in (batch.rows, batch.quarantine):
+        others = set(frame["source"].unique().to_list()) - {source} if frame.height else set()
+        if others:
+            raise ValueError(f"batch has rows of source(s) {sorted(others)}, not only {source!r}")
+    if batch.rows_in != batch.accepted + batch.quarantined:
+        raise ValueError(
+            f"batch of {source!r} is inconsistent: rows_in={batch.rows_in} but "
+            f"accepted={batch.accepted} + quarantined={batch.quarantined}"
+        )
+    rows = _for_duckdb(batch.rows, _TABLES[raw_table])
+    quarantine = _for_duckdb(batch.quarantine, _TABLES[q_table])
+    with _connection(database) as con:
+        ensure_tables(con)
+        staged = {"_incoming_rows": (raw_table, rows), "_incoming_quarantine": (q_table, quarantine)}
+        for view, (_, frame) in staged.items():
+            con.register(view, frame.to_arrow())
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for view, (table, frame) in staged.items():
+                    con.execute(f"DELETE FROM {table} WHERE source = ? AND day = ?", [source, day])
+                    cols = ", ".join(f'"{c}"' for c in frame.columns)
+                    con.execute(
+                        f"INSERT INTO {table} ({cols}, day) SELECT {cols}, ?::DATE FROM {view}", [day]
+                    )
+                if feed == "dcgm":
+                    # the hourly rollup of the same partition, in the same transaction
+                    con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE source = ? AND day = ?", [source, day])
+                    sql = _ROLLUP_SELECT.format(rows="_incoming_rows", day="?::DATE", where="")
+                    con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", [day])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        finally:
+            for view in staged:
+                con.unregister(view)
+    return LoadStats(rows_in=batch.rows_in, accepted=rows.height, quarantined=quarantine.height)

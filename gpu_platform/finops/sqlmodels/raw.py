@@ -1,0 +1,249 @@
+"""Raw tables the cost models read, and the request-ledger snapshot loader.
+
+`raw_requests` / `raw_pod_requests` are owned here: the request ledger exports into them with
+`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` / `raw_nodes` / `raw_pods` belong to the feed loaders
+(`gpu_platform.finops.feeds`); `ensure_raw_tables` creates them with the loader's DDL only when they are
+missing, so the models can build on a fresh warehouse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+from gpu_platform.finops.feeds.k8s_inventory import RAW_NODES, RAW_PODS
+from gpu_platform.finops.feeds.load import rollup_dcgm_samples, table_ddl
+from gpu_platform.finops.feeds.schemas import (
+    DCGM_SAMPLE_SCHEMA,
+    RAW_DCGM_HOURLY,
+    RAW_DCGM_SAMPLES,
+    RAW_FOCUS_BILLING,
+)
+
+WORKLOADS = (
+    "label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map",
+)
+
+RAW_REQUESTS_DDL = """
+create table if not exists raw_requests (
+    request_id varchar primary key,
+    team varchar,
+    cost_center varchar,
+    lane varchar,
+    site varchar,
+    odd_cell varchar,
+    workload varchar,
+    gpu_type varchar,
+    gpu_count integer,
+    submitted_at timestamp,
+    state varchar,
+    attempts integer,
+    release_packet_id varchar,
+    candidate_id varchar,
+    incident_id varchar,
+    output_artifact_ids varchar[],
+    accepted_labels bigint,
+    rejected_labels bigint,
+    replay_hours double,
+    gpu_resource varchar
+)"""
+
+RAW_POD_REQUESTS_DDL = """
+create table if not exists raw_pod_requests (
+    namespace varchar,
+    pod varchar,
+    request_id varchar,
+    attempt integer,
+    flavor_name varchar,
+    hostname varchar,
+    gpu_uuids varchar[],
+    started_at timestamp,
+    ended_at timestamp,
+    exit_status varchar,
+    gpu_resource varchar,
+    gpu_share double
+)"""
+
+RAW_REQUEST_LINEAGE_DDL = """
+create table if not exists raw_request_lineage (
+    child_request_id varchar,
+    parent_request_id varchar
+)"""
+"""One row per recorded lineage edge between two requests (`gpu_platform.lineage.graph` edges):
+the parent's output is an input of the child. Unit costs sum over these trees."""
+
+REQUEST_COLUMNS = (
+    "request_id", "team", "cost_center", "lane", "site", "odd_cell", "workload", "gpu_type", "gpu_count",
+    "submitted_at", "state", "attempts", "release_packet_id", "candidate_id", "incident_id",
+    "output_artifact_ids", "accepted_labels", "rejected_labels", "replay_hours", "gpu_resource",
+)
+POD_COLUMNS = (
+    "namespace", "pod", "request_id", "attempt", "flavor_name", "hostname", "gpu_uuids",
+    "started_at", "ended_at", "exit_status", "gpu_resource", "gpu_share",
+)
+ADDED_COLUMNS = {
+    "raw_requests": (("gpu_resource", "varchar"),),
+    "raw_pod_requests": (("gpu_resource", "varchar"), ("gpu_share", "double")),
+}
+"""Columns added after the first release: a warehouse made before gets them (nullable) on open.
+`gpu_resource`: what `gpu_count` counts (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`,
+`nvidia.com/gpu.shared`; NULL = whole GPUs); `gpu_share`: the share of one physical GPU a unit of
+it is priced at (`gpu_platform.devices.sharing.gpu_share` of the admitted flavor; NULL = the profile's
+compute slices / 7, or 1)."""
+
+
+def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every raw table the models read that does not exist yet (never alters existing ones).
+
+    The feed tables get the feed loader's own DDL (`gpu_platform.finops.feeds.load.table_ddl`), so a
+    table made here is the one `load_batch` writes, except that its `day` (the load partition)
+    is nullable: the models select rows by `ts` / `ChargePeriodStart`, never by `day`, and
+    writers other than the loader (seeds of tests and benchmarks) have no load day.
+    """
+    con.execute(RAW_REQUESTS_DDL)
+    con.execute(RAW_POD_REQUESTS_DDL)
+    con.execute(RAW_REQUEST_LINEAGE_DDL)
+    for table, columns in ADDED_COLUMNS.items():
+        for name, sql_type in columns:
+            con.execute(f"alter table {table} add column if not exists {name} {sql_type}")
+    for ddl in SCORECARD_RAW_DDL:
+        con.execute(ddl)
+    present = {r[0] for r in con.execute(
+        "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
+    for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
+        if table not in present:
+            con.execute(table_ddl(table))
+            con.execute(f"alter table {table} alter column day drop not null")
+    if RAW_DCGM_HOURLY not in present and RAW_DCGM_SAMPLES in present:
+        columns = {r[0] for r in con.execute(
+            "select column_name from information_schema.columns where table_name = $t and table_schema = 'main'",
+            {"t": RAW_DCGM_SAMPLES}).fetchall()}
+        if set(DCGM_SAMPLE_SCHEMA) <= columns:
+            rollup_dcgm_samples(con)  # samples loaded before the rollup existed
+
+
+def _rows(records: Sequence[dict[str, Any]], columns: Sequence[str], what: str) -> list[tuple[Any, ...]]:
+    out = []
+    for i, rec in enumerate(records):
+        unknown = set(rec) - set(columns)
+        if unknown:
+            raise ValueError(f"{what}[{i}]: unknown field(s) {sorted(unknown)}")
+        out.append(tuple(rec.get(c) for c in columns))
+    return out
+
+
+def load_ledger_snapshot(
+    con: duckdb.DuckDBPyConnection, requests: list[dict[str, Any]], pods: list[dict[str, Any]],
+    lineage: list[tuple[str, str]] | None = None,
+) -> tuple[int, int]:
+    """Replace `raw_requests`, `raw_pod_requests` and `raw_request_lineage` with one ledger
+    snapshot, atomically.
+
+    Each dict holds the table's columns by name (missing keys are NULL, unknown keys are an error);
+    `lineage`: (child request id, parent request id) edges (None: no edges recorded).
+    Returns (requests loaded, pods loaded).
+    """
+    req_rows = _rows(requests, REQUEST_COLUMNS, "requests")
+    pod_rows = _rows(pods, POD_COLUMNS, "pods")
+    edges = sorted({(c, p) for c, p in (lineage or []) if c and p and c != p})
+    ensure_raw_tables(con)
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from raw_requests")
+        con.execute("delete from raw_pod_requests")
+        con.execute("delete from raw_request_lineage")
+        if edges:
+            con.executemany("insert into raw_request_lineage values (?, ?)", edges)
+        if req_rows:
+            marks = ", ".join("?" for _ in REQUEST_COLUMNS)
+            con.executemany(f"insert into raw_requests ({', '.join(REQUEST_COLUMNS)}) values ({marks})", req_rows)
+        if pod_rows:
+            marks = ", ".join("?" for _ in POD_COLUMNS)
+            con.executemany(f"insert into raw_pod_requests ({', '.join(POD_COLUMNS)}) values ({marks})", pod_rows)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return len(req_rows), len(pod_rows)
+
+
+# --- scorecard sources: the ledger's events, request metadata and workload runs ---------------
+
+RAW_REQUEST_EVENTS_DDL = """
+create table if not exists raw_request_events (
+    request_id varchar,
+    seq bigint,
+    event varchar,
+    event_at timestamp,
+    reason varchar,
+    flavor varchar,
+    run_id varchar,
+    details varchar
+)"""
+"""One row per ledger event (`gp_request_events`), in ledger order (`seq`); details as JSON text."""
+
+RAW_REQUEST_METADATA_DDL = """
+create table if not exists raw_request_metadata (
+    request_id varchar,
+    owner varchar,
+    image varchar,
+    container_digest varchar,
+    dataset_ids varchar[],
+    gpu_resource varchar,
+    preemption_policy varchar,
+    checkpoint_interval_s double,
+    expected_duration_s double
+)"""
+"""Request fields the scorecards group or judge by that `raw_requests` does not carry."""
+
+RAW_WORKLOAD_RUNS_DDL = """
+create table if not exists raw_workload_runs (
+    request_id varchar,
+    seq bigint,
+    kind varchar,
+    status varchar,
+    exit_status integer,
+    attempts integer,
+    container_digest varchar,
+    dataset_ids varchar[],
+    results varchar,
+    recorded_at timestamp
+)"""
+"""One row per recorded workload run (`workload_runs`): outcome, exit code, reported results (JSON)."""
+
+SCORECARD_RAW_DDL = (RAW_REQUEST_EVENTS_DDL, RAW_REQUEST_METADATA_DDL, RAW_WORKLOAD_RUNS_DDL)
+EVENT_COLUMNS = ("request_id", "seq", "event", "event_at", "reason", "flavor", "run_id", "details")
+METADATA_COLUMNS = (
+    "request_id", "owner", "image", "container_digest", "dataset_ids", "gpu_resource", "preemption_policy",
+    "checkpoint_interval_s", "expected_duration_s",
+)
+RUN_COLUMNS = (
+    "request_id", "seq", "kind", "status", "exit_status", "attempts", "container_digest", "dataset_ids", "results",
+    "recorded_at",
+)
+
+
+def load_scorecard_snapshot(
+    con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]], metadata: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+) -> tuple[int, int, int]:
+    """Replace `raw_request_events`, `raw_request_metadata` and `raw_workload_runs` atomically.
+    Returns the rows loaded into each."""
+    tables = (("raw_request_events", EVENT_COLUMNS, _rows(events, EVENT_COLUMNS, "events")),
+              ("raw_request_metadata", METADATA_COLUMNS, _rows(metadata, METADATA_COLUMNS, "metadata")),
+              ("raw_workload_runs", RUN_COLUMNS, _rows(runs, RUN_COLUMNS, "runs")))
+    ensure_raw_tables(con)
+    con.execute("begin transaction")
+    try:
+        for table, columns, rows in tables:
+            con.execute(f"delete from {table}")
+            if rows:
+                marks = ", ".join("?" for _ in columns)
+                con.executemany(f"insert into {table} ({', '.join(columns)}) values ({marks})", rows)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return tuple(len(rows) for _, _, rows in tables)  # type: ignore[return-value]

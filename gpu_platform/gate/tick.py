@@ -1,0 +1,375 @@
+"""The admission gate's decisions for one sensor tick, free of Dagster.
+
+`plan_tick` turns the ledger's view (pending and admitted requests) into an admission state,
+runs admission cycles back to back until nothing more is admitted, and returns what to do:
+requests to launch (with their run key and tags), requests that wait (reason and position),
+running requests to preempt, and requests to reject. `record_plan` writes those decisions to the
+ledger, admissions first, so a crash after recording never loses a launch: the next tick
+re-emits a run request for every admitted request that has no run, and Dagster's run keys make
+that launch happen at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from gpu_platform.admission.engine import admit_until_stable
+from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
+from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
+from gpu_platform.gate.instance_config import team_limit_tags
+from gpu_platform.policy import Policy
+from gpu_platform.requests.approvals import honoured_kinds
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+
+TAG_REQUEST_ID = "gpu-platform/request-id"
+TAG_LANE = "gpu-platform/lane"
+TAG_TEAM = "gpu-platform/team"
+TAG_COST_CENTER = "gpu-platform/cost-center"
+TAG_FLAVOR = "gpu-platform/flavor"
+TAG_ATTEMPT = "gpu-platform/attempt"
+TAG_WORKLOAD = "gpu-platform/workload"
+TAG_PRIORITY = "dagster/priority"
+
+
+def run_key(request_id: str, attempt: int) -> str:
+    return f"{request_id}#{attempt}"
+
+
+def dagster_priority(policy: Policy, lane: str) -> int:
+    """Dagster run priority from the lane: the lane's rank, highest lane highest."""
+    ranked = [lane_.name for lane_ in sorted(policy.lanes.values(), key=lambda x: x.priority)]
+    return ranked.index(lane) if lane in ranked else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    request_id: str
+    attempt: int
+    flavor: str
+    workload: str
+    run_key: str
+    tags: Mapping[str, str]
+    message: str = ""
+
+
+@dataclass(slots=True)
+class TickPlan:
+    launches: list[Launch] = field(default_factory=list)
+    waits: list[PendingInfo] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    cycles: int = 0
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not (self.launches or self.preemptions or self.rejections)
+
+
+def _ts(dt: datetime) -> float:
+    return dt.timestamp()
+
+
+def budget_period_start(period: str, now: datetime) -> datetime:
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+def build_state(
+    policy: Policy,
+    states: Iterable[RequestState],
+    now: datetime,
+    checkpointed: Callable[[str], bool] = lambda _rid: False,
+    spent: Mapping[str, Decimal] | None = None,
+    holding: Mapping[str, str] | None = None,
+) -> ClusterState:
+    """The admission engine's input from the policy and the ledger's pending and admitted requests.
+
+    spent: budget already reserved per lane in the current period (`Ledger.reserved_by_lane`).
+    holding: preempted requests whose run is still stopping -> the flavor it holds. Their pods
+    still hold the GPUs (and, on a cluster, Kueue still counts their quota), so they count as
+    admitted here, and are never chosen as victims a second time.
+    Queue order is submission order (`submitted_at`), kept across preemption and requeue.
+    An admitted request's flavor is the one Kueue assigned when the cluster said so
+    (`RequestState.cluster_flavor`), else the gate's. Safety and cost approvals come from the
+    ledger's `approved` events that the policy's approver roster still allows.
+    """
+    holding = dict(holding or {})
+    admitted, pending = [], []
+    for s in states:
+        if s.request.lane not in policy.lanes:
+            continue
+        kinds = honoured_kinds(policy, s.approvals) if s.approvals else frozenset()
+        if s.request_id in holding:
+            admitted.append(
+                AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds)
+            )
+        elif s.state in ACTIVE_STATES:
+            flavor = s.cluster_flavor or s.flavor
+            admitted.append(
+                AdmittedRequest(s.request, flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds)
+            )
+        elif s.state in PENDING_STATES:
+            pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id, kinds))
+    state = from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
+    if holding:
+        # An evidence workload without a checkpoint is never a victim: the engine's own way of
+        # keeping a stopping run out of a second victim search.
+        state = replace(
+            state,
+            admitted=tuple(
+                replace(w, evidence=True, checkpointed=False) if w.name in holding else w for w in state.admitted
+            ),
+        )
+    return state
+
+
+def held_preemptors(states: Iterable[RequestState], holding: Mapping[str, str]) -> dict[str, PendingInfo]:
+    """Pending preemptors whose victims' runs are still stopping: held back until they are gone.
+
+    On a cluster this is what keeps Kueue from choosing victims of its own: the preemptor's Job is
+    created only once the victims the gate chose (under the lane rules) have released their
+    quota, so Kueue finds room and preempts nothing.
+    """
+    by_preemptor: dict[str, list[str]] = {}
+    states = list(states)
+    for s in states:
+        by = s.details.get("preempted_by") if s.request_id in holding else None
+        if by:
+            by_preemptor.setdefault(str(by), []).append(s.request_id)
+    held: dict[str, PendingInfo] = {}
+    for s in states:
+        victims = by_preemptor.get(s.request_id)
+        if victims and s.state in PENDING_STATES:
+            held[s.request_id] = _held(
+                s, "WaitingForPreemptedVictims", f"{', '.join(sorted(victims))} still stopping (their quota is not free yet)"
+            )
+    return held
+
+
+def _held(s: RequestState, code: str, text: str) -> PendingInfo:
+    """A pending request the gate holds back before admission, with its reason."""
+    return PendingInfo(
+        name=s.request_id,
+        cq=s.request.lane or "",
+        reason_code=code,
+        condition="QuotaReserved",
+        message=f"{code}: {text}",
+        position=0,
+        of=0,
+    )
+
+
+def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInfo]:
+    """Pending requests whose inputs are outputs of requests not yet finished (pending or running).
+
+    They wait with reason `WaitingForUpstream` instead of taking quota for work that cannot start;
+    a producer that failed is not waited for (the release checks then refuse the gap).
+    """
+    states = list(states)
+    producers: dict[str, RequestState] = {}
+    for s in states:
+        for out in s.request.output_artifact_ids:
+            producers[out] = s
+    blocked: dict[str, PendingInfo] = {}
+    for s in states:
+        if s.state not in PENDING_STATES:
+            continue
+        waits_on = [
+            (i, producers[i]) for i in s.request.input_ids if i in producers and producers[i].request_id != s.request_id
+        ]
+        if waits_on:
+            what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
+            blocked[s.request_id] = _held(s, "WaitingForUpstream", f"needs {what}")
+    return blocked
+
+
+def plan_tick(
+    policy: Policy,
+    states: list[RequestState],
+    now: datetime,
+    checkpointed: Callable[[str], bool] = lambda _rid: False,
+    max_cycles: int = 64,
+    draining: Iterable[str] = (),
+    spent: Mapping[str, Decimal] | None = None,
+    holding: Mapping[str, str] | None = None,
+) -> TickPlan:
+    """Run admission cycles until nothing more is admitted; return the tick's decisions.
+
+    draining: requests whose previous run is still stopping; they are not admitted this tick.
+    holding: those of them whose run still holds a flavor (request -> flavor): they keep its
+    quota until the run is gone, and the requests that preempted them wait
+    (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
+    """
+    holding = {k: v for k, v in (holding or {}).items() if v}
+    skip = set(draining) - set(holding)
+    upstream = waiting_for_upstream(states)
+    held = held_preemptors(states, holding)
+    states = [s for s in states if s.request_id not in skip and s.request_id not in upstream and s.request_id not in held]
+    by_id = {s.request_id: s for s in states}
+    state = build_state(policy, states, now, checkpointed, spent, holding)
+    result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
+    plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
+    plan.waits.extend(upstream.values())
+    plan.waits.extend(held.values())
+    plan.cycles = result.cycles
+    for adm in result.admitted:
+        s = by_id[adm.name]
+        plan.launches.append(launch_for(policy, s, s.attempts + 1, adm.flavor, adm.message))
+    return plan
+
+
+def launch_for(policy: Policy, s: RequestState, attempt: int, flavor: str, message: str = "") -> Launch:
+    """The run to launch for one attempt of a request: run key and the run's tags."""
+    req = s.request
+    tags = {
+        TAG_REQUEST_ID: s.request_id,
+        TAG_LANE: req.lane or "",
+        TAG_TEAM: req.team or "",
+        TAG_COST_CENTER: req.cost_center or "",
+        TAG_FLAVOR: flavor,
+        TAG_ATTEMPT: str(attempt),
+        TAG_WORKLOAD: req.workload or "",
+        TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
+        **team_limit_tags(policy, req.lane or "", req.team),
+    }
+    return Launch(s.request_id, attempt, flavor, req.workload or "", run_key(s.request_id, attempt), tags, message)
+
+
+def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], hostname: str | None = None) -> int:
+    """Write the tick's decisions to the ledger; waiting rows only when the reason or position changed.
+
+    hostname: the node admitted work runs on when the gate knows it (the local executor's machine);
+    None on Kubernetes, where the scheduler places the pod.
+    """
+    by_id = {s.request_id: s for s in states}
+    rows: list[tuple[str, str, str, str | None, str | None, Mapping[str, object] | None]] = []
+    for launch in plan.launches:
+        details: dict[str, object] = {"run_key": launch.run_key, "attempt": launch.attempt}
+        if hostname:
+            details["hostname"] = hostname
+        rows.append(
+            (launch.request_id, "admitted", launch.message or f"QuotaReserved on {launch.flavor}", launch.flavor, None, details)
+        )
+    for p in plan.preemptions:
+        reason = f"Preempted ({p.reason}): {p.message}"
+        rows.append((p.victim, "preempted", reason, None, None, {"by": p.preemptor, "kueue_reason": p.reason}))
+        rows.append(
+            (
+                p.victim,
+                "requeued",
+                f"requeued in its original queue order after preemption by {p.preemptor}",
+                None,
+                None,
+                {"preempted_by": p.preemptor},
+            )
+        )
+    for r in plan.rejections:
+        rows.append((r.name, "rejected", f"{r.reason_code}: {r.message}", None, None, None))
+    for w in plan.waits:
+        prev = by_id.get(w.name)
+        details = {"position": w.position, "of": w.of, "reason_code": w.reason_code, "condition": w.condition}
+        if w.estimated_start is not None:
+            details["estimated_start"] = datetime.fromtimestamp(w.estimated_start, UTC).isoformat()
+        if prev is not None and prev.state == "waiting" and prev.reason == w.message and prev.details.get("position") == w.position:
+            continue
+        rows.append((w.name, "waiting", w.message, None, None, details))
+    return ledger.record_many(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A Dagster run of a request as the gate sees it. status: active | success | failure | canceled.
+
+    phase: the run's Dagster status name (`NOT_STARTED`, `STARTING`, `STARTED`, ...).
+    starting_for: seconds the run has been `NOT_STARTED` or `STARTING`; None in any other phase
+    (a `QUEUED` run waits for run-level concurrency, which is not a fault).
+    """
+
+    run_id: str
+    request_id: str
+    attempt: int
+    status: str
+    flavor: str = ""
+    phase: str = ""
+    starting_for: float | None = None
+
+
+@dataclass(slots=True)
+class Reconciliation:
+    """What the ledger and the runs disagree on, and how the gate settles it."""
+
+    events: list[tuple[str, str, str, str | None, str | None, Mapping[str, object] | None]] = field(default_factory=list)
+    terminate: list[RunInfo] = field(default_factory=list)
+    relaunch: list[Launch] = field(default_factory=list)
+    draining: set[str] = field(default_factory=set)
+    holding: dict[str, str] = field(default_factory=dict)
+    """Draining requests -> the flavor their stopping run still holds ("" when unknown)."""
+
+
+def reconcile(
+    policy: Policy, states: list[RequestState], runs: Iterable[RunInfo], start_timeout: float | None = None
+) -> Reconciliation:
+    """Settle the ledger against the runs that exist.
+
+    - an admitted request whose run finished: `finished` / `failed` (a run canceled without a
+      preemption on record also counts as failed);
+    - an admitted request with no run: launch it again under the same run key (a crash between
+      recording and launching; the run key makes this a no-op if the run was in fact created);
+    - a live run whose attempt is not the request's current admitted attempt (a preempted victim
+      whose termination was not carried out): terminate it; the request drains meanwhile and is
+      not relaunched until its old run has stopped;
+    - the current run stuck `NOT_STARTED` / `STARTING` for more than `start_timeout` seconds (a
+      daemon that died between creating the run and launching it, a launcher that never picked
+      it up): the run is terminated and the request relaunched under its next attempt, recorded
+      as an `admitted` event with reason code `StartTimeout` (it keeps its quota and flavor).
+    """
+    out = Reconciliation()
+    by_req: dict[str, list[RunInfo]] = {}
+    for r in runs:
+        by_req.setdefault(r.request_id, []).append(r)
+    for s in states:
+        mine = by_req.get(s.request_id, [])
+        current = s.attempts if s.state in ACTIVE_STATES else None
+        for r in mine:
+            if r.status == "active" and r.attempt != current:
+                out.terminate.append(r)
+                out.draining.add(s.request_id)
+                out.holding[s.request_id] = r.flavor or out.holding.get(s.request_id, "")
+        if current is None:
+            continue
+        run = next((r for r in mine if r.attempt == current), None)
+        if run is None:
+            out.relaunch.append(launch_for(policy, s, current, s.flavor or ""))
+        elif (
+            run.status == "active"
+            and start_timeout is not None
+            and run.starting_for is not None
+            and run.starting_for > start_timeout
+        ):
+            nxt = current + 1
+            out.terminate.append(run)
+            out.events.append(
+                (
+                    s.request_id,
+                    "admitted",
+                    f"StartTimeout: run {run.run_id} stayed {run.phase or 'NOT_STARTED'} for "
+                    f"{run.starting_for:.0f}s (limit {start_timeout:g}s); relaunched as attempt {nxt}",
+                    s.flavor,
+                    None,
+                    {"attempt": nxt, "run_key": run_key(s.request_id, nxt), "previous_run": run.run_id,
+                     "reason_code": "StartTimeout"},
+                )
+            )
+            out.relaunch.append(launch_for(policy, s, nxt, s.flavor or ""))
+        elif run.status == "success":
+            out.events.append((s.request_id, "finished", f"run {run.run_id} succeeded", s.flavor, run.run_id, None))
+        elif run.status in ("failure", "canceled"):
+            out.events.append((s.request_id, "failed", f"run {run.run_id} ended: {run.status}", s.flavor, run.run_id, None))
+    return out

@@ -1,0 +1,109 @@
+"""Desired nodes per node pool.
+
+For each pool in `policy.autoscaling.node_pools`:
+
+    unmet   = max(0, pending GPUs - waiting for upstream - GPUs that running jobs free within startup_time)
+    desired = GPUs in use + unmet + warm-pool GPUs of the pool
+    nodes   = clamp(ceil(desired / node_gpus), min_nodes, max_nodes)
+
+Pending GPUs count on the first flavor their request may use (see `demand_flavor`); requests
+waiting for their inputs (WaitingForUpstream) are left out: a node would not start them. Running
+jobs whose expected end (admission + expected_duration) falls within the startup time are not
+worth a node: their GPUs come free before a new node would. max_nodes defaults to what the
+pool's flavors' capacity holds, so the plan never asks for more than the quotas can admit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpu_platform.observe.queueview.demand import Demand
+from gpu_platform.policy import GPU, Policy
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    node_pool: str
+    flavors: tuple[str, ...]
+    node_gpus: int
+    startup_time_s: float
+    gpus_in_use: int
+    gpus_pending: int
+    gpus_waiting_for_upstream: int
+    gpus_freed_within_startup: int
+    unmet_gpus: int
+    warm_gpus: dict[str, int] = field(default_factory=dict)
+    desired_gpus: int = 0
+    desired_nodes: int = 0
+    min_nodes: int = 0
+    max_nodes: int = 0
+    capped_at_max: bool = False
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["flavors"] = list(self.flavors)
+        return out
+
+
+def plan_pools(policy: Policy, demand: Demand, now: datetime | None = None) -> list[PoolPlan]:
+    """One plan per configured node pool (empty when the policy has no autoscaling block)."""
+    cfg = policy.autoscaling
+    if cfg is None:
+        return []
+    now = now or demand.at
+    in_use = demand.gpus_in_use_by_flavor()
+    pending = demand.gpus_pending_by_flavor()
+    blocked = demand.gpus_waiting_for_upstream_by_flavor()
+    plans = []
+    for pool, scaling in cfg.node_pools.items():
+        flavors = tuple(f.name for f in policy.flavors if f.node_pool == pool)
+        capacity = sum(int(policy.flavor(f).capacity.get(GPU, 0)) for f in flavors)
+        max_nodes = scaling.max_nodes if scaling.max_nodes is not None else math.ceil(capacity / scaling.node_gpus)
+        used = sum(in_use.get(f, 0) for f in flavors)
+        waiting = sum(pending.get(f, 0) for f in flavors)
+        upstream = sum(blocked.get(f, 0) for f in flavors)
+        horizon = now + timedelta(seconds=scaling.startup_time.total_seconds())
+        freed = sum(g for f, g, end in demand.admitted_ends if f in flavors and end <= horizon)
+        unmet = max(0, waiting - upstream - freed)
+        warm = {w.lane: w.gpus for w in cfg.warm_pools if w.node_pool == pool}
+        desired = used + unmet + sum(warm.values())
+        raw_nodes = math.ceil(desired / scaling.node_gpus)
+        nodes = min(max(raw_nodes, scaling.min_nodes), max_nodes)
+        capped = raw_nodes > max_nodes
+        if capped:
+            reason = f"demand wants {raw_nodes} nodes; capped at max_nodes {max_nodes}"
+        elif raw_nodes < scaling.min_nodes:
+            reason = f"below min_nodes {scaling.min_nodes}"
+        elif unmet:
+            reason = f"{unmet} pending GPUs not freed by running jobs within {scaling.startup_time}"
+        elif waiting and upstream == waiting:
+            reason = "pending GPUs all wait for upstream outputs; no node for them yet"
+        elif waiting:
+            reason = f"pending GPUs are freed by running jobs within {scaling.startup_time}; no node for them"
+        else:
+            reason = "nothing pending; in use plus warm pool"
+        plans.append(
+            PoolPlan(
+                node_pool=pool,
+                flavors=flavors,
+                node_gpus=scaling.node_gpus,
+                startup_time_s=scaling.startup_time.total_seconds(),
+                gpus_in_use=used,
+                gpus_pending=waiting,
+            gpus_waiting_for_upstream=upstream,
+                gpus_freed_within_startup=freed,
+                unmet_gpus=unmet,
+                warm_gpus=warm,
+                desired_gpus=desired,
+                desired_nodes=nodes,
+                min_nodes=scaling.min_nodes,
+                max_nodes=max_nodes,
+                capped_at_max=capped,
+                reason=reason,
+            )
+        )
+    return plans

@@ -1,0 +1,128 @@
+"""Per-lane state of the queue after one gate tick: what the `gpu_queue` asset's observations carry.
+
+A snapshot counts the ledger's requests as they stand once the tick's decisions are applied:
+requests admitted this tick count as admitted (not pending), preemption victims as pending again,
+rejected requests not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpu_platform.admission.model import PendingInfo
+from gpu_platform.observe.queueview.demand import demand_flavor
+from gpu_platform.policy import Policy
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, RequestState
+
+
+@dataclass(slots=True)
+class LaneSnapshot:
+    """One lane after a tick.
+
+    admitted: requests holding quota (Kueue's QuotaReserved + Admitted), running or not;
+    running: those whose Dagster run is live (None: the caller does not know the runs).
+    gpus_pending: pending GPUs by the flavor they would be tried on first (`demand_flavor`).
+    oldest_wait_s: how long the oldest pending request has waited since submission (0 if none).
+    head_request / head_reason: the request at position 1 and why it waits ("" if nothing waits).
+    """
+
+    lane: str
+    pending: int = 0
+    admitted: int = 0
+    running: int | None = None
+    gpus_in_use: dict[str, int] = field(default_factory=dict)
+    gpus_pending: dict[str, int] = field(default_factory=dict)
+    oldest_wait_s: float = 0.0
+    head_request: str | None = None
+    head_reason: str = ""
+
+
+def lane_snapshots(
+    policy: Policy,
+    states: Iterable[RequestState],
+    now: datetime,
+    *,
+    admitted_now: Mapping[str, str] | None = None,
+    requeued_now: Iterable[str] = (),
+    rejected_now: Iterable[str] = (),
+    waits: Iterable[PendingInfo] = (),
+    running_ids: set[str] | None = None,
+) -> list[LaneSnapshot]:
+    """Snapshots of every lane in the policy (priority order), empty lanes included.
+
+    admitted_now: request id -> flavor admitted this tick; requeued_now: this tick's preemption
+    victims; rejected_now: this tick's rejections; waits: the tick's PendingInfo (reason and
+    position; without them the ledger's last recorded waiting reason is used).
+    """
+    admitted_now = dict(admitted_now or {})
+    requeued = set(requeued_now)
+    rejected = set(rejected_now)
+    snaps = {lane.name: LaneSnapshot(lane.name, running=0 if running_ids is not None else None)
+             for lane in policy.lanes_by_priority()}
+    heads: dict[str, tuple[int, str, str]] = {}
+    for w in waits:
+        rank = w.position if w.position >= 1 else 1 << 30  # WaitingForUpstream has no queue position
+        cur = heads.get(w.cq)
+        if cur is None or rank < cur[0]:
+            heads[w.cq] = (rank, w.name, w.message)
+    fallback_heads: dict[str, tuple[datetime, str, str]] = {}
+    for s in states:
+        lane = s.request.lane or ""
+        snap = snaps.get(lane)
+        if snap is None or s.request_id in rejected:
+            continue
+        gpus = int(s.request.gpu_count or 0)
+        if s.request_id in admitted_now or (s.state in ACTIVE_STATES and s.request_id not in requeued):
+            flavor = admitted_now.get(s.request_id) or s.flavor or "unknown"
+            snap.admitted += 1
+            snap.gpus_in_use[flavor] = snap.gpus_in_use.get(flavor, 0) + gpus
+            if running_ids is not None and s.request_id in running_ids:
+                snap.running = (snap.running or 0) + 1
+        elif s.state in PENDING_STATES or s.request_id in requeued:
+            snap.pending += 1
+            flavor = demand_flavor(policy, lane, s.request.gpu_type) or "unknown"
+            snap.gpus_pending[flavor] = snap.gpus_pending.get(flavor, 0) + gpus
+            snap.oldest_wait_s = max(snap.oldest_wait_s, (now - s.submitted_at).total_seconds())
+            prev = fallback_heads.get(lane)
+            if prev is None or s.submitted_at < prev[0]:
+                fallback_heads[lane] = (s.submitted_at, s.request_id, s.reason)
+    for lane, snap in snaps.items():
+        if not snap.pending:
+            continue
+        if lane in heads:
+            _, snap.head_request, snap.head_reason = heads[lane]
+        elif lane in fallback_heads:
+            _, snap.head_request, snap.head_reason = fallback_heads[lane]
+    return list(snaps.values())
+
+
+def observation_metadata(policy: Policy, snap: LaneSnapshot) -> dict[str, float | int | str]:
+    """Flat metadata for one lane's observation: numbers (plotted over time) under `<lane>/<measure>`.
+
+    Per-flavor GPU counts cover every flavor the lane has quota on, zeros included, so each plot
+    is a continuous line.
+    """
+    p = f"{snap.lane}/"
+    out: dict[str, float | int | str] = {
+        p + "pending": snap.pending,
+        p + "admitted": snap.admitted,
+        p + "gpus_in_use": sum(snap.gpus_in_use.values()),
+        p + "gpus_pending": sum(snap.gpus_pending.values()),
+        p + "oldest_wait_s": round(snap.oldest_wait_s, 1),
+    }
+    if snap.running is not None:
+        out[p + "running"] = snap.running
+    lane = policy.lanes.get(snap.lane)
+    flavors = list(lane.flavor_names) if lane is not None else []
+    for f in sorted(set(snap.gpus_in_use) | set(snap.gpus_pending)):
+        if f not in flavors:
+            flavors.append(f)
+    for f in flavors:
+        out[f"{p}gpus_in_use/{f}"] = snap.gpus_in_use.get(f, 0)
+        out[f"{p}gpus_pending/{f}"] = snap.gpus_pending.get(f, 0)
+    out[p + "head_reason"] = snap.head_reason or ("nothing waits" if not snap.pending else "")
+    if snap.head_request:
+        out[p + "head_request"] = snap.head_request
+    return out

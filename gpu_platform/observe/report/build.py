@@ -1,0 +1,244 @@
+"""`gpu-platform report --out DIR [--days N]`: one HTML page and the same plots as PNG files.
+
+Plots are drawn with matplotlib's object API on the Agg canvas (no display, no global pyplot
+state). Sections whose data does not exist say so instead of disappearing: no warehouse (or no
+priced day in the period) means no cost, unit-cost or utilization plot; no `capacity_signals`
+table means no signal list.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from matplotlib import dates as mdates
+from matplotlib.figure import Figure
+
+from gpu_platform.observe.report.data import (
+    WaitRow,
+    cost_by_team,
+    fired_signals,
+    queue_waits,
+    unit_costs,
+    utilization_by_pool,
+)
+from gpu_platform.policy import Policy
+from gpu_platform.requests.ledger import Ledger
+
+
+@dataclass(slots=True)
+class Report:
+    """What was written: the page, the PNGs, and a note per section that has no data."""
+
+    html: Path
+    pngs: list[Path] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _days_axis(ax, first: date, last: date) -> None:
+    """The report's period on the x axis, one tick label per day at most (not matplotlib's years
+    around a single point)."""
+    ax.set_xlim(first - timedelta(hours=12), last + timedelta(hours=12))
+    ax.xaxis.set_major_locator(mdates.DayLocator(interval=max(1, (last - first).days // 10)))
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+
+
+def _plot_waits(rows: list[WaitRow], first: date, last: date, path: Path) -> Path:
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot()
+    by_lane: dict[str, list[WaitRow]] = defaultdict(list)
+    for r in rows:
+        by_lane[r.lane].append(r)
+    for lane, rs in sorted(by_lane.items()):
+        ax.plot([r.day for r in rs], [r.p95_s / 60 for r in rs], marker="o", label=lane)
+    _days_axis(ax, first, last)
+    ax.set_title("Queue wait p95 by lane (submission or requeue to admission)")
+    ax.set_ylabel("minutes")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.autofmt_xdate()
+    return _save(fig, path)
+
+
+def _plot_utilization(rows: list[dict[str, Any]], first: date, last: date, path: Path) -> Path:
+    fig = Figure(figsize=(9, 4))
+    ax = fig.add_subplot()
+    by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_pool[r["node_pool"]].append(r)
+    for pool, rs in sorted(by_pool.items()):
+        ax.plot([r["day"] for r in rs], [100 * r["utilization"] for r in rs], marker="o", label=pool)
+    _days_axis(ax, first, last)
+    ax.set_title("GPU utilization by node pool (busy / allocated GPU-hours)")
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.autofmt_xdate()
+    return _save(fig, path)
+
+
+def _plot_cost(rows: list[dict[str, Any]], currency: str, path: Path) -> Path:
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot()
+    days = sorted({r["day"] for r in rows})
+    teams = sorted({r["team"] for r in rows})
+    value = {(r["day"], r["team"]): float(r["total_cost"] or 0) for r in rows}
+    bottom = [0.0] * len(days)
+    for team in teams:
+        heights = [value.get((d, team), 0.0) for d in days]
+        ax.bar([d.isoformat() for d in days], heights, bottom=bottom, label=team)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_title(f"Cost by team per day ({currency}, chargeback incl. idle and shared)")
+    ax.set_ylabel(currency)
+    ax.legend(fontsize=7)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    return _save(fig, path)
+
+
+def _plot_unit_costs(rows: list[dict[str, Any]], currency: str, path: Path) -> Path:
+    fig = Figure(figsize=(9, 4))
+    ax = fig.add_subplot()
+    rs = [r for r in rows if r["cost_per_unit"] is not None]
+    ax.barh([r["unit"] for r in rs], [float(r["cost_per_unit"]) for r in rs])
+    for i, r in enumerate(rs):
+        ax.text(float(r["cost_per_unit"]), i, f" {float(r['cost_per_unit']):,.2f}", va="center", fontsize=8)
+    ax.set_title(f"Unit costs ({currency} per unit, lifetime)")
+    ax.set_xlabel(currency)
+    return _save(fig, path)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "<p><em>no rows</em></p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = r.get(c)
+            text = f"{v:,.2f}" if isinstance(v, float) else ("" if v is None else str(v))
+            cells.append(f"<td>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def build_report(
+    ledger: Ledger,
+    policy: Policy,
+    out_dir: str | Path,
+    days: int = 7,
+    warehouse: str | Path | None = None,
+    now: datetime | None = None,
+) -> Report:
+    """Write `index.html` and the PNGs into out_dir for the last `days` days up to now."""
+    now = now or datetime.now(UTC)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    since = now - timedelta(days=days)
+    first, last = since.date(), now.date()
+    report = Report(out / "index.html")
+    sections: list[str] = []
+
+    waits = queue_waits(ledger, since)
+    if waits:
+        report.pngs.append(_plot_waits(waits, first, last, out / "queue_wait_by_lane.png"))
+        sections.append('<h2>Queue wait by lane</h2><img src="queue_wait_by_lane.png" alt="queue wait p95 by lane">')
+        wait_rows = [
+            {"day": w.day, "lane": w.lane, "admissions": w.admissions,
+             "p50 (min)": w.p50_s / 60, "p95 (min)": w.p95_s / 60, "max (min)": w.max_s / 60}
+            for w in waits
+        ]
+        sections.append(_table(wait_rows, ["day", "lane", "admissions", "p50 (min)", "p95 (min)", "max (min)"]))
+    else:
+        report.notes["queue_wait"] = f"no admissions in the ledger since {since:%Y-%m-%d %H:%M} UTC"
+        sections.append(f"<h2>Queue wait by lane</h2><p>{html.escape(report.notes['queue_wait'])}.</p>")
+
+    con = None
+    if warehouse is not None and Path(warehouse).exists():
+        try:
+            con = duckdb.connect(str(warehouse), read_only=True)
+        except duckdb.Error as exc:
+            report.notes["warehouse"] = f"cannot open {warehouse} read-only: {exc}"
+    else:
+        report.notes["warehouse"] = f"no warehouse at {warehouse}" if warehouse else "no warehouse given"
+    if con is None:
+        note = html.escape(report.notes["warehouse"])
+        sections.append(f"<h2>Utilization, cost by team, unit costs</h2><p>Not available: {note}.</p>")
+    else:
+        try:
+            sections.extend(_warehouse_sections(con, policy, first, last, out, report))
+        finally:
+            con.close()
+
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>GPU pool report</title>"
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "img{max-width:100%}</style></head><body>"
+        f"<h1>GPU pool report</h1><p>{days} day(s): {first} to {last} (UTC), written {now:%Y-%m-%d %H:%M} UTC. "
+        f"Policy currency {html.escape(policy.currency)}.</p>" + "".join(sections) + "</body></html>"
+    )
+    report.html.write_text(page)
+    return report
+
+
+def _warehouse_sections(
+    con: duckdb.DuckDBPyConnection, policy: Policy, first: date, last: date, out: Path, report: Report
+) -> list[str]:
+    sections = []
+    util = utilization_by_pool(con, policy, first, last)
+    if util:
+        report.pngs.append(_plot_utilization(util, first, last, out / "utilization_by_pool.png"))
+        sections.append('<h2>Utilization by pool</h2><img src="utilization_by_pool.png" alt="utilization by pool">')
+    else:
+        report.notes["utilization"] = "no priced GPU-hours (fct_gpu_cost_by_request) in the period"
+        sections.append(f"<h2>Utilization by pool</h2><p>{report.notes['utilization']}.</p>")
+    cost = cost_by_team(con, first, last)
+    if cost:
+        for cur in sorted({r["currency"] for r in cost}):
+            rows = [r for r in cost if r["currency"] == cur]
+            name = f"cost_by_team_{cur}.png"
+            report.pngs.append(_plot_cost(rows, cur, out / name))
+            sections.append(f'<h2>Cost by team ({html.escape(cur)})</h2><img src="{name}" alt="cost by team">')
+            totals: dict[str, float] = defaultdict(float)
+            for r in rows:
+                totals[r["team"]] += float(r["total_cost"] or 0)
+            sections.append(_table([{"team": t, "total": v} for t, v in sorted(totals.items(), key=lambda x: -x[1])],
+                                   ["team", "total"]))
+    else:
+        report.notes["cost"] = "no chargeback rows (platform_cost_per_tenant) in the period"
+        sections.append(f"<h2>Cost by team</h2><p>{report.notes['cost']}.</p>")
+    units = unit_costs(con)
+    if units:
+        for cur in sorted({r["currency"] for r in units}):
+            rows = [r for r in units if r["currency"] == cur]
+            name = f"unit_costs_{cur}.png"
+            report.pngs.append(_plot_unit_costs(rows, cur, out / name))
+            sections.append(f'<h2>Unit costs ({html.escape(cur)})</h2><img src="{name}" alt="unit costs">')
+            sections.append(_table([{**r, "cost_per_unit": None if r["cost_per_unit"] is None else float(r["cost_per_unit"]),
+                                     "cost": float(r["cost"] or 0)} for r in rows],
+                                   ["unit", "units", "cost", "cost_per_unit"]))
+    else:
+        report.notes["unit_costs"] = "no unit-cost marts in the warehouse"
+        sections.append(f"<h2>Unit costs</h2><p>{report.notes['unit_costs']}.</p>")
+    signals = fired_signals(con, first, last)
+    if signals is None:
+        report.notes["signals"] = "the warehouse has no capacity_signals table"
+        sections.append(f"<h2>Capacity signals that fired</h2><p>{report.notes['signals']}.</p>")
+    else:
+        cols = list(signals[0]) if signals else []
+        sections.append("<h2>Capacity signals that fired</h2>" + _table(signals, cols))
+    return sections

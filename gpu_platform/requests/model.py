@@ -1,0 +1,488 @@
+"""GPU job requests: the metadata every job carries, validated against the policy, failing closed.
+
+`validate_request(raw, policy)` returns a frozen `JobRequest` or raises `RequestError` whose
+`errors` name every problem at once with its field path (`gpu_count: ...`, `release_packet_id:
+required by lane release_eval`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from gpu_platform.devices.sharing import is_gpu_resource, mode_of
+from gpu_platform.policy import GPU, Policy
+from gpu_platform.policy.model import WorkloadKind
+from gpu_platform.policy.scale import scale_metadata_problems
+from gpu_platform.safeload import (
+    REQUEST_LIMITS,
+    InputError,
+    check_tree,
+    load_document,
+    one_line,
+    show,
+    show_key,
+)
+from gpu_platform.units import parse_duration
+
+PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
+"""What happens to a job that is preempted: restart from scratch, resume from its last checkpoint,
+or fail without retry."""
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+
+FIELD_MAX_CHARS: dict[str, int] = {
+    "request_id": 200,
+    "owner": 200,
+    "lane": 64,
+    "team": 64,
+    "cost_center": 64,
+    "workload": 32,
+    "gpu_type": 64,
+}
+"""Longest value of the fields the ledger stores in their own columns (the ledger's column sizes
+come from here, so validation refuses before either database would, identically on both)."""
+MAX_TEXT_CHARS = 1024
+"""Longest value of any other string field (ids: 200; command arguments and env values: 4096)."""
+MAX_ARG_CHARS = 4096
+MAX_LIST_ITEMS = 1000
+"""Most items in one list field (ids, command arguments) and entries in `env`."""
+MONEY_PRECISION = 18
+MONEY_SCALE = 6
+"""`max_cost` is stored as NUMERIC(18, 6): at most 12 digits before the point and 6 after; a
+value with more is refused rather than rounded, so the ledger stores exactly what was sent."""
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+ID_LIST_FIELDS = (
+    "dataset_ids",
+    "map_ids",
+    "calibration_ids",
+    "taxonomy_ids",
+    "labeler_ids",
+    "prompt_ids",
+    "evaluator_ids",
+    "output_artifact_ids",
+    "artifact_set",
+)
+INPUT_ID_FIELDS = (
+    "dataset_ids",
+    "map_ids",
+    "calibration_ids",
+    "taxonomy_ids",
+    "labeler_ids",
+    "prompt_ids",
+    "evaluator_ids",
+    "artifact_set",
+)
+"""Fields that reference artifacts produced by other jobs; lineage follows them."""
+
+
+class RequestError(ValueError):
+    """A request that fails validation. `errors` lists every problem as `field: message`."""
+
+    def __init__(self, errors: list[str], source: str = "request"):
+        self.errors = errors
+        self.source = source
+        super().__init__(f"{source}: {len(errors)} problem(s)\n" + "\n".join(f"  {e}" for e in errors))
+
+
+class JobRequest(BaseModel):
+    """One GPU job request. Optional fields are None when absent; the lane decides which are required.
+
+    gpu_type: a flavor name from the policy (`h100-ondemand`), a GPU product label value
+    (`NVIDIA-H100-80GB-HBM3`), or `any` (any flavor the lane has quota on).
+    gpu_resource: what `gpu_count` counts, as the device plugin names it: whole GPUs
+    (`nvidia.com/gpu`, the default), MIG slices (`nvidia.com/mig-1g.10gb`) or shared replicas
+    (`nvidia.com/gpu.shared`, which need `gpu_memory_gib`: the memory the job promises to stay under).
+    retention_policy: `lane_default` or a duration (`365d`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str | None = Field(default=None, pattern=_ID.pattern)
+    owner: str | None = None
+    team: str | None = None
+    cost_center: str | None = None
+    lane: str | None = None
+    workload: WorkloadKind | None = None
+    site: str | None = None
+    odd_cell: str | None = None
+    data_access_scope: str | None = None
+    source_commit: str | None = None
+    container_digest: str | None = None
+    image: str = "registry.local/gpu-platform/workload"
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    dataset_ids: tuple[str, ...] = ()
+    map_ids: tuple[str, ...] = ()
+    calibration_ids: tuple[str, ...] = ()
+    taxonomy_ids: tuple[str, ...] = ()
+    labeler_ids: tuple[str, ...] = ()
+    prompt_ids: tuple[str, ...] = ()
+    evaluator_ids: tuple[str, ...] = ()
+    gpu_type: str | None = None
+    gpu_resource: str = GPU
+    gpu_count: int | None = Field(default=None, ge=1)
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    cpu: float | None = Field(default=None, gt=0)
+    memory_gib: float | None = Field(default=None, gt=0)
+    expected_duration: timedelta | None = None
+    max_cost: Decimal | None = None
+    timeout: timedelta | None = None
+    checkpoint_interval: timedelta = timedelta(minutes=10)
+    output_artifact_ids: tuple[str, ...] = ()
+    preemption_policy: PreemptionPolicy | None = None
+    retention_policy: str | None = None
+    # Lane-specific fields (which are required comes from the policy's lanes.*.required_fields).
+    experiment_id: str | None = None
+    baseline_id: str | None = None
+    candidate_id: str | None = None
+    release_packet_id: str | None = None
+    artifact_set: tuple[str, ...] = ()
+    rollback_target: str | None = None
+    incident_id: str | None = None
+    evidence_hold: bool | None = None
+    approver: str | None = None
+    safety_approval: str | None = None
+    labeler_registry_id: str | None = None
+    prompt_pack: str | None = None
+    allowed_use: str | None = None
+    source_map_acceptance_id: str | None = None
+    tile_set: str | None = None
+    semantic_taxonomy: str | None = None
+    publication_target: str | None = None
+    change_ticket: str | None = None
+    maintenance_window: str | None = None
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _text_bounds(cls, v: Any, info: ValidationInfo) -> Any:
+        """Every string is bounded and free of NUL (PostgreSQL refuses NUL; SQLite would keep it)."""
+        name = info.field_name or ""
+        if isinstance(v, str):
+            _check_text(v, FIELD_MAX_CHARS.get(name, MAX_TEXT_CHARS))
+        elif isinstance(v, tuple):
+            if len(v) > MAX_LIST_ITEMS:
+                raise ValueError(f"{len(v)} items exceed the limit of {MAX_LIST_ITEMS}")
+            for i, item in enumerate(v):
+                try:
+                    _check_text(item, MAX_ARG_CHARS if name == "command" else MAX_TEXT_CHARS)
+                except ValueError as exc:
+                    raise ValueError(f"item {i}: {exc}") from None
+        elif isinstance(v, dict):
+            if len(v) > MAX_LIST_ITEMS:
+                raise ValueError(f"{len(v)} entries exceed the limit of {MAX_LIST_ITEMS}")
+            for key, item in v.items():
+                if not _ENV_NAME.match(key):
+                    raise ValueError(f"{show(key)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, max 128)")
+                try:
+                    _check_text(item, MAX_ARG_CHARS)
+                except ValueError as exc:
+                    raise ValueError(f"{key}: {exc}") from None
+        return v
+
+    @field_validator("gpu_count", "cpu", "memory_gib", "max_cost", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        # YAML `true` is not 1 GPU; pydantic's lax mode would take it as one.
+        if isinstance(v, bool):
+            raise ValueError(f"must be a number, not a boolean ({str(v).lower()})")
+        return v
+
+    @field_validator("max_cost", mode="before")
+    @classmethod
+    def _money_text(cls, v: Any) -> Any:
+        # A float becomes a Decimal through its shortest repr: `0.1` stays 0.1, `1e-10` stays 1E-10.
+        if isinstance(v, float) and math.isfinite(v):
+            return Decimal(repr(v))
+        return v
+
+    @field_validator("max_cost")
+    @classmethod
+    def _money(cls, v: Decimal | None) -> Decimal | None:
+        if v is None:
+            return v
+        if not v.is_finite():
+            raise ValueError("must be a finite amount")
+        exponent = v.as_tuple().exponent
+        places = max(0, -exponent) if isinstance(exponent, int) else 0
+        if abs(v) >= Decimal(10) ** (MONEY_PRECISION - MONEY_SCALE):
+            raise ValueError(f"{v} is too large (at most {MONEY_PRECISION - MONEY_SCALE} digits before the point)")
+        if places > MONEY_SCALE and v != v.quantize(Decimal(1).scaleb(-MONEY_SCALE)):
+            raise ValueError(
+                f"{v} has {places} decimal places; the ledger stores money to {MONEY_SCALE} (round it)"
+            )
+        return v
+
+    @field_validator("expected_duration", "timeout", "checkpoint_interval", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> timedelta | None:
+        if v is None:
+            return None
+        d = parse_duration(v)
+        if d <= timedelta(0):
+            raise ValueError(f"must be a positive duration, not {show(v)}")
+        if d > timedelta(days=3650):
+            raise ValueError(f"{show(v)} is longer than 10 years")
+        return d
+
+    @field_validator("source_commit")
+    @classmethod
+    def _commit(cls, v: str | None) -> str | None:
+        if v is not None and not _HEX40.match(v):
+            raise ValueError("must be a full 40-character lowercase hex git commit")
+        return v
+
+    @field_validator("container_digest")
+    @classmethod
+    def _digest(cls, v: str | None) -> str | None:
+        if v is not None and not _DIGEST.match(v):
+            raise ValueError("must be 'sha256:' followed by 64 lowercase hex characters")
+        return v
+
+    @field_validator(*ID_LIST_FIELDS)
+    @classmethod
+    def _ids(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [x for x in v if not _ID.match(x)]
+        if bad:
+            raise ValueError(f"invalid id(s) {bad}: use letters, digits and ._:/- (max 200)")
+        if len(set(v)) != len(v):
+            raise ValueError("ids must be unique")
+        return v
+
+    @field_validator("retention_policy")
+    @classmethod
+    def _retention(cls, v: str | None) -> str | None:
+        if v is not None and v != "lane_default":
+            parse_duration(v)
+        return v
+
+    @property
+    def image_ref(self) -> str:
+        """The image pinned by digest (`repo@sha256:...`)."""
+        return f"{self.image}@{self.container_digest}"
+
+    @property
+    def input_ids(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for name in INPUT_ID_FIELDS:
+            out.extend(getattr(self, name))
+        return tuple(out)
+
+    def retention(self, policy: Policy) -> timedelta:
+        if self.retention_policy in (None, "lane_default"):
+            return policy.lane(self.lane or "").default_retention
+        return parse_duration(self.retention_policy)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobRequest:
+        return cls.model_validate_json(text)
+
+
+def _check_text(v: Any, limit: int) -> None:
+    if not isinstance(v, str):
+        return
+    if len(v) > limit:
+        raise ValueError(f"{len(v)} characters exceed the limit of {limit}")
+    if "\x00" in v:
+        raise ValueError("contains a NUL character")
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value == "" or (isinstance(value, list | tuple | dict) and len(value) == 0)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + show_key(part)
+    return out
+
+
+def matching_flavors(policy: Policy, lane_name: str, gpu_type: str | None, resource: str = GPU) -> list[str]:
+    """Flavors (in the lane's order) that the lane has quota of `resource` on and that match gpu_type."""
+    lane = policy.lanes.get(lane_name)
+    if lane is None:
+        return []
+    out = []
+    for name in lane.flavor_names:
+        flavor = policy.flavor_by_name.get(name)
+        if flavor is None or lane.quota(name, resource) is None:
+            continue
+        if gpu_type in (None, "any", flavor.name, flavor.gpu_product):
+            out.append(name)
+    return out
+
+
+def _sharing_problems(policy: Policy, lane: Any, req: JobRequest) -> list[str]:
+    """gpu_resource against the lane's sharing modes and the flavors that offer it."""
+    res = req.gpu_resource
+    if res == GPU and req.gpu_memory_gib is None:
+        return []
+    errors: list[str] = []
+    if not is_gpu_resource(res):
+        offered = sorted({r for f in policy.flavors for r in f.gpu_resources})
+        return [f"gpu_resource: {res!r} is not a GPU resource (offered by this pool: {', '.join(offered)})"]
+    mode = mode_of(res)
+    if mode == "shared" and req.gpu_memory_gib is None:
+        errors.append("gpu_memory_gib: required for shared GPUs (nvidia.com/gpu.shared): the memory the job stays under")
+    if mode != "shared" and req.gpu_memory_gib is not None:
+        errors.append(f"gpu_memory_gib: only for shared GPUs; {res} isolates memory itself")
+    if lane is None:
+        return errors
+    if mode not in lane.sharing_modes:
+        errors.append(
+            f"gpu_resource: lane {lane.name} may not use {mode} GPUs ({res}); it allows: {', '.join(lane.sharing_modes)}"
+        )
+        return errors
+    flavors = matching_flavors(policy, lane.name, req.gpu_type, res)
+    if not flavors:
+        choices = sorted({q.resource for q in lane.quotas if is_gpu_resource(q.resource)})
+        errors.append(
+            f"gpu_resource: lane {lane.name} has no quota of {res} on a flavor matching {req.gpu_type or 'any'!r} "
+            f"(it has: {', '.join(choices)})"
+        )
+        return errors
+    most = max(policy.flavor(f).offered.get(res, 0) for f in flavors)
+    if req.gpu_count is not None and req.gpu_count > most:
+        errors.append(f"gpu_count: {req.gpu_count} x {res} exceed every flavor that offers it (at most {most:g})")
+    if mode == "shared" and req.gpu_memory_gib is not None:
+        limit = min(policy.flavor(f).sharing.replica_memory_gib or 0 for f in flavors)
+        if req.gpu_memory_gib > limit:
+            errors.append(f"gpu_memory_gib: {req.gpu_memory_gib:g} exceeds the per-replica limit of {limit:g} GiB")
+    return errors
+
+
+def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRequest:
+    """Validate one request mapping against the policy; fail closed listing every problem."""
+    if isinstance(raw, JobRequest):
+        raw = raw.model_dump(exclude_none=True)
+    if not isinstance(raw, dict):
+        raise RequestError([f"<root>: expected a mapping of request fields, got {type(raw).__name__}"], source)
+    shape = check_tree(raw, REQUEST_LIMITS)
+    if shape:
+        raise RequestError(shape, source)
+    errors: list[str] = []
+    bad_fields: set[str] = set()
+    req: JobRequest | None = None
+    try:
+        req = JobRequest.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = _loc(err["loc"])
+            bad_fields.add(str(err["loc"][0]) if err["loc"] else "")
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field (check the spelling; see examples/requests/)"
+            errors.append(f"{loc}: {msg}")
+
+    partial = req
+    if partial is None:
+        try:
+            partial = JobRequest.model_validate({k: v for k, v in raw.items() if k not in bad_fields})
+        except ValidationError:
+            partial = None
+
+    lane_name = raw.get("lane")
+    lane = policy.lanes.get(lane_name) if isinstance(lane_name, str) else None
+    required = list(policy.common_required_fields)
+    if lane is not None:
+        required += [f for f in lane.required_fields if f not in required]
+    for name in required:
+        if name not in bad_fields and _missing(raw.get(name)):
+            why = f"required by lane {lane.name}" if lane is not None and name in lane.required_fields else "required"
+            errors.append(f"{name}: {why}")
+
+    # the scale ladder (policy `scale`): from S4, its metadata is required even where the policy's lists omit it
+    errors.extend(scale_metadata_problems(raw, policy, bad_fields | set(required)))
+
+    if not _missing(lane_name) and lane is None:
+        errors.append(f"lane: unknown lane {show(lane_name)} (one of: {', '.join(sorted(policy.lanes))})")
+    team_name = raw.get("team")
+    team = policy.teams.get(team_name) if isinstance(team_name, str) else None
+    if not _missing(team_name) and team is None:
+        errors.append(f"team: unknown team {show(team_name)} (one of: {', '.join(sorted(policy.teams))})")
+    if team is not None:
+        cc = raw.get("cost_center")
+        if not _missing(cc) and cc != team.cost_center:
+            errors.append(f"cost_center: {show(cc)} is not team {team.name}'s cost center {team.cost_center!r}")
+        scope = raw.get("data_access_scope")
+        if not _missing(scope) and scope not in team.data_access_scopes:
+            errors.append(
+                f"data_access_scope: team {team.name} may not use {show(scope)} (allowed: {', '.join(team.data_access_scopes)})"
+            )
+
+    if partial is not None:
+        errors.extend(_sharing_problems(policy, lane, partial))
+    if partial is not None and partial.gpu_resource == GPU:
+        req_ = partial
+        if req_.gpu_count is not None and req_.gpu_count > policy.largest_flavor_gpus:
+            errors.append(
+                f"gpu_count: {req_.gpu_count} GPUs do not fit the largest flavor ({policy.largest_flavor_gpus} GPUs)"
+            )
+        if lane is not None and req_.gpu_type is not None:
+            flavors = matching_flavors(policy, lane.name, req_.gpu_type)
+            if not flavors:
+                known = sorted({f.name for f in policy.flavors} | {f.gpu_product for f in policy.flavors})
+                if req_.gpu_type not in known and req_.gpu_type != "any":
+                    errors.append(f"gpu_type: unknown GPU type {show(req_.gpu_type)} (one of: any, {', '.join(known)})")
+                else:
+                    errors.append(f"gpu_type: lane {lane.name} has no quota on a flavor matching {req_.gpu_type!r}")
+            elif req_.gpu_count is not None and req_.gpu_count <= policy.largest_flavor_gpus:
+                biggest = max(policy.flavor(f).gpus for f in flavors)
+                if req_.gpu_count > biggest:
+                    errors.append(f"gpu_count: {req_.gpu_count} GPUs exceed every flavor matching {req_.gpu_type!r} (at most {biggest})")
+    if partial is not None:
+        req_ = partial
+        if req_.expected_duration is not None and req_.timeout is not None and req_.expected_duration > req_.timeout:
+            errors.append(f"expected_duration: {req_.expected_duration} exceeds timeout {req_.timeout}")
+        if lane is not None and req_.timeout is not None and req_.timeout > lane.max_run_duration:
+            errors.append(f"timeout: {req_.timeout} exceeds lane {lane.name}'s max_run_duration {lane.max_run_duration}")
+        if req_.max_cost is not None and req_.max_cost <= 0:
+            errors.append("max_cost: must be greater than 0")
+        if lane is not None and req_.max_cost is not None and req_.max_cost > lane.budget:
+            errors.append(f"max_cost: {req_.max_cost} exceeds lane {lane.name}'s whole budget {lane.budget} {policy.currency}")
+        if lane is not None and lane.name == "incident_response" and req_.evidence_hold is False:
+            errors.append("evidence_hold: incident_response jobs keep their evidence under hold; must be true")
+    if errors:
+        raise RequestError([one_line(e) for e in dict.fromkeys(errors)], source)
+    assert req is not None
+    if req.workload is None and lane is not None:
+        req = req.model_copy(update={"workload": lane.default_workload})
+    return req
+
+
+SAFETY_APPROVAL_WARNING = (
+    "safety_approval: recorded but grants nothing; a safety approval must be granted with "
+    "`gpu-platform approve REQUEST_ID --role ROLE --kind safety --reason TEXT` by a role of the "
+    "policy's approvers"
+)
+
+
+def request_warnings(req: JobRequest) -> list[str]:
+    """What is accepted but does not do what it may look like it does (printed, never fatal)."""
+    return [SAFETY_APPROVAL_WARNING] if req.safety_approval else []
+
+
+def load_request_file(path: str | Path) -> Any:
+    """Read a YAML or JSON request file within `REQUEST_LIMITS`; RequestError names each problem's
+    line (or byte offset for text that is not UTF-8)."""
+    try:
+        return load_document(path, REQUEST_LIMITS)
+    except InputError as exc:
+        raise RequestError(exc.errors, exc.source) from None
+
+
+def validate_request_file(path: str | Path, policy: Policy) -> JobRequest:
+    return validate_request(load_request_file(path), policy, str(path))
