@@ -4,6 +4,7 @@ reasons with queue positions, and the policy exported as Kueue manifests. Pure P
 `schedule_cycle(state)` runs one cycle; `admit_until_stable(state)` runs cycles back to back (the
 gate); `preemption_targets(state, preemptor, flavor)` picks victims; `from_policy(...)` builds the
 state from the policy and job requests.
+May import `policy/`, `requests/`, `cluster/names`, `devices/`, `safeload/`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 `load_policy()` reads `default.yaml` beside this module (or a given file) and returns a frozen,
 validated `Policy`. Every problem in the file is reported at once, each with its path
 (`lanes.release_eval.quotas[0].borrowing_limit: set but lane has no cohort_name`).
+`model.py` defines, `loading.py` reads and checks (it imports the model, never the reverse). May import `devices/`, `safeload/`, `units`.
 """
 
 from __future__ import annotations

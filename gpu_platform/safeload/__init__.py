@@ -3,6 +3,7 @@
 `load_document(path, limits)` reads YAML or JSON within documented `Limits`; anything hostile
 (aliases that explode, deep nesting, huge integers, duplicate keys, text that is not UTF-8) is
 an `InputError` listing one line per problem. See docs/reliability.md for the limits.
+The bottom of the domain with `devices/`: imports nothing else of `gpu_platform`.
 """
 
 from gpu_platform.safeload.limits import (

@@ -4,6 +4,7 @@
 or a baseline (`fifo`, `strict`) as an engine state, `simulate` runs the discrete-event loop
 and `lane_report` turns it into per-lane figures; `kueue_scenario` replays Kueue's scheduler
 performance generator files. See docs/simulator.md.
+May import `admission/`, `policy/`, `requests/`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Each is an external process (`python -m gpu_platform.workloads.<name>`). Under D
 back through `dagster_pipes`, the standalone protocol package; this is the only place in
 `gpu_platform/` that imports it, and nothing here imports `dagster` itself. Standalone they write
 the same result to `<out-dir>/result.json` and print it.
+May import `lineage/`, `policy/`, `requests/`, `safeload/`.
 """
 
 PROGRAMS: dict[str, str] = {

@@ -1,4 +1,6 @@
-"""dbt-like SQL models for GPU cost: a small runner over DuckDB (no Dagster here)."""
+"""dbt-like SQL models for GPU cost: a small runner over DuckDB (no Dagster here).
+May import `finops/feeds/` (the raw tables' DDL) and `safeload/`; the scorecard vars are passed in, not imported.
+"""
 
 from pathlib import Path
 
