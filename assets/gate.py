@@ -13,7 +13,7 @@ import dagster as dg
 
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.workloads import ASSETS_FOR_WORKLOAD, JOB_FOR_WORKLOAD, kind_jobs
-from gpu_platform.cluster.readback import ledger_rows
+from gpu_platform.cluster.readback import ledger_rows, read_kueue
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from gpu_platform.gate.tick import (
     TAG_ATTEMPT,
@@ -130,8 +130,6 @@ def _last_flavor(led, request_id: str) -> str:
 
 def _read_back(context, led, pol, settings: PlatformSettings, states):
     """Record what Kueue says about the gate's Jobs (ledger `cluster` events); the states again."""
-    from resources.k8s import read_kueue
-
     namespaces = sorted({team.namespace for team in pol.teams.values()})
     try:
         observations = read_kueue(namespaces, settings.kubeconfig)

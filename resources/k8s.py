@@ -25,7 +25,6 @@ from kubernetes.client import ApiClient
 
 from gpu_platform.cluster.jobs import WorkVolume, executor_config_for, k8s_config_for, workload_step
 from gpu_platform.cluster.names import run_id_for
-from gpu_platform.cluster.readback import Observation, read_cluster
 from gpu_platform.policy import Policy
 from gpu_platform.requests.model import JobRequest
 
@@ -119,19 +118,3 @@ def render_job_manifest(
     """The Job manifest (camelCase, as `kubectl apply` takes it) for one step (default: the workload step)."""
     job = render_step_job(request, flavor_name, policy, step_key, **kwargs)
     return ApiClient().sanitize_for_serialization(job)
-
-
-def read_kueue(namespaces: list[str], kubeconfig: str = "") -> list[Observation]:
-    """Kueue's word on the gate's Jobs in these namespaces (`gpu_platform.cluster.readback`).
-
-    kubeconfig: a kubeconfig file; "" = the pod's in-cluster service account (it needs `list` on
-    jobs, events and workloads.kueue.x-k8s.io in the team namespaces).
-    """
-    from kubernetes import client, config
-
-    api = client.ApiClient(configuration=client.Configuration())
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=api.configuration)
-    else:
-        config.load_incluster_config(client_configuration=api.configuration)
-    return read_cluster(namespaces, client.BatchV1Api(api), client.CustomObjectsApi(api), client.CoreV1Api(api))

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from gpu_platform.cluster.client import SERVICE_ACCOUNT_DIR, api_client
 from gpu_platform.cluster.names import (
     ANNOTATION_GATE_FLAVOR,
     ANNOTATION_REQUEST_ID,
@@ -231,7 +233,7 @@ def read_cluster(
     batch_api = batch_api or client.BatchV1Api()
     custom_api = custom_api or client.CustomObjectsApi()
     core_api = core_api or client.CoreV1Api()
-    serialize = client.ApiClient().sanitize_for_serialization
+    serialize = batch_api.api_client.sanitize_for_serialization
     out: list[Observation] = []
     for ns in namespaces:
         jobs = [serialize(j) for j in batch_api.list_namespaced_job(ns, label_selector=LABEL_REQUEST_ID).items]
@@ -249,3 +251,16 @@ def read_cluster(
                 events += [serialize(e) for e in listed]
         out += observe(jobs, workloads, events)
     return out
+
+
+def read_kueue(namespaces: Iterable[str], kubeconfig: str = "", service_account_dir: str | Path = SERVICE_ACCOUNT_DIR) -> list[Observation]:
+    """Kueue's word on the gate's Jobs in these namespaces, through `cluster.client.api_client`
+    (the configuration loaded before the client is built, so a private CA is trusted).
+
+    kubeconfig: a kubeconfig file; "" = the pod's in-cluster service account (it needs `list` on
+    jobs, events and workloads.kueue.x-k8s.io in the team namespaces), else `KUBECONFIG`.
+    """
+    from kubernetes import client
+
+    api = api_client(kubeconfig, service_account_dir)
+    return read_cluster(namespaces, client.BatchV1Api(api), client.CustomObjectsApi(api), client.CoreV1Api(api))

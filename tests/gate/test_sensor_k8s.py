@@ -8,21 +8,29 @@ the tests run), reached through a kubeconfig, as the sensor reaches a real one.
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from gpu_platform.requests.ledger import Ledger
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
 from tests.gate.helpers import tick
-from tests.k8s.fake_apiserver import serve, submit_recorded, write_kubeconfig
+from tests.k8s.fake_apiserver import serve, server_tls, submit_recorded, tls_files, write_kubeconfig
 
 
-def test_tick_records_kueue_states_and_launches_one_gpu_step(tmp_path, policy) -> None:
+@pytest.mark.parametrize("transport", ["http", "https-private-ca"])
+def test_tick_records_kueue_states_and_launches_one_gpu_step(tmp_path, policy, transport) -> None:
+    """Over HTTP, and over HTTPS with a private CA named in the kubeconfig (as kind and EKS
+    write it): the sensor's read-back fills the cluster column either way."""
+    ca, context = None, None
+    if transport != "http":
+        ca, cert, key = tls_files(tmp_path)
+        context = server_tls(cert, key)
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger = Ledger(url)
     submit_recorded(ledger, policy)
     (tmp_path / "dagster").mkdir()
-    with serve() as (server, seen), dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+    with serve(tls=context) as (server, seen), dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         resources = {
             "ledger": LedgerResource(url=url),
             "policy": PolicyResource(),
@@ -31,7 +39,7 @@ def test_tick_records_kueue_states_and_launches_one_gpu_step(tmp_path, policy) -
                 executor="k8s",
                 work_root="/var/lib/gpu-platform/work",
                 work_claim="gpu-platform-work",
-                kubeconfig=str(write_kubeconfig(tmp_path / "kubeconfig", server)),
+                kubeconfig=str(write_kubeconfig(tmp_path / "kubeconfig", server, ca=ca)),
             ),
         }
         result = tick(instance, resources)

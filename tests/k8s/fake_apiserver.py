@@ -9,8 +9,10 @@ honours the two selectors the read-back sends (`labelSelector=<key>` exists, and
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import ssl
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -94,27 +96,35 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(root: Path = FIXTURES):
-    """(base URL, list of request paths seen) of a server answering from `root`."""
+def serve(root: Path = FIXTURES, tls: ssl.SSLContext | None = None):
+    """(base URL, list of request paths seen) of a server answering from `root`; over HTTPS
+    when `tls` (a server-side SSL context, see `tls_files`) is given."""
     seen: list[str] = []
     handler = type("Handler", (_Handler,), {"root": root, "requests": seen})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}", seen
     finally:
         server.shutdown()
         server.server_close()
 
 
-def write_kubeconfig(path: Path, server: str) -> Path:
+def write_kubeconfig(path: Path, server: str, ca: Path | None = None) -> Path:
+    """A kubeconfig for `server`; with `ca`, its `certificate-authority-data` (base64 PEM), as
+    `kind` and EKS write it."""
+    cluster: dict = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
     path.write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "recorded", "cluster": {"server": server}}],
+                "clusters": [{"name": "recorded", "cluster": cluster}],
                 "users": [{"name": "reader", "user": {"token": "recorded"}}],
                 "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "reader"}}],
                 "current-context": "recorded",
@@ -122,3 +132,55 @@ def write_kubeconfig(path: Path, server: str) -> Path:
         )
     )
     return path
+
+
+def tls_files(directory: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, server certificate, server key) as PEM files: a private CA, as kind, EKS
+    and every in-cluster service account have, that signs a certificate for 127.0.0.1."""
+    from datetime import UTC, datetime, timedelta
+    from ipaddress import ip_address
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.now(UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "recorded-apiserver-ca")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = directory / "ca.crt", directory / "server.crt", directory / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+def server_tls(cert: Path, key: Path) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context

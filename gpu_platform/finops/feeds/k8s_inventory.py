@@ -371,14 +371,12 @@ def read_cluster(kind: str, api: Any = None, page_size: int = 500) -> dict[str, 
     `api`: a `kubernetes.client.CoreV1Api`; by default one from the in-cluster config, else
     `KUBECONFIG` / `~/.kube/config`. Pages through `limit` / `continue`.
     """
-    from kubernetes import client, config
+    from kubernetes import client
 
     if api is None:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        api = client.CoreV1Api()
+        from gpu_platform.cluster.client import api_client
+
+        api = client.CoreV1Api(api_client())
     fetch = api.list_node if kind == "Node" else api.list_pod_for_all_namespaces
     items: list[Any] = []
     token = None
