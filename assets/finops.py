@@ -67,14 +67,39 @@ def _upstream_keys(model: Model, project: Project) -> list[dg.AssetKey]:
     return list(dict.fromkeys(keys))
 
 
+def _figures(metrics: dict) -> dict[str, dg.MetadataValue]:
+    return {
+        key: dg.MetadataValue.md(value) if key.endswith("_md") else dg.MetadataValue.float(float(value))
+        for key, value in metrics.items()
+    }
+
+
 def _metadata(build) -> dict[str, dg.MetadataValue]:
-    md: dict[str, dg.MetadataValue] = {
+    """The whole step's metadata: rows and figures of everything it built (an unpartitioned model,
+    or one day), and the build time."""
+    return {
         "rows": dg.MetadataValue.int(build.rows),
         "seconds": dg.MetadataValue.float(round(build.result.seconds, 3)),
+        **_figures(build.metrics),
     }
-    for key, value in build.metrics.items():
-        md[key] = dg.MetadataValue.md(value) if key.endswith("_md") else dg.MetadataValue.float(float(value))
-    return md
+
+
+def add_day_metadata(context: dg.AssetExecutionContext, build) -> dict[str, dg.MetadataValue]:
+    """Each daily partition of a run gets its own day's rows and figures (`add_asset_metadata`
+    per partition key), however many days one run builds; what is left for the whole step is
+    the build time and how many days it built (the same on every partition of the run)."""
+    keys = context.partition_keys
+    for key in keys:
+        day = build.day_metrics.get(key, {"rows": 0})
+        context.add_asset_metadata(
+            {"rows": dg.MetadataValue.int(int(day.get("rows", 0))),
+             **_figures({k: v for k, v in day.items() if k != "rows"})},
+            partition_key=key,
+        )
+    return {
+        "seconds": dg.MetadataValue.float(round(build.result.seconds, 3)),
+        "days_in_run": dg.MetadataValue.int(len(keys)),
+    }
 
 
 def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, ...] = ()) -> dg.AssetsDefinition:
@@ -92,7 +117,7 @@ def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, .
             keys = context.partition_key_range
             days = (keys.start, keys.end)
         build = warehouse.build_partition(model.name, days=days, with_tests_of=tuple(e.name for e in ephemeral))
-        yield dg.MaterializeResult(metadata=_metadata(build))
+        yield dg.MaterializeResult(metadata=add_day_metadata(context, build) if partitioned else _metadata(build))
         for t in build.tests:
             metadata = {"failing_rows": dg.MetadataValue.int(t.failures), "sql": dg.MetadataValue.md(f"```sql\n{t.sql}\n```")}
             if t.details:

@@ -40,6 +40,14 @@ def _days(context: dg.AssetExecutionContext) -> list[date]:
     return [date.fromisoformat(k) for k in keys]
 
 
+def _day_metadata(context: dg.AssetExecutionContext, by_day: dict[date, list[IngestReport]]) -> dict[str, dg.MetadataValue]:
+    """Each daily partition of the run gets its own day's counts and tables; the step's own
+    metadata is how many days it loaded (the same on every partition of the run)."""
+    for day, reports in by_day.items():
+        context.add_asset_metadata(_metadata(merge_reports(reports)), partition_key=day.isoformat())
+    return {"days_in_run": dg.MetadataValue.int(len(by_day))}
+
+
 def _metadata(report: IngestReport) -> dict[str, dg.MetadataValue]:
     """The report's counts as ints and its tables as markdown; a run whose rows do not add up fails."""
     try:
@@ -74,16 +82,15 @@ def raw_dcgm_samples(
     feeds = Path(settings.home) / "feeds"
     con = warehouse.connect()
     try:
-        reports = [
-            load_dcgm_day(con, feeds, day, settings.dcgm_endpoint_list() if day == today else [])
+        by_day = {
+            day: [load_dcgm_day(con, feeds, day, settings.dcgm_endpoint_list() if day == today else [])]
             for day in _days(context)
-        ]
+        }
     finally:
         con.close()
-    report = merge_reports(reports)
-    for error in report.errors:
+    for error in merge_reports([r for rs in by_day.values() for r in rs]).errors:
         context.log.warning(error)
-    return dg.MaterializeResult(metadata=_metadata(report))
+    return dg.MaterializeResult(metadata=_day_metadata(context, by_day))
 
 
 @_daily_asset
@@ -94,10 +101,10 @@ def raw_focus_billing(
     feeds/focus/; malformed rows go to raw_focus_quarantine with a reason."""
     con = warehouse.connect()
     try:
-        reports = [load_focus_day(con, Path(settings.home) / "feeds", day) for day in _days(context)]
+        by_day = {day: [load_focus_day(con, Path(settings.home) / "feeds", day)] for day in _days(context)}
     finally:
         con.close()
-    return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
+    return dg.MaterializeResult(metadata=_day_metadata(context, by_day))
 
 
 def _inventory(context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings,
@@ -105,8 +112,9 @@ def _inventory(context: dg.AssetExecutionContext, warehouse: Warehouse, settings
     today = datetime.now(UTC).date()
     con = warehouse.connect()
     try:
-        reports = []
+        by_day: dict[date, list[IngestReport]] = {}
         for day in _days(context):
+            reports = by_day.setdefault(day, [])
             reports.append(load_inventory_day(con, Path(settings.home) / "feeds", day, kind))
             if day == today and settings.executor == "k8s":
                 # on a cluster, today's partition also reads the inventory through the API
@@ -117,7 +125,7 @@ def _inventory(context: dg.AssetExecutionContext, warehouse: Warehouse, settings
                 reports.append(load_local_node(con, day, socket.gethostname(), local_inventory()))
     finally:
         con.close()
-    return dg.MaterializeResult(metadata=_metadata(merge_reports(reports)))
+    return dg.MaterializeResult(metadata=_day_metadata(context, by_day))
 
 
 @_daily_asset

@@ -23,7 +23,7 @@ from gpu_platform.finops.sqlmodels import (
     default_project_path,
     ensure_raw_tables,
 )
-from gpu_platform.finops.sqlmodels.report import model_metrics
+from gpu_platform.finops.sqlmodels.report import day_model_metrics, model_metrics
 from gpu_platform.observe.scorecards import model_vars
 from gpu_platform.policy import load_policy
 
@@ -40,6 +40,9 @@ class PartitionBuild:
     result: ModelResult
     tests: list[TestResult]
     metrics: dict[str, Any] = field(default_factory=dict)
+    day_metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Partitioned models: each day's own figures (`rows` and `model_metrics` of that day alone),
+    keyed by ISO day, for every day of the build; a range's `metrics` add up all of its days."""
 
     @property
     def rows(self) -> int:
@@ -105,7 +108,9 @@ class Warehouse(dg.ConfigurableResource):
             result = project.build_model(con, model, day, self.variables(), days)
             tests = project.run_tests(con, day, select=[model, *with_tests_of], days=days, variables=self.variables())
             span = (days[0], days[-1]) if days else (day, day)
-            return PartitionBuild(result=result, tests=tests, metrics=model_metrics(con, model, span if partitioned else None))
+            per_day = day_model_metrics(con, model, span) if partitioned and span[0] is not None else {}
+            return PartitionBuild(result=result, tests=tests, metrics=model_metrics(con, model, span if partitioned else None),
+                                  day_metrics=per_day)
         finally:
             con.close()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -161,4 +161,31 @@ def model_metrics(
                           f"sum(allocated_cost) as cost from {model} {where} group by all "
                           "order by cost desc, request_id limit 10", params)
         out["top_requests_md"] = markdown_table(rows, ["request_id", "team", "workload", "currency", "gpu_hours", "cost"])
+    return out
+
+
+def day_model_metrics(
+    con: duckdb.DuckDBPyConnection, model: str, span: tuple[Any, Any]
+) -> dict[str, dict[str, Any]]:
+    """Each day of `span` (inclusive) on its own: `{"YYYY-MM-DD": {"rows": n, **model_metrics}}`.
+
+    What a daily partition shows when one run builds a range of days: its own day's figures,
+    never the range's total. A model without a `day` column has no per-day figures ({}).
+    """
+    cols = {r[0] for r in con.execute(f"describe {model}").fetchall()}
+    if "day" not in cols:
+        return {}
+    first, last = (date.fromisoformat(str(d)) for d in span)
+    counts = {
+        date.fromisoformat(str(day)[:10]): n
+        for day, n in con.execute(
+            f"select day, count(*) from {model} where day between $first and $last group by day",
+            {"first": first, "last": last},
+        ).fetchall()
+    }
+    out: dict[str, dict[str, Any]] = {}
+    d = first
+    while d <= last:
+        out[d.isoformat()] = {"rows": int(counts.get(d, 0)), **model_metrics(con, model, (d, d))}
+        d += timedelta(days=1)
     return out
