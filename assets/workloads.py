@@ -25,7 +25,7 @@ import dagster as dg
 import duckdb
 
 from assets.partitions import WORKLOAD_PARTITIONS
-from gpu_platform.cluster.jobs import namespace_for
+from gpu_platform.cluster.jobs import RUN_STEPS, namespace_for
 from gpu_platform.lineage.evidence import EvidenceStore
 from gpu_platform.lineage.graph import (
     CheckOutcome,
@@ -112,13 +112,9 @@ JOB_FOR_WORKLOAD: dict[str, str] = {
 }
 """Request workload -> the job the gate launches for it (partition key = request id)."""
 
-ASSETS_FOR_WORKLOAD: dict[str, tuple[str, ...]] = {
-    **{k: (k,) for k in ("label_batch", "training_run", "replay", "map_segmentation", "evidence_pack")},
-    "released_model": ("model_evidence_pack", "released_model"),
-    "released_map": ("map_evidence_pack", "released_map"),
-}
-"""Request workload -> the asset keys one run of it materializes (a release needs its evidence
-pack step in the same run, so that the pack's blocking checks can stop it)."""
+ASSETS_FOR_WORKLOAD: dict[str, tuple[str, ...]] = RUN_STEPS
+"""Request workload -> the asset keys one run of it materializes (`gpu_platform.cluster.jobs.RUN_STEPS`:
+a release needs its evidence pack step in the same run, so that the pack's blocking checks can stop it)."""
 
 
 # shared helpers -------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ def render(
     Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
     """
     from gpu_platform.cluster.jobs import resolve_flavor
+    from resources.build import build_resources
     from resources.k8s import render_job_manifest
 
     policy = policy_or_exit(policy_path)
@@ -74,9 +75,18 @@ def render(
     if rid is None:
         rid = "req-render-" + hashlib.sha256(Path(request_file).read_bytes()).hexdigest()[:12]
     request = request.model_copy(update={"request_id": rid})
+    if step is not None:
+        steps = _run_steps(request.workload)
+        if step not in steps:
+            fail(f"cannot render {request_file}",
+                 [f"--step {step!r}: not a step of a {request.workload} run (its steps: {', '.join(steps)})"])
     try:
+        # the work volume the gate mounts (GPU_PLATFORM_WORK_CLAIM at GPU_PLATFORM_WORK_ROOT), the same settings
+        work_volume = build_resources()["settings"].work_volume()
         chosen = resolve_flavor(request, policy, flavor).name
-        manifest = render_job_manifest(request, chosen, policy, step, attempt=attempt, run_id=run_id)
+        manifest = render_job_manifest(
+            request, chosen, policy, step, attempt=attempt, run_id=run_id, work_volume=work_volume
+        )
     except ValueError as exc:
         fail(f"cannot render {request_file}", [str(exc)])
     click.echo(
@@ -84,6 +94,18 @@ def render(
         f"(lane {request.lane}, team {request.team}; the gate admitted it on {chosen}, Kueue picks the flavor)"
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+def _run_steps(workload: str | None) -> list[str]:
+    """The step keys of the run the gate launches for this workload: the workload assets and
+    their checks, read from the Dagster job itself (so a check step can be rendered too)."""
+    from assets.definitions import build_definitions
+    from assets.workloads import JOB_FOR_WORKLOAD
+
+    if workload not in JOB_FOR_WORKLOAD:
+        return []
+    job = build_definitions().resolve_job_def(JOB_FOR_WORKLOAD[workload])
+    return sorted(node.name for node in job.graph.nodes)
 
 
 @click.command("dagster-config")
@@ -124,6 +146,11 @@ def dagster_config(
 ) -> None:
     """Write the Dagster instance dagster.yaml from the policy: per-lane run limits, lane pools,
     storage (SQLite or Postgres) and, with --k8s, the K8sRunLauncher."""
+    if use_k8s and not postgres:
+        fail(
+            "dagster-config --k8s",
+            ["--k8s needs --postgres: run pods on other nodes cannot share the webserver's SQLite storage"],
+        )
     policy = policy_or_exit(policy_path)
     config = dagster_instance_yaml(
         policy,

@@ -108,6 +108,16 @@ def kueue_labels(request: JobRequest) -> dict[str, str]:
     }
 
 
+RUN_STEPS: dict[str, tuple[str, ...]] = {
+    **{k: (k,) for k in ("label_batch", "training_run", "replay", "map_segmentation", "evidence_pack")},
+    "released_model": ("model_evidence_pack", "released_model"),
+    "released_map": ("map_evidence_pack", "released_map"),
+}
+"""Request workload -> the steps (asset keys) one run of it has, in order: a release needs its
+evidence pack step in the same run, so that the pack's blocking checks can stop it. The
+workload assets' jobs (`assets/workloads.py`) select exactly these."""
+
+
 def workload_step(request: JobRequest) -> str:
     """The step (op name) of a request's run that runs its workload and so asks for its GPUs:
     the asset named after the request's workload (`replay`, `released_model`, ...)."""

@@ -35,6 +35,12 @@ def test_written_yaml_passes_dagster_validation(
         + (["--k8s"] if k8s else [])
     )
     result = CliRunner().invoke(dagster_config, args)
+    if k8s and not postgres:
+        # run pods on other nodes cannot share SQLite: refused in one line, nothing written
+        assert result.exit_code == 2
+        assert "--k8s needs --postgres" in result.output
+        assert not (tmp_path / "dagster.yaml").exists()
+        return
     assert result.exit_code == 0, result.output
     text = (tmp_path / "dagster.yaml").read_text()
     assert "dagster instance concurrency set duckdb_warehouse 1" in text

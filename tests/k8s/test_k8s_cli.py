@@ -39,12 +39,15 @@ def test_default_job_names_differ_per_request_and_attempt() -> None:
 
     names = {
         name(str(path)) for path in sorted((ROOT / "examples" / "requests").glob("*.yaml"))
-    } | {name(str(EXAMPLE), "--attempt", "2"), name(str(EXAMPLE), "--step", "evidence_pack")}
+    } | {name(str(EXAMPLE), "--attempt", "2"), name(str(RELEASE), "--step", "model_evidence_pack")}
     assert len(names) == len(list((ROOT / "examples" / "requests").glob("*.yaml"))) + 2
 
 
+RELEASE = ROOT / "examples" / "requests" / "release_chain" / "released_model.yaml"
+
+
 def test_render_of_a_check_step_asks_for_no_gpu() -> None:
-    result = CliRunner().invoke(k8s, ["render", str(EXAMPLE), "--step", "label_batch_lineage_complete"])
+    result = CliRunner().invoke(k8s, ["render", str(RELEASE), "--step", "released_model_cost_attributed"])
     assert result.exit_code == 0, result.output
     manifest = yaml.safe_load(result.stdout)
     kubernetes_validate.validate(manifest, "1.31.0", strict=True)
@@ -75,3 +78,26 @@ def test_render_reports_invalid_request(tmp_path: Path) -> None:
     result = CliRunner().invoke(k8s, ["render", str(bad)])
     assert result.exit_code == 2
     assert "gpu_count" in result.stderr
+
+
+def test_render_refuses_a_step_the_run_does_not_have() -> None:
+    result = CliRunner().invoke(k8s, ["render", str(EXAMPLE), "--step", "bogus"])
+    assert result.exit_code == 2
+    assert "--step 'bogus': not a step of a label_batch run (its steps: label_batch)" in result.stderr
+    assert result.stdout == ""
+
+
+def test_render_mounts_the_work_claim_from_the_environment(monkeypatch) -> None:
+    """GPU_PLATFORM_WORK_CLAIM: the Job mounts the PVC at the work root, as the gate's Jobs do."""
+    monkeypatch.setenv("GPU_PLATFORM_WORK_CLAIM", "gpu-platform-work")
+    monkeypatch.setenv("GPU_PLATFORM_WORK_ROOT", "/var/lib/gpu-platform/work")
+    result = CliRunner().invoke(k8s, ["render", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(result.stdout)
+    kubernetes_validate.validate(manifest, "1.31.0", strict=True)
+    pod = manifest["spec"]["template"]["spec"]
+    assert {"name": "gpu-platform-work", "persistentVolumeClaim": {"claimName": "gpu-platform-work"}} in [
+        {k: v for k, v in vol.items()} for vol in pod["volumes"]
+    ]
+    (container,) = pod["containers"]
+    assert any(m["mountPath"] == "/var/lib/gpu-platform/work" for m in container["volumeMounts"])
