@@ -10,6 +10,7 @@ import click
 from gpu_platform.cli.admission import admit, kueue
 from gpu_platform.cli.approve import approve
 from gpu_platform.cli.autoscale import autoscale
+from gpu_platform.cli.cluster import cluster
 from gpu_platform.cli.cost import cost
 from gpu_platform.cli.demo import demo
 from gpu_platform.cli.explain import explain
@@ -39,6 +40,7 @@ for _cmd in (
     admit,
     kueue,
     k8s,
+    cluster,
     dagster_config,
     lineage,
     retention,

@@ -217,6 +217,21 @@ def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> l
     return rows
 
 
+def unmatched(states: Iterable[Any], observations: Iterable[Observation]) -> list[tuple[Observation, str]]:
+    """The observations `ledger_rows` does not record, each with why: a Job of a request that is
+    not pending or running in the ledger (ended, or never submitted through the gate), or of
+    an attempt other than the request's current one (a superseded Job being deleted)."""
+    by_id = {s.request_id: s for s in states}
+    out = []
+    for obs in observations:
+        s = by_id.get(obs.request_id)
+        if s is None:
+            out.append((obs, "no pending or running request with this id in the ledger"))
+        elif obs.attempt != s.attempts:
+            out.append((obs, f"attempt {obs.attempt}; the request's current attempt is {s.attempts}"))
+    return out
+
+
 def read_cluster(
     namespaces: Iterable[str],
     batch_api: Any = None,

@@ -1,0 +1,67 @@
+"""`gpu-platform cluster sync`: read Kueue's word on the gate's Jobs back now, as the sensor does each tick."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
+from gpu_platform.cluster.client import ClusterConfigError
+from gpu_platform.cluster.readback import ledger_rows, read_kueue, unmatched
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, default_ledger_url
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """The Kubernetes cluster with Kueue, read back on demand."""
+
+
+@cluster.command("sync")
+@policy_option
+@ledger_option
+@click.option(
+    "--kubeconfig",
+    default="",
+    help="kubeconfig file (default: the in-cluster service account, else $KUBECONFIG / ~/.kube/config).",
+)
+@click.option("--dry-run", is_flag=True, help="Print what changed without recording it in the ledger.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_run: bool, fmt: str) -> None:
+    """List the gate's Jobs, Kueue's Workloads and their events in every team namespace, record
+    each change as a ledger `cluster` event (what the admission sensor does every tick), and
+    print what changed and every Job the ledger could not match, with why.
+
+    Exit 1 with one line when the cluster cannot be reached.
+    """
+    pol = policy_or_exit(policy_path)
+    ledger = Ledger(ledger_url or default_ledger_url())
+    namespaces = sorted({team.namespace for team in pol.teams.values()})
+    try:
+        observations = read_kueue(namespaces, kubeconfig)
+    except ClusterConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:  # the API unreachable, refused or TLS-rejected: one line, no traceback
+        reason = str(getattr(exc, "reason", "") or exc).splitlines()[0][:300]
+        raise click.ClickException(f"could not read the cluster back: {type(exc).__name__}: {reason}") from None
+    states = ledger.states((*PENDING_STATES, *ACTIVE_STATES))
+    rows = ledger_rows(states, observations)
+    if rows and not dry_run:
+        ledger.record_many(rows)
+    changed = [{"request_id": r[0], "summary": r[2], "flavor": r[3], **(r[5] or {})} for r in rows]
+    skipped = [
+        {"request_id": o.request_id, "attempt": o.attempt, "namespace": o.namespace, "job": o.job, "why": why}
+        for o, why in unmatched(states, observations)
+    ]
+    if fmt == "json":
+        click.echo(json.dumps({"namespaces": namespaces, "observed": len(observations), "recorded": not dry_run,
+                               "changed": changed, "unmatched": skipped}, indent=2))
+        return
+    verb = "would record" if dry_run else "recorded"
+    click.echo(f"{len(observations)} Job(s) observed in {len(namespaces)} namespace(s); {verb} {len(changed)} change(s)")
+    for c in changed:
+        click.echo(f"  {c['request_id']}  {c['summary']}")
+    if skipped:
+        click.echo(f"{len(skipped)} Job(s) not matched to a request of the ledger:")
+        for s in skipped:
+            click.echo(f"  {s['namespace']}/{s['job']} (request {s['request_id']}): {s['why']}")

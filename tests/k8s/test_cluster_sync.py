@@ -1,0 +1,60 @@
+"""`gpu-platform cluster sync`: the read-back on demand, over TLS with a private CA."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gpu_platform.cli.app import main
+from gpu_platform.requests.ledger import Ledger
+from tests.k8s.fake_apiserver import FILES, serve, server_tls, submit_recorded, tls_files, write_kubeconfig
+
+
+@pytest.fixture
+def ledger(tmp_path, policy):
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    submit_recorded(led, policy)
+    return led
+
+
+def test_sync_records_what_changed_once_and_names_jobs_it_cannot_match(tmp_path, ledger) -> None:
+    ca, cert, key = tls_files(tmp_path)
+    # a newer attempt of one request: its recorded Job (attempt 1) is superseded, not dropped silently
+    ledger.record("req-20261201-a1b2c3d4e5", "admitted", "again", flavor="h100-ondemand")
+    with serve(tls=server_tls(cert, key)) as (url, _seen):
+        kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", url, ca=ca))
+        args = ["cluster", "sync", "--ledger", ledger.url, "--kubeconfig", kubeconfig]
+        dry = CliRunner().invoke(main, [*args, "--dry-run", "--format", "json"])
+        assert dry.exit_code == 0, dry.output
+        report = json.loads(dry.output)
+        assert report["observed"] == len(FILES) and report["recorded"] is False
+        assert len(report["changed"]) == len(FILES) - 1
+        assert [e for e in ledger.events() if e.event == "cluster"] == []  # a dry run records nothing
+        (skipped,) = report["unmatched"]
+        assert skipped["request_id"] == "req-20261201-a1b2c3d4e5"
+        assert skipped["why"] == "attempt 1; the request's current attempt is 2"
+
+        first = CliRunner().invoke(main, args)
+        assert first.exit_code == 0, first.output
+        n_ns = len(report["namespaces"])
+        assert f"{len(FILES)} Job(s) observed in {n_ns} namespace(s); recorded {len(FILES) - 1} change(s)" in first.output
+        assert "WorkloadPriorityClassNotFound" in first.output
+        assert "1 Job(s) not matched" in first.output
+        assert "(request req-20261201-a1b2c3d4e5): attempt 1; the request's current attempt is 2" in first.output
+        assert len([e for e in ledger.events() if e.event == "cluster"]) == len(FILES) - 1
+
+        again = CliRunner().invoke(main, args)
+        assert "recorded 0 change(s)" in again.output
+        assert len([e for e in ledger.events() if e.event == "cluster"]) == len(FILES) - 1
+
+
+def test_sync_says_in_one_line_when_the_cluster_is_refused(tmp_path, ledger) -> None:
+    _ca, cert, key = tls_files(tmp_path)
+    with serve(tls=server_tls(cert, key)) as (url, _seen):
+        kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", url))  # no CA: verification fails
+        result = CliRunner().invoke(main, ["cluster", "sync", "--ledger", ledger.url, "--kubeconfig", kubeconfig])
+    assert result.exit_code == 1
+    assert "could not read the cluster back: MaxRetryError" in result.output
+    assert "Traceback" not in result.output
