@@ -16,6 +16,8 @@ from gpu_platform.cli.common import policy_option, policy_or_exit
 from gpu_platform.finops.sqlmodels.raw import ensure_raw_tables
 from gpu_platform.finops.sqlmodels.report import cost_report, to_jsonable
 from gpu_platform.finops.sqlmodels.runner import Project, ProjectError
+from gpu_platform.finops.warehouse import WarehouseBusy
+from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.observe.scorecards import model_vars
 
 POLICIES = click.Choice(["proportional", "even", "none"])
@@ -114,11 +116,13 @@ def build(
         if unreconciled_threshold is not None:
             variables["unreconciled_threshold"] = unreconciled_threshold
         Path(warehouse).parent.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect(warehouse)
+        con = warehouse_connect(warehouse, read_only=False)
         try:
             _build(con, project, day, until, select, variables, no_tests)
         finally:
             con.close()
+    except WarehouseBusy as e:
+        raise click.ClickException(str(e)) from None
     except (ProjectError, duckdb.Error) as e:
         raise click.ClickException(str(e)) from e
 
@@ -182,7 +186,10 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
             f"to the one your feeds were ingested into; a new one is filled by `gpu-platform feeds ingest --day {day} "
             f"...` and then `gpu-platform cost build --day {day}`)"
         )
-    con = duckdb.connect(warehouse, read_only=True)
+    try:
+        con = warehouse_connect(warehouse)
+    except WarehouseBusy as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         data = cost_report(con, day)
     finally:

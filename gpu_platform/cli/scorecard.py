@@ -11,6 +11,8 @@ from rich.table import Table
 
 from gpu_platform.cli.common import console
 from gpu_platform.finops.sqlmodels.report import to_jsonable
+from gpu_platform.finops.warehouse import WarehouseBusy
+from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.observe.scorecards.read import day_scorecards
 
 
@@ -43,7 +45,9 @@ def scorecard(day: str, warehouse: str | None, fmt: str, all_signals: bool) -> N
     if not path.exists():
         raise click.ClickException(f"no warehouse at {path} (build one with `gpu-platform cost build --day {day}`)")
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = warehouse_connect(path)
+    except WarehouseBusy as e:
+        raise click.ClickException(str(e)) from None
     except duckdb.Error as e:
         raise click.ClickException(f"cannot open {path}: {e}") from e
     try:

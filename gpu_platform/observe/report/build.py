@@ -19,6 +19,8 @@ import duckdb
 from matplotlib import dates as mdates
 from matplotlib.figure import Figure
 
+from gpu_platform.finops.warehouse import WarehouseBusy
+from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.observe.report.data import (
     WaitRow,
     cost_by_team,
@@ -169,8 +171,8 @@ def build_report(
     con = None
     if warehouse is not None and Path(warehouse).exists():
         try:
-            con = duckdb.connect(str(warehouse), read_only=True)
-        except duckdb.Error as exc:
+            con = warehouse_connect(warehouse)
+        except (WarehouseBusy, duckdb.Error) as exc:
             report.notes["warehouse"] = f"cannot open {warehouse} read-only: {exc}"
     else:
         report.notes["warehouse"] = f"no warehouse at {warehouse}" if warehouse else "no warehouse given"
