@@ -101,3 +101,25 @@ def test_without_a_warehouse_the_page_says_what_is_missing(ledger, policy, tmp_p
     page = (tmp_path / "r" / "index.html").read_text()
     assert "Not available: no warehouse at" in page
     assert "no warehouse at" in out.output
+
+
+def test_rows_without_a_currency_or_team_do_not_break_the_report(ledger, policy, warehouse, tmp_path):
+    """Pods of the local machine have no bill line: their chargeback and unit-cost rows carry no
+    currency (and a bypass pod may carry no team). The page is still written, says so, and
+    plots the priced rows."""
+    copy = tmp_path / "wh.duckdb"
+    copy.write_bytes(warehouse.read_bytes())
+    con = duckdb.connect(str(copy))
+    con.execute("insert into platform_cost_per_tenant (day, team, currency, total_cost, allocated_gpu_hours) "
+                "values (?, null, null, null, 3.0), (?, 'perception', null, null, 1.0)", [DAY, DAY])
+    con.execute("insert into unit_cost_training_run (currency) values (null)")
+    con.close()
+    out = CliRunner().invoke(
+        main, ["report", "--out", str(tmp_path / "r"), "--days", "7", "--ledger", ledger.url, "--warehouse", str(copy)]
+    )
+    assert out.exit_code == 0, out.output
+    rep = build_report(ledger, policy, tmp_path / "r2", days=7, warehouse=copy, now=NOW)
+    assert {p.name for p in rep.pngs} >= {"cost_by_team_USD.png", "unit_costs_USD.png"}
+    assert rep.notes["chargeback_unpriced"].startswith("2 chargeback row(s) without a currency")
+    assert rep.notes["unit-cost_unpriced"].startswith("1 unit-cost row(s) without a currency")
+    assert "not priced by any bill line" in rep.html.read_text()

@@ -197,6 +197,17 @@ def build_report(
     return report
 
 
+def _priced(rows: list[dict[str, Any]], what: str, report: Report) -> list[dict[str, Any]]:
+    """Rows with a currency (a row without one was never priced: no bill line covers it, such
+    as a pod on the local machine); how many were left out is a note on the page."""
+    priced = [{**r, "team": r.get("team") or "(none)"} if "team" in r else r for r in rows if r.get("currency")]
+    if len(priced) < len(rows):
+        report.notes[f"{what}_unpriced"] = (
+            f"{len(rows) - len(priced)} {what} row(s) without a currency (not priced by any bill line) are not shown"
+        )
+    return priced
+
+
 def _warehouse_sections(
     con: duckdb.DuckDBPyConnection, policy: Policy, first: date, last: date, out: Path, report: Report
 ) -> list[str]:
@@ -208,7 +219,7 @@ def _warehouse_sections(
     else:
         report.notes["utilization"] = "no priced GPU-hours (fct_gpu_cost_by_request) in the period"
         sections.append(f"<h2>Utilization by pool</h2><p>{report.notes['utilization']}.</p>")
-    cost = cost_by_team(con, first, last)
+    cost = _priced(cost_by_team(con, first, last), "chargeback", report)
     if cost:
         for cur in sorted({r["currency"] for r in cost}):
             rows = [r for r in cost if r["currency"] == cur]
@@ -223,7 +234,9 @@ def _warehouse_sections(
     else:
         report.notes["cost"] = "no chargeback rows (platform_cost_per_tenant) in the period"
         sections.append(f"<h2>Cost by team</h2><p>{report.notes['cost']}.</p>")
-    units = unit_costs(con)
+    if "chargeback_unpriced" in report.notes:
+        sections.append(f"<p><em>{html.escape(report.notes['chargeback_unpriced'])}.</em></p>")
+    units = _priced(unit_costs(con), "unit-cost", report)
     if units:
         for cur in sorted({r["currency"] for r in units}):
             rows = [r for r in units if r["currency"] == cur]
@@ -236,6 +249,8 @@ def _warehouse_sections(
     else:
         report.notes["unit_costs"] = "no unit-cost marts in the warehouse"
         sections.append(f"<h2>Unit costs</h2><p>{report.notes['unit_costs']}.</p>")
+    if "unit-cost_unpriced" in report.notes:
+        sections.append(f"<p><em>{html.escape(report.notes['unit-cost_unpriced'])}.</em></p>")
     signals = fired_signals(con, first, last)
     if signals is None:
         report.notes["signals"] = "the warehouse has no capacity_signals table"
