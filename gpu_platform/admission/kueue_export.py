@@ -190,7 +190,8 @@ def manifest_filename(m: dict[str, Any]) -> str:
 
 
 def write_manifests(policy: Policy, out_dir: str | Path) -> list[Path]:
-    """Write one YAML file per manifest (plus `all.yaml`, every manifest in apply order)."""
+    """Write one YAML file per manifest, so `kubectl apply -f DIR` sends each object once (the
+    whole deployment, namespaces included, is `gpu-platform deploy render`'s kustomize tree)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifests = kueue_manifests(policy)
@@ -199,5 +200,4 @@ def write_manifests(policy: Policy, out_dir: str | Path) -> list[Path]:
         p = out / manifest_filename(m)
         p.write_text(yaml.safe_dump(m, sort_keys=False))
         paths.append(p)
-    (out / "all.yaml").write_text(yaml.safe_dump_all(manifests, sort_keys=False))
     return paths

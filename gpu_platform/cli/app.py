@@ -13,6 +13,7 @@ from gpu_platform.cli.autoscale import autoscale
 from gpu_platform.cli.cluster import cluster
 from gpu_platform.cli.cost import cost
 from gpu_platform.cli.demo import demo
+from gpu_platform.cli.deploy import deploy
 from gpu_platform.cli.explain import explain
 from gpu_platform.cli.feeds import feeds
 from gpu_platform.cli.k8s import dagster_config, k8s
@@ -41,6 +42,7 @@ for _cmd in (
     kueue,
     k8s,
     cluster,
+    deploy,
     dagster_config,
     lineage,
     retention,

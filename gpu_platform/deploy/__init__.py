@@ -1,0 +1,5 @@
+"""What a fresh cluster with Kueue needs for the platform, rendered as one kustomize tree
+(`tree`: Namespaces, the Kueue objects, work-volume PVCs, the run launcher's ServiceAccount and
+least-privilege RBAC, the Dagster instance ConfigMap). Above `admission/` (the Kueue export),
+`cluster/` and `gate/` (the instance config) in the import graph; not Dagster.
+"""

@@ -1,0 +1,123 @@
+"""`gpu-platform deploy render`: one kustomize tree a fresh cluster with Kueue takes in one apply.
+
+No cluster here: every core object is validated against the Kubernetes 1.31 schema
+(`kubernetes-validate`), every Kueue object against the CRDs in tests/fixtures/kueue-crds/, and
+the tree is checked for what `kubectl apply -k` needs (every file listed once, namespaces before
+what lives in them). The RBAC is checked verb by verb for least privilege.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+from dagster._core.instance.config import dagster_instance_config
+
+from gpu_platform.cli.app import main
+from gpu_platform.cluster.names import local_queue_name
+from gpu_platform.deploy.tree import KUSTOMIZATION
+from gpu_platform.policy import load_policy
+from tests.admission.test_export import _validate as validate_kueue
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> tuple[Path, list[dict]]:
+    out = tmp_path_factory.mktemp("deploy") / "tree"
+    result = CliRunner().invoke(main, ["deploy", "render", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    kustomization = yaml.safe_load((out / KUSTOMIZATION).read_text())
+    docs = [yaml.safe_load((out / name).read_text()) for name in kustomization["resources"]]
+    return out, docs
+
+
+def _key(d: dict) -> tuple:
+    return d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]
+
+
+def test_kustomization_lists_every_file_once_namespaces_first(tree) -> None:
+    out, docs = tree
+    kustomization = yaml.safe_load((out / KUSTOMIZATION).read_text())
+    assert kustomization["kind"] == "Kustomization"
+    files = sorted(p.name for p in out.glob("*.yaml") if p.name != KUSTOMIZATION)
+    assert sorted(kustomization["resources"]) == files  # nothing applied twice, nothing left out
+    assert len({_key(d) for d in docs}) == len(docs)
+    kinds = [d["kind"] for d in docs]
+    last_namespace = max(i for i, k in enumerate(kinds) if k == "Namespace")
+    assert all(k == "Namespace" for k in kinds[: last_namespace + 1])
+    namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+    assert {d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]} <= namespaces
+    assert "Secret" not in kinds  # a reference, never a value
+
+
+def test_every_object_validates(tree) -> None:
+    _, docs = tree
+    for d in docs:
+        if d["apiVersion"].startswith("kueue.x-k8s.io/"):
+            validate_kueue(d)
+        else:
+            kubernetes_validate.validate(d, "1.31.0", strict=True)
+
+
+def test_every_team_namespace_has_its_queues_volume_and_labels(tree) -> None:
+    _, docs = tree
+    policy = load_policy()
+    by = {_key(d): d for d in docs}
+    for team in policy.teams.values():
+        ns = by[("Namespace", None, team.namespace)]
+        assert ns["metadata"]["labels"]["gpu-platform.io/team"]
+        for lane in policy.lanes:
+            assert ("LocalQueue", team.namespace, local_queue_name(lane)) in by
+        pvc = by[("PersistentVolumeClaim", team.namespace, "gpu-platform-work")]
+        assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def _allowed(rules: list[dict], group: str, resource: str) -> set[str]:
+    return {v for r in rules if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}
+
+
+def test_rbac_grants_what_the_gate_and_executor_need_and_nothing_else(tree) -> None:
+    _, docs = tree
+    policy = load_policy()
+    roles = {(d["metadata"].get("namespace"), d["kind"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "dagster", "namespace": "dagster"}] for b in bindings)
+    for rules in (r["rules"] for r in roles.values()):
+        for r in rules:
+            assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r["apiGroups"]
+            assert "secrets" not in r["resources"]
+    for ns in {t.namespace for t in policy.teams.values()}:
+        rules = roles[(ns, "Role")]["rules"]
+        assert _allowed(rules, "batch", "jobs") == {"create", "delete", "get", "list", "watch"}  # step Jobs
+        assert _allowed(rules, "", "pods") == {"get", "list", "watch"}
+        assert _allowed(rules, "", "pods/log") == {"get"}
+        assert _allowed(rules, "", "events") == {"get", "list", "watch"}  # read-back
+        assert _allowed(rules, "kueue.x-k8s.io", "workloads") == {"get", "list", "watch"}
+        assert _allowed(rules, "", "configmaps") == set()
+    dagster = roles[("dagster", "Role")]["rules"]
+    assert _allowed(dagster, "batch", "jobs") == {"create", "delete", "get", "list", "watch"}  # run Jobs
+    assert _allowed(dagster, "kueue.x-k8s.io", "workloads") == set()
+    (cluster,) = [r for (ns, kind), r in roles.items() if kind == "ClusterRole"]
+    assert all(set(r["verbs"]) <= {"get", "list"} for r in cluster["rules"])  # no cluster-wide write
+    assert {res for r in cluster["rules"] for res in r["resources"]} == {"nodes", "pods"}
+
+
+def test_the_instance_configmap_is_a_postgres_k8s_instance(tree, tmp_path) -> None:
+    _, docs = tree
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert cm["metadata"] == {**cm["metadata"], "name": "dagster-instance", "namespace": "dagster"}
+    (tmp_path / "dagster.yaml").write_text(cm["data"]["dagster.yaml"])
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert next(iter(config["storage"])) == "postgres"
+    launcher = config["run_launcher"]["config"]
+    assert launcher["postgres_password_secret"] == "dagster-postgresql-secret"
+    assert (launcher["job_namespace"], launcher["service_account_name"]) == ("dagster", "dagster")
+
+
+def test_no_work_claim_means_no_pvc(tmp_path) -> None:
+    out = tmp_path / "tree"
+    result = CliRunner().invoke(main, ["deploy", "render", "--out", str(out), "--work-claim", ""])
+    assert result.exit_code == 0, result.output
+    assert not list(out.glob("persistentvolumeclaim-*.yaml"))
