@@ -332,7 +332,7 @@ def focus_bill(days: list[date], nodes: list[BilledNode]) -> list[dict[str, str]
         d0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
         for node in nodes:
             list_price, price, category = node.hourly
-            tags = json.dumps({"node-pool": node.flavor, "cluster": "av-gpu-west"}, sort_keys=True)
+            tags = json.dumps({"gpu-platform-flavor": node.flavor, "cluster": "av-gpu-west"}, sort_keys=True)
             for h in range(24):
                 s = d0 + timedelta(hours=h)
                 row(s, s + timedelta(hours=1), price, list_price, ChargeDescription=f"{node.instance_type} instance hour",

@@ -110,6 +110,9 @@ class FleetNode:
     flavor: str
     instance_id: str
     kind: FleetType
+    node_pool: str
+    """The flavor's node pool (`training`, `inference`, `spot`): what the node's
+    `gpu-platform.io/node-pool` label says, as on a real cluster (never the flavor's name)."""
 
     @property
     def provider_id(self) -> str:
@@ -128,7 +131,7 @@ def fleet(policy: Policy) -> list[FleetNode]:
             octet = 16 * (n_flavor + 1) + i
             name = f"ip-10-0-{octet}-{40 + i}.us-west-2.compute.internal"
             instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
-            nodes.append(FleetNode(name, flavor.name, instance, kind))
+            nodes.append(FleetNode(name, flavor.name, instance, kind, flavor.node_pool))
     return nodes
 
 
@@ -501,7 +504,7 @@ def nodes_doc(history: History, day: date) -> dict[str, Any]:
         labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   "node.kubernetes.io/instance-type": n.kind.instance_type,
                   "topology.kubernetes.io/zone": n.kind.zone, LABEL_GPU_PRODUCT: _product(n),
-                  LABEL_NODE_POOL: n.flavor, "eks.amazonaws.com/nodegroup": n.flavor,
+                  LABEL_NODE_POOL: n.node_pool, "eks.amazonaws.com/nodegroup": n.flavor,
                   "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(GPUS_PER_NODE)}
         taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
         if n.flavor == "a100-spot":

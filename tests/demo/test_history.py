@@ -68,6 +68,13 @@ def test_feeds_agree_with_each_other(history, policy, tmp_path):
     instance_rows = [r for r in rows if r.get("ResourceType") == "Instance"]
     assert {provider_key(r["ResourceId"])[1] for r in instance_rows} == keys  # bills match nodes by cloud id
     assert set(nodes.rows["gpu_capacity"].to_list()) == {8}
+    # nodes carry their flavor's node pool (training / inference / spot), as on a real cluster,
+    # so node-pool scorecards and signals never take a flavor for a pool
+    pool_of = {f.name: f.node_pool for f in policy.flavors}
+    by_name = {n.name: n for n in history.nodes}
+    assert set(nodes.rows["node_pool"].to_list()) <= set(pool_of.values())
+    for name, pool in zip(nodes.rows["node"].to_list(), nodes.rows["node_pool"].to_list(), strict=True):
+        assert pool == pool_of[by_name[name].flavor]
     frame = demo_history.dcgm_frame(history, history.nodes[0], day, policy, np.random.default_rng(0))
     labelled = set(frame["pod"].drop_nulls().unique().to_list())
     on_node = set(pods.rows.filter(pods.rows["node"] == history.nodes[0].name)["pod"].to_list())
