@@ -12,7 +12,8 @@ from typing import Any
 import dagster as dg
 
 from assets.partitions import WORKLOAD_PARTITIONS
-from assets.workloads import ASSETS_FOR_WORKLOAD, JOB_FOR_WORKLOAD, kind_jobs
+from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
+from gpu_platform.cluster.jobs import RUN_STEPS
 from gpu_platform.cluster.readback import ledger_rows, read_kueue
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from gpu_platform.gate.tick import (
@@ -148,7 +149,7 @@ def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg
         run_key=launch.run_key,
         job_name=JOB_FOR_WORKLOAD[launch.workload],
         partition_key=launch.request_id,
-        asset_selection=[dg.AssetKey(k) for k in ASSETS_FOR_WORKLOAD[launch.workload]],
+        asset_selection=[dg.AssetKey(k) for k in RUN_STEPS[launch.workload]],
         tags=dict(launch.tags),
         run_config=run_config or {},
     )

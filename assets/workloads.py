@@ -112,9 +112,6 @@ JOB_FOR_WORKLOAD: dict[str, str] = {
 }
 """Request workload -> the job the gate launches for it (partition key = request id)."""
 
-ASSETS_FOR_WORKLOAD: dict[str, tuple[str, ...]] = RUN_STEPS
-"""Request workload -> the asset keys one run of it materializes (`gpu_platform.cluster.jobs.RUN_STEPS`:
-a release needs its evidence pack step in the same run, so that the pack's blocking checks can stop it)."""
 
 
 # shared helpers -------------------------------------------------------------------------------
@@ -492,7 +489,7 @@ def make_workload_jobs(executor_def: dg.ExecutorDefinition | None = None) -> lis
     its evidence pack, the pack's blocking checks, then the release."""
     jobs = []
     for workload, name in JOB_FOR_WORKLOAD.items():
-        assets = ASSETS_FOR_WORKLOAD[workload]
+        assets = RUN_STEPS[workload]
         description = (f"One {workload} request: {assets[0]}, its blocking checks, then the release."
                        if len(assets) > 1 else f"One {workload} request.")
         jobs.append(dg.define_asset_job(name, selection=dg.AssetSelection.assets(*assets),

@@ -40,9 +40,10 @@ class PartitionBuild:
     result: ModelResult
     tests: list[TestResult]
     metrics: dict[str, Any] = field(default_factory=dict)
+    """Unpartitioned models: the figures of the whole table."""
     day_metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Partitioned models: each day's own figures (`rows` and `model_metrics` of that day alone),
-    keyed by ISO day, for every day of the build; a range's `metrics` add up all of its days."""
+    keyed by ISO day, for every day of the build."""
 
     @property
     def rows(self) -> int:
@@ -108,9 +109,9 @@ class Warehouse(dg.ConfigurableResource):
             result = project.build_model(con, model, day, self.variables(), days)
             tests = project.run_tests(con, day, select=[model, *with_tests_of], days=days, variables=self.variables())
             span = (days[0], days[-1]) if days else (day, day)
-            per_day = day_model_metrics(con, model, span) if partitioned and span[0] is not None else {}
-            return PartitionBuild(result=result, tests=tests, metrics=model_metrics(con, model, span if partitioned else None),
-                                  day_metrics=per_day)
+            if partitioned and span[0] is not None:
+                return PartitionBuild(result=result, tests=tests, day_metrics=day_model_metrics(con, model, span))
+            return PartitionBuild(result=result, tests=tests, metrics=model_metrics(con, model, None))
         finally:
             con.close()
 

@@ -201,8 +201,7 @@ def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> l
     by_id = {s.request_id: s for s in states}
     latest: dict[str, Observation] = {}
     for obs in observations:
-        s = by_id.get(obs.request_id)
-        if s is None or obs.attempt != s.attempts:
+        if _why_unmatched(by_id.get(obs.request_id), obs) is not None:
             continue
         prev = latest.get(obs.request_id)
         if prev is None or (obs.at or "") >= (prev.at or ""):
@@ -224,12 +223,19 @@ def unmatched(states: Iterable[Any], observations: Iterable[Observation]) -> lis
     by_id = {s.request_id: s for s in states}
     out = []
     for obs in observations:
-        s = by_id.get(obs.request_id)
-        if s is None:
-            out.append((obs, "no pending or running request with this id in the ledger"))
-        elif obs.attempt != s.attempts:
-            out.append((obs, f"attempt {obs.attempt}; the request's current attempt is {s.attempts}"))
+        why = _why_unmatched(by_id.get(obs.request_id), obs)
+        if why is not None:
+            out.append((obs, why))
     return out
+
+
+def _why_unmatched(state: Any, obs: Observation) -> str | None:
+    """None when the observation is of the request's current attempt, else why it is not."""
+    if state is None:
+        return "no pending or running request with this id in the ledger"
+    if obs.attempt != state.attempts:
+        return f"attempt {obs.attempt}; the request's current attempt is {state.attempts}"
+    return None
 
 
 def read_cluster(
