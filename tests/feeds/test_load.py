@@ -203,3 +203,39 @@ def test_dcgm_load_writes_the_hourly_rollup_of_its_partition(tmp_path: Path, scr
     with duckdb.connect(str(db)) as con:
         ensure_tables(con)
         assert con.execute("select list(source order by source) from raw_dcgm_hourly").fetchone() == (["node-1", "other"],)
+
+
+def test_load_batches_replaces_a_day_under_a_prefix_in_one_transaction(
+    tmp_path: Path, fixtures: Path, scraped_at: datetime
+) -> None:
+    """Several files of one day in one load: each source replaced, a file source that is no
+    longer listed under the prefix forgotten, a scrape (another prefix) and other days kept;
+    a bad part writes nothing at all."""
+    from gpu_platform.finops.feeds.load import load_batches
+
+    db = tmp_path / "wh.duckdb"
+
+    def batch(source: str, name: str = "dcgm-metrics-k8s-unassigned.txt") -> FeedBatch:
+        return parse_file(fixtures / name, source=source, scraped_at=scraped_at)
+
+    load_batch(db, "dcgm", batch("dcgm/a.txt"), source="dcgm/a.txt", day=DAY)
+    load_batch(db, "dcgm", batch("dcgm/gone.txt"), source="dcgm/gone.txt", day=DAY)
+    load_batch(db, "dcgm", batch("scrape:x"), source="scrape:x", day=DAY)
+    load_batch(db, "dcgm", batch("dcgm/gone.txt"), source="dcgm/gone.txt", day=date(2024, 9, 19))
+    parts = [("dcgm/a.txt", batch("dcgm/a.txt")), ("dcgm/b.txt", batch("dcgm/b.txt", "dcgm-metrics-baremetal.txt"))]
+    stats = load_batches(db, "dcgm", parts, day=DAY, replace_prefix="dcgm/")
+    assert [s.rows_in for s in stats] == [p.rows_in for _, p in parts]
+    by_source = "select source, day, count(*) from {} group by all order by all"
+    with duckdb.connect(str(db), read_only=True) as con:
+        samples = con.execute(by_source.format("raw_dcgm_samples")).fetchall()
+    assert [(s, d) for s, d, _ in samples] == [
+        ("dcgm/a.txt", DAY), ("dcgm/b.txt", DAY), ("dcgm/gone.txt", date(2024, 9, 19)), ("scrape:x", DAY)]
+    assert dict(((s, d), n) for s, d, n in samples)[("dcgm/a.txt", DAY)] == parts[0][1].accepted
+    # a part with rows of another source: refused before anything is written
+    bad = [("dcgm/a.txt", batch("dcgm/a.txt")), ("dcgm/c.txt", batch("dcgm/other.txt"))]
+    with pytest.raises(ValueError, match="not only 'dcgm/c.txt'"):
+        load_batches(db, "dcgm", bad, day=DAY, replace_prefix="dcgm/")
+    with pytest.raises(ValueError, match="more than once"):
+        load_batches(db, "dcgm", [parts[0], parts[0]], day=DAY)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute(by_source.format("raw_dcgm_samples")).fetchall() == samples

@@ -38,7 +38,7 @@ import duckdb
 import polars as pl
 
 from gpu_platform.finops.feeds import dcgm, focus
-from gpu_platform.finops.feeds.load import ensure_tables, load_batch, record_file_quarantine
+from gpu_platform.finops.feeds.load import ensure_tables, load_batch, load_batches, record_file_quarantine
 from gpu_platform.finops.feeds.schemas import DCGM_QUARANTINE_SCHEMA, FOCUS_QUARANTINE_SCHEMA, FeedBatch
 from gpu_platform.safeload import (
     FEED_FILE_MAX_BYTES,
@@ -237,7 +237,7 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
     `endpoints` (pass [] except today). Files of `day`'s directory that cannot be read are
     quarantined whole; unreadable files of the neighbouring directories belong to their own day."""
     report = IngestReport()
-    sources: list[str] = []
+    parts: list[tuple[str, FeedBatch, bool]] = []
     bad_files: list[tuple[str, int | None, str]] = []
     for directory_day in (day - timedelta(days=1), day, day + timedelta(days=1)):
         own = directory_day == day
@@ -250,15 +250,15 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
                     bad_files.append((source, size, reason or "unreadable"))
                     report.quarantined_files.append((source, reason or "unreadable"))
                 continue
-            part = dcgm_day_batch(batch, day, directory_day)
-            sources.append(source)
+            parts.append((source, dcgm_day_batch(batch, day, directory_day), own))
             report.files_loaded += own
-            # A neighbour's file is loaded even when it has nothing for this day: that replaces
-            # whatever an earlier version of it left here. It counts as a source only with rows.
-            stats = load_batch(con, "dcgm", part, source=source, day=day)
-            if own or part.rows_in:
-                report.add(part, stats.accepted, stats.quarantined)
-    _forget_removed(con, ("raw_dcgm_samples", "raw_dcgm_hourly", "raw_dcgm_quarantine"), "dcgm/", day, sources)
+    # A neighbour's file is loaded even when it has nothing for this day: that replaces whatever an
+    # earlier version of it left here. It counts as a source only with rows. Every other file
+    # source of the day (a file removed since) is forgotten in the same transaction.
+    loaded = load_batches(con, "dcgm", [(s, b) for s, b, _ in parts], day=day, replace_prefix="dcgm/")
+    for (_, part, own), stats in zip(parts, loaded, strict=True):
+        if own or part.rows_in:
+            report.add(part, stats.accepted, stats.quarantined)
     record_file_quarantine(con, "dcgm", day, bad_files)
     for url in endpoints:
         # one source per scrape, so the day's scrapes add up instead of replacing each other

@@ -12,7 +12,7 @@ partition.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -189,23 +189,22 @@ def ensure_tables(con: duckdb.DuckDBPyConnection, backfill: bool = True) -> None
     A warehouse with samples but no ``raw_dcgm_hourly`` yet (made before the rollup) gets it
     rolled up from them once (``backfill``).
     """
-    had_rollup = bool(con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'",
-        [RAW_DCGM_HOURLY]).fetchall()[0][0])
+    columns: dict[str, set[str]] = {}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND list_contains(?, table_name)", [list(_TABLES)]
+    ).fetchall():
+        columns.setdefault(table, set()).add(column)
     for table, schema in _TABLES.items():
-        con.execute(table_ddl(table))
-        present = {
-            row[0]
-            for row in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
-                [table],
-            ).fetchall()
-        }
+        if table not in columns:
+            con.execute(table_ddl(table))
+            continue
+        present = columns[table]
         wanted = {**{name: _duckdb_type(dtype) for name, dtype in schema.items()}, "day": "DATE"}
         for name, sql_type in wanted.items():
             if name not in present:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {sql_type}')
-    if backfill and not had_rollup:
+    if backfill and RAW_DCGM_HOURLY not in columns:
         rollup_dcgm_samples(con)
 
 
@@ -251,6 +250,26 @@ def _for_duckdb(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
     )
 
 
+def _checked(feed: Feed, batch: FeedBatch, source: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The batch's rows and quarantine cast for DuckDB, after the checks ``load_batch`` promises."""
+    raw_table, q_table = _FEEDS[feed]
+    for frame in (batch.rows, batch.quarantine):
+        others = set(frame["source"].unique().to_list()) - {source} if frame.height else set()
+        if others:
+            raise ValueError(f"batch has rows of source(s) {sorted(others)}, not only {source!r}")
+    if batch.rows_in != batch.accepted + batch.quarantined:
+        raise ValueError(
+            f"batch of {source!r} is inconsistent: rows_in={batch.rows_in} but "
+            f"accepted={batch.accepted} + quarantined={batch.quarantined}"
+        )
+    return _for_duckdb(batch.rows, _TABLES[raw_table]), _for_duckdb(batch.quarantine, _TABLES[q_table])
+
+
+def _stack(frames: list[pl.DataFrame], table: str) -> pl.DataFrame:
+    schema = _TABLES[table]
+    return pl.concat(frames) if frames else _for_duckdb(pl.DataFrame(schema=schema), schema)
+
+
 def load_batch(
     database: str | Path | duckdb.DuckDBPyConnection,
     feed: Feed,
@@ -266,20 +285,37 @@ def load_batch(
     do not add up, raises ``ValueError`` before anything is written. Tables are created when
     missing (see :func:`ensure_tables`).
     """
+    return load_batches(database, feed, [(source, batch)], day=day)[0]
+
+
+def load_batches(
+    database: str | Path | duckdb.DuckDBPyConnection,
+    feed: Feed,
+    parts: Sequence[tuple[str, FeedBatch]],
+    *,
+    day: date,
+    replace_prefix: str | None = None,
+) -> list[LoadStats]:
+    """``load_batch`` for several (source, batch) parts of one day, in one transaction.
+
+    Every part's (source, day) partition is replaced. With ``replace_prefix``, the day's rows of
+    every other source under that prefix are deleted too (files removed since the last load), so
+    the day's rows under the prefix are exactly ``parts`` afterwards. One delete and one insert
+    per table instead of one per part: a DCGM day of 24 files loads in one statement each.
+    Nothing is written when any part fails its checks.
+    """
     if feed not in _FEEDS:
         raise ValueError(f"unknown feed {feed!r}; expected one of {sorted(_FEEDS)}")
     raw_table, q_table = _FEEDS[feed]
-    for frame in (batch.rows, batch.quarantine):
-        others = set(frame["source"].unique().to_list()) - {source} if frame.height else set()
-        if others:
-            raise ValueError(f"batch has rows of source(s) {sorted(others)}, not only {source!r}")
-    if batch.rows_in != batch.accepted + batch.quarantined:
-        raise ValueError(
-            f"batch of {source!r} is inconsistent: rows_in={batch.rows_in} but "
-            f"accepted={batch.accepted} + quarantined={batch.quarantined}"
-        )
-    rows = _for_duckdb(batch.rows, _TABLES[raw_table])
-    quarantine = _for_duckdb(batch.quarantine, _TABLES[q_table])
+    checked = [_checked(feed, batch, source) for source, batch in parts]
+    sources = [source for source, _ in parts]
+    if len(set(sources)) != len(sources):
+        raise ValueError(f"sources appear more than once in one load: {sorted(sources)}")
+    rows = _stack([r for r, _ in checked], raw_table)
+    quarantine = _stack([q for _, q in checked], q_table)
+    # which rows go: the parts' sources, and (replace_prefix) every other source under the prefix
+    where = "day = ? AND (list_contains(?, source)" + (" OR starts_with(source, ?))" if replace_prefix else ")")
+    params: list = [day, sources] + ([replace_prefix] if replace_prefix else [])
     with _connection(database) as con:
         ensure_tables(con)
         staged = {"_incoming_rows": (raw_table, rows), "_incoming_quarantine": (q_table, quarantine)}
@@ -289,16 +325,18 @@ def load_batch(
             con.execute("BEGIN TRANSACTION")
             try:
                 for view, (table, frame) in staged.items():
-                    con.execute(f"DELETE FROM {table} WHERE source = ? AND day = ?", [source, day])
-                    cols = ", ".join(f'"{c}"' for c in frame.columns)
-                    con.execute(
-                        f"INSERT INTO {table} ({cols}, day) SELECT {cols}, ?::DATE FROM {view}", [day]
-                    )
+                    con.execute(f"DELETE FROM {table} WHERE {where}", params)
+                    if frame.height:
+                        cols = ", ".join(f'"{c}"' for c in frame.columns)
+                        con.execute(
+                            f"INSERT INTO {table} ({cols}, day) SELECT {cols}, ?::DATE FROM {view}", [day]
+                        )
                 if feed == "dcgm":
-                    # the hourly rollup of the same partition, in the same transaction
-                    con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE source = ? AND day = ?", [source, day])
-                    sql = _ROLLUP_SELECT.format(rows="_incoming_rows", day="?::DATE", where="")
-                    con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", [day])
+                    # the hourly rollup of the same partitions, in the same transaction
+                    con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE {where}", params)
+                    if rows.height:
+                        sql = _ROLLUP_SELECT.format(rows="_incoming_rows", day="?::DATE", where="")
+                        con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", [day])
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -306,4 +344,5 @@ def load_batch(
         finally:
             for view in staged:
                 con.unregister(view)
-    return LoadStats(rows_in=batch.rows_in, accepted=rows.height, quarantined=quarantine.height)
+    return [LoadStats(rows_in=b.rows_in, accepted=r.height, quarantined=q.height)
+            for (_, b), (r, q) in zip(parts, checked, strict=True)]
