@@ -40,6 +40,10 @@ def build_definitions(env_name: str | None = None) -> dg.Definitions:
         sensors=[sensor, finops_today_sensor],
         schedules=[*workload_schedules, *finops_schedules],
         resources=build_resources(env_name),
+        # what runs without a job of their own use: asset backfills and materializations from the
+        # UI. Their cost steps share one warehouse slot, so they run one after the other anyway;
+        # a process per step would only add its start-up (the workload jobs name their executor)
+        executor=dg.in_process_executor,
     )
 
 

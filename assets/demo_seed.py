@@ -27,6 +27,7 @@ from rich.console import Console
 
 from assets.finops import WAREHOUSE_POOL, finops_assets
 from assets.ingest import ingest_assets
+from gpu_platform.demo.supervisor import DEMO_BACKFILL, DEMO_TAG
 from gpu_platform.gate.tick import TAG_REQUEST_ID
 from resources.build import build_resources
 
@@ -61,13 +62,36 @@ def write_backfill_plan(home: Path, first: date, last: date) -> Path:
 IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 
 
+def cancel_stopped_backfills(instance: dg.DagsterInstance, home: Path | None = None) -> list[str]:
+    """The demo's history backfills a stopped demo left requested or canceling: marked canceled
+    (no daemon is left to finish them). With `home`, the days they were to price go back into
+    the backfill plan, so the next `demo run` launches them again: nothing is silently left unpriced."""
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    open_ = (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING)
+    out = []
+    for backfill in instance.get_backfills(limit=100):
+        if backfill.status not in open_ or backfill.tags.get(DEMO_TAG) != DEMO_BACKFILL:
+            continue
+        instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELED))
+        out.append(backfill.backfill_id)
+    launched = (home / BACKFILL_FILE).with_suffix(".launched.json") if home else None
+    if out and launched is not None and launched.exists() and not (home / BACKFILL_FILE).exists():
+        launched.rename(home / BACKFILL_FILE)
+    return out
+
+
 def recover_stopped_runs(instance: dg.DagsterInstance | None = None) -> list[str]:
     """Runs a stopped demo left in flight (their processes are gone): free the pool slots they
     held, delete the workload runs (the gate relaunches their requests) and mark the others
-    canceled, so neither the warehouse pool nor the gate waits on dead runs."""
+    canceled, so neither the warehouse pool nor the gate waits on dead runs. Queued runs of the
+    warehouse (no request id) are canceled too: a stopped demo leaves nothing waiting."""
     if instance is None:
         with dg.DagsterInstance.get() as owned:
             return recover_stopped_runs(owned)
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED])):
+        if TAG_REQUEST_ID not in record.dagster_run.tags:
+            instance.report_run_canceled(record.dagster_run, "the demo was stopped while this run was queued")
     runs = [r.dagster_run for r in instance.get_run_records(filters=dg.RunsFilter(statuses=list(IN_FLIGHT)))]
     for run in runs:
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
@@ -101,9 +125,14 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     console = Console(stderr=True)
     if args.cmd == "recover":
-        ids = recover_stopped_runs()
+        home = Path(os.environ.get("GPU_PLATFORM_HOME", "var"))
+        with dg.DagsterInstance.get() as instance:
+            ids = recover_stopped_runs(instance)
+            backfills = cancel_stopped_backfills(instance, home)
         if ids:
-            console.print(f"demo: {len(ids)} run(s) in flight when the demo last stopped marked canceled")
+            console.print(f"demo: {len(ids)} run(s) in flight when the demo stopped marked canceled")
+        if backfills:
+            console.print(f"demo: history backfill {', '.join(backfills)} canceled; the next `demo run` prices its days")
         return 0
     t0 = time.monotonic()
     with console.status(f"demo: ingest and price {args.first} .. {args.last} (one run, one step per asset)"):

@@ -14,7 +14,10 @@ import dagster as dg
 from assets.scorecards import signal_check_results, signal_check_specs
 from gpu_platform.finops.sqlmodels import Model, Project, default_project_path
 from gpu_platform.finops.sqlmodels.report import markdown_table
-from gpu_platform.gate.instance_config import WAREHOUSE_POOL  # the pool of every warehouse writer (limit 1)
+from gpu_platform.gate.instance_config import (
+    TODAY_PRIORITY,
+    WAREHOUSE_POOL,  # the pool of every warehouse writer (limit 1)
+)
 from gpu_platform.paths import first_data_day
 from resources.warehouse import Warehouse
 
@@ -168,6 +171,10 @@ def build_finops_definitions(project: Project | None = None):
         # then priced; by group so this module needs no import of them
         selection=dg.AssetSelection.assets(*assets) | dg.AssetSelection.groups(INGEST_GROUP),
         partitions_def=finops_daily_partitions,
+        # every step is a warehouse writer in a pool of one slot: the steps run one after the other
+        # anyway, so a process per step (the multiprocess executor) only adds its start-up
+        executor_def=dg.in_process_executor,
+        tags=TODAY_PRIORITY,
         description="Ingest one day's feeds and the ledger snapshot, then rebuild every cost model for it "
         "(unpartitioned marts are rebuilt in full).",
     )

@@ -7,13 +7,17 @@
    (`examples/demo/`, all but the incident);
 3. generates N days of history ending yesterday through the admission engine
    (`gpu_platform.demo.history`) into the ledger and the feeds under `$GPU_PLATFORM_HOME/feeds/`;
-4. prices the newest `--price-days` days in one Dagster run (`python -m assets.demo_seed price`)
-   and leaves the older ones to a backfill that `run` launches once the UI is up.
+4. prices the newest `--price-days` days (default: all) in one Dagster run
+   (`python -m assets.demo_seed price`, in-process, ~4 s per day here) and leaves any older ones
+   to a backfill that `run` launches once the UI is up (at a priority below today's pricing).
 
 `run` starts `dagster dev` under `gpu_platform.demo.supervisor` (Ctrl-C stops the whole process
 tree within seconds), launches that backfill through Dagster's GraphQL API, and submits the
 incident request (`examples/demo/incident_sev1.yaml`) once the research sweep runs, so the
-preemption happens while one watches.
+preemption happens while one watches. On Ctrl-C it first terminates the runs in flight and
+cancels the backfill through the API (so they end canceled, not failed), and after the stop
+`python -m assets.demo_seed recover` marks what was cut short canceled and puts an unfinished
+backfill's days back in the plan for the next `run`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from gpu_platform.demo import history as demo_history
 from gpu_platform.demo.costs import demo_days
 from gpu_platform.demo.instance import EXAMPLES, ROOT, write_instance_yaml
+from gpu_platform.gate.instance_config import BACKFILL_PRIORITY
+from gpu_platform.gate.tick import TAG_REQUEST_ID
 from gpu_platform.policy import load_policy
 from gpu_platform.requests.ledger import Ledger, content_request_id, default_ledger_url
 from gpu_platform.requests.model import validate_request_file
@@ -114,11 +120,12 @@ def demo() -> None:
 @demo.command("seed")
 @click.option("--days", default=30, show_default=True, type=click.IntRange(1, 366),
               help="Days of history, ending yesterday (UTC).")
-@click.option("--price-days", default=7, show_default=True, type=click.IntRange(0, 366),
-              help="Newest days priced before the UI opens; the rest by a backfill `demo run` launches.")
-def seed_cmd(days: int, price_days: int) -> None:
+@click.option("--price-days", default=None, type=click.IntRange(0, 366),
+              help="Newest days priced before the UI opens (default: every day); the rest by a backfill "
+                   "`demo run` launches.")
+def seed_cmd(days: int, price_days: int | None) -> None:
     """Seed $GPU_PLATFORM_HOME and $DAGSTER_HOME (idempotent)."""
-    seed(days, min(price_days, days), Console(stderr=True))
+    seed(days, days if price_days is None else min(price_days, days), Console(stderr=True))
 
 
 def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
@@ -128,8 +135,10 @@ def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
     if not plan.exists() or not wait_for_webserver(url, stop=stop):
         return
     doc = json.loads(plan.read_text())
+    # below every other claim on the warehouse slot: today's pricing goes first (instance_config)
     backfill = launch_backfill(url, doc["asset_keys"], doc["partitions"],
-                               f"demo history {doc['partitions'][0]} .. {doc['partitions'][-1]}")
+                               f"demo history {doc['partitions'][0]} .. {doc['partitions'][-1]}",
+                               tags=BACKFILL_PRIORITY)
     plan.rename(plan.with_suffix(".launched.json"))
     log(f"demo: backfill {backfill} prices {doc['partitions'][0]} .. {doc['partitions'][-1]} (UI: Runs > Backfills)")
 
@@ -178,8 +187,15 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
         err.print(msg)
 
     actions = [lambda: _launch_backfill(url, home, stop, log)]
-    if not no_incident:
-        actions.append(lambda: _incident_when_sweep_runs(url, stop, log, incident_after))
+
+    def before_stop() -> None:
+        from gpu_platform.demo.supervisor import cancel_in_flight
+
+        # workload runs are left to `recover` (deleted there: the gate relaunches them)
+        counts = cancel_in_flight(url, keep=lambda tags: TAG_REQUEST_ID in tags, timeout=5.0)
+        if counts["backfills"] or counts["runs"]:
+            log(f"demo: canceled {counts['backfills']} backfill(s) and {counts['runs']} run(s) in flight")
+
     dagster = str(Path(sys.executable).parent / "dagster")
     # `dagster dev` warns that `dg dev` supersedes it on every start: nothing a demo user can act on
     env = {**os.environ, "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), DEV_WARNING]))}
@@ -189,7 +205,11 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
     log(f"demo: Dagster UI on {url} (Ctrl-C stops everything)")
     try:
         code = supervise([dagster, "dev", "-w", str(ROOT / "workspace.yaml"), "-h", host, "-p", str(port)],
-                         env=env, actions=actions, stop_after=stop_after, log=log)
+                         env=env, actions=actions, stop_after=stop_after, log=log, before_stop=before_stop)
     finally:
         stop.set()
+    if os.environ.get("DAGSTER_HOME"):
+        # what the stop cut short: canceled (not left running or failed), the backfill's days
+        # back in the plan for the next start
+        subprocess.run([sys.executable, "-m", "assets.demo_seed", "recover"], cwd=ROOT, env=env, check=False)
     sys.exit(code)

@@ -27,6 +27,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 GRACE_S = 5.0
+DEMO_TAG = "gpu-platform/demo"
+DEMO_BACKFILL = "backfill_history"
+"""The tag (and its value) on the demo's history backfill and its runs."""
+BEFORE_STOP_S = 6.0
 
 
 def descendants(pid: int) -> list[int]:
@@ -96,9 +100,14 @@ def stop_tree(proc: subprocess.Popen, grace: float = GRACE_S, log: Callable[[str
 
 def supervise(cmd: Sequence[str], env: dict[str, str] | None = None, grace: float = GRACE_S,
               actions: Sequence[Callable[[], None]] = (), stop_after: float | None = None,
-              log: Callable[[str], None] = print) -> int:
+              log: Callable[[str], None] = print, before_stop: Callable[[], None] | None = None,
+              before_stop_s: float = BEFORE_STOP_S) -> int:
     """Run `cmd` until it exits, a SIGINT / SIGTERM arrives or `stop_after` seconds pass; then stop
-    its whole process tree (see the module doc). Returns 0 after a requested stop, else its exit code."""
+    its whole process tree (see the module doc). Returns 0 after a requested stop, else its exit code.
+
+    before_stop: called once a stop is requested, while `cmd` still runs (the demo's: cancel its
+    backfill and runs through the API, so they end canceled, not failed); given `before_stop_s`
+    seconds at most, then the tree is stopped whatever it did."""
     proc = subprocess.Popen(list(cmd), env=env, start_new_session=True)
     stopping = threading.Event()
 
@@ -122,6 +131,10 @@ def supervise(cmd: Sequence[str], env: dict[str, str] | None = None, grace: floa
         stop_tree(proc, grace, log)  # its children, if it left any
         return proc.returncode or 0
     log("demo: stopping dagster dev and its children ...")
+    if before_stop is not None:
+        worker = threading.Thread(target=_guarded(before_stop, threading.Event(), log), daemon=True)
+        worker.start()
+        worker.join(before_stop_s)
     took = stop_tree(proc, grace, log)
     log(f"demo: stopped in {took:.1f} s")
     return 0
@@ -181,14 +194,48 @@ mutation LaunchBackfill($params: LaunchBackfillParams!) {
 """
 
 
-def launch_backfill(url: str, asset_keys: Sequence[str], partitions: Sequence[str], title: str) -> str:
-    """Launch an asset backfill of `partitions` of `asset_keys`; returns its id."""
+def launch_backfill(url: str, asset_keys: Sequence[str], partitions: Sequence[str], title: str,
+                    tags: dict[str, str] | None = None) -> str:
+    """Launch an asset backfill of `partitions` of `asset_keys` (its runs get `tags`); returns its id."""
+    tags = {**(tags or {}), DEMO_TAG: DEMO_BACKFILL}
     params = {"assetSelection": [{"path": k.split("/")} for k in asset_keys], "partitionNames": list(partitions),
-              "title": title, "tags": [{"key": "gpu-platform/demo", "value": "backfill_history"}]}
+              "title": title, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
     result = graphql(url, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     if result["__typename"] != "LaunchBackfillSuccess":
         raise RuntimeError(f"backfill not launched: {result.get('message') or result['__typename']}")
     return result["backfillId"]
+
+
+IN_FLIGHT_RUNS = """
+{ runsOrError(filter: {statuses: [QUEUED, NOT_STARTED, STARTING, STARTED]}) {
+    ... on Runs { results { runId tags { key value } } } } }
+"""
+TERMINATE = """
+mutation Terminate($ids: [String!]!) {
+  terminateRuns(runIds: $ids, terminatePolicy: SAFE_TERMINATE) { __typename }
+}
+"""
+BACKFILLS = """{ partitionBackfillsOrError(status: REQUESTED) { ... on PartitionBackfills { results { id tags { key value } } } } }"""
+CANCEL_BACKFILL = """
+mutation Cancel($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename } }
+"""
+
+
+def cancel_in_flight(url: str, keep: Callable[[dict[str, str]], bool], timeout: float = 3.0) -> dict[str, int]:
+    """Terminate every queued or running run whose tags `keep` does not claim, the way the UI's
+    Terminate does (marked canceling at once, so the run ends CANCELED, not FAILURE, when its
+    process stops), then cancel the demo's history backfills. Returns the counts."""
+    runs = graphql(url, IN_FLIGHT_RUNS, timeout=timeout)["runsOrError"].get("results") or []
+    ids = [r["runId"] for r in runs if not keep({t["key"]: t["value"] for t in r["tags"]})]
+    if ids:
+        graphql(url, TERMINATE, {"ids": ids}, timeout=timeout)
+    backfills = graphql(url, BACKFILLS, timeout=timeout)["partitionBackfillsOrError"].get("results") or []
+    canceled = 0
+    for b in backfills:
+        if {t["key"]: t["value"] for t in b["tags"]}.get(DEMO_TAG) == DEMO_BACKFILL:
+            graphql(url, CANCEL_BACKFILL, {"id": b["id"]}, timeout=timeout)
+            canceled += 1
+    return {"backfills": canceled, "runs": len(ids)}
 
 
 def main(argv: list[str]) -> int:  # pragma: no cover - `python -m gpu_platform.demo.supervisor CMD...`

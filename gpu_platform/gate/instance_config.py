@@ -12,7 +12,8 @@ Lane-aware concurrency backs up the admission gate:
   own count); a team with its own entry gets `gpu-platform/lane-team=<lane>.<team>`, limited by
   that value alone (so an override above the default is not also held to it). GPU caps
   (`max_gpus`, `max_share`) have no run-queue form; the admission gate enforces them.
-- pools: only pools that assets declare, with op granularity: `duckdb_warehouse` (limit 1) for
+- pools: only pools that assets declare, with op granularity (and a run buffer, so a run whose
+  first step waits for a slot still starts and waits at the slot, where priority counts): `duckdb_warehouse` (limit 1) for
   every warehouse-writing step. There are no lane pools: an asset serves several lanes, a Dagster
   pool is fixed per asset, and each workload run has exactly one workload step, so the per-lane
   run limits above already bound a lane's concurrent workload steps; GPU counts are the gate's
@@ -55,6 +56,23 @@ POSTGRES_ENV = {
 WAREHOUSE_POOL = "duckdb_warehouse"
 """The pool of every warehouse-writing step (assets/finops.py, assets/ingest.py): DuckDB allows one
 writing process per file, so its limit is 1."""
+
+
+WAREHOUSE_RUN_BUFFER = 10
+"""`op_granularity_run_buffer`: how far the run queue looks past steps already waiting for the
+warehouse slot. Dagster holds a run in the queue while (slot limit - steps waiting) + buffer <= 0,
+and an in-process run makes every ready step wait at once (a backfill: up to 7), so with 10 a
+pricing run is never held in the queue by another's steps; it waits at the slot instead, where
+its priority counts."""
+
+PRIORITY_TAG = "dagster/priority"
+"""Dagster's run tag: orders the run queue and, added to each step's own, the claims on a pool slot."""
+
+TODAY_PRIORITY = {PRIORITY_TAG: "10"}
+"""Pricing of today and of the day that just ended (finops_daily): ahead of every backfill step."""
+
+BACKFILL_PRIORITY = {PRIORITY_TAG: "-10"}
+"""Backfills of older days: they yield the warehouse slot to anything else that waits for it."""
 
 
 def pool_limits(policy: Policy) -> dict[str, int]:
@@ -147,7 +165,10 @@ def dagster_instance_yaml(
                 "max_concurrent_runs": lanes_total + NON_LANE_RUNS,
                 "tag_concurrency_limits": tag_concurrency_limits(policy),
             },
-            "pools": {"granularity": "op"},
+            # a run whose first step waits for the warehouse slot is still started (up to
+            # WAREHOUSE_RUN_BUFFER such runs), so today's pricing (higher dagster/priority) is
+            # waiting at the slot when a backfill's step ends, not behind the backfill in the queue
+            "pools": {"granularity": "op", "op_granularity_run_buffer": WAREHOUSE_RUN_BUFFER},
         },
     }
     if postgres:

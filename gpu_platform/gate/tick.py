@@ -19,7 +19,7 @@ from decimal import Decimal
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
-from gpu_platform.gate.instance_config import team_limit_tags
+from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
 from gpu_platform.requests.approvals import honoured_kinds
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
@@ -31,7 +31,7 @@ TAG_COST_CENTER = "gpu-platform/cost-center"
 TAG_FLAVOR = "gpu-platform/flavor"
 TAG_ATTEMPT = "gpu-platform/attempt"
 TAG_WORKLOAD = "gpu-platform/workload"
-TAG_PRIORITY = "dagster/priority"
+TAG_PRIORITY = PRIORITY_TAG
 
 
 def run_key(request_id: str, attempt: int) -> str:

@@ -95,3 +95,34 @@ def test_runs_left_in_flight_by_a_stopped_demo_are_canceled_and_release_their_po
         assert instance.get_run_by_id(done.run_id).status == dg.DagsterRunStatus.SUCCESS
         info = instance.event_log_storage.get_concurrency_info("duckdb_warehouse")
         assert info.active_slot_count == 0
+
+
+def test_before_stop_runs_while_the_command_still_runs_and_is_bounded(monkeypatch):
+    """The demo cancels its backfill and runs through the API before the tree stops: the hook
+    sees the command alive, and a hook that hangs delays the stop by `before_stop_s` only."""
+    from gpu_platform.demo.supervisor import supervise
+
+    seen: list[bool] = []
+    procs: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        procs.append(real_popen(*args, **kwargs))
+        return procs[-1]
+
+    def hook() -> None:
+        seen.append(procs[0].poll() is None)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    try:
+        assert supervise([sys.executable, "-c", "import time; time.sleep(600)"], grace=2, stop_after=0.5,
+                         before_stop=hook, log=lambda _m: None) == 0
+        assert seen == [True] and procs[0].poll() is not None
+        t0 = time.monotonic()
+        supervise([sys.executable, "-c", "import time; time.sleep(600)"], grace=2, stop_after=0.2,
+                  before_stop=lambda: time.sleep(30), before_stop_s=1.0, log=lambda _m: None)
+        assert time.monotonic() - t0 < 6 and procs[1].poll() is not None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()

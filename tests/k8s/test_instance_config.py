@@ -18,6 +18,7 @@ from dagster_k8s import K8sRunLauncher
 from gpu_platform.cli.k8s import dagster_config
 from gpu_platform.gate.instance_config import (
     RUN_TAG_LANE,
+    WAREHOUSE_RUN_BUFFER,
     dagster_instance_yaml,
     pool_limit_commands,
     pool_limits,
@@ -79,6 +80,10 @@ def test_lane_limits_reach_a_live_instance(k8s_policy) -> None:
         for pool, limit in pool_limits(k8s_policy).items():
             instance.event_log_storage.set_concurrency_slots(pool, limit)
         assert instance.event_log_storage.get_concurrency_info("duckdb_warehouse").slot_count == 1
+        # a run whose first step waits for the warehouse slot still starts (and waits at the slot,
+        # where today's pricing outranks a backfill): the run queue does not hold it back
+        pools = instance.get_concurrency_config().pool_config
+        assert pools.pool_granularity.value == "op" and pools.op_granularity_run_buffer == WAREHOUSE_RUN_BUFFER > 0
 
 
 def test_pool_commands_cover_exactly_the_pools_assets_declare(k8s_policy) -> None:
