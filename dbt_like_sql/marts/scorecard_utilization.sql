@@ -26,7 +26,8 @@ pods as (
         p.day,
         p.hostname,
         p.flavor_name,
-        coalesce(f.node_pool, 'unknown') as node_pool,
+        -- the pool of the pod's flavor, else that of the node it ran on (its inventory label)
+        coalesce(f.node_pool, n.node_pool, 'unknown') as node_pool,
         coalesce(m.sharing_mode, 'exclusive') as sharing_mode,
         coalesce(m.profile, 'whole') as profile,
         r.lane,
@@ -38,6 +39,7 @@ pods as (
     left join flavors as f on f.flavor_name = p.flavor_name
     left join {{ ref('stg_request_metadata') }} as m on m.request_id = p.request_id
     left join {{ ref('stg_requests') }} as r on r.request_id = p.request_id
+    left join {{ ref('stg_nodes') }} as n on n.day = p.day and n.node = p.hostname
     where p.day between {{ var('day_from') }} and {{ var('day_to') }}
 
 ),

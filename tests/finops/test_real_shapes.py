@@ -372,3 +372,25 @@ def test_from_cluster_reads_the_api_through_the_kubernetes_client():
     assert batch.accepted == 6
     aws = batch.rows.filter(pl.col("node") == A10G).row(0, named=True)
     assert (aws["provider_key"], aws["instance_type"], aws["gpu_capacity"]) == ("aws:i-006flle71l19b488a", "g5.4xlarge", 1)
+
+
+def test_a_pod_whose_whole_second_start_precedes_its_admission_keeps_its_attempt(built, tmp_path):
+    """The API's startTime has whole seconds: a pod admitted at 02:00:00.97 shows 02:00:00. It still
+    takes its attempt and flavor (so its node pool is named, never 'unknown'); a pod starting a
+    minute before any attempt of its request does not."""
+    import shutil
+
+    wh = tmp_path / "warehouse.duckdb"
+    shutil.copy(built["wh"], wh)
+    pods = [dict(p) for p in LEDGER_PODS]
+    pods[0]["started_at"] = h(2) + timedelta(seconds=0.97)  # the pod's startTime is 02:00:00
+    pods[1]["started_at"] = h(6) + timedelta(minutes=1)  # the AKS pod started 06:00:00: a minute early
+    con = duckdb.connect(str(wh))
+    load_ledger_snapshot(con, REQUESTS, pods)
+    con.close()
+    env = {**built["env"], "GPU_PLATFORM_WAREHOUSE": str(wh)}
+    res = CliRunner().invoke(main, ["cost", "build", "--day", DAY], env=env)
+    assert "built" in res.output, res.output  # whether the data tests pass is not this test's concern
+    rows = dict(q(wh, "select request_id, flavor_name from int_pods where origin = 'kubernetes'"))
+    assert rows["req-k8s-train-1"] == "a10g-ondemand"
+    assert rows["req-k8s-map-1"] is None
