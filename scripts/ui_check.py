@@ -13,13 +13,17 @@ then opens in Debian's chromium (headless, through Debian's chromedriver and sel
 
 and asserts what each page says (asset names, lanes, the failing check), and through GraphQL that
 every lane is observed on `gpu_queue`, the workload and cost assets exist, the blocked release's
-check names what is missing and the cost asset has plotted (numeric) metadata. Stops the demo
+check names what is missing and the cost asset has plotted (numeric) metadata; and that the numbers
+the UI shows equal `gpu-platform cost report --format json` to the cent: each seeded day's chargeback
+and billed totals (that partition's own metadata) and every lifetime unit cost, released model and
+map included. Stops the demo
 (the supervisor stops the whole process tree) whatever happens. Exit 0 when every check passed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -32,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpu_platform.demo.costs import demo_days  # noqa: E402
 from gpu_platform.demo.supervisor import graphql, wait_for_webserver  # noqa: E402
 
 LANES = ("incident_response", "release_eval", "map_semantic_batch", "candidate_train", "platform_maintenance",
@@ -149,6 +154,66 @@ def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
         driver.quit()
 
 
+LATEST = """query Latest($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
+  assetMaterializations(partitions: $p, limit: 1) { partition metadataEntries { label
+  ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue } } } } } }"""
+PRICING = """{ runsOrError(filter: {pipelineName: "finops_daily", statuses: [QUEUED, NOT_STARTED, STARTING, STARTED]}) {
+  ... on Runs { results { runId } } } }"""
+CENT = 0.01
+
+
+def shown(url: str, asset: str, partition: str | None = None) -> dict[str, float]:
+    """The numbers the UI shows for `asset` (its latest materialization, of `partition` if given)."""
+    mats = graphql(url, LATEST, {"key": {"path": [asset]}, "p": [partition] if partition else None})
+    mats = (mats["assetOrError"] or {}).get("assetMaterializations") or []
+    if not mats:
+        return {}
+    return {e["label"]: float(e.get("floatValue", e.get("intValue"))) for e in mats[0]["metadataEntries"]
+            if e.get("floatValue") is not None or e.get("intValue") is not None}
+
+
+def cost_report(env: dict[str, str], day: str) -> dict:
+    cli = str(Path(sys.executable).parent / "gpu-platform")
+    out = subprocess.run([cli, "cost", "report", "--day", day, "--format", "json"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def number_checks(url: str, env: dict[str, str], days: list[str], checks: Checks) -> None:
+    """What the UI shows equals `cost report --format json`, to the cent: each seeded day's
+    chargeback and billed totals (its own partition's metadata) and every lifetime unit cost."""
+    for day in days:
+        report = cost_report(env, day)
+        charge, recon = shown(url, "chargeback", day), shown(url, "reconciliation", day)
+        for t in report["totals"]:
+            cur = t["currency"]
+            ui, cli = charge.get(f"total_cost_{cur}"), float(t["chargeback_total"])
+            checks.that(ui is not None and abs(ui - cli) <= CENT,
+                        f"chargeback {day} in the UI: {ui} {cur}; cost report: {cli:.2f}")
+            ui, cli = recon.get(f"billed_cost_{cur}"), float(t["billed"])
+            checks.that(ui is not None and abs(ui - cli) <= CENT,
+                        f"reconciliation {day} billed in the UI: {ui} {cur}; cost report: {cli:.2f}")
+    # unit costs are lifetime: today's pricing changes them, so compare when none is in flight,
+    # and once more if a run slipped in between the two reads
+    for attempt in range(2):
+        deadline = time.monotonic() + 300
+        while graphql(url, PRICING)["runsOrError"]["results"] and time.monotonic() < deadline:
+            time.sleep(5)
+        report = cost_report(env, days[-1])
+        diffs = []
+        for u in report["unit_costs"]:
+            meta = shown(url, f"unit_cost_{u['unit']}")
+            ui, cli = meta.get(f"lifetime_cost_{u['currency']}"), float(u["cost"] or 0)
+            diffs.append((u, ui, cli, ui is not None and abs(ui - cli) <= CENT))
+        if all(ok for *_, ok in diffs) or attempt == 1:
+            break
+    units = {u["unit"] for u, *_ in diffs}
+    checks.that({"released_model", "released_map"} <= units, f"cost report has unit costs of {sorted(units)}")
+    for u, ui, cli, ok in diffs:
+        checks.that(ok, f"unit_cost_{u['unit']} in the UI: lifetime {ui} {u['currency']}; cost report: {cli:.2f} "
+                        f"over {u['units']} unit(s)")
+
+
 def api_checks(url: str, checks: Checks, blocked_run: str) -> None:
     nodes = graphql(url, NODES)["assetNodes"]
     keys = {"/".join(n["assetKey"]["path"]): n for n in nodes}
@@ -208,6 +273,7 @@ def main(argv: list[str]) -> int:
         print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
         browse(url, out, blocked, checks)
         api_checks(url, checks, blocked)
+        number_checks(url, env, [d.isoformat() for d in demo_days(args.days)], checks)
     except AssertionError as exc:
         checks.that(False, str(exc))
     finally:
