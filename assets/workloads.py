@@ -16,6 +16,7 @@ its blocking checks run, and only then the release asset materializes. A failing
 stops the release in that run.
 """
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ import duckdb
 
 from assets.partitions import WORKLOAD_PARTITIONS
 from gpu_platform.cluster.jobs import RUN_STEPS, namespace_for
+from gpu_platform.finops.warehouse import WarehouseBusy
+from gpu_platform.finops.warehouse import connect as warehouse_connect
+from gpu_platform.gate.instance_config import WAREHOUSE_POOL
 from gpu_platform.lineage.evidence import EvidenceStore
 from gpu_platform.lineage.graph import (
     CheckOutcome,
@@ -315,14 +319,17 @@ CHECK_DESCRIPTIONS = {
     "replay_coverage": "Each required scenario suite (evaluator_ids) was replayed for the ODD cell and passed.",
     "logs_retained": "Every stage's log is in the evidence store, verifies against its digest, and is held.",
     "reproducible": "Every stage has source commit, container digest and data snapshot ids.",
-    "cost_attributed": "Every program stage has GPU-hours, a team and cost center, and a priced cost once its day is priced (ERROR; WARN with enforce=false).",
+    "cost_attributed": "Every program stage has GPU-hours, a team and cost center, and a priced cost from the cost models "
+    "(fails when they have not been built; a stage newer than the last priced day awaits pricing: passes, listed) "
+    "(ERROR; WARN with enforce=false).",
 }
 
 
 class CostCheckConfig(dg.Config):
-    """enforce: fail with ERROR (blocking the release); false reports a WARN instead. On by default
-    now that the cost models exist; stages run after the last priced day are awaiting pricing, not
-    missing, so a same-day release is not blocked by the daily schedule."""
+    """enforce: fail with ERROR (blocking the release); false reports a WARN instead. On by default.
+    Without the cost models (no warehouse, no cost table) the check fails: cost cannot be attributed.
+    Stages run after the last priced day (today's) await pricing: they pass and are listed in the
+    check's `awaiting_pricing`, so a same-day release is not blocked by the daily schedule."""
 
     enforce: bool = True
 
@@ -371,36 +378,60 @@ def _release_check(asset_kind: str, name: str) -> dg.AssetChecksDefinition:
 COST_TABLE = "fct_gpu_cost_by_request"
 """The cost mart (assets/finops.py) that prices requests; read-only, when it has been built."""
 
+BUILD_COST_MODELS = (
+    f"materialize the finops assets ({COST_TABLE} and upstream: job finops_daily, which the 02:00 UTC "
+    "schedule runs for yesterday; a backfill for older days) or run `gpu-platform cost build --day YYYY-MM-DD` "
+    "after `gpu-platform feeds ingest`, then re-run this check"
+)
+"""What to do when the cost models are not available (named in the failing check's description)."""
 
-def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> tuple[dict[str, float] | None, date | None]:
-    """(request id -> allocated cost, last priced day) from the cost models; (None, None) while
-    they are not built (or the warehouse is busy with a writer): the cost check then judges
-    GPU-hours attribution only."""
-    if not Path(warehouse.path).exists():
-        return None, None
+
+@dataclass(frozen=True)
+class Pricing:
+    """What the cost models say of a tree's requests. costs=None: not available, `unavailable` says why."""
+
+    costs: dict[str, float] | None
+    priced_through: date | None = None
+    unavailable: str = ""
+
+
+def _today() -> date:
+    return datetime.now(UTC).date()
+
+
+def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> Pricing:
+    """Request id -> priced (allocated) cost and the last priced day, from the cost models.
+
+    Not available (costs None): no warehouse file, no cost table, a table that has priced no day
+    yet, or a warehouse another process keeps writing for the whole wait (the check is in the
+    warehouse pool, so Dagster's own pricing steps never overlap it). Today's partition is
+    "today so far" (finops_today_sensor): only days before today are final, so the last priced
+    day is at most yesterday and a stage of today awaits pricing rather than failing."""
+    path = Path(warehouse.path)
+    if not path.exists():
+        return Pricing(None, unavailable=f"there is no warehouse at {path}: the cost models have not been built")
     try:
-        con = warehouse.connect(read_only=True)
-    except duckdb.Error:
-        return None, None
+        con = warehouse_connect(path, read_only=True)
+    except WarehouseBusy as exc:
+        return Pricing(None, unavailable=f"the warehouse could not be read: {exc}")
+    except duckdb.Error as exc:
+        return Pricing(None, unavailable=f"the warehouse {path} could not be opened ({exc})")
     try:
+        try:
+            (priced_through,) = con.execute(f"select max(day) from {COST_TABLE}").fetchone()
+        except duckdb.CatalogException:
+            return Pricing(None, unavailable=f"{path} has no {COST_TABLE} table: the cost models have not been built")
+        if priced_through is None:
+            return Pricing(None, unavailable=f"{COST_TABLE} in {path} has priced no day yet")
         rows = con.execute(
-            f"select request_id, sum(allocated_cost) from {COST_TABLE} where list_contains(?, request_id) group by 1",
+            f"select request_id, sum(allocated_cost) from {COST_TABLE} "
+            "where allocated_cost is not null and list_contains(?, request_id) group by 1",
             [request_ids],
         ).fetchall()
-        try:
-            priced_through = con.execute(f"select max(day) from {COST_TABLE}").fetchone()[0]
-        except duckdb.Error:
-            priced_through = None
-    except duckdb.Error:
-        return None, None
     finally:
         con.close()
-    # today's partition is "today so far" (finops_today_sensor): a stage of today with no cost yet
-    # awaits pricing rather than failing; only days before today are final
-    yesterday = datetime.now(UTC).date() - timedelta(days=1)
-    if priced_through is not None and priced_through > yesterday:
-        priced_through = yesterday
-    return {rid: float(cost) for rid, cost in rows}, priced_through
+    yesterday = _today() - timedelta(days=1)
+    return Pricing({rid: float(cost) for rid, cost in rows}, min(priced_through, yesterday))
 
 
 def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
@@ -409,6 +440,8 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         name="cost_attributed",
         blocking=True,
         description=CHECK_DESCRIPTIONS["cost_attributed"],
+        # it reads the warehouse: in the writers' pool, so no pricing step holds DuckDB's lock meanwhile
+        pool=WAREHOUSE_POOL,
     )
     def _check(
         context: dg.AssetCheckExecutionContext,
@@ -417,19 +450,23 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         warehouse: Warehouse,
     ) -> dg.AssetCheckResult:
         _, tree = _tree(context, asset_kind, ledger)
-        costs, priced_through = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
+        pricing = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
         severity = dg.AssetCheckSeverity.ERROR if config.enforce else dg.AssetCheckSeverity.WARN
-        result = _check_result(check_cost_attributed(tree, costs, priced_through), severity, context.partition_key)
-        note = (
-            f"priced by the cost models through {priced_through or 'every day'}"
-            if costs is not None
-            else f"{COST_TABLE} not available: GPU-hours only"
-        )
+        outcome = check_cost_attributed(tree, pricing.costs, pricing.priced_through,
+                                        unavailable=pricing.unavailable or "the cost models are not available")
+        result = _check_result(outcome, severity, context.partition_key)
+        if pricing.costs is None:
+            note = BUILD_COST_MODELS
+        else:
+            note = f"priced by the cost models through {pricing.priced_through}"
         return dg.AssetCheckResult(
             passed=result.passed,
             severity=severity,
             description=f"{result.description} ({note})",
-            metadata={**result.metadata, "cost_models": costs is not None},
+            metadata={**result.metadata, "cost_models": pricing.costs is not None,
+                      "priced_through": str(pricing.priced_through) if pricing.priced_through else "",
+                      "awaiting_pricing": list(outcome.awaiting),
+                      "awaiting_pricing_count": len(outcome.awaiting)},
         )
 
     return _check

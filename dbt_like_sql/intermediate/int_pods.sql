@@ -1,7 +1,9 @@
 -- Every pod that ran for an admitted request: the ledger's pods (local executor, demo, pods with a
 -- recorded host) and the Kubernetes pods labelled with an admitted request's id. On Kubernetes the
--- ledger only knows a placeholder per attempt (no host); the cluster's pods of that request
--- replace it, each taking the attempt whose ledger window contains the pod's start.
+-- ledger only knows a placeholder per attempt; the cluster's pods of that request replace all of
+-- its ledger pods, each taking the attempt whose ledger window contains the pod's start. (A
+-- placeholder may carry a host, e.g. the local executor's machine filled in for pods recorded
+-- without one: kept beside the cluster's pods it would count the same GPU time twice, unpriced.)
 with ledger as (
 
     select *, 'ledger' as origin from {{ ref('stg_pod_requests') }}
@@ -46,8 +48,7 @@ final as (
         namespace, pod, request_id, attempt, flavor_name, hostname, gpu_uuids, assigned_gpus,
         started_at, ended_at, exit_status, failed, origin, gpu_resource, gpu_share
     from ledger as l
-    where l.hostname is not null
-       or l.request_id not in (select request_id from k8s)
+    where l.request_id not in (select request_id from k8s)
     union all
     select
         namespace,

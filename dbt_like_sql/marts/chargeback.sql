@@ -252,8 +252,25 @@ final as (
         cast(c.unreconciled_limit as decimal(18, 6)) as unreconciled_limit,
         cast(c.allocated_cost + c.idle_cost + c.shared_cost + c.unreconciled_cost as decimal(18, 6)) as total_cost,
         {{ var('idle_policy') }} as idle_policy,
-        {{ var('shared_policy') }} as shared_policy
+        {{ var('shared_policy') }} as shared_policy,
+        -- why the row's shared cost is negative or zero (NULL when positive)
+        case
+            when c.shared_cost < 0
+                then 'the day''s credits exceed its shared charges (net shared cost '
+                    || cast(p.shared_pool as varchar) || ' ' || c.currency || '): this share of it is a refund'
+            when c.shared_cost > 0 then null
+            when c.team = '(unreconciled)' then 'the (unreconciled) row holds exception money only, no shared cost'
+            when coalesce(p.shared_pool, 0) = 0
+                then 'no net shared platform cost on the day (no shared charges, or credits cancel them)'
+            when c.team = '(unallocated)' then 'all of the day''s shared cost was distributed to teams'
+            when {{ var('shared_policy') }} = 'none'
+                then 'shared_policy none: the shared cost stays on the (unallocated) row'
+            when c.allocated_cost = 0
+                then 'no allocated cost on the day, so no proportional share of the shared cost'
+            else 'its share of the shared cost rounds to 0'
+        end as shared_cost_reason
     from combined as c
+    left join pools as p on p.day = c.day and p.currency = c.currency
     cross join policy_check
     where policy_check.ok
 

@@ -19,7 +19,9 @@ final as (
         sum(allocated_cost) as allocated_cost,
         sum(idle_cost) as idle_cost,
         sum(shared_cost) as shared_cost,
-        sum(total_cost) as total_cost
+        sum(total_cost) as total_cost,
+        case when sum(shared_cost) <= 0
+            then string_agg(distinct shared_cost_reason, '; ' order by shared_cost_reason) end as shared_cost_reason
     from chargeback
     group by day, team, cost_center, currency
 

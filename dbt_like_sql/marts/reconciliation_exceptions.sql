@@ -1,7 +1,7 @@
 -- One row per reconciliation problem of the day, with its money and what was done with it:
 --   unreconciled: the money is held on chargeback's '(unreconciled)' row, charged to no team
 --   charged:      the money is charged (price book) but the row says why it is doubtful
---   unpriced:     GPU time with no price at all (no bill, no price-book entry)
+--   unpriced:     GPU time with no price at all (no bill, no price-book entry, or no known node)
 --   info:         no money moves (a count disagreement, samples outside their day)
 with nodes as (
 
@@ -38,12 +38,25 @@ unattributed as (
 
 ),
 
+unpriced_pod_rows as (
+
+    select * from {{ ref('int_pod_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and currency is null
+
+),
+
 unpriced_pods as (
 
     select day, hostname, sum(allocated_gpu_hours) as gpu_hours, count(*) as pods
-    from {{ ref('int_pod_gpu_hours') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }} and currency is null
+    from unpriced_pod_rows
     group by day, hostname
+
+),
+
+known_nodes as (
+
+    select day, hostname from nodes
+    where has_telemetry or in_inventory
 
 ),
 
@@ -101,6 +114,23 @@ problems as (
     anti join prices as p on p.day = n.day and p.hostname = n.hostname
     left join unpriced_pods as u on u.day = n.day and u.hostname = n.hostname
     where n.has_telemetry or n.in_inventory
+
+    union all
+
+    -- a pod of an admitted request on a host no node_without_price row covers (in no node inventory,
+    -- no DCGM samples of the day) or with no recorded host: its GPU time has no price either
+    select
+        p.day, 'pod_without_price', 'unpriced', cast(null as varchar), cast(0 as decimal(18, 6)),
+        p.allocated_gpu_hours,
+        p.hostname, p.namespace, p.pod, null, null, cast(null as varchar),
+        'pod ' || p.namespace || '/' || p.pod || ' of request ' || p.request_id
+            || case when p.hostname is null then ' has no recorded node'
+                    else ' ran on ' || p.hostname || ', which is in no node inventory and sent no DCGM samples on the day'
+               end
+            || ': its ' || cast(round(p.allocated_gpu_hours, 3) as varchar)
+            || ' GPU-hours have no price and are in no unit cost (see unpriced_requests)'
+    from unpriced_pod_rows as p
+    anti join known_nodes as n on n.day = p.day and n.hostname = p.hostname
 
     union all
 

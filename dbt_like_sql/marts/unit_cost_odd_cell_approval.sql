@@ -31,9 +31,13 @@ cells as (
 
 approvals as (
 
-    select release_packet_id, odd_cell, count(*) as approvals
+    select
+        release_packet_id,
+        odd_cell,
+        count(*) as packs,
+        count(*) filter (where state = 'finished') as approvals
     from requests
-    where workload = 'evidence_pack' and state = 'finished'
+    where workload = 'evidence_pack'
     group by release_packet_id, odd_cell
 
 ),
@@ -47,7 +51,14 @@ final as (
         c.requests,
         coalesce(a.approvals, 0) as approvals,
         c.cost,
-        cast(round(cast(c.cost as double) / nullif(a.approvals, 0), 6) as decimal(18, 6)) as cost_per_approval
+        cast(round(cast(c.cost as double) / nullif(a.approvals, 0), 6) as decimal(18, 6)) as cost_per_approval,
+        -- why there is no cost per approval (NULL when there is one)
+        case
+            when a.packs is null
+                then 'no evidence pack for this cell yet: its replays are paid for, nothing is approved so far'
+            when a.approvals = 0
+                then 'no finished evidence pack for this cell yet (' || cast(a.packs as varchar) || ' submitted)'
+        end as reason
     from cells as c
     left join approvals as a on a.release_packet_id = c.release_packet_id and a.odd_cell = c.odd_cell
 

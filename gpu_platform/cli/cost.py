@@ -228,6 +228,11 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
             ["unit", "currency", "cost", "units", "cost_per_unit"],
         ),
         (
+            "Unpriced requests (GPU time no price covers: in no unit cost)",
+            data["unpriced_requests"],
+            ["request_id", "team", "workload", "unpriced_gpu_hours", "reason"],
+        ),
+        (
             "Chargeback by team",
             data["chargeback_by_team"],
             ["team", "cost_center", "currency", "allocated_cost", "idle_cost", "shared_cost", "total_cost"],
@@ -250,6 +255,8 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
                     "hostname",
                     "pod",
                     "reason",
+                    "request_id",
+                    "workload",
                 )
                 else "right",
             )

@@ -2,15 +2,18 @@
 
 `generate(policy, days)` draws a job mix for the eight lanes (Poisson arrivals per lane and hour
 of day, log-normal durations, GPU counts per lane, failures, OOM retries, a research sweep that
-floods the research lane, an oversized release replay that waits a long time), replays it with
-the policy simulator (`gpu_platform.simulate`: the same engine, cycles, preemption with
-checkpoint loss and requeue), places every run on a GPU of a node of the fleet, and returns the
-whole story. `write(history, ledger, feeds)` then records it:
+floods the research lane, an oversized release replay that waits a long time, and every 3-4 days
+a model and a map release chain, `add_chains`), replays it with the policy simulator
+(`gpu_platform.simulate`: the same engine, cycles, preemption with checkpoint loss and requeue; a
+release-chain stage arrives once its upstream requests finished), places every run on a GPU of a
+node of the fleet, and returns the whole story. `write_ledger` and `write_feeds` then record it:
 
-- the ledger: every request (`hist-<day>-<lane>-<n>`) with its submitted / admitted / preempted /
-  requeued / finished / failed events at the times the engine decided, and its workload result
-  (accepted / rejected labels, replay hours) in `workload_runs`; ids and artifact ids carry a
-  `-h<day>` suffix, so history never feeds the live demo requests;
+- the ledger: every request (`hist-<day>-<lane>-<n>`, release chains `hist-<day>-model-chain-*`
+  and `hist-<day>-map-chain-*`) with its submitted / admitted / preempted / requeued / finished /
+  failed events at the times the engine decided, its workload result (accepted / rejected labels,
+  replay hours and suites) in `workload_runs` (a release also as its evidence-pack stage), and the
+  release chains' `lineage_edges` child -> parent as the live stages record them; ids and artifact
+  ids carry a `-h<day>` suffix, so history never feeds the live demo requests;
 - `feeds/nodes/<day>/nodes.json`: the fleet as `kubectl get nodes -o json` prints it (providerID
   `aws:///<zone>/i-...`, instance type, GPU product and node-pool labels, `nvidia.com/gpu`);
 - `feeds/pods/<day>/pods.json`: every step pod that ran that day as `kubectl get pods -A -o json`
@@ -65,11 +68,20 @@ from gpu_platform.demo.costs import (
     gpu_uuid,
 )
 from gpu_platform.lineage.graph import _JSON_COLUMNS as RUN_JSON_COLUMNS
-from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, WorkloadRun, workload_runs
+from gpu_platform.lineage.graph import (
+    RELEASE_KINDS,
+    SUCCEEDED,
+    LineageStore,
+    Parent,
+    WorkloadRun,
+    lineage_edges,
+    resolve_parents,
+    workload_runs,
+)
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import Ledger, events_table, requests_table
 from gpu_platform.requests.model import JobRequest, validate_request_file
-from gpu_platform.simulate.des import _Sim
+from gpu_platform.simulate.des import JobRun, _Sim
 from gpu_platform.simulate.scenarios import policy_scenario
 from gpu_platform.simulate.trace import TraceJob
 
@@ -231,14 +243,47 @@ class History:
     jobs: list[HistJob]
     never_admitted: list[HistJob]
     engine_calls: int
+    parents: dict[str, list[Parent]] = field(default_factory=dict)
+    """Release-chain requests -> the upstream requests whose outputs they read (by artifact id)."""
 
 
 class _Recording(_Sim):
-    """The simulator, also keeping each run's [start, end) and flavor."""
+    """The simulator, also keeping each run's [start, end) and flavor. `after`: job id -> the job
+    ids it needs finished first (a release-chain stage waits for its upstream requests): such a
+    job arrives at its submission time or, when later, the instant its last upstream finishes."""
 
-    def __init__(self, *args: Any):
+    def __init__(self, *args: Any, after: dict[str, list[str]] | None = None):
         super().__init__(*args)
         self.segments: dict[str, list[list[Any]]] = {}
+        self.after = {k: v for k, v in (after or {}).items() if v}
+        self.children: dict[str, list[str]] = {}
+        for child, parents in self.after.items():
+            for p in parents:
+                self.children.setdefault(p, []).append(child)
+        self.done: set[str] = set()
+        self.held: dict[str, JobRun] = {}
+
+    def _ready(self, job_id: str) -> bool:
+        return all(p in self.done for p in self.after.get(job_id, ()))
+
+    def arrive(self, r, now):  # type: ignore[no-untyped-def]
+        if not self._ready(r.job.job_id):
+            self.held[r.job.job_id] = r
+            return False
+        return super().arrive(r, now)
+
+    def complete(self, r, now):  # type: ignore[no-untyped-def]
+        super().complete(r, now)
+        self.done.add(r.job.job_id)
+        for child in self.children.get(r.job.job_id, ()):
+            held = self.held.get(child)
+            if held is not None and self._ready(child):
+                del self.held[child]
+                # submitted now: its queue position and wait count from here
+                held.job = replace(held.job, submit_ts=now)
+                if held.wl is not None:
+                    held.wl = replace(held.wl, created_at=now)
+                super().arrive(held, now)
 
     def _start(self, r, flavor, now):  # type: ignore[no-untyped-def]
         super()._start(r, flavor, now)
@@ -271,30 +316,46 @@ def _arrivals(rng: np.random.Generator, mix: LaneMix, day0: float) -> list[float
     return out
 
 
-def draw_jobs(policy: Policy, days: list[date], seed: int = 7) -> tuple[list[TraceJob], dict[str, JobRequest], dict[str, str]]:
-    """(trace jobs, request per job id, planned fault per job id: 'fail' | 'oom')."""
+@dataclass
+class Draw:
+    """What `draw_jobs` drew: trace jobs, the request of each job id, planned faults ('fail' |
+    'oom') and, for release-chain requests, their upstream requests (resolved by artifact id as
+    the live platform resolves them: `gpu_platform.lineage.graph.resolve_parents`)."""
+
+    jobs: list[TraceJob]
+    requests: dict[str, JobRequest]
+    faults: dict[str, str]
+    parents: dict[str, list[Parent]]
+
+
+def draw_jobs(policy: Policy, days: list[date], seed: int = 7) -> Draw:
+    """The job mix of `days` (see the module doc), then the release chains (`add_chains`)."""
     rng = np.random.default_rng(seed)
     base = {lane: validate_request_file(EXAMPLES / m.example, policy) for lane, m in MIX.items()}
     jobs: list[TraceJob] = []
     requests: dict[str, JobRequest] = {}
     faults: dict[str, str] = {}
 
-    def add(lane: str, day: date, n: int, at: float, hours: float, gpus: int, gpu_type: str, tag: str = "") -> None:
-        mix = MIX[lane]
-        rid = f"hist-{day:%Y%m%d}-{lane.replace('_', '-')}{tag}-{n:03d}"
-        req = base[lane]
+    def job(rid: str, req: JobRequest, at: float, hours: float, gpus: int, gpu_type: str) -> JobRequest:
         duration = max(600.0, hours * 3600)
         expected = math.ceil(duration / 600) * 600
-        lane_max = policy.lane(lane).max_run_duration.total_seconds()
+        lane_max = policy.lane(req.lane or "").max_run_duration.total_seconds()
         expected = min(expected, lane_max)
         duration = min(duration, expected)
         timeout = min(lane_max, expected * 2)
         req = req.model_copy(update={
-            **_suffixed(req, f"-h{day:%Y%m%d}-{n:03d}{tag}"), "request_id": rid, "gpu_type": gpu_type,
-            "gpu_count": gpus, "expected_duration": timedelta(seconds=expected), "timeout": timedelta(seconds=timeout)})
+            "request_id": rid, "gpu_type": gpu_type, "gpu_count": gpus,
+            "expected_duration": timedelta(seconds=expected), "timeout": timedelta(seconds=timeout)})
         requests[rid] = req
-        jobs.append(TraceJob(rid, at, duration, float(gpus), lane, gpu_type=gpu_type,
+        jobs.append(TraceJob(rid, at, duration, float(gpus), req.lane or "", gpu_type=gpu_type,
                              preemption_policy=req.preemption_policy or "checkpoint_requeue"))
+        return req
+
+    def add(lane: str, day: date, n: int, at: float, hours: float, gpus: int, gpu_type: str, tag: str = "") -> None:
+        mix = MIX[lane]
+        rid = f"hist-{day:%Y%m%d}-{lane.replace('_', '-')}{tag}-{n:03d}"
+        req = base[lane]
+        job(rid, req.model_copy(update=_suffixed(req, f"-h{day:%Y%m%d}-{n:03d}{tag}")), at, hours, gpus, gpu_type)
         u = rng.uniform()
         if u < mix.oom:
             faults[rid] = "oom"
@@ -318,7 +379,95 @@ def draw_jobs(policy: Policy, days: list[date], seed: int = 7) -> tuple[list[Tra
         # field incidents while research holds borrowed H100s: they reclaim them
         for n, hours_in in enumerate((1.0, 26.0, 50.0)):
             add("incident_response", sweep_day, n, t0 + hours_in * 3600, 2.5, 8, "h100-ondemand", tag="-sev1")
-    return jobs, requests, faults
+    chain_ids = add_chains(policy, days, rng, base, job, faults)
+    chain = {rid: requests[rid] for rid in chain_ids}
+    parents = {rid: resolve_parents(req, chain)[0] for rid, req in chain.items()}
+    return Draw(jobs, requests, faults, parents)
+
+
+CHAIN = EXAMPLES / "release_chain"
+CHAIN_EVERY = (3, 5)
+"""Days between two release-chain days: 3 or 4 (drawn), the first on day 0 or 1; never the last day."""
+CHAIN_HOURS = {"label": 1.5, "train": 10.0, "replay": 3.0, "pack": 0.5, "release": 0.25, "segment": 4.0,
+               "map_replay": 0.75}
+"""Median hours of each release-chain stage (log-normal, sigma 0.3; at least 10 minutes)."""
+
+
+def chain_days(rng: np.random.Generator, days: list[date]) -> list[date]:
+    """The days a release chain starts: every 3-4 days (drawn), never the last day (the chain
+    needs the rest of its day and often the next to finish)."""
+    out = []
+    i = int(rng.integers(0, 2))
+    while i < len(days) - 1:
+        out.append(days[i])
+        i += int(rng.integers(*CHAIN_EVERY))
+    return out
+
+
+def add_chains(policy: Policy, days: list[date], rng: np.random.Generator, base: dict[str, JobRequest],
+               job: Callable[..., JobRequest], faults: dict[str, str]) -> list[str]:
+    """On each chain day a model release chain and a map release chain, from the request shapes of
+    `examples/requests/` and `examples/requests/release_chain/` with ids suffixed `-h<day>-chain`
+    (shared along a chain, so each stage names its upstream's outputs, and never a live demo id):
+
+    - model: 1-2 label batches -> a candidate training run on them (the first chain's first attempt
+      OOM-killed and retried, later chains' at random) -> 1-2 replays of the candidate (release_eval
+      lane) -> an ODD-cell evidence pack over the replays -> a `released_model` naming the model,
+      the replays and the pack in its artifact_set (its own evidence-pack stage, then the release);
+    - map: a map segmentation -> drives replayed on the new map -> a `released_map`.
+
+    Replays, packs and releases carry the candidate's `candidate_id` and the chain's
+    `release_packet_id` and `odd_cell`. A stage is submitted at its planned time or, if later,
+    when its last upstream request finishes (`_Recording` holds it until then). Returns the ids."""
+    shapes = {name: validate_request_file(CHAIN / f"{name}.yaml", policy)
+              for name in ("evidence_pack", "released_model", "replay_map", "released_map")}
+    ids: list[str] = []
+
+    def hours(stage: str) -> float:
+        return CHAIN_HOURS[stage] * float(rng.lognormal(0, 0.3))
+
+    def stage(rid: str, req: JobRequest, sfx: str, at: float, h: float, gpus: int, gpu_type: str,
+              **update: Any) -> JobRequest:
+        ids.append(rid)
+        return job(rid, req.model_copy(update={**_suffixed(req, sfx), **update}), at, h, gpus, gpu_type)
+
+    for c, day in enumerate(chain_days(rng, days)):
+        sfx = f"-h{day:%Y%m%d}-chain"
+        t0 = _epoch(day) + 3600 * float(rng.uniform(0.5, 4.0))
+        model = f"hist-{day:%Y%m%d}-model-chain"
+        lbl = base["labeler_batch"]
+        labels = []
+        for i in range(int(rng.integers(1, 3))):
+            out = f"{lbl.output_artifact_ids[0]}{sfx}-b{i}"
+            stage(f"{model}-label-{i}", lbl, sfx, t0 + 300 * i, hours("label"), int(rng.choice((2, 4))),
+                  str(rng.choice(MIX["labeler_batch"].gpu_types)), output_artifact_ids=(out,))
+            labels.append(out)
+        train = stage(f"{model}-train", base["candidate_train"], sfx, t0, hours("train"), 8, "h100-ondemand",
+                      dataset_ids=tuple(labels))
+        if c == 0 or rng.uniform() < 0.5:
+            faults[train.request_id or ""] = "oom"
+        candidate = {"candidate_id": train.candidate_id, "odd_cell": train.odd_cell}
+        rep = base["release_eval"]
+        replays = []
+        for i in range(int(rng.integers(1, 3))):
+            out = f"{rep.output_artifact_ids[0]}{sfx}-r{i}"
+            stage(f"{model}-replay-{i}", rep, sfx, t0, hours("replay"), 4,
+                  str(rng.choice(MIX["release_eval"].gpu_types)), output_artifact_ids=(out,),
+                  dataset_ids=tuple(f"{d}{sfx}-p{i}" for d in rep.dataset_ids), **candidate)
+            replays.append(out)
+        pack = stage(f"{model}-evidence-pack", shapes["evidence_pack"], sfx, t0, hours("pack"), 1, "l4-inference",
+                     artifact_set=tuple(replays), **candidate)
+        rel = shapes["released_model"]
+        stage(f"{model}-release", rel, sfx, t0, hours("release"), 1, "l4-inference",
+              artifact_set=(*train.output_artifact_ids, *replays, *pack.output_artifact_ids), **candidate)
+
+        t1 = _epoch(day) + 3600 * float(rng.uniform(0.5, 6.0))
+        mapping = f"hist-{day:%Y%m%d}-map-chain"
+        seg = stage(f"{mapping}-segment", base["map_semantic_batch"], sfx, t1, hours("segment"), 4, "l4-inference")
+        drive = stage(f"{mapping}-replay", shapes["replay_map"], sfx, t1, hours("map_replay"), 1, "l4-inference")
+        stage(f"{mapping}-release", shapes["released_map"], sfx, t1, hours("release"), 1, "l4-inference",
+              artifact_set=(*seg.output_artifact_ids, *drive.output_artifact_ids))
+    return ids
 
 
 def _place(nodes: list[FleetNode], runs: list[tuple[str, Segment, int]]) -> None:
@@ -360,9 +509,11 @@ def _place(nodes: list[FleetNode], runs: list[tuple[str, Segment, int]]) -> None
 
 def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable[[str], None] | None = None) -> History:
     """Draw, simulate and place the history of `days` (see the module doc)."""
-    jobs, requests, faults = draw_jobs(policy, days, seed)
+    draw = draw_jobs(policy, days, seed)
+    requests, faults = draw.requests, draw.faults
     scenario = policy_scenario(policy)
-    sim = _Recording(scenario, jobs, 15.0, 1800.0, 16, 1, True, True)
+    sim = _Recording(scenario, draw.jobs, 15.0, 1800.0, 16, 1, True, True,
+                     after={rid: [p.request_id for p in ps] for rid, ps in draw.parents.items()})
     sim.run()
     nodes = fleet(policy)
     end_of_history = _epoch(days[-1]) + 86400
@@ -385,7 +536,8 @@ def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable
         if segs and segs[-1].outcome == "preempted":
             segs[-1].outcome = "finished"  # its resumption falls after the history: end it there
         if not segs:
-            never.append(HistJob(req, r.job.submit_ts, [], end_of_history - r.job.submit_ts))
+            if r.job.job_id not in draw.parents:  # a chain stage held past the history was never submitted
+                never.append(HistJob(req, r.job.submit_ts, [], end_of_history - r.job.submit_ts))
             continue
         last = segs[-1]
         fault = faults.get(r.job.job_id)
@@ -400,14 +552,36 @@ def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable
                 first.end, first.outcome = oom_at, "oom"
                 segs = [first, retry] + [replace(s, attempt=s.attempt + 1) for s in segs[1:]]
         waited = segs[0].start - r.job.submit_ts
-        job = HistJob(req, r.job.submit_ts, segs, waited)
-        out.append(job)
-        runs += [(job.request_id, s, int(r.job.gpus)) for s in segs]
+        out.append(HistJob(req, r.job.submit_ts, segs, waited))
+    out, parents = _whole_chains(out, draw.parents)
+    runs = [(job.request_id, s, job.request.gpu_count) for job in out for s in job.segments]
     _place(nodes, runs)
     if progress:
         progress(f"{len(out)} jobs admitted, {sum(len(j.segments) for j in out)} runs, "
                  f"{sum(s.outcome == 'preempted' for j in out for s in j.segments)} preemptions")
-    return History(days, nodes, out, never, sim.calls)
+    return History(days, nodes, out, never, sim.calls, parents)
+
+
+def _whole_chains(jobs: list[HistJob], parents: dict[str, list[Parent]]) -> tuple[list[HistJob], dict[str, list[Parent]]]:
+    """Drop a chain stage whose upstream is not in the history, or did not finish before the stage
+    started (its upstream ran past the end of the history); keep the parents of the rest."""
+    by_id = {j.request_id: j for j in jobs}
+    dropped: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for rid in parents:
+            if rid in by_id and rid not in dropped:
+                job = by_id[rid]
+                for p in parents[rid]:
+                    up = by_id.get(p.request_id)
+                    if (up is None or p.request_id in dropped or up.segments[-1].outcome != "finished"
+                            or up.segments[-1].end > job.segments[0].start):
+                        dropped.add(rid)
+                        changed = True
+                        break
+    kept = [j for j in jobs if j.request_id not in dropped]
+    return kept, {rid: ps for rid, ps in parents.items() if rid in by_id and rid not in dropped}
 
 
 # the ledger -----------------------------------------------------------------------------------
@@ -422,8 +596,13 @@ def _pod(rid: str, attempt: int, k: int) -> str:
 
 
 def write_ledger(history: History, ledger: Ledger, policy: Policy) -> int:
-    """Record the history's requests, events and workload results in one transaction each."""
-    req_rows, ev_rows, run_rows = [], [], []
+    """Record the history's requests, events, workload results and release-chain lineage in one
+    transaction.
+
+    Lineage as the live platform records it (`gpu_platform.workloads.stages`): a stage's edges go
+    to the requests whose outputs it reads; a release request is two stages, its evidence pack
+    (edges to its artifact_set's producers) and the release (edge to its own evidence pack)."""
+    req_rows, ev_rows, run_rows, edge_rows = [], [], [], []
 
     def ev(rid: str, event: str, at: float, reason: str, flavor: str | None = None, details: Any = None) -> None:
         ev_rows.append({"request_id": rid, "event": event, "at": _at(at).replace(tzinfo=None), "reason": reason,
@@ -447,27 +626,43 @@ def write_ledger(history: History, ledger: Ledger, policy: Policy) -> int:
                 ev(rid, "failed", seg.end, OOM_REASON, seg.flavor, {"exit_status": 137})
             elif seg.outcome in ("finished", "failed"):
                 ev(rid, seg.outcome, seg.end, f"history run {seg.outcome}", seg.flavor)
+        kind = req.workload or policy.lane(req.lane or "").default_workload
+        if rid in history.parents:
+            started = _at(job.segments[0].start)
+            stages = [("evidence_pack", history.parents[rid]), (kind, [Parent(rid, "evidence_pack", f"evidence-pack:{rid}")])] \
+                if kind in RELEASE_KINDS else [(kind, history.parents[rid])]
+            edge_rows += [{"child_request_id": rid, "child_kind": k, "parent_request_id": p.request_id,
+                           "parent_kind": p.kind, "via_id": p.via_id, "recorded_at": started}
+                          for k, ps in stages for p in dict.fromkeys(ps)]
         last = job.segments[-1]
         if last.outcome in ("finished", "failed"):
-            kind = req.workload or policy.lane(req.lane or "").default_workload
             gpu_h = sum((s.end - s.start) / 3600 * req.gpu_count for s in job.segments)
-            results = _results(req, job, rid)
-            run = WorkloadRun.for_request(req, kind, SUCCEEDED if last.outcome == "finished" else "failed",
-                                          results=results, gpu_hours=round(gpu_h, 6),
+            status = SUCCEEDED if last.outcome == "finished" else "failed"
+            run = WorkloadRun.for_request(req, kind, status, results=_results(req, job, rid), gpu_hours=round(gpu_h, 6),
                                           exit_status=0 if last.outcome == "finished" else 1,
                                           attempts=len(job.segments), recorded_at=_at(last.end))
-            row = run.to_dict()
-            row["recorded_at"] = _at(last.end)
-            for name in RUN_JSON_COLUMNS:
-                row[name] = json.dumps(row[name], sort_keys=True, default=str)
-            run_rows.append(row)
+            if kind in RELEASE_KINDS:
+                # the release's run assembles its evidence pack first, then publishes (one pod)
+                run_rows.append(_run_row(replace(run, kind="evidence_pack", gpu_hours=0.0,
+                                                 results={"stages": len(history.parents.get(rid, []))})))
+            run_rows.append(_run_row(run))
     LineageStore(ledger.engine)  # creates its tables
     with ledger.engine.begin() as conn:
         conn.execute(requests_table.insert(), req_rows)
         conn.execute(events_table.insert(), ev_rows)
         if run_rows:
             conn.execute(workload_runs.insert(), run_rows)
+        if edge_rows:
+            conn.execute(lineage_edges.insert(), edge_rows)
     return len(req_rows)
+
+
+def _run_row(run: WorkloadRun) -> dict[str, Any]:
+    row = run.to_dict()
+    row["recorded_at"] = run.recorded_at
+    for name in RUN_JSON_COLUMNS:
+        row[name] = json.dumps(row[name], sort_keys=True, default=str)
+    return row
 
 
 def _results(req: JobRequest, job: HistJob, rid: str) -> dict[str, Any]:
@@ -479,8 +674,10 @@ def _results(req: JobRequest, job: HistJob, rid: str) -> dict[str, Any]:
     if req.lane == "labeler_batch":
         frames = 12_000 + seed % 9_000
         return {"accepted": frames - frames // 12, "rejected": frames // 12, **timings}
-    if req.lane == "release_eval":
-        return {"replay_hours": round(ran / 3600 * 10, 2), **timings}
+    if req.workload == "replay":
+        suites = {suite: {"status": "passed", "pass_rate": round(0.95 + (seed % 50) / 1000, 3)}
+                  for suite in req.evaluator_ids}
+        return {"replay_hours": round(ran / 3600 * 10, 2), "suites": suites, **timings}
     return timings
 
 
@@ -664,7 +861,10 @@ def summary(history: History) -> dict[str, Any]:
         s["max_wait_h"] = round(max(s["max_wait_h"], job.waited_s / 3600), 2)
         s["gpu_hours"] = round(s["gpu_hours"] + sum((x.end - x.start) / 3600 * job.request.gpu_count
                                                      for x in job.segments), 1)
+    releases = {kind: sum(j.request.workload == kind and j.segments[-1].outcome == "finished" for j in history.jobs)
+                for kind in RELEASE_KINDS}
     return {"days": [history.days[0].isoformat(), history.days[-1].isoformat()], "nodes": len(history.nodes),
-            "jobs": len(history.jobs), "never_admitted": len(history.never_admitted), "lanes": lanes}
+            "jobs": len(history.jobs), "never_admitted": len(history.never_admitted), "lanes": lanes,
+            "releases": releases, "release_chain_requests": len(history.parents)}
 
 

@@ -421,18 +421,24 @@ def render_tree(node: LineageNode, tree: Any = None) -> Any:
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """The result of one release-evidence check. missing: one line per gap, naming it."""
+    """The result of one release-evidence check. missing: one line per gap, naming it.
+    awaiting: items that pass for now but are not final (cost_attributed: stages awaiting pricing)."""
 
     name: str
     passed: bool
     missing: tuple[str, ...] = ()
     checked: int = 0
+    awaiting: tuple[str, ...] = ()
 
     @property
     def description(self) -> str:
         if self.passed:
-            return f"{self.name}: complete ({self.checked} item(s) checked)"
-        return f"{self.name}: missing {len(self.missing)}: " + "; ".join(self.missing)
+            text = f"{self.name}: complete ({self.checked} item(s) checked)"
+        else:
+            text = f"{self.name}: missing {len(self.missing)}: " + "; ".join(self.missing)
+        if self.awaiting:
+            text += f"; awaiting pricing ({len(self.awaiting)}): " + "; ".join(self.awaiting)
+        return text
 
 
 def _stages(tree: LineageNode) -> list[LineageNode]:
@@ -548,16 +554,23 @@ def check_reproducible(tree: LineageNode) -> CheckOutcome:
 
 
 def check_cost_attributed(
-    tree: LineageNode, costs: Mapping[str, Any] | None = None, priced_through: date | None = None
+    tree: LineageNode,
+    costs: Mapping[str, Any] | None,
+    priced_through: date | None = None,
+    unavailable: str = "the cost models have not been built",
 ) -> CheckOutcome:
-    """Every program stage has GPU-hours and a team/cost center; with `costs` (request id ->
-    priced cost from the cost models), every program stage is also priced.
+    """Every program stage has GPU-hours, a team/cost center and a priced cost from the cost models
+    (`costs`: request id -> priced cost).
 
-    priced_through: the last day the cost models have priced. A stage that ran after it is
-    awaiting the next daily pricing, not missing (it is counted in `checked` only); None: every
-    unpriced stage is missing.
+    costs=None: the cost models are not available (`unavailable` says why): no stage's cost can be
+    attributed, so the check fails. priced_through: the last day the cost models have priced; a
+    stage that ran after it awaits the next pricing (today's is never final): it passes, and is
+    listed in `awaiting`. None: every unpriced stage is missing.
     """
     missing: list[str] = []
+    awaiting: list[str] = []
+    if costs is None:
+        missing.append(f"priced cost: {unavailable}, so no stage's cost can be attributed")
     stages = [n for n in _stages(tree) if n.run is not None]
     for n in stages:
         r = n.run
@@ -567,9 +580,13 @@ def check_cost_attributed(
         if n.kind in EXECUTING_KINDS:
             if r.gpu_hours is None:
                 missing.append(f"{where}: gpu_hours not recorded")
-            if costs is not None and n.request_id not in costs and not awaiting_pricing(r, priced_through):
-                missing.append(f"{where}: no priced cost in the cost models")
-    return CheckOutcome("cost_attributed", not missing, tuple(missing), len(stages))
+            if costs is not None and n.request_id not in costs:
+                if awaiting_pricing(r, priced_through):
+                    ran = r.recorded_at.astimezone(UTC).date() if r.recorded_at else None
+                    awaiting.append(f"{where} (ran {ran}, priced through {priced_through})")
+                else:
+                    missing.append(f"{where}: no priced cost in the cost models")
+    return CheckOutcome("cost_attributed", not missing, tuple(missing), len(stages), tuple(awaiting))
 
 
 def awaiting_pricing(run: WorkloadRun, priced_through: date | None) -> bool:

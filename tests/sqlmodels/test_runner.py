@@ -113,6 +113,20 @@ def test_partitioned_model_needs_a_day(tmp_path):
         Project.load(tmp_path).build(duckdb.connect())
 
 
+def test_a_partitioned_model_that_gains_a_column_keeps_its_built_days(tmp_path):
+    """A warehouse built before a model gained a column: the next build adds it (NULL on the days
+    built before) instead of failing the insert, and keeps those days."""
+    yml = "name: m\ndescription: d\ngrain: g\npartition_by: day\ncolumns:\n  - {name: day, description: d}\n"
+    model(tmp_path, "staging", "m", "select cast({{ var('day') }} as date) as day", yml)
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    Project.load(tmp_path).build(con, day="2026-11-27")
+    model(tmp_path, "staging", "m", "select cast({{ var('day') }} as date) as day, 'why' as reason",
+          yml + "  - {name: reason, description: d}\n")
+    Project.load(tmp_path).build(con, day="2026-11-28")
+    assert con.execute("select cast(day as varchar), reason from m order by day").fetchall() == [
+        ("2026-11-27", None), ("2026-11-28", "why")]
+
+
 def test_data_test_kinds(tmp_path):
     model(tmp_path, "staging", "parent", "select 1 as id union all select 2")
     model(tmp_path, "marts", "child", "select * from (values (1, 'a', 5), (1, 'b', -1), (3, null, 2)) t(id, kind, n) "

@@ -245,3 +245,68 @@ def test_released_model_cost_follows_recorded_lineage_not_shared_ids(tmp_path):
     rm = con.execute("select cost_per_released_model, lineage_requests, lineage_source "
                      "from unit_cost_released_model").fetchall()
     assert rm == [(D("129.600000") + D("194.400000") + D("3.688000") + D("44.256000"), 4, "lineage")]  # R5 itself has no pods
+
+
+def test_unpriced_gpu_time_is_in_no_unit_cost_and_listed_with_its_reason(project):
+    """R9, a training run on a laptop no inventory, bill or DCGM sample knows (and R1 partly there):
+    no price, so no unit-cost row without a currency; unpriced_requests and reconciliation_exceptions
+    name it, and the not-null currency tests of the per-pod and per-day models still fail loudly."""
+    from gpu_platform.finops.sqlmodels import load_ledger_snapshot
+    from tests.sqlmodels.finops_scenario import REQUESTS, pod_dicts
+
+    con = duckdb.connect()
+    load_scenario(con)
+    r9 = dict(REQUESTS[0], request_id="R9", candidate_id="C9")
+    laptop = [dict(pod_dicts()[0], pod="r9-a1", request_id="R9", hostname="laptop"),
+              dict(pod_dicts()[1], pod="r1-a3", attempt=3, hostname="laptop")]
+    load_ledger_snapshot(con, [*REQUESTS, r9], [*pod_dicts(), *laptop])
+    failures = build(project, con)
+    for table in ("int_request_cost", "unit_cost_training_run", "unit_cost_released_model"):
+        assert con.execute(f"select count(*) from {table} where currency is null").fetchone()[0] == 0, table
+    assert con.execute("select count(*) from unit_cost_training_run where request_id = 'R9'").fetchone()[0] == 0
+    # R1's priced attempts are still its unit cost; its laptop attempt is listed as unpriced
+    assert money(one(con, "select cost_per_training_run from unit_cost_training_run where request_id = 'R1'")[0]) == \
+        money(COST["R1"])
+    rows = {r[0]: r[1:] for r in con.execute(
+        "select request_id, pods, unpriced_gpu_hours, priced_gpu_hours, reason from unpriced_requests").fetchall()}
+    assert set(rows) == {"R1", "R9"}
+    assert rows["R9"][:3] == (1, 8.0, 0.0) and rows["R1"][:3] == (1, 24.0, 32.0)
+    assert rows["R9"][3] == ("node laptop is in no node inventory and sent no DCGM samples: "
+                             "no price, so this time is in no unit-cost mart")
+    exc = con.execute("select pod, treatment, reason from reconciliation_exceptions where kind = 'pod_without_price' "
+                      "order by pod").fetchall()
+    assert [(e[0], e[1]) for e in exc] == [("r1-a3", "unpriced"), ("r9-a1", "unpriced")]
+    assert "see unpriced_requests" in exc[1][2]
+    assert failures["int_pod_gpu_hours.not_null_currency"] == 2  # the unpriced pods themselves
+    assert all(v == 0 for k, v in failures.items() if k.startswith(("unit_cost_", "unpriced_requests")))
+
+
+def test_zero_and_negative_shared_cost_carry_a_reason(project):
+    con = duckdb.connect()
+    load_scenario(con)
+    # a credit larger than the day's shared charges (60.00): net shared cost -40.00
+    insert_billing(con, [(-100.00, "USD", D0, D0 + timedelta(days=1), None, "AWS Credits", 9)], source="credit.csv")
+    failures = build(project, con)
+    assert {k: v for k, v in failures.items() if v} == {}
+    (shared, reason), = con.execute("select shared_cost, reason from int_shared_cost").fetchall()
+    assert shared == D("-40.000000") and reason.startswith("credits (-100.000000 USD) exceed the day's shared charges")
+    cb = con.execute("select team, shared_cost, shared_cost_reason from chargeback").fetchall()
+    assert cb and all(s < 0 and "credits exceed its shared charges" in r for _, s, r in cb)
+    # shared_policy none: the teams pay no shared cost, and say why
+    con = duckdb.connect()
+    load_scenario(con)
+    build(project, con, shared_policy="none")
+    reasons = dict(con.execute("select team, shared_cost_reason from chargeback where shared_cost = 0").fetchall())
+    assert set(reasons) == set(TEAM_ALLOC)
+    assert set(reasons.values()) == {"shared_policy none: the shared cost stays on the (unallocated) row"}
+    assert con.execute("select shared_cost_reason from chargeback where team = '(unallocated)'").fetchone()[0] is None
+
+
+def test_a_cell_without_a_finished_evidence_pack_says_why_it_has_no_cost_per_approval(project):
+    con = duckdb.connect()
+    load_scenario(con)
+    con.execute("update raw_requests set state = 'admitted' where request_id = 'R4'")
+    build(project, con)
+    approvals, per, reason = one(con, "select approvals, cost_per_approval, reason from unit_cost_odd_cell_approval")
+    assert (approvals, per) == (0, None)
+    assert reason == "no finished evidence pack for this cell yet (1 submitted)"

@@ -5,6 +5,7 @@ GPU indices because these tests need no GPU)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,25 @@ class Platform:
         return self.ledger.submit(JobRequest.model_validate(req.model_dump()))
 
 
+def priced_warehouse(path: Path, costs: dict[str, float] | None = None, through: date | None = None) -> Path:
+    """A warehouse whose cost models have priced through `through` (default yesterday): the cost
+    mart the cost check reads, with `costs` (request id -> cost) on that day and one other
+    request's row, so the day counts as priced. Stages of today then await pricing."""
+    import duckdb
+
+    day = through or datetime.now(UTC).date() - timedelta(days=1)
+    with duckdb.connect(str(path)) as con:
+        con.execute("create table fct_gpu_cost_by_request (day date, request_id varchar, currency varchar, "
+                    "allocated_cost decimal(18, 6))")
+        rows = [(day, "req-priced-elsewhere", "USD", 1.0)] + [(day, rid, "USD", c) for rid, c in (costs or {}).items()]
+        con.executemany("insert into fct_gpu_cost_by_request values (?, ?, ?, ?)", rows)
+    return path
+
+
 @pytest.fixture
 def platform(tmp_path: Path) -> Platform:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    priced_warehouse(tmp_path / "warehouse.duckdb")
     resources = {
         "ledger": LedgerResource(url=url),
         "policy": PolicyResource(),

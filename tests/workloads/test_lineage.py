@@ -128,9 +128,13 @@ def test_checks_pass_on_a_complete_chain_and_name_what_is_missing(tmp_path: Path
     rc = check_replay_coverage(tree, night)
     assert "suite eval-night-v1 for ODD cell odd-urban-day: not replayed" in rc.description
     assert check_reproducible(tree).passed
-    assert check_cost_attributed(tree).passed
+    # without the cost models no cost can be attributed: the check fails and says so
+    unpriced = check_cost_attributed(tree, None)
+    assert not unpriced.passed
+    assert unpriced.missing == ("priced cost: the cost models have not been built, so no stage's cost can be attributed",)
     costed = check_cost_attributed(tree, costs={"req-train": 12.0})
     assert costed.missing == ("replay req-replay: no priced cost in the cost models",)
+    assert check_cost_attributed(tree, costs={"req-train": 12.0, "req-replay": 3.0}).passed
 
 
 def test_reproducibility_and_logs_checks_name_each_gap(tmp_path: Path):
@@ -148,7 +152,7 @@ def test_reproducibility_and_logs_checks_name_each_gap(tmp_path: Path):
     assert rep.missing == ("training_run req-train: dataset snapshot (dataset_ids)",)
     logs = check_logs_retained(tree, ev.exists, ev.verify, ev.held_digests())
     assert logs.missing == (f"evidence_pack req-pack: log {unheld.digest} not under evidence hold",)
-    cost = check_cost_attributed(tree)
+    cost = check_cost_attributed(tree, costs={"req-train": 1.0})
     assert cost.missing == ("training_run req-train: gpu_hours not recorded",)
     lc = check_lineage_complete(tree, reqs["req-pack"])
     assert "upstream replay or map_segmentation: none in the lineage of req-pack" in lc.description

@@ -149,6 +149,25 @@ def test_cost_check_counts_stages_after_the_last_priced_day_as_awaiting_not_miss
     assert not awaiting_pricing(run, None)
 
 
+def test_cost_check_passes_stages_awaiting_pricing_and_lists_them():
+    from datetime import UTC, date, datetime
+
+    from gpu_platform.lineage.graph import LineageNode, WorkloadRun, check_cost_attributed
+
+    def node(rid: str, kind: str, day: int) -> LineageNode:
+        return LineageNode(rid, kind, None, WorkloadRun(request_id=rid, kind=kind, status="succeeded", team="t",
+                                                        cost_center="CC", gpu_hours=1.0,
+                                                        recorded_at=datetime(2026, 11, day, 9, tzinfo=UTC)))
+
+    tree = node("rel", "evidence_pack", 29)
+    tree.parents = [node("old", "training_run", 27), node("new", "replay", 29)]
+    outcome = check_cost_attributed(tree, {"old": 5.0}, date(2026, 11, 28))
+    assert outcome.passed and outcome.awaiting == ("replay new (ran 2026-11-29, priced through 2026-11-28)",)
+    assert "awaiting pricing (1): replay new" in outcome.description
+    # once its day is priced, a stage without a cost is missing
+    assert not check_cost_attributed(tree, {"old": 5.0}, date(2026, 11, 29)).passed
+
+
 def test_a_hostile_result_file_is_unreadable_not_a_crash(tmp_path):
     from gpu_platform.workloads.stages import RESULT_FILE, read_result
 

@@ -33,7 +33,7 @@ from resources.local_executor import LocalGpuExecutor
 from resources.policy import PolicyResource
 from resources.warehouse import Warehouse
 
-from .conftest import CHAIN, EXAMPLES, Platform
+from .conftest import CHAIN, EXAMPLES, Platform, priced_warehouse
 
 REQUIRED_METADATA = {
     "request_id", "lane", "team", "source_commit", "container_digest", "dataset_ids", "map_ids", "taxonomy_ids",
@@ -63,6 +63,7 @@ def chain(tmp_path_factory):
     """Label batch -> training run -> replay, and map segmentation -> map replay, materialized once."""
     tmp = tmp_path_factory.mktemp("chain")
     url = f"sqlite:///{tmp / 'ledger.db'}"
+    priced_warehouse(tmp / "warehouse.duckdb")  # the cost models have priced through yesterday
     resources = {
         "ledger": LedgerResource(url=url),
         "policy": PolicyResource(),
@@ -120,6 +121,13 @@ def test_complete_release_materializes_with_every_check_passing_and_lineage_prin
     evals = {(e.asset_key.to_user_string(), e.check_name): e for e in res.get_asset_check_evaluations()}
     assert len(evals) == 10
     assert all(e.passed for e in evals.values()), {k: e.description for k, e in evals.items() if not e.passed}
+    # the chain ran today, after the last priced day (yesterday): its program stages await today's
+    # pricing, which passes, and the check names each of them
+    cost = evals[("released_model", "cost_attributed")]
+    awaiting = cost.metadata["awaiting_pricing"].value
+    assert cost.metadata["awaiting_pricing_count"].value == len(awaiting) == 3
+    assert {a.split(" (")[0] for a in awaiting} == {"label_batch req-label", "training_run req-train", "replay req-replay"}
+    assert "awaiting pricing (3): " in cost.description and "priced by the cost models through" in cost.description
     assert instance.get_latest_materialization_event(dg.AssetKey("released_model")) is not None
     # the pack put every upstream log under hold: a sweep far in the future keeps all of them
     report = p.store.sweep(datetime.now(UTC) + timedelta(days=36500), dry_run=True)
@@ -159,17 +167,8 @@ def test_incomplete_evidence_pack_blocks_the_release_in_the_same_run(chain):
     assert latest is None or latest.dagster_event.partition != rid
 
 
-def test_cost_check_warns_until_enforced_and_then_names_unpriced_requests(chain, tmp_path: Path):
-    import duckdb
-
-    p, instance, _, _ = chain
-    rid = p.submit(CHAIN / "evidence_pack.yaml", "req-pack-cost")
-    add_partitions(instance, p, rid)
-    wh = tmp_path / "wh.duckdb"
-    with duckdb.connect(str(wh)) as con:
-        con.execute("create table fct_gpu_cost_by_request (request_id varchar, allocated_cost decimal(18, 6))")
-        con.execute("insert into fct_gpu_cost_by_request values ('req-train', 12.5), ('req-label', 1.25)")
-    resources = {**p.resources, "warehouse": Warehouse(path=str(wh))}
+def _pack_cost_check(p: Platform, instance, rid: str, warehouse: Path, enforce: bool = True):
+    resources = {**p.resources, "warehouse": Warehouse(path=str(warehouse))}
     res = dg.materialize(
         [*workload_assets, *workload_checks],
         selection=dg.AssetSelection.assets("evidence_pack"),
@@ -177,12 +176,47 @@ def test_cost_check_warns_until_enforced_and_then_names_unpriced_requests(chain,
         instance=instance,
         resources=resources,
         raise_on_error=False,
-        run_config={"ops": {"evidence_pack_cost_attributed": {"config": {"enforce": True}}}},
+        run_config={"ops": {"evidence_pack_cost_attributed": {"config": {"enforce": enforce}}}},
     )
-    cost = next(e for e in res.get_asset_check_evaluations() if e.check_name == "cost_attributed")
+    return next(e for e in res.get_asset_check_evaluations() if e.check_name == "cost_attributed")
+
+
+def test_cost_check_names_unpriced_requests_once_their_day_is_priced(chain, tmp_path: Path, monkeypatch):
+    import assets.workloads as workloads
+
+    p, instance, _, _ = chain
+    rid = p.submit(CHAIN / "evidence_pack.yaml", "req-pack-cost")
+    add_partitions(instance, p, rid)
+    # a day later: the chain's day (today) has been priced, req-train and req-label were, req-replay not
+    today = datetime.now(UTC).date()
+    monkeypatch.setattr(workloads, "_today", lambda: today + timedelta(days=1))
+    wh = priced_warehouse(tmp_path / "wh.duckdb", {"req-train": 12.5, "req-label": 1.25}, through=today)
+    cost = _pack_cost_check(p, instance, rid, wh)
     assert not cost.passed and cost.severity == dg.AssetCheckSeverity.ERROR
     assert "replay req-replay: no priced cost in the cost models" in cost.description
     assert "req-train" not in cost.description
+    assert cost.metadata["awaiting_pricing"].value == []
+
+
+def test_cost_check_fails_without_the_cost_models_and_says_what_to_run(chain, tmp_path: Path):
+    import duckdb
+
+    p, instance, _, _ = chain
+    rid = p.submit(CHAIN / "evidence_pack.yaml", "req-pack-no-models")
+    add_partitions(instance, p, rid)
+    # no warehouse at all: ERROR (the default), naming the missing models and what builds them
+    cost = _pack_cost_check(p, instance, rid, tmp_path / "none.duckdb")
+    assert not cost.passed and cost.severity == dg.AssetCheckSeverity.ERROR
+    assert "the cost models have not been built" in cost.description
+    assert "cost cannot be attributed" in cost.description or "no stage's cost can be attributed" in cost.description
+    assert "finops_daily" in cost.description and "gpu-platform cost build" in cost.description
+    assert cost.metadata["cost_models"].value is False
+    # a warehouse without the cost table fails the same way; enforce=false makes it a WARN
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    cost = _pack_cost_check(p, instance, rid, empty, enforce=False)
+    assert not cost.passed and cost.severity == dg.AssetCheckSeverity.WARN
+    assert "has no fct_gpu_cost_by_request table" in cost.description
 
 
 def test_map_release_via_its_job_definition(chain):

@@ -38,7 +38,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     d = date.fromisoformat(str(day))
     have = _tables(con)
     out: dict[str, Any] = {"day": d.isoformat(), "totals": [], "exceptions": [], "unit_costs": [],
-                           "chargeback_by_team": [], "top_requests": []}
+                           "unpriced_requests": [], "chargeback_by_team": [], "top_requests": []}
     if "reconciliation" in have:
         # billed: every FOCUS piece of the day; allocated / idle: all priced GPU nodes (billed and
         # price book); shared: billed non-node cost; unreconciled: exception money charged to no team
@@ -86,6 +86,11 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                 per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
             out["unit_costs"].append({"unit": label, "currency": r["currency"], "cost": r["cost"],
                                       "units": r["units"], "cost_per_unit": per})
+    if "unpriced_requests" in have:
+        # GPU time no price covers: in no unit cost above (lifetime, like them)
+        out["unpriced_requests"] = _rows(con, """
+            select request_id, team, workload, first_day, last_day, unpriced_gpu_hours, priced_gpu_hours, reason
+            from unpriced_requests order by unpriced_gpu_hours desc, request_id limit $top""", {"top": top})
     if "platform_cost_per_tenant" in have:
         out["chargeback_by_team"] = _rows(con, """
             select team, cost_center, currency, allocated_gpu_hours, allocated_cost, idle_cost, shared_cost, total_cost
@@ -152,6 +157,11 @@ def model_metrics(
                 f"select currency, sum({money}) from {model} {where} group by currency order by currency",
                 params).fetchall():
             out[f"{money}_{cur}"] = float(total or 0)
+    if model.startswith("unit_cost_") and "int_pod_gpu_hours" in _tables(con):
+        # requests whose GPU time has no price are in no unit-cost mart: how many (unpriced_requests lists them)
+        (n,) = con.execute("select count(distinct request_id) from int_pod_gpu_hours "
+                           "where currency is null and allocated_gpu_hours > 0").fetchone()
+        out["unpriced_requests"] = int(n)
     if model == "platform_cost_per_tenant":
         rows = _rows(con, f"select team, currency, allocated_gpu_hours, total_cost from {model} {where} "
                           "order by total_cost desc limit 10", params)

@@ -440,6 +440,8 @@ class Project:
             try:
                 if created:
                     con.execute(f"create table {m.name} as select * from ({m.sql}) limit 0", params)
+                else:
+                    created = self._add_new_columns(con, m, params)
                 con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
                             {"day_from": span[0], "day_to": span[1]})
                 rows = con.execute(f"insert into {m.name} by name select * from ({m.sql})", params).fetchall()[0][0]
@@ -461,6 +463,18 @@ class Project:
         return bool(con.execute(
             "select count(*) from information_schema.tables where table_schema = 'main' and table_name = $t",
             {"t": table}).fetchall()[0][0])
+
+    @staticmethod
+    def _add_new_columns(con: duckdb.DuckDBPyConnection, m: Model, params: dict[str, Any]) -> bool:
+        """A stored partitioned table built before the model gained columns: add them (NULL on the
+        days built before), so the older days stay and the new days fill them. True when any was added."""
+        wanted = con.execute(f"select * from ({m.sql}) limit 0", params).description
+        have = {r[0] for r in con.execute(f"describe {m.name}").fetchall()}
+        added = [(d[0], str(d[1])) for d in wanted if d[0] not in have]
+        for name, sql_type in added:
+            # the name and type come from the project's own SQL, never from a user
+            con.execute(f'alter table {m.name} add column "{name}" {sql_type}')
+        return bool(added)
 
     def _check_columns(self, con: duckdb.DuckDBPyConnection, m: Model) -> None:
         if not m.columns:

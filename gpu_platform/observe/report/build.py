@@ -27,6 +27,7 @@ from gpu_platform.observe.report.data import (
     fired_signals,
     queue_waits,
     unit_costs,
+    unpriced_request_count,
     utilization_by_pool,
 )
 from gpu_platform.policy import Policy
@@ -251,6 +252,13 @@ def _warehouse_sections(
         sections.append(f"<h2>Unit costs</h2><p>{report.notes['unit_costs']}.</p>")
     if "unit-cost_unpriced" in report.notes:
         sections.append(f"<p><em>{html.escape(report.notes['unit-cost_unpriced'])}.</em></p>")
+    unpriced, unpriced_hours = unpriced_request_count(con)
+    if unpriced:
+        report.notes["unpriced_requests"] = (
+            f"{unpriced} request(s) with {unpriced_hours:.1f} GPU-hours no price covers are in no unit cost "
+            "(listed in unpriced_requests, with the reason)"
+        )
+        sections.append(f"<p><em>{html.escape(report.notes['unpriced_requests'])}.</em></p>")
     signals = fired_signals(con, first, last)
     if signals is None:
         report.notes["signals"] = "the warehouse has no capacity_signals table"

@@ -130,6 +130,14 @@ def unit_costs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return out
 
 
+def unpriced_request_count(con: duckdb.DuckDBPyConnection) -> tuple[int, float]:
+    """(requests, GPU-hours) of GPU time no price covers (`unpriced_requests`): in no unit cost."""
+    if "unpriced_requests" not in _tables(con):
+        return 0, 0.0
+    n, hours = con.execute("select count(*), coalesce(sum(unpriced_gpu_hours), 0) from unpriced_requests").fetchone()
+    return int(n), float(hours)
+
+
 def fired_signals(con: duckdb.DuckDBPyConnection, first: date, last: date) -> list[dict[str, Any]] | None:
     """Rows of a `capacity_signals` table that fired in the period; None: the warehouse has no such table."""
     have = _tables(con)
