@@ -535,8 +535,9 @@ def make_workload_jobs(executor_def: dg.ExecutorDefinition | None = None) -> lis
     return jobs
 
 
-kind_jobs = make_workload_jobs()
-"""The workload jobs with the default executor (what `admission_sensor` launches outside prod)."""
+kind_jobs = make_workload_jobs(dg.multiprocess_executor)
+"""The workload jobs on the multiprocess executor (what `admission_sensor` launches outside prod):
+each step in its own process, as on a cluster each is its own pod."""
 release_job = next(j for j in kind_jobs if j.name == JOB_FOR_WORKLOAD["released_model"])
 release_map_job = next(j for j in kind_jobs if j.name == JOB_FOR_WORKLOAD["released_map"])
 workload_jobs: list[Any] = [*kind_jobs, retention_sweep]

@@ -36,8 +36,10 @@ k8s_attempts as (
     from k8s as k
     left join ledger as l
         on l.request_id = k.request_id
-        and l.started_at <= k.started_at
-        and (l.ended_at is null or l.ended_at >= k.started_at)
+        -- the API gives whole seconds (a pod admitted at 22:01:28.97 shows startTime 22:01:28), and
+        -- the platform's and the cluster's clocks may differ by a little: 5 s of slack on each side
+        and l.started_at <= k.started_at + interval 5 second
+        and (l.ended_at is null or l.ended_at + interval 5 second >= k.started_at)
     qualify row_number() over (partition by k.namespace, k.pod, k.uid order by l.attempt desc nulls last) = 1
 
 ),

@@ -157,6 +157,18 @@ def model_metrics(
                 f"select currency, sum({money}) from {model} {where} group by currency order by currency",
                 params).fetchall():
             out[f"{money}_{cur}"] = float(total or 0)
+    unit = next((u for u in UNIT_COSTS if u[1] == model), None)
+    if unit is not None:
+        # what `cost report` shows as the unit cost: lifetime to date (every day, every attempt)
+        label, _, cost_col, units = unit
+        unit_expr = f"sum({units})" if units else "count(*)"
+        for cur, cost, n in con.execute(
+                f"select currency, sum({cost_col}), {unit_expr} from {model} where currency is not null "
+                "group by currency order by currency").fetchall():
+            out[f"lifetime_cost_{cur}"] = float(cost or 0)
+            out[f"lifetime_units_{cur}"] = float(n or 0)
+            if n:
+                out[f"lifetime_cost_per_{label}_{cur}"] = float(cost or 0) / float(n)
     if model.startswith("unit_cost_") and "int_pod_gpu_hours" in _tables(con):
         # requests whose GPU time has no price are in no unit-cost mart: how many (unpriced_requests lists them)
         (n,) = con.execute("select count(distinct request_id) from int_pod_gpu_hours "
