@@ -99,6 +99,7 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
                     "repaired": report.repaired,
                     "missing": report.missing,
                     "partial_writes_removed": report.cleaned,
+                    "skipped": report.skipped,
                 },
                 indent=2,
             )
@@ -114,6 +115,8 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
         )
     for digest, name in report.missing:
         click.echo(f"MISSING {digest}: reference {name} is held or unexpired but the object is gone")
+    for where, why in report.skipped:
+        click.echo(f"SKIPPED {where}: {why}")
     click.echo(report.summary())
     if report.missing:
         sys.exit(1)

@@ -22,6 +22,13 @@ is held, neither by its own `hold` flag nor by a hold on its request. Anything a
 unreadable ref, an object without refs) is kept and reported. A sweep is restartable: it
 deletes an object before its references, and repairs what an interrupted sweep or writer left
 (references to an object it deleted, `.tmp-` files of writes that never finished).
+
+Nothing here follows a symbolic link inside the store: the index and the objects are listed with
+`lstat` (a symlinked directory or file, a FIFO, device or socket is left alone and reported in
+`SweepReport.skipped`), index files are read through `safeload.read_confined` (a regular file
+under the root, opened O_NOFOLLOW | O_NONBLOCK) and deletes go through
+`safeload.unlink_confined` (every directory opened O_NOFOLLOW), so no file outside the store is
+read, deleted or has its mode changed.
 """
 
 from __future__ import annotations
@@ -39,12 +46,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
-from gpu_platform.safeload import path_key
+from gpu_platform.safeload import (
+    PathRefused,
+    lstat_kind,
+    open_confined,
+    open_regular,
+    path_key,
+    read_confined,
+    unlink_confined,
+)
 
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _CHUNK = 1 << 20
+_INDEX_MAX_BYTES = 1 << 20
+"""A reference or hold file larger than this is unreadable (they are a few hundred bytes)."""
 
 
 class EvidenceError(RuntimeError):
@@ -96,6 +114,9 @@ class SweepReport:
     """(digest, reference) of held or unexpired references whose object is gone: evidence lost."""
     cleaned: int = 0
     """`.tmp-` files of interrupted writes removed."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(path under the root, why) of symbolic links and special files the sweep did not follow,
+    read or delete (a store holds only directories and regular files; a person should look)."""
 
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
@@ -104,6 +125,8 @@ class SweepReport:
             out += f"; repaired {len(self.repaired)} dangling reference(s), removed {self.cleaned} partial write(s)"
         if self.missing:
             out += f"; {len(self.missing)} held or unexpired reference(s) point at a missing object"
+        if self.skipped:
+            out += f"; skipped {len(self.skipped)} symbolic link(s) or special file(s) (not followed, not deleted)"
         return out
 
 
@@ -141,9 +164,64 @@ def _dirs(base: Path, request_id: str) -> list[Path]:
     keys were hashed (shared by ids that differ only in unsafe characters: filter by id)."""
     out = [base / path_key(request_id)]
     legacy = base / _safe(request_id)
-    if legacy.is_dir():
+    if _is_real_dir(legacy):
         out.append(legacy)
     return out
+
+
+def _is_real_dir(path: Path) -> bool:
+    """A directory that is not a symbolic link."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _files_in(directory: Path, suffix: str, root: Path, skipped: list[tuple[str, str]] | None) -> list[Path]:
+    """The regular files named `*<suffix>` directly in `directory`, sorted, never through a link:
+    a symbolic link or special file is left out and named in `skipped` with why."""
+    if not _is_real_dir(directory):
+        return []
+    out = []
+    with os.scandir(directory) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if not e.name.endswith(suffix) or e.name.startswith(".tmp-"):
+            continue
+        if e.is_file(follow_symlinks=False):
+            out.append(Path(e.path))
+        elif skipped is not None and not e.is_dir(follow_symlinks=False):
+            skipped.append((_rel(Path(e.path), root), f"{lstat_kind(e.path)}: not followed, not deleted"))
+    return out
+
+
+def _index_files(base: Path, suffix: str, root: Path, skipped: list[tuple[str, str]] | None = None) -> list[Path]:
+    """`base/<dir>/*<suffix>` (refs, holds, objects), without following any link: `base` and
+    every directory above it under `root` must be real directories; a symlinked `<dir>` is left
+    out and named in `skipped`."""
+    here = root
+    for part in base.relative_to(root).parts:
+        here = here / part
+        if not _is_real_dir(here):
+            if skipped is not None and os.path.lexists(here):
+                skipped.append((_rel(here, root), f"{lstat_kind(here) or 'not a directory'}: not followed"))
+            return []
+    out: list[Path] = []
+    with os.scandir(base) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            out += _files_in(Path(e.path), suffix, root, skipped)
+        elif skipped is not None and e.is_symlink():
+            skipped.append((_rel(Path(e.path), root), "a symbolic link: not followed, not deleted"))
+    return out
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _write_once(path: Path, data: bytes) -> bool:
@@ -196,22 +274,32 @@ class EvidenceStore:
 
     def put(
         self,
-        data: bytes | str | Path,
+        data: bytes | str | Path | BinaryIO,
         request_id: str,
         kind: str,
         retention_until: datetime | None = None,
         hold: bool = False,
         name: str = "",
     ) -> EvidenceRef:
-        """Store bytes (or a file's bytes: pass a Path) and reference them from `request_id`.
+        """Store bytes (or a file's bytes: pass a Path, or a file opened for binary reading, e.g.
+        by `safeload.open_confined`) and reference them from `request_id`.
 
+        A Path must be a regular file (a FIFO, device or socket is refused without blocking:
+        EvidenceError); confining it to a root is the caller's job (it knows the root).
         The same content is stored once; an existing object is never rewritten. Each call adds a
         reference (kind, retention, hold) for the request; a repeated identical call is a no-op.
         """
         with self._lock(fcntl.LOCK_SH):
             if isinstance(data, Path):
-                digest, size = self._put_file(data)
+                try:
+                    src = open_regular(data, field=kind)
+                except PathRefused as exc:
+                    raise EvidenceError(f"not stored: {exc}") from None
+                with src:
+                    digest, size = self._put_stream(src)
                 name = name or data.name
+            elif hasattr(data, "read"):
+                digest, size = self._put_stream(data)  # type: ignore[arg-type]
             else:
                 content = data.encode() if isinstance(data, str) else bytes(data)
                 digest, size = sha256_bytes(content), len(content)
@@ -238,14 +326,14 @@ class EvidenceStore:
             _write_once(self.refs_dir / path_key(request_id) / ref_name, json.dumps(record, sort_keys=True).encode())
         return EvidenceRef(digest=digest, uri=self.path(digest).as_uri(), size=size)
 
-    def _put_file(self, src: Path) -> tuple[str, int]:
-        """Stream a file into the store (hashing while copying), so large outputs never sit in memory."""
+    def _put_stream(self, f: BinaryIO) -> tuple[str, int]:
+        """Stream an open file into the store (hashing while copying), so large outputs never sit in memory."""
         self.objects.mkdir(parents=True, exist_ok=True)
         h = hashlib.sha256()
         size = 0
         fd, tmp = tempfile.mkstemp(dir=self.objects, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+            with os.fdopen(fd, "wb") as out:
                 while chunk := f.read(_CHUNK):
                     h.update(chunk)
                     out.write(chunk)
@@ -283,27 +371,46 @@ class EvidenceStore:
     def read(self, digest: str) -> bytes:
         if not self.exists(digest):
             raise EvidenceError(f"{digest}: not in the evidence store at {self.root}")
-        data = self.path(digest).read_bytes()
+        try:
+            with open_confined(self.path(digest), self.root, field=digest, root_name="the evidence store") as f:
+                data = f.read()
+        except PathRefused as exc:
+            raise EvidenceError(str(exc)) from None
         if sha256_bytes(data) != digest:
             raise EvidenceError(f"{digest}: content does not match its digest")
         return data
 
     def verify(self, digest: str) -> bool:
-        """True when the object exists and its bytes hash to its digest."""
+        """True when the object is a regular file in the store (not a link) whose bytes hash to its digest."""
         p = self.path(digest)
-        return p.is_file() and sha256_file(p) == digest
+        try:
+            with open_confined(p, self.root, field=digest, root_name="the evidence store") as f:
+                h = hashlib.sha256()
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+        except PathRefused:
+            return False
+        return f"sha256:{h.hexdigest()}" == digest
+
+    def _read_index(self, p: Path) -> bytes:
+        """A reference or hold file's bytes: a regular file under the root, never through a link."""
+        return read_confined(p, self.root, _INDEX_MAX_BYTES, field="index file", root_name="the evidence store")
 
     # references and holds ------------------------------------------------------------------
 
+    def _index(self, base: Path, skipped: list[tuple[str, str]] | None = None) -> list[Path]:
+        """Every `base/<key>/*.json` (refs or holds), never through a link."""
+        return _index_files(base, ".json", self.root, skipped) if os.path.lexists(base) else []
+
     def refs(self, request_id: str | None = None) -> list[RefRecord]:
         if request_id is None:
-            paths = sorted(self.refs_dir.glob("*/*.json")) if self.refs_dir.exists() else []
+            paths = self._index(self.refs_dir)
         else:
-            paths = sorted(p for d in _dirs(self.refs_dir, request_id) for p in d.glob("*.json"))
+            paths = sorted(p for d in _dirs(self.refs_dir, request_id) for p in _files_in(d, ".json", self.root, None))
         out = []
         for p in paths:
             try:
-                rec = _load_ref(p)
+                rec = _load_ref(self._read_index(p))
             except (OSError, ValueError, KeyError):
                 continue
             if request_id is None or rec.request_id == request_id:
@@ -323,10 +430,10 @@ class EvidenceStore:
         when and why under `holds/<key>/released/`; False when there was no such hold."""
         for d in _dirs(self.holds_dir, request_id):
             p = d / f"{_safe(holder)}.json"
-            try:
-                raw = json.loads(p.read_text())
-            except FileNotFoundError:
+            if not os.path.lexists(p):
                 continue
+            try:
+                raw = json.loads(self._read_index(p))
             except (OSError, ValueError):
                 raw = {}
             if raw.get("request_id", request_id) != request_id:
@@ -345,7 +452,10 @@ class EvidenceStore:
                     self.holds_dir / path_key(request_id) / "released" / f"{_safe(holder)}-{now:%Y%m%dT%H%M%S%fZ}.json",
                     json.dumps(record, sort_keys=True).encode(),
                 )
-                p.unlink(missing_ok=True)
+                try:
+                    unlink_confined(p, self.root, field="hold file")
+                except PathRefused as exc:
+                    raise EvidenceError(f"hold not released: {exc}") from None
             return True
         return False
 
@@ -353,20 +463,20 @@ class EvidenceStore:
         """The release records of `request_id`'s holds, oldest first."""
         base = self.holds_dir / path_key(request_id) / "released"
         out = []
-        for p in sorted(base.glob("*.json")) if base.exists() else []:
+        for p in _files_in(base, ".json", self.root, None) if _is_real_dir(base.parent) else []:
             with contextlib.suppress(OSError, ValueError):
-                out.append(json.loads(p.read_text()))
+                out.append(json.loads(self._read_index(p)))
         return out
 
     def holds(self, request_id: str | None = None) -> list[Hold]:
         if request_id is None:
-            paths = sorted(self.holds_dir.glob("*/*.json")) if self.holds_dir.exists() else []
+            paths = self._index(self.holds_dir)
         else:
-            paths = sorted(p for d in _dirs(self.holds_dir, request_id) for p in d.glob("*.json"))
+            paths = sorted(p for d in _dirs(self.holds_dir, request_id) for p in _files_in(d, ".json", self.root, None))
         out = []
         for p in paths:
             try:
-                raw = json.loads(p.read_text())
+                raw = json.loads(self._read_index(p))
                 hold = Hold(raw["request_id"], raw["holder"], raw.get("reason", ""), datetime.fromisoformat(raw["set_at"]))
             except (OSError, ValueError, KeyError):
                 # Unreadable: its request is not known for sure; `_sweep` keeps its whole directory.
@@ -377,27 +487,37 @@ class EvidenceStore:
                 out.append(hold)
         return out
 
-    def _held(self) -> tuple[dict[str, list[Hold]], set[str]]:
-        """Holds by exact request id, and the directories holding an unreadable hold file."""
+    def _held(self, skipped: list[tuple[str, str]] | None = None) -> tuple[dict[str, list[Hold]], set[str]]:
+        """Holds by exact request id, and the directories holding an unreadable hold file (a link
+        or special file where a hold file belongs counts as unreadable: its directory is kept)."""
         by_id: dict[str, list[Hold]] = defaultdict(list)
         dirs: set[str] = set()
-        for p in sorted(self.holds_dir.glob("*/*.json")) if self.holds_dir.exists() else []:
+        mine: list[tuple[str, str]] = []
+        for p in self._index(self.holds_dir, mine):
             try:
-                raw = json.loads(p.read_text())
+                raw = json.loads(self._read_index(p))
                 by_id[raw["request_id"]].append(
                     Hold(raw["request_id"], raw["holder"], raw.get("reason", ""), datetime.fromisoformat(raw["set_at"]))
                 )
             except (OSError, ValueError, KeyError):
                 dirs.add(p.parent.name)
+        for where, _ in mine:
+            parts = where.split("/")
+            if len(parts) >= 2 and parts[-1].endswith(".json"):
+                dirs.add(parts[-2])  # a hold file that is a link: keep its request's evidence
+            elif len(parts) >= 2:
+                dirs.add(parts[-1])  # a symlinked hold directory: keep its request's evidence
+        if skipped is not None:
+            skipped += mine
         return by_id, dirs
 
     def held_digests(self) -> set[str]:
         """Every digest that a sweep must keep because of a hold."""
         by_id, dirs = self._held()
         out = set()
-        for p in sorted(self.refs_dir.glob("*/*.json")) if self.refs_dir.exists() else []:
+        for p in self._index(self.refs_dir):
             try:
-                r = _load_ref(p)
+                r = _load_ref(self._read_index(p))
             except (OSError, ValueError, KeyError):
                 continue
             if r.hold or r.request_id in by_id or dirs & {p.parent.name, path_key(r.request_id), _safe(r.request_id)}:
@@ -420,22 +540,32 @@ class EvidenceStore:
 
     def _sweep(self, now: datetime, dry_run: bool) -> SweepReport:
         report = SweepReport(now=now, dry_run=dry_run)
-        by_id, held_dirs = self._held()
+        # The store's own directories must be directories: a link there could lead anywhere.
+        for d in (self.objects.parent, self.objects, self.refs_dir, self.holds_dir):
+            if os.path.lexists(d) and not _is_real_dir(d):
+                report.skipped.append(
+                    (_rel(d, self.root), f"{lstat_kind(d) or 'not a directory'}: not followed; nothing was swept")
+                )
+                return report
+        by_id, held_dirs = self._held(report.skipped)
         # Under the exclusive lock no writer is running: every `.tmp-` file is a write that died.
-        for tmp in self._partial_writes():
+        for tmp in self._partial_writes(report.skipped):
             report.cleaned += 1
             if not dry_run:
-                tmp.unlink(missing_ok=True)
+                self._unlink(tmp, report)
         refs_by_digest: dict[str, list[tuple[Path, RefRecord]]] = defaultdict(list)
         unreadable: dict[str, str] = {}
-        if self.refs_dir.exists():
-            for p in sorted(self.refs_dir.glob("*/*.json")):
-                try:
-                    rec = _load_ref(p)
-                except (OSError, ValueError, KeyError):
-                    unreadable[p.name[:16]] = f"{p.parent.name}/{p.name}"
-                    continue
-                refs_by_digest[rec.digest].append((p, rec))
+        for p in self._index(self.refs_dir, report.skipped):
+            try:
+                rec = _load_ref(self._read_index(p))
+            except (OSError, ValueError, KeyError):
+                unreadable[p.name[:16]] = f"{p.parent.name}/{p.name}"
+                continue
+            refs_by_digest[rec.digest].append((p, rec))
+        for where, _ in report.skipped:
+            # a reference that is a link or special file: its object is kept for a person to review
+            if where.startswith("refs/") and where.endswith(".json"):
+                unreadable.setdefault(where.rsplit("/", 1)[-1][:16], where.removeprefix("refs/"))
 
         def held(p: Path, r: RefRecord) -> Hold | None:
             if r.request_id in by_id:
@@ -444,11 +574,20 @@ class EvidenceStore:
                 return Hold(r.request_id, "?", "unreadable hold file (kept as a hold)", now)
             return None
 
-        stored = sorted(self.objects.glob("*/*")) if self.objects.exists() else []
+        seen = len(report.skipped)
+        stored = _index_files(self.objects, "", self.root, report.skipped) if os.path.lexists(self.objects) else []
         present = set()
+        linked_shards: set[str] = set()
+        for where, _ in report.skipped[seen:]:
+            parts = where.split("/")
+            if parts[:2] == ["objects", "sha256"] and len(parts) == 4:
+                # a link (or special file) where an object belongs: its references stay too
+                digest = f"sha256:{parts[3]}"
+                present.add(digest)
+                report.kept.append((digest, f"{where} is not a regular file: not followed, not deleted"))
+            elif parts[:2] == ["objects", "sha256"] and len(parts) == 3:
+                linked_shards.add(parts[2])
         for obj in stored:
-            if obj.name.startswith(".tmp-"):
-                continue
             digest = f"sha256:{obj.name}"
             present.add(digest)
             refs = refs_by_digest.get(digest, [])
@@ -458,17 +597,27 @@ class EvidenceStore:
             if reason:
                 report.kept.append((digest, reason))
                 continue
-            report.deleted.append(digest)
-            report.freed_bytes += obj.stat().st_size
+            try:
+                size = os.lstat(obj).st_size
+            except OSError:
+                size = 0
             if not dry_run:
                 # Object first, then its references: a crash in between leaves references the
-                # next sweep recognises (expired, unheld, object gone) and removes.
-                obj.chmod(stat.S_IRUSR | stat.S_IWUSR)
-                obj.unlink()
+                # next sweep recognises (expired, unheld, object gone) and removes. Removing needs
+                # only the directory's write permission, so the read-only object's mode is never
+                # touched (and no link's target could be chmod-ed).
+                if not self._unlink(obj, report):
+                    report.kept.append((digest, "could not be removed without following a link; see skipped"))
+                    continue
                 for p, _ in refs:
-                    p.unlink(missing_ok=True)
+                    self._unlink(p, report)
+            report.deleted.append(digest)
+            report.freed_bytes += size
         for digest, refs in refs_by_digest.items():
             if digest in present:
+                continue
+            if digest[7:9] in linked_shards:
+                report.kept.append((digest, f"objects/sha256/{digest[7:9]} is a symbolic link: not followed"))
                 continue
             for p, r in refs:
                 name = f"{p.parent.name}/{p.name}"
@@ -476,16 +625,39 @@ class EvidenceStore:
                 if expired and not r.hold and held(p, r) is None:
                     report.repaired.append(name)
                     if not dry_run:
-                        p.unlink(missing_ok=True)
+                        self._unlink(p, report)
                 else:
                     report.missing.append((digest, name))
         return report
 
-    def _partial_writes(self) -> list[Path]:
+    def _unlink(self, path: Path, report: SweepReport) -> bool:
+        """Remove a regular file of the store without following any link; a refusal is reported
+        in `report.skipped` (False)."""
+        try:
+            unlink_confined(path, self.root, field=_rel(path, self.root))
+        except PathRefused as exc:
+            report.skipped.append((_rel(path, self.root), f"{exc.why} (not followed, not deleted)"))
+            return False
+        return True
+
+    def _partial_writes(self, skipped: list[tuple[str, str]] | None = None) -> list[Path]:
+        """`.tmp-` files under objects/, refs/ and holds/, found without following links."""
         out: list[Path] = []
-        for base, pattern in ((self.objects, "**/.tmp-*"), (self.refs_dir, "**/.tmp-*"), (self.holds_dir, "**/.tmp-*")):
-            if base.exists():
-                out += [p for p in base.glob(pattern) if p.is_file()]
+        for base in (self.objects, self.refs_dir, self.holds_dir):
+            if not _is_real_dir(base):
+                continue
+            for here, dirs, files in os.walk(base, followlinks=False):
+                for d in [d for d in dirs if os.path.islink(os.path.join(here, d))]:
+                    dirs.remove(d)  # os.walk lists a symlinked directory among dirs; never descend
+                for f in files:
+                    if not f.startswith(".tmp-"):
+                        continue
+                    p = Path(here) / f
+                    kind = lstat_kind(p)
+                    if kind is None:
+                        out.append(p)
+                    elif kind != "missing" and skipped is not None:
+                        skipped.append((_rel(p, self.root), f"{kind}: not followed, not deleted"))
         return sorted(out)
 
 
@@ -506,8 +678,8 @@ def _keep_reason(refs: list[tuple[Path, RefRecord]], held, now: datetime) -> str
     return ""
 
 
-def _load_ref(p: Path) -> RefRecord:
-    raw = json.loads(p.read_text())
+def _load_ref(data: bytes) -> RefRecord:
+    raw = json.loads(data)
     until = raw.get("retention_until")
     return RefRecord(
         digest=raw["digest"],

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from gpu_platform.safeload.confine import PathRefused, open_regular
 from gpu_platform.safeload.limits import MAX_INT, Limits
 
 _INT_TAG = "tag:yaml.org,2002:int"
@@ -102,11 +103,14 @@ def decode_utf8(data: bytes, source: str, *, allow_nul: bool = False) -> str:
 
 
 def read_bytes(path: str | Path, max_bytes: int) -> bytes:
-    """The file's bytes, refused (InputError) when unreadable or over `max_bytes`."""
+    """The file's bytes, refused (InputError) when unreadable, not a regular file (a FIFO, device
+    or socket: refused without blocking) or over `max_bytes`."""
     p = Path(path)
     try:
-        with p.open("rb") as fh:
+        with open_regular(p, field="<file>") as fh:
             data = fh.read(max_bytes + 1)
+    except PathRefused as exc:
+        raise InputError([f"<file>: cannot read: {exc.why}"], str(p)) from None
     except OSError as exc:
         raise InputError([f"<file>: cannot read: {exc.strerror or exc}"], str(p)) from None
     if len(data) > max_bytes:

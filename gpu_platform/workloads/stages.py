@@ -12,6 +12,7 @@ Nothing here imports Dagster.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,7 +34,17 @@ from gpu_platform.lineage.graph import (
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import Ledger
 from gpu_platform.requests.model import JobRequest
-from gpu_platform.safeload import RESULT_LIMITS, InputError, load_json_text, read_text
+from gpu_platform.safeload import (
+    RESULT_LIMITS,
+    InputError,
+    PathRefused,
+    check_confined,
+    decode_utf8,
+    load_json_text,
+    lstat_kind,
+    open_confined,
+    read_confined,
+)
 from gpu_platform.workloads import demo_command
 from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE
 
@@ -110,22 +121,70 @@ def stage_metadata(req: JobRequest, run: WorkloadRun, parents: list[Parent], uri
 # program stages: label_batch, training_run, replay, map_segmentation -------------------------
 
 
-def read_result(out_dir: Path) -> dict[str, Any] | None:
-    """The program's result.json, or None when it wrote none, or one that is unreadable or over
-    `RESULT_LIMITS` (the program is not ours: 100,000 brackets must not crash the step)."""
+OUTPUT_ROOT = "the output directory"
+"""How a refusal names the root a program's result paths are confined to (`ProgramStage.out_dir`)."""
+
+
+def load_result(out_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the program's result.json, None), (None, None) when it wrote none, or (None, why) when it
+    is unreadable, over `RESULT_LIMITS` (the program is not ours: 100,000 brackets must not crash
+    the step), not a mapping, or not a regular file in `out_dir` (a link out of it, a FIFO)."""
     path = out_dir / RESULT_FILE
-    if not path.is_file():
-        return None
+    if not os.path.lexists(path):
+        return None, None
     try:
-        value = load_json_text(read_text(path, RESULT_LIMITS), str(path), RESULT_LIMITS)
-    except InputError:
-        return None
-    return value if isinstance(value, dict) else None
+        data = read_confined(path, out_dir, RESULT_LIMITS.max_bytes, field=RESULT_FILE, root_name=OUTPUT_ROOT)
+        value = load_json_text(decode_utf8(data, str(path)), str(path), RESULT_LIMITS)
+    except PathRefused as exc:
+        return None, f"refused {exc}"
+    except InputError as exc:
+        return None, f"{path}: " + "; ".join(exc.errors)[:500]
+    if not isinstance(value, dict):
+        return None, f"{path}: not a JSON object"
+    return value, None
+
+
+def read_result(out_dir: Path) -> dict[str, Any] | None:
+    """The program's result.json, or None when it wrote none or one that `load_result` refuses."""
+    return load_result(out_dir)[0]
 
 
 def newest_log(out_dir: Path) -> Path | None:
-    logs = sorted((out_dir / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
+    """The newest regular `*.log` under `out_dir/logs` (links and special files are not logs)."""
+    logs_dir = out_dir / "logs"
+    if lstat_kind(logs_dir) != "a directory":
+        return None
+    logs = [p for p in logs_dir.glob("*.log") if lstat_kind(p) is None]
+    logs.sort(key=lambda p: p.lstat().st_mtime)
     return logs[-1] if logs else None
+
+
+def result_paths(result: Mapping[str, Any], out_dir: Path) -> tuple[tuple[str, str], dict[str, tuple[str, str]]]:
+    """The log and outputs a program's result names, each checked before anything is stored:
+    ((field, path) of the log, {output name: (field, path)}). Every path must be a regular file in
+    `out_dir` (relative paths are taken from it); raises PathRefused naming the field, the path and
+    why (`outputs.model '/proc/self/environ' is outside the output directory ...`)."""
+    log_path = result.get("log_path")
+    if not isinstance(log_path, str):
+        raise PathRefused("log_path", repr(log_path), "is not a path (a string is required)")
+    outputs = result.get("outputs") or {}
+    if not isinstance(outputs, Mapping):
+        raise PathRefused("outputs", repr(outputs)[:80], "is not a mapping of output name to path")
+    checked = {}
+    for name, path in outputs.items():
+        where = f"outputs.{name}"
+        if not isinstance(path, str):
+            raise PathRefused(where, repr(path), "is not a path (a string is required)")
+        checked[str(name)] = (where, path)
+    for where, path in [("log_path", log_path), *checked.values()]:
+        check_confined(path, out_dir, field=where, root_name=OUTPUT_ROOT)
+    return ("log_path", log_path), checked
+
+
+def _put_confined(stage: ProgramStage, field: str, path: str, kind: str) -> EvidenceRef:
+    """Store one result path (opened confined to the stage's output directory) as evidence."""
+    with open_confined(path, stage.out_dir, field=field, root_name=OUTPUT_ROOT) as f:
+        return stage.store.put(f, stage.request_id, kind, stage.until, stage.hold, name=Path(path).name)
 
 
 @dataclass
@@ -155,9 +214,18 @@ class ProgramStage:
     def pipes_extras(self) -> dict[str, str]:
         return {"workload": self.kind, "out_dir": str(self.out_dir)}
 
-    def record(self, status: str, result: dict[str, Any] | None, log_ref: EvidenceRef | None, **facts: Any) -> WorkloadRun:
+    def record(
+        self,
+        status: str,
+        result: dict[str, Any] | None,
+        log_ref: EvidenceRef | None,
+        refused: list[str] | None = None,
+        **facts: Any,
+    ) -> WorkloadRun:
         gpu_hours = (time.monotonic() - self.started) * (self.req.gpu_count or 0) / 3600
-        results = {k: result[k] for k in RESULT_KEYS if result and k in result}
+        results: dict[str, Any] = {k: result[k] for k in RESULT_KEYS if result and k in result}
+        if refused:
+            results["refused_paths"] = refused
         return self.lineage.record_run(
             WorkloadRun.for_request(
                 self.req,
@@ -216,29 +284,57 @@ def prepare_program(
 def record_program_failure(stage: ProgramStage, exit_code: int | None, interrupted: bool) -> WorkloadRun:
     """Record a failed attempt with whatever log it left. exit_code: the process's, when known
     (else the one in result.json); interrupted: the run was terminated (not an Exception).
-    Status is "preempted" when interrupted or the program exited EXIT_PREEMPTED, else "failed"."""
-    result = read_result(stage.out_dir)
+    Status is "preempted" when interrupted or the program exited EXIT_PREEMPTED, else "failed".
+    The log is stored only when it is a regular file in the output directory; a refused path is
+    recorded in the run's results (`refused_paths`), never copied."""
+    result, problem = load_result(stage.out_dir)
+    refused = [problem] if problem else []
     exit_status = exit_code if exit_code is not None else (result or {}).get("exit_status")
-    log = Path(result["log_path"]) if result else newest_log(stage.out_dir)
-    log_ref = stage.store.put(log, stage.request_id, "log", stage.until, stage.hold) if log else None
+    log_ref = None
+    try:
+        if result is not None:
+            (field, log), _ = result_paths({"log_path": result.get("log_path")}, stage.out_dir)
+        else:
+            newest = newest_log(stage.out_dir)
+            field, log = "logs", str(newest) if newest else ""
+        if log:
+            log_ref = _put_confined(stage, field, log, "log")
+    except PathRefused as exc:
+        refused.append(str(exc))
     status = "preempted" if exit_status == EXIT_PREEMPTED or interrupted else "failed"
-    return stage.record(status, result, log_ref, exit_status=exit_status)
+    return stage.record(status, result, log_ref, refused=refused, exit_status=exit_status)
 
 
 def record_program_success(stage: ProgramStage) -> tuple[WorkloadRun, dict[str, Any]]:
     """Store the log and outputs as evidence, verify their digests against what the program
-    reported, record the run; returns it with its metadata (plain values). Raises StageFailed."""
+    reported, record the run; returns it with its metadata (plain values). Raises StageFailed.
+
+    Every path the result names (log_path, outputs) must be a regular file in the stage's output
+    directory: one that is not (a link or `..` out of it, `/proc/self/environ`, another tenant's
+    file, a FIFO) fails the stage naming the field, the path and why, before anything is stored."""
     kind, rid, out = stage.kind, stage.request_id, stage.out_dir
-    result = read_result(out)
+    result, problem = load_result(out)
+    if problem:
+        raise StageFailed(f"{kind} {rid}: {problem}")
     if result is None:
         raise StageFailed(f"{kind} {rid}: the program exited 0 but wrote no {out / RESULT_FILE}")
-    log_ref = stage.store.put(Path(result["log_path"]), rid, "log", stage.until, stage.hold)
-    if log_ref.digest != result["log_digest"]:
-        raise StageFailed(f"{kind} {rid}: log digest {log_ref.digest} != reported {result['log_digest']}")
+    try:
+        (log_field, log_path), outputs = result_paths(result, out)
+    except PathRefused as exc:
+        raise StageFailed(f"{kind} {rid}: {RESULT_FILE} refused: {exc}; nothing was stored") from None
+    try:
+        log_ref = _put_confined(stage, log_field, log_path, "log")
+    except PathRefused as exc:  # replaced after the check: still nothing from outside is stored
+        raise StageFailed(f"{kind} {rid}: {RESULT_FILE} refused: {exc}") from None
+    if log_ref.digest != result.get("log_digest"):
+        raise StageFailed(f"{kind} {rid}: log digest {log_ref.digest} != reported {result.get('log_digest')}")
     digests: dict[str, str] = {}
     primary_uri = None
-    for name, path in (result.get("outputs") or {}).items():
-        ref = stage.store.put(Path(path), rid, f"output:{name}", stage.until, stage.hold)
+    for name, (field_name, path) in outputs.items():
+        try:
+            ref = _put_confined(stage, field_name, path, f"output:{name}")
+        except PathRefused as exc:
+            raise StageFailed(f"{kind} {rid}: {RESULT_FILE} refused: {exc}") from None
         if ref.digest != (result.get("output_digests") or {}).get(name, ref.digest):
             raise StageFailed(f"{kind} {rid}: output {name} changed after the program reported it")
         digests[name] = ref.digest
