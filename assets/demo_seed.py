@@ -18,12 +18,14 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from datetime import date, timedelta
 from pathlib import Path
 
 import dagster as dg
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assets.finops import WAREHOUSE_POOL, finops_assets
 from assets.ingest import ingest_assets
@@ -47,6 +49,44 @@ def price_range(first: date, last: date) -> bool:
         # set after the seed run: a pooled step polls for its slot, which only slows it down
         instance.event_log_storage.set_concurrency_slots(WAREHOUSE_POOL, 1)
     return result.success
+
+
+def _with_progress(console: Console, title: str, work) -> bool:
+    """Run `work` (one pricing run) with a progress bar of its steps: a thread follows the run's
+    step events in the instance (the run executes in this process, so it cannot report itself)."""
+    total = sum(len(a.keys) for a in (*ingest_assets, *finops_assets))
+    done = threading.Event()
+    seed_runs = dg.RunsFilter(tags={"gpu-platform/demo": "seed_costs"})
+    with dg.DagsterInstance.get() as instance:
+        before = {r.run_id for r in instance.get_runs(filters=seed_runs)}
+
+    def follow(progress: Progress, task) -> None:
+        with dg.DagsterInstance.get() as instance:
+            run_id, seen = None, 0
+            while not done.wait(1.0):
+                if run_id is None:
+                    new = [r.run_id for r in instance.get_runs(filters=seed_runs, limit=5) if r.run_id not in before]
+                    if not new:
+                        continue
+                    run_id = new[0]
+                records = instance.get_records_for_run(run_id, of_type={
+                    dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE}, limit=1000).records
+                if len(records) != seen:
+                    seen = len(records)
+                    progress.update(task, completed=seen, step=records[-1].event_log_entry.step_key or "")
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+                  TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console) as progress:
+        task = progress.add_task(title, total=total, step="")
+        thread = threading.Thread(target=follow, args=(progress, task), daemon=True)
+        thread.start()
+        try:
+            ok = work()
+        finally:
+            done.set()
+            thread.join(5)
+        progress.update(task, completed=total if ok else progress.tasks[0].completed, step="")
+    return ok
 
 
 def write_backfill_plan(home: Path, first: date, last: date) -> Path:
@@ -135,8 +175,8 @@ def main(argv: list[str]) -> int:
             console.print(f"demo: history backfill {', '.join(backfills)} canceled; the next `demo run` prices its days")
         return 0
     t0 = time.monotonic()
-    with console.status(f"demo: ingest and price {args.first} .. {args.last} (one run, one step per asset)"):
-        ok = price_range(args.first, args.last)
+    ok = _with_progress(console, f"demo: pricing {args.first} .. {args.last}",
+                        lambda: price_range(args.first, args.last))
     if not ok:
         console.print(f"demo: pricing {args.first} .. {args.last} failed; see the run in the Dagster UI")
         return 1
