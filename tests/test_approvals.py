@@ -65,7 +65,8 @@ def test_approval_is_recorded_with_its_shape_and_changes_no_state(ledger_url):
         catch_exceptions=False,
     )
     assert out.exit_code == 0, out.output
-    shape = {"kind": "safety", "role": "safety-owner", "approver": "safety-owner@example.com", "reason": "INC-77 needs the replay now"}
+    shape = {"kind": "safety", "role": "safety-owner", "approver": "safety-owner@example.com", "reason": "INC-77 needs the replay now",
+             "identity_source": "os_user"}
     assert json.loads(out.output) == {"request_id": rid, "event": "approved", **shape}
     last = ledger.events(rid)[-1]
     assert last.event == "approved" and last.details == shape
@@ -169,4 +170,4 @@ def test_every_approval_event_has_exactly_the_scorecard_shape(ledger_url, kind):
     out = _approve(ledger_url, rid, "--role", "platform-lead", "--kind", kind, "--reason", "r", "--approver", "platform-lead@example.com")
     assert out.exit_code == 0, out.output
     (ev,) = [e for e in ledger.events(rid) if e.event == "approved"]
-    assert set(ev.details) == {"kind", "role", "approver", "reason"} and ev.details["kind"] == kind
+    assert set(ev.details) == {"kind", "role", "approver", "reason", "identity_source"} and ev.details["kind"] == kind

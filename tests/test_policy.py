@@ -78,7 +78,7 @@ def raw_default():
         (lambda d: d["lanes"]["research_best_effort"]["team_limits"].update(teams={"nobody": {"max_gpus": 2}}), "lanes.research_best_effort.team_limits.teams.nobody: unknown team 'nobody'"),
         (lambda d: d["lanes"]["research_best_effort"]["team_limits"].update(default={}), "lanes.research_best_effort.team_limits.default: set at least one of max_gpus, max_share, max_running"),
         (lambda d: d["lanes"]["research_best_effort"]["team_limits"]["default"].update(max_share=1.5), "lanes.research_best_effort.team_limits.default.max_share: Input should be less than or equal to 1"),
-        (lambda d: d["approvers"]["finops"].update(may_approve=["refunds"]), "approvers.finops.may_approve[0]: Input should be 'safety' or 'cost'"),
+        (lambda d: d["approvers"]["finops"].update(may_approve=["refunds"]), "approvers.finops.may_approve[0]: Input should be 'safety', 'cost' or 'incident'"),
         (lambda d: d["approvers"]["finops"].update(members=[]), "approvers.finops.members: Tuple should have at least 1 item"),
     ],
 )

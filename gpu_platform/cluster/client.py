@@ -55,3 +55,16 @@ def api_client(kubeconfig: str | Path = "", service_account_dir: str | Path = SE
     from kubernetes import client
 
     return client.ApiClient(configuration=load_configuration(kubeconfig, service_account_dir))
+
+
+def whoami(kubeconfig: str | Path = "") -> str:
+    """The user name the API server authenticates these credentials as: a SelfSubjectReview,
+    what `kubectl auth whoami` prints (Kubernetes 1.28+). Raises when the server cannot be asked."""
+    from kubernetes import client
+
+    with api_client(kubeconfig) as api:
+        review = client.AuthenticationV1Api(api).create_self_subject_review(
+            client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+        )
+    user = getattr(getattr(review, "status", None), "user_info", None)
+    return str(getattr(user, "username", "") or "")

@@ -21,7 +21,7 @@ from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo,
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
 from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
-from gpu_platform.requests.approvals import honoured_kinds
+from gpu_platform.requests.approvals import admission_approval_problem, honoured_kinds
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 
 TAG_REQUEST_ID = "gpu-platform/request-id"
@@ -190,6 +190,21 @@ def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInf
     return blocked
 
 
+def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[str, PendingInfo]:
+    """Pending requests of a lane with `requires_approval` (the incident lane) whose `approver` is
+    not a member of a roster role that may approve that kind and that no such member has approved
+    (`gpu-platform approve --kind incident`): they wait with reason `ApprovalRequired`, naming
+    the approver and the roles, and take no quota."""
+    held: dict[str, PendingInfo] = {}
+    for s in states:
+        if s.state not in PENDING_STATES:
+            continue
+        why = admission_approval_problem(policy, s.request, s.approvals or (), s.request_id)
+        if why:
+            held[s.request_id] = _held(s, "ApprovalRequired", why)
+    return held
+
+
 def plan_tick(
     policy: Policy,
     states: list[RequestState],
@@ -209,15 +224,25 @@ def plan_tick(
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
     skip = set(draining) - set(holding)
-    upstream = waiting_for_upstream(states)
-    held = held_preemptors(states, holding)
-    states = [s for s in states if s.request_id not in skip and s.request_id not in upstream and s.request_id not in held]
+    # one reason per waiting request: an approval first (a person must act), then its inputs
+    unapproved = awaiting_approval(policy, states)
+    upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
+    held = {k: v for k, v in held_preemptors(states, holding).items() if k not in unapproved}
+    states = [
+        s
+        for s in states
+        if s.request_id not in skip
+        and s.request_id not in upstream
+        and s.request_id not in held
+        and s.request_id not in unapproved
+    ]
     by_id = {s.request_id: s for s in states}
     state = build_state(policy, states, now, checkpointed, spent, holding)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
     plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
     plan.waits.extend(upstream.values())
     plan.waits.extend(held.values())
+    plan.waits.extend(unapproved.values())
     plan.cycles = result.cycles
     for adm in result.admitted:
         s = by_id[adm.name]

@@ -170,11 +170,28 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
             errors.append(f"lanes: priority {prio} is shared by {', '.join(names)}; lane priorities must be distinct")
     teams = raw.get("teams") or {}
     errors.extend(_team_limit_errors(lanes, teams))
+    errors.extend(_requires_approval_errors(lanes, raw.get("approvers")))
     if isinstance(teams, dict):
         namespaces = Counter(t.get("namespace") for t in teams.values() if isinstance(t, dict))
         for ns, n in namespaces.items():
             if n > 1 and ns is not None:
                 errors.append(f"teams: namespace {ns!r} used by {n} teams")
+    return errors
+
+
+def _requires_approval_errors(lanes: dict[str, Any], approvers: Any) -> list[str]:
+    """`lanes.*.requires_approval`: some roster role may grant that kind (else nothing is ever admitted)."""
+    errors: list[str] = []
+    roles = approvers if isinstance(approvers, dict) else {}
+    for lane_name, lane in lanes.items():
+        kind = lane.get("requires_approval") if isinstance(lane, dict) else None
+        if not isinstance(kind, str):
+            continue
+        if not any(isinstance(r, dict) and kind in (r.get("may_approve") or ()) for r in roles.values()):
+            errors.append(
+                f"lanes.{lane_name}.requires_approval: no role of the approvers: roster may approve {kind} "
+                "(the lane could never admit a request)"
+            )
     return errors
 
 

@@ -185,16 +185,17 @@ class TeamLimits(_Frozen):
     teams: dict[str, TeamCap] = Field(default_factory=dict)
 
 
-ApprovalKind = Literal["safety", "cost"]
+ApprovalKind = Literal["safety", "cost", "incident"]
 APPROVAL_KINDS: tuple[str, ...] = ApprovalKind.__args__
 
 
 class ApproverRole(_Frozen):
     """One role of the approver roster: who holds it and what it may approve.
 
-    may_approve: `safety` (a preemption the victim lane's yields_to would refuse) and/or `cost`
-    (running over the lane's budget). members: people or groups, as `gpu-platform approve
-    --approver` names them.
+    may_approve: `safety` (a preemption the victim lane's yields_to would refuse), `cost`
+    (running over the lane's budget) and/or `incident` (opening work in a lane with
+    `requires_approval: incident`, the incident lane). members: people or groups, as the
+    verified identity (docs/approvals.md, Identity) or `gpu-platform approve --approver` names them.
     """
 
     description: str = ""
@@ -233,6 +234,10 @@ class Lane(_Frozen):
     default_retention: timedelta
     fair_sharing_weight: float = Field(default=1.0, gt=0)
     team_limits: TeamLimits | None = None
+    requires_approval: ApprovalKind | None = None
+    """Set (`incident` for incident_response): a request is admitted only when its `approver`
+    is a member of a roster role that may approve this kind, or a roster member granted it with
+    `gpu-platform approve --kind <kind>`; until then it waits (`ApprovalRequired`)."""
 
     @field_validator("max_run_duration", "default_retention", mode="before")
     @classmethod

@@ -122,6 +122,13 @@ def rule_for(
             return f"lanes.{lane_name}.budget = {lane.budget} {policy.currency} per {policy.budget_period}"
         if code == "WaitingForUpstream":
             return "inputs are output_artifact_ids of requests not yet finished (lineage)"
+        if code == "ApprovalRequired":
+            kind = lane.requires_approval or "?"
+            roles = sorted(r for r, spec in policy.approvers.items() if kind in spec.may_approve)
+            return (
+                f"lanes.{lane_name}.requires_approval = {kind}: approver a member of "
+                f"{', '.join(f'approvers.{r}' for r in roles) or 'no role'}, or an approved {kind} event"
+            )
         if code == "PendingPreemption":
             p = lane.preemption
             return (
@@ -180,7 +187,11 @@ def _approval_rule(policy: Policy, details: dict[str, Any]) -> str:
     problems = roster_errors(policy, role, kind, who)
     if problems:
         return f"approvers.{role}: not honoured under the current policy ({'; '.join(problems)})"
-    what = "preemption past yields_to" if kind == "safety" else "running over the lane budget"
+    what = {
+        "safety": "preemption past yields_to",
+        "cost": "running over the lane budget",
+        "incident": "admission to a lane with requires_approval: incident",
+    }.get(kind, kind)
     return f"approvers.{role}.may_approve includes {kind} ({what}); {who} is a member"
 
 
