@@ -1,6 +1,8 @@
 """Options and error handling shared by every `gpu-platform` command.
 
 Exit codes: 0 success, 2 invalid input (every problem printed, one per line), 1 anything else.
+A command that writes the warehouse exits 2 with one line too when another process held it
+for the whole bounded wait (`WarehouseBusyExit`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ ledger_option = click.option(
     default=None,
     help="Ledger SQLAlchemy URL (default: $GPU_PLATFORM_LEDGER_URL or sqlite under $GPU_PLATFORM_HOME).",
 )
+
+
+class WarehouseBusyExit(click.ClickException):
+    """A writer of the warehouse found it held by another process for the whole wait
+    (`gpu_platform.finops.warehouse.WarehouseBusy`): one line naming the file and the holder, exit 2."""
+
+    exit_code = 2
 
 
 def fail(title: str, errors: list[str], code: int = 2) -> NoReturn:

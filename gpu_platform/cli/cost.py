@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import duckdb
 
-from gpu_platform.cli.common import policy_option, policy_or_exit
+from gpu_platform.cli.common import WarehouseBusyExit, policy_option, policy_or_exit
 from gpu_platform.finops.sqlmodels.raw import ensure_raw_tables
 from gpu_platform.finops.sqlmodels.report import cost_report, to_jsonable
 from gpu_platform.finops.sqlmodels.runner import Project, ProjectError
@@ -122,7 +122,7 @@ def build(
         finally:
             con.close()
     except WarehouseBusy as e:
-        raise click.ClickException(str(e)) from None
+        raise WarehouseBusyExit(str(e)) from None  # a writer: one line, exit 2
     except (ProjectError, duckdb.Error) as e:
         raise click.ClickException(str(e)) from e
 

@@ -5,11 +5,19 @@
         [--format table|json]
 
 Each file (or URL, or cluster read) is one loader source and one line of output: rows in,
-accepted, quarantined. With no input option at all, the saved feed files of the day under
-`$GPU_PLATFORM_HOME/feeds/` are loaded (what the Dagster ingest assets do). `--from-cluster`
-reads the nodes and/or pods not given as files through the Kubernetes API (in-cluster config,
-else KUBECONFIG). Exit 2 when an input cannot be read at all (every such problem listed), 1
-when rows in != accepted + quarantined.
+accepted, quarantined, other days. A DCGM sample is loaded only under the UTC day of its
+timestamp and a FOCUS row only under the day its charge period starts: the rows of a file given
+here that belong to other days are not loaded for DAY but counted per day (`other_days`), to be
+loaded with their own `--day`; loading the same file again, for the same or another day, replaces
+what it loaded for that day and never adds a second copy. With no input option at all, the saved
+feed files of the day under `$GPU_PLATFORM_HOME/feeds/` are loaded (what the Dagster ingest
+assets do). `--from-cluster` reads the nodes and/or pods not given as files through the
+Kubernetes API (in-cluster config, else KUBECONFIG).
+
+The warehouse is opened through `gpu_platform.finops.warehouse.connect`: while another process
+writes it, the command waits up to GPU_PLATFORM_WAREHOUSE_WAIT_S seconds (default 15), then
+stops with one line naming the file and exit 2. Exit 2 also when an input cannot be read at all
+(every such problem listed), 1 when rows in != accepted + quarantined + other days.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 
 import click
 
+from gpu_platform.cli.common import WarehouseBusyExit
 from gpu_platform.paths import default_warehouse, platform_home
 
 
@@ -79,14 +88,14 @@ def ingest(
     fmt: str,
 ) -> None:
     """Load DAY's feeds into the warehouse; print rows in / accepted / quarantined per feed and file."""
-    import duckdb
-
     from gpu_platform.finops.feeds import dcgm as dcgm_feed
     from gpu_platform.finops.feeds import focus as focus_feed
     from gpu_platform.finops.feeds import ingest as ing
     from gpu_platform.finops.feeds.k8s_inventory import InventoryError
     from gpu_platform.finops.feeds.load import load_batch
     from gpu_platform.finops.feeds.schemas import FeedSchemaError
+    from gpu_platform.finops.warehouse import WarehouseBusy
+    from gpu_platform.finops.warehouse import connect as warehouse_connect
 
     path = Path(warehouse) if warehouse else default_warehouse()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,18 +110,25 @@ def ingest(
     lines: list[dict[str, Any]] = []
     problems: list[str] = []
 
-    def add(feed: str, source: str, batch_or_report: Any, accepted: int, quarantined: int) -> None:
+    def add(
+        feed: str, source: str, rows_in: int, accepted: int, quarantined: int, others: dict[date, int] | None = None
+    ) -> None:
         lines.append(
             {
                 "feed": feed,
                 "source": source,
-                "rows_in": batch_or_report.rows_in,
+                "rows_in": rows_in,
                 "accepted": accepted,
                 "quarantined": quarantined,
+                "other_days": sum((others or {}).values()),
+                "other_days_by_day": {d.isoformat(): n for d, n in (others or {}).items()},
             }
         )
 
-    con = duckdb.connect(str(path))
+    try:
+        con = warehouse_connect(path, read_only=False)
+    except WarehouseBusy as e:
+        raise WarehouseBusyExit(str(e)) from None
     try:
         if not explicit:
             feeds_dir = platform_home() / "feeds"
@@ -122,15 +138,7 @@ def ingest(
                 ("nodes", ing.load_inventory_day(con, feeds_dir, day, "nodes")),
                 ("pods", ing.load_inventory_day(con, feeds_dir, day, "pods")),
             ):
-                lines.append(
-                    {
-                        "feed": feed,
-                        "source": str(feeds_dir / feed),
-                        "rows_in": report.rows_in,
-                        "accepted": report.accepted,
-                        "quarantined": report.quarantined,
-                    }
-                )
+                add(feed, str(feeds_dir / feed), report.rows_in, report.accepted, report.quarantined)
         for item in dcgm_inputs:
             try:
                 if "://" in item:
@@ -142,8 +150,10 @@ def ingest(
             except (dcgm_feed.ScrapeError, FeedSchemaError, ValueError, OSError) as e:
                 problems.append(f"--dcgm {item}: {e}")
                 continue
-            stats = load_batch(con, "dcgm", batch, source=source, day=day)
-            add("dcgm", source, batch, stats.accepted, stats.quarantined)
+            # only the samples stamped on DAY; the file's other days are counted, not loaded here
+            part, others = ing.dcgm_file_day_batch(batch, day)
+            stats = load_batch(con, "dcgm", part, source=source, day=day)
+            add("dcgm", source, batch.rows_in, stats.accepted, stats.quarantined, others)
         for item in focus_inputs:
             source = str(Path(item).resolve())
             try:
@@ -155,17 +165,17 @@ def ingest(
             anchor = starts.min().date() if len(starts) else day
             part = ing.focus_day_batch(batch, day, anchor)
             stats = load_batch(con, "focus", part, source=source, day=day)
-            add("focus", source, part, stats.accepted, stats.quarantined)
+            add("focus", source, batch.rows_in, stats.accepted, stats.quarantined, _focus_other_days(batch, day, anchor))
         for kind, given in (("nodes", nodes_input), ("pods", pods_input)):
             try:
                 if given:
                     source = str(Path(given).resolve())
                     batch = ing.read_inventory_file(kind, Path(given), source)
                     stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
-                    add(kind, source, batch, stats.accepted, stats.quarantined)
+                    add(kind, source, batch.rows_in, stats.accepted, stats.quarantined)
                 elif from_cluster:
                     source, report = ing.load_inventory_from_cluster(con, day, kind)
-                    add(kind, source, report, report.accepted, report.quarantined)
+                    add(kind, source, report.rows_in, report.accepted, report.quarantined)
             except (InventoryError, OSError) as e:
                 problems.append(f"--{kind} {given or '--from-cluster'}: {e}")
             except Exception as e:  # the kubernetes client's config and API errors
@@ -185,23 +195,41 @@ def ingest(
         from rich.table import Table
 
         table = Table(title=f"feeds ingested for {day.isoformat()} into {path}")
-        for col in ("feed", "source", "rows_in", "accepted", "quarantined"):
-            table.add_column(
-                col,
-                justify="right" if col in ("rows_in", "accepted", "quarantined") else "left",
-                overflow="fold",
-            )
+        counts = ("rows_in", "accepted", "quarantined", "other_days")
+        for col in ("feed", "source", *counts):
+            table.add_column(col, justify="right" if col in counts else "left", overflow="fold")
         for row in lines:
-            table.add_row(
-                row["feed"], row["source"], *(str(row[c]) for c in ("rows_in", "accepted", "quarantined"))
-            )
+            table.add_row(row["feed"], row["source"], *(str(row[c]) for c in counts))
         Console(width=None if sys.stdout.isatty() else 200).print(table)
+        for row in lines:
+            if row["other_days"]:
+                days = ", ".join(f"{d} ({n})" for d, n in row["other_days_by_day"].items())
+                click.echo(
+                    f"{row['source']}: {row['other_days']} row(s) of other days not loaded for {day.isoformat()}: "
+                    f"{days}; load them with their own --day",
+                    err=True,
+                )
     if problems:
         _fail(problems)
-    bad = [r for r in lines if r["rows_in"] != r["accepted"] + r["quarantined"]]
+    bad = [r for r in lines if r["rows_in"] != r["accepted"] + r["quarantined"] + r["other_days"]]
     if bad:
-        click.echo(f"rows in != accepted + quarantined for {', '.join(r['source'] for r in bad)}", err=True)
+        click.echo(
+            f"rows in != accepted + quarantined + other days for {', '.join(r['source'] for r in bad)}", err=True
+        )
         sys.exit(1)
+
+
+def _focus_other_days(batch: Any, day: date, anchor: date) -> dict[date, int]:
+    """Rows of a FOCUS file charged on other days than `day` (its quarantined rows go with `anchor`)."""
+    import polars as pl
+
+    starts = batch.rows.select(pl.col("ChargePeriodStart").dt.date().alias("d")).drop_nulls()
+    counts = starts.filter(pl.col("d") != day).group_by("d").len()
+    others: dict[date, int] = dict(counts.iter_rows())
+    if anchor != day and batch.quarantine.height:
+        others[anchor] = others.get(anchor, 0) + batch.quarantine.height
+    return dict(sorted(others.items()))
+
 
 
 def _fail(problems: list[str]) -> None:

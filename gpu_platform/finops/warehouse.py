@@ -1,10 +1,11 @@
 """Opening the warehouse file: DuckDB lets one process write a file at a time, and while it
 writes no other process may open the file at all, not even read-only.
 
-The demo's pricing runs, a UI backfill and `cost build` write it; `cost report`, `scorecard`
-and `report` only read. Rather than fail with DuckDB's lock traceback, a command waits for the
-writer (polling, `GPU_PLATFORM_WAREHOUSE_WAIT_S` seconds, default 15) and, if the file is still
-held, stops with one line that names the file and the process holding it.
+The demo's pricing runs, a UI backfill, `feeds ingest` and `cost build` write it; `cost report`,
+`scorecard` and `report` only read. Rather than fail with DuckDB's lock traceback, a command
+waits for the writer (polling, `GPU_PLATFORM_WAREHOUSE_WAIT_S` seconds, default 15) and, if the
+file is still held, stops with one line that names the file and the process holding it (the
+writers `feeds ingest` and `cost build` with exit 2, `gpu_platform.cli.common.WarehouseBusyExit`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class WarehouseBusy(RuntimeError):
         self.path, self.holder, self.waited_s = str(path), holder, waited_s
         super().__init__(
             f"{path} is being written by another process ({holder}), still after {waited_s:g} s: "
-            "a pricing run (the demo's seed or backfill, the finops_daily job) or `gpu-platform cost build`; "
+            "a pricing run (the demo's seed or backfill, the finops_daily job), `gpu-platform feeds ingest` "
+            "or `gpu-platform cost build`; "
             "try again when it finishes (or raise GPU_PLATFORM_WAREHOUSE_WAIT_S)"
         )
 

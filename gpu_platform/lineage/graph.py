@@ -27,6 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpu_platform.requests.ledger import create_tables
 from gpu_platform.requests.model import INPUT_ID_FIELDS, JobRequest
 
 RELEASE_KINDS = ("released_model", "released_map")
@@ -248,7 +249,7 @@ class LineageStore:
 
     def __init__(self, engine: sa.Engine):
         self.engine = engine
-        metadata.create_all(engine, checkfirst=True)
+        create_tables(metadata, engine)  # safe when another process opens a new ledger at once
 
     def record_run(self, run: WorkloadRun) -> WorkloadRun:
         row = run.to_dict()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -175,6 +176,30 @@ def _make_engine(url: str) -> sa.Engine:
     return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
 
 
+_CREATE_RACE = ("already exists", "pg_type_typname_nsp_index", "pg_class_relname_nsp_index")
+"""What a database says when another process created the table first: SQLite `table ... already
+exists`, PostgreSQL `relation ... already exists` or, for two CREATEs in flight at once, a unique
+violation on its catalog."""
+
+
+def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 5) -> None:
+    """`meta.create_all(engine, checkfirst=True)`, safe under a concurrent first use.
+
+    Two processes opening a new database at once both see no table and both create it; the
+    second's CREATE fails with "already exists". That error is caught and the check made again
+    (the other process's tables are then there, and any still missing is created), up to
+    `attempts` times; every other error propagates. Used for the ledger's tables and for those
+    that live beside them (lineage, the gate's lane view)."""
+    for attempt in range(attempts):
+        try:
+            meta.create_all(engine, checkfirst=True)
+            return
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
+            if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
+                raise
+            time.sleep(0.02 * (attempt + 1))
+
+
 class Ledger:
     """Append-only request ledger over one SQLAlchemy engine."""
 
@@ -182,7 +207,7 @@ class Ledger:
         self.url = url or default_ledger_url()
         self.engine = engine or _make_engine(self.url)
         self.metadata = metadata
-        metadata.create_all(self.engine, checkfirst=True)
+        create_tables(metadata, self.engine)
 
     def _row(self, request: JobRequest, request_id: str, now: datetime) -> dict[str, Any]:
         return {

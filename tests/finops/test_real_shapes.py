@@ -13,8 +13,8 @@ Day 2026-11-28. Feeds go in through `gpu-platform feeds ingest` (the CLI contrac
   a g5 instance no node explains, the CPU node by ARN, the AKS VM by resource id with two charge
   periods crossing midnight, the GKE node by self link, shared rows; a second export repeating
   one hour.
-- DCGM: dcgm-exporter text (A10G node) and Parquet history (the others), plus five minutes of the
-  next day in this day's directory.
+- DCGM: dcgm-exporter text (A10G node) and Parquet history (the others), plus a file of five
+  minutes of the next day: counted as the next day's rows, not loaded for this day.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def feeds(tmp_path_factory):
     d = tmp_path_factory.mktemp("feeds")
     _dcgm_text(d / "a10g.prom")
     _history(d / "history.parquet")
-    # five minutes of the next day in this day's directory (a host that is nowhere else)
+    # five minutes of the next day (a host that is nowhere else), given with --day of this day
     _history(d / "tail.parquet", hosts=[("dgx-02", "NVIDIA H100 80GB HBM3", range(8), [])],
              start=D0 + timedelta(days=1), steps=20)
     return d
@@ -178,7 +178,10 @@ def test_ingest_counts_every_row_per_feed_and_file(built):
     assert by_source["kubectl-get-pods.json"]["accepted"] == 6
     assert by_source["a10g.prom"]["accepted"] == 5760
     assert by_source["focus-export-2026-11.csv"]["accepted"] == 33  # the 23:00-01:00 row starts on the 27th
-    assert all(r["rows_in"] == r["accepted"] + r["quarantined"] for r in built["ingest"]["feeds"])
+    assert all(r["rows_in"] == r["accepted"] + r["quarantined"] + r["other_days"] for r in built["ingest"]["feeds"])
+    # a sample counts on its own day only: the next day's five minutes are counted, not loaded
+    assert by_source["tail.parquet"] == {**by_source["tail.parquet"], "rows_in": 8 * 20, "accepted": 0,
+                                         "other_days": 8 * 20, "other_days_by_day": {"2026-11-29": 8 * 20}}
     assert Path(built["ingest"]["warehouse"]) == built["home"] / "warehouse.duckdb"  # GPU_PLATFORM_HOME honoured
 
 
@@ -228,8 +231,8 @@ def test_exceptions_name_every_problem(built):
     assert amount[("bill_without_telemetry", GKE, None)] == ("unreconciled", D("2111.280000"))
     assert amount[("unattributed_pod_time", A10G, "notebook-alice-0")] == ("unreconciled", D("19.488000"))
     assert amount[("duplicated_billing_row", A10G, None)] == ("unreconciled", D("1.624000"))
-    nxt = q(built["wh"], "select kind, hostname from reconciliation_exceptions where day = '2026-11-29'")
-    assert ("sample_outside_day", "dgx-02") in nxt
+    assert q(built["wh"], "select count(*) from raw_dcgm_samples where hostname = 'dgx-02'") == [(0,)]
+    assert q(built["wh"], "select count(*) from reconciliation_exceptions where kind = 'sample_outside_day'") == [(0,)]
     assert q(built["wh"], "select count(*) from int_node_hour_prices where hostname = 'dgx-02'") == [(0,)]
 
 

@@ -203,17 +203,19 @@ def read_feed_file(path: Path, read: Callable[[], FeedBatch]) -> tuple[FeedBatch
 _FAR = "timestamp on {} is more than a day away from its directory's day {}"
 
 
-def dcgm_day_batch(batch: FeedBatch, day: date, directory_day: date) -> FeedBatch:
+def dcgm_day_batch(batch: FeedBatch, day: date, directory_day: date, quarantine_far: bool = True) -> FeedBatch:
     """The samples of `batch` (a file of `directory_day`'s directory) stamped on `day`.
 
     The file's quarantined lines, and samples stamped more than a day from `directory_day`
-    (which no day's load would read), belong to `directory_day`."""
+    (which no day's load would read), belong to `directory_day`. quarantine_far=False: a file
+    that every day's load may read (one given on the command line) keeps its far samples for
+    their own day instead."""
     stamped = batch.rows["ts"].dt.date()
     rows = batch.rows.filter(stamped == day)
     if day != directory_day:
         return FeedBatch(rows=rows, quarantine=batch.quarantine.clear(), rows_in=rows.height)
     near = (stamped >= directory_day - timedelta(days=1)) & (stamped <= directory_day + timedelta(days=1))
-    far = batch.rows.filter(~near)
+    far = batch.rows.filter(~near) if quarantine_far else batch.rows.clear()
     quarantine = batch.quarantine
     if far.height:
         extra = pl.DataFrame(
@@ -230,6 +232,25 @@ def dcgm_day_batch(batch: FeedBatch, day: date, directory_day: date) -> FeedBatc
         )
         quarantine = pl.concat([quarantine, extra]).sort("source_line")
     return FeedBatch(rows=rows, quarantine=quarantine, rows_in=rows.height + quarantine.height)
+
+
+def dcgm_file_day_batch(batch: FeedBatch, day: date) -> tuple[FeedBatch, dict[date, int]]:
+    """A DCGM file or scrape given by itself (`feeds ingest --day D --dcgm FILE`), for `day`:
+    (the part to load under `day`, rows of the input that belong to each other day).
+
+    A sample belongs to the UTC day of its timestamp, so loading the same file for several days
+    puts each sample on its own day once (`dcgm_day_batch`). The input's unreadable lines belong
+    to its first day (its earliest sample's, else `day`) and are quarantined by that day's load
+    only. The part's rows_in plus the other days' rows is the input's rows_in."""
+    stamped = batch.rows["ts"].dt.date()
+    first = stamped.min() if batch.rows.height else None
+    anchor = first if isinstance(first, date) else day
+    part = dcgm_day_batch(batch, day, anchor, quarantine_far=False)
+    counts = batch.rows.select(stamped.alias("d")).filter(pl.col("d") != day).group_by("d").len()
+    others: Counter[date] = Counter(dict(counts.iter_rows()))
+    if anchor != day and batch.quarantine.height:
+        others[anchor] += batch.quarantine.height
+    return part, dict(sorted(others.items()))
 
 
 def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoints: list[str]) -> IngestReport:

@@ -7,6 +7,6 @@ policy), never team, request or run ids; per-request detail belongs to `gpu-plat
 from __future__ import annotations
 
 from gpu_platform.observe.metrics.collector import METRIC_NAMES, QueueCollector, registry_for
-from gpu_platform.observe.metrics.server import serve
+from gpu_platform.observe.metrics.server import ServerLimits, serve
 
-__all__ = ["METRIC_NAMES", "QueueCollector", "registry_for", "serve"]
+__all__ = ["METRIC_NAMES", "QueueCollector", "ServerLimits", "registry_for", "serve"]

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from gpu_platform.observe.queueview.snapshot import LaneSnapshot
+from gpu_platform.requests.ledger import create_tables
 
 _metadata = sa.MetaData()
 gate_lanes_table = sa.Table(
@@ -40,7 +41,7 @@ class GateLane:
 
 def write_gate_snapshot(engine: sa.Engine, snapshots: Iterable[LaneSnapshot], at: datetime) -> None:
     """Replace the stored per-lane view with this tick's (lanes without `running` store 0)."""
-    _metadata.create_all(engine, checkfirst=True)
+    create_tables(_metadata, engine)
     rows = [
         {"lane": s.lane, "at": at, "pending": s.pending, "admitted": s.admitted, "running": s.running or 0}
         for s in snapshots
