@@ -44,6 +44,8 @@ from gpu_platform.safeload import (
     FEED_FILE_MAX_BYTES,
     FEED_JSON_LIMITS,
     InputError,
+    PathRefused,
+    check_confined,
     check_utf8_file,
     decode_utf8,
     load_json_text,
@@ -175,11 +177,21 @@ def read_dcgm_file(path: Path, source: str, directory_day: date | None = None) -
     return dcgm.parse_file(path, source=source, scraped_at=scraped_at)
 
 
-def read_feed_file(path: Path, read: Callable[[], FeedBatch]) -> tuple[FeedBatch | None, int | None, str | None]:
+def read_feed_file(
+    path: Path, read: Callable[[], FeedBatch], root: Path | None = None
+) -> tuple[FeedBatch | None, int | None, str | None]:
     """(batch, size, None) or (None, size, reason): why the file cannot be read as a whole.
 
+    root: the feed folder the file was listed from; the file must be a regular file whose real
+    path is under it (`safeload.check_confined`: a link to `/proc/self/environ` or out of the
+    folder, a FIFO, is quarantined with the reason and never parsed).
     Any failure of a parser on one file (Arrow, Polars, JSON, a schema error) quarantines that
     file; only memory exhaustion and interrupts propagate."""
+    if root is not None:
+        try:
+            check_confined(path, root, field="file", root_name="the feed folder")
+        except PathRefused as exc:
+            return None, None, f"refused: {exc.why}"
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -265,7 +277,9 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
         for path in _files(feeds / "dcgm" / directory_day.isoformat(), DCGM_SUFFIXES):
             source = path.relative_to(feeds).as_posix()
             report.files_in += own
-            batch, size, reason = read_feed_file(path, lambda p=path, s=source, d=directory_day: read_dcgm_file(p, s, d))
+            batch, size, reason = read_feed_file(
+                path, lambda p=path, s=source, d=directory_day: read_dcgm_file(p, s, d), root=feeds
+            )
             if batch is None:
                 if own:
                     bad_files.append((source, size, reason or "unreadable"))
@@ -402,7 +416,7 @@ def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> In
     for path in _files(feeds / "focus", FOCUS_SUFFIXES):
         source = path.relative_to(feeds).as_posix()
         report.files_in += 1
-        batch, size, reason = read_feed_file(path, lambda p=path, s=source: _read_focus_file(p, s))
+        batch, size, reason = read_feed_file(path, lambda p=path, s=source: _read_focus_file(p, s), root=feeds)
         if batch is None:
             bad_files.append((source, size, reason or "unreadable"))
             report.quarantined_files.append((source, reason or "unreadable"))
@@ -442,6 +456,11 @@ def load_inventory_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, k
     sources = []
     for path in _files(feeds / kind / day.isoformat(), INVENTORY_SUFFIXES):
         source = path.relative_to(feeds).as_posix()
+        try:
+            check_confined(path, feeds, field=source, root_name="the feed folder")
+        except PathRefused as exc:  # a link out of the folder is never read
+            report.errors.append(f"{kind} snapshot {exc}: not loaded")
+            continue
         batch = read_inventory_file(kind, path, source)
         stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
         report.add(batch, stats.accepted, stats.quarantined)
