@@ -65,7 +65,7 @@ def test_an_incident_whose_approver_is_not_on_the_roster_waits_naming_approver_a
     assert "approvers.platform-lead, approvers.safety-owner" in step["rule"]
 
 
-def test_an_incident_without_an_approver_in_a_policy_that_does_not_require_one_is_unchanged(ledger: Ledger):
+def test_a_policy_without_requires_approval_admits_as_before(ledger: Ledger):
     raw = yaml.safe_load(default_policy_path().read_text())
     del raw["lanes"]["incident_response"]["requires_approval"]
     pol = parse_policy(raw)
