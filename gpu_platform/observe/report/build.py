@@ -4,11 +4,19 @@ Plots are drawn with matplotlib's object API on the Agg canvas (no display, no g
 state). Sections whose data does not exist say so instead of disappearing: no warehouse (or no
 priced day in the period) means no cost, unit-cost or utilization plot; no `capacity_signals`
 table means no signal list.
+
+Output encoding: the page is rendered by Jinja2 from `index.html.j2` (beside this module) with
+autoescaping on, so a team, lane, currency or request id from the ledger or the warehouse is
+always text, never markup; no HTML is built from strings here. Plot file names come from
+:func:`safe_name` (`[A-Za-z0-9_-]` plus a hash of the value when it had other characters),
+never from a raw value, so every file lands in the output directory. Text drawn by matplotlib
+has its `$` escaped (no mathtext from data).
 """
 
 from __future__ import annotations
 
-import html
+import hashlib
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -16,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import jinja2
 from matplotlib import dates as mdates
 from matplotlib.figure import Figure
 
@@ -43,6 +52,34 @@ class Report:
     notes: dict[str, str] = field(default_factory=dict)
 
 
+_TEMPLATE = "index.html.j2"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def safe_name(value: str, limit: int = 40) -> str:
+    """A file-name part for `value`: its characters outside `[A-Za-z0-9_-]` replaced by `_`, cut
+    to `limit`; when that changed anything, `-` and 10 hex of the value's SHA-256 follow, so two
+    values never share a file. `USD` stays `USD`; `USD/../x` becomes `USD___x-<hash>`."""
+    slug = _UNSAFE.sub("_", value)[:limit]
+    if slug == value and slug:
+        return slug
+    return f"{slug}-{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+
+
+def _plain(text: object) -> str:
+    """Text for matplotlib: `$` escaped (no mathtext from data), `_` first kept visible in legends."""
+    out = str(text).replace("$", r"\$")
+    return "\u200b" + out if out.startswith("_") else out
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
+        autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
+        undefined=jinja2.StrictUndefined,
+    )
+
+
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -64,7 +101,7 @@ def _plot_waits(rows: list[WaitRow], first: date, last: date, path: Path) -> Pat
     for r in rows:
         by_lane[r.lane].append(r)
     for lane, rs in sorted(by_lane.items()):
-        ax.plot([r.day for r in rs], [r.p95_s / 60 for r in rs], marker="o", label=lane)
+        ax.plot([r.day for r in rs], [r.p95_s / 60 for r in rs], marker="o", label=_plain(lane))
     _days_axis(ax, first, last)
     ax.set_title("Queue wait p95 by lane (submission or requeue to admission)")
     ax.set_ylabel("minutes")
@@ -82,7 +119,7 @@ def _plot_utilization(rows: list[dict[str, Any]], first: date, last: date, path:
     for r in rows:
         by_pool[r["node_pool"]].append(r)
     for pool, rs in sorted(by_pool.items()):
-        ax.plot([r["day"] for r in rs], [100 * r["utilization"] for r in rs], marker="o", label=pool)
+        ax.plot([r["day"] for r in rs], [100 * r["utilization"] for r in rs], marker="o", label=_plain(pool))
     _days_axis(ax, first, last)
     ax.set_title("GPU utilization by node pool (busy / allocated GPU-hours)")
     ax.set_ylabel("%")
@@ -102,10 +139,10 @@ def _plot_cost(rows: list[dict[str, Any]], currency: str, path: Path) -> Path:
     bottom = [0.0] * len(days)
     for team in teams:
         heights = [value.get((d, team), 0.0) for d in days]
-        ax.bar([d.isoformat() for d in days], heights, bottom=bottom, label=team)
+        ax.bar([d.isoformat() for d in days], heights, bottom=bottom, label=_plain(team))
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_title(f"Cost by team per day ({currency}, chargeback incl. idle and shared)")
-    ax.set_ylabel(currency)
+    ax.set_title(f"Cost by team per day ({_plain(currency)}, chargeback incl. idle and shared)")
+    ax.set_ylabel(_plain(currency))
     ax.legend(fontsize=7)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     return _save(fig, path)
@@ -115,27 +152,41 @@ def _plot_unit_costs(rows: list[dict[str, Any]], currency: str, path: Path) -> P
     fig = Figure(figsize=(9, 4))
     ax = fig.add_subplot()
     rs = [r for r in rows if r["cost_per_unit"] is not None]
-    ax.barh([r["unit"] for r in rs], [float(r["cost_per_unit"]) for r in rs])
+    ax.barh([_plain(r["unit"]) for r in rs], [float(r["cost_per_unit"]) for r in rs])
     for i, r in enumerate(rs):
         ax.text(float(r["cost_per_unit"]), i, f" {float(r['cost_per_unit']):,.2f}", va="center", fontsize=8)
-    ax.set_title(f"Unit costs ({currency} per unit, lifetime)")
-    ax.set_xlabel(currency)
+    ax.set_title(f"Unit costs ({_plain(currency)} per unit, lifetime)")
+    ax.set_xlabel(_plain(currency))
     return _save(fig, path)
 
 
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "<p><em>no rows</em></p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = []
-    for r in rows:
-        cells = []
-        for c in columns:
-            v = r.get(c)
-            text = f"{v:,.2f}" if isinstance(v, float) else ("" if v is None else str(v))
-            cells.append(f"<td>{html.escape(text)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+Block = dict[str, Any]
+"""One piece of the page, rendered by the template: `{"kind": "h2" | "p" | "em", "text": ...}`,
+`{"kind": "img", "src": ..., "alt": ...}` or `{"kind": "table", "columns": [...], "rows": [[...]]}`."""
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> Block:
+    cells = [
+        [f"{v:,.2f}" if isinstance(v, float) else ("" if v is None else str(v)) for v in (r.get(c) for c in columns)]
+        for r in rows
+    ]
+    return {"kind": "table", "columns": [str(c) for c in columns], "rows": cells}
+
+
+def _h2(text: str) -> Block:
+    return {"kind": "h2", "text": text}
+
+
+def _p(text: str) -> Block:
+    return {"kind": "p", "text": text}
+
+
+def _em(text: str) -> Block:
+    return {"kind": "em", "text": text}
+
+
+def _img(src: str, alt: str) -> Block:
+    return {"kind": "img", "src": src, "alt": alt}
 
 
 def build_report(
@@ -153,21 +204,22 @@ def build_report(
     since = now - timedelta(days=days)
     first, last = since.date(), now.date()
     report = Report(out / "index.html")
-    sections: list[str] = []
+    blocks: list[Block] = []
 
     waits = queue_waits(ledger, since)
+    blocks.append(_h2("Queue wait by lane"))
     if waits:
         report.pngs.append(_plot_waits(waits, first, last, out / "queue_wait_by_lane.png"))
-        sections.append('<h2>Queue wait by lane</h2><img src="queue_wait_by_lane.png" alt="queue wait p95 by lane">')
+        blocks.append(_img("queue_wait_by_lane.png", "queue wait p95 by lane"))
         wait_rows = [
             {"day": w.day, "lane": w.lane, "admissions": w.admissions,
              "p50 (min)": w.p50_s / 60, "p95 (min)": w.p95_s / 60, "max (min)": w.max_s / 60}
             for w in waits
         ]
-        sections.append(_table(wait_rows, ["day", "lane", "admissions", "p50 (min)", "p95 (min)", "max (min)"]))
+        blocks.append(_table(wait_rows, ["day", "lane", "admissions", "p50 (min)", "p95 (min)", "max (min)"]))
     else:
         report.notes["queue_wait"] = f"no admissions in the ledger since {since:%Y-%m-%d %H:%M} UTC"
-        sections.append(f"<h2>Queue wait by lane</h2><p>{html.escape(report.notes['queue_wait'])}.</p>")
+        blocks.append(_p(report.notes["queue_wait"]))
 
     con = None
     if warehouse is not None and Path(warehouse).exists():
@@ -178,23 +230,17 @@ def build_report(
     else:
         report.notes["warehouse"] = f"no warehouse at {warehouse}" if warehouse else "no warehouse given"
     if con is None:
-        note = html.escape(report.notes["warehouse"])
-        sections.append(f"<h2>Utilization, cost by team, unit costs</h2><p>Not available: {note}.</p>")
+        blocks += [_h2("Utilization, cost by team, unit costs"), _p(f"Not available: {report.notes['warehouse']}")]
     else:
         try:
-            sections.extend(_warehouse_sections(con, policy, first, last, out, report))
+            blocks.extend(_warehouse_sections(con, policy, first, last, out, report))
         finally:
             con.close()
 
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>GPU pool report</title>"
-        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px}"
-        "img{max-width:100%}</style></head><body>"
-        f"<h1>GPU pool report</h1><p>{days} day(s): {first} to {last} (UTC), written {now:%Y-%m-%d %H:%M} UTC. "
-        f"Policy currency {html.escape(policy.currency)}.</p>" + "".join(sections) + "</body></html>"
+    page = _environment().get_template(_TEMPLATE).render(
+        days=days, first=first, last=last, written=f"{now:%Y-%m-%d %H:%M}", currency=policy.currency, blocks=blocks,
     )
-    report.html.write_text(page)
+    report.html.write_text(page, encoding="utf-8")
     return report
 
 
@@ -211,59 +257,59 @@ def _priced(rows: list[dict[str, Any]], what: str, report: Report) -> list[dict[
 
 def _warehouse_sections(
     con: duckdb.DuckDBPyConnection, policy: Policy, first: date, last: date, out: Path, report: Report
-) -> list[str]:
-    sections = []
+) -> list[Block]:
+    blocks: list[Block] = [_h2("Utilization by pool")]
     util = utilization_by_pool(con, policy, first, last)
     if util:
         report.pngs.append(_plot_utilization(util, first, last, out / "utilization_by_pool.png"))
-        sections.append('<h2>Utilization by pool</h2><img src="utilization_by_pool.png" alt="utilization by pool">')
+        blocks.append(_img("utilization_by_pool.png", "utilization by pool"))
     else:
         report.notes["utilization"] = "no priced GPU-hours (fct_gpu_cost_by_request) in the period"
-        sections.append(f"<h2>Utilization by pool</h2><p>{report.notes['utilization']}.</p>")
+        blocks.append(_p(report.notes["utilization"]))
     cost = _priced(cost_by_team(con, first, last), "chargeback", report)
     if cost:
         for cur in sorted({r["currency"] for r in cost}):
             rows = [r for r in cost if r["currency"] == cur]
-            name = f"cost_by_team_{cur}.png"
+            name = f"cost_by_team_{safe_name(cur)}.png"
             report.pngs.append(_plot_cost(rows, cur, out / name))
-            sections.append(f'<h2>Cost by team ({html.escape(cur)})</h2><img src="{name}" alt="cost by team">')
+            blocks += [_h2(f"Cost by team ({cur})"), _img(name, "cost by team")]
             totals: dict[str, float] = defaultdict(float)
             for r in rows:
                 totals[r["team"]] += float(r["total_cost"] or 0)
-            sections.append(_table([{"team": t, "total": v} for t, v in sorted(totals.items(), key=lambda x: -x[1])],
-                                   ["team", "total"]))
+            blocks.append(_table([{"team": t, "total": v} for t, v in sorted(totals.items(), key=lambda x: -x[1])],
+                                 ["team", "total"]))
     else:
         report.notes["cost"] = "no chargeback rows (platform_cost_per_tenant) in the period"
-        sections.append(f"<h2>Cost by team</h2><p>{report.notes['cost']}.</p>")
+        blocks += [_h2("Cost by team"), _p(report.notes["cost"])]
     if "chargeback_unpriced" in report.notes:
-        sections.append(f"<p><em>{html.escape(report.notes['chargeback_unpriced'])}.</em></p>")
+        blocks.append(_em(report.notes["chargeback_unpriced"]))
     units = _priced(unit_costs(con), "unit-cost", report)
     if units:
         for cur in sorted({r["currency"] for r in units}):
             rows = [r for r in units if r["currency"] == cur]
-            name = f"unit_costs_{cur}.png"
+            name = f"unit_costs_{safe_name(cur)}.png"
             report.pngs.append(_plot_unit_costs(rows, cur, out / name))
-            sections.append(f'<h2>Unit costs ({html.escape(cur)})</h2><img src="{name}" alt="unit costs">')
-            sections.append(_table([{**r, "cost_per_unit": None if r["cost_per_unit"] is None else float(r["cost_per_unit"]),
-                                     "cost": float(r["cost"] or 0)} for r in rows],
-                                   ["unit", "units", "cost", "cost_per_unit"]))
+            blocks += [_h2(f"Unit costs ({cur})"), _img(name, "unit costs")]
+            blocks.append(_table([{**r, "cost_per_unit": None if r["cost_per_unit"] is None else float(r["cost_per_unit"]),
+                                   "cost": float(r["cost"] or 0)} for r in rows],
+                                 ["unit", "units", "cost", "cost_per_unit"]))
     else:
         report.notes["unit_costs"] = "no unit-cost marts in the warehouse"
-        sections.append(f"<h2>Unit costs</h2><p>{report.notes['unit_costs']}.</p>")
+        blocks += [_h2("Unit costs"), _p(report.notes["unit_costs"])]
     if "unit-cost_unpriced" in report.notes:
-        sections.append(f"<p><em>{html.escape(report.notes['unit-cost_unpriced'])}.</em></p>")
+        blocks.append(_em(report.notes["unit-cost_unpriced"]))
     unpriced, unpriced_hours = unpriced_request_count(con)
     if unpriced:
         report.notes["unpriced_requests"] = (
             f"{unpriced} request(s) with {unpriced_hours:.1f} GPU-hours no price covers are in no unit cost "
             "(listed in unpriced_requests, with the reason)"
         )
-        sections.append(f"<p><em>{html.escape(report.notes['unpriced_requests'])}.</em></p>")
+        blocks.append(_em(report.notes["unpriced_requests"]))
     signals = fired_signals(con, first, last)
+    blocks.append(_h2("Capacity signals that fired"))
     if signals is None:
         report.notes["signals"] = "the warehouse has no capacity_signals table"
-        sections.append(f"<h2>Capacity signals that fired</h2><p>{report.notes['signals']}.</p>")
+        blocks.append(_p(report.notes["signals"]))
     else:
-        cols = list(signals[0]) if signals else []
-        sections.append("<h2>Capacity signals that fired</h2>" + _table(signals, cols))
-    return sections
+        blocks.append(_table(signals, list(signals[0]) if signals else []))
+    return blocks
