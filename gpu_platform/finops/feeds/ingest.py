@@ -38,8 +38,23 @@ import duckdb
 import polars as pl
 
 from gpu_platform.finops.feeds import dcgm, focus
-from gpu_platform.finops.feeds.load import ensure_tables, load_batch, load_batches, record_file_quarantine
-from gpu_platform.finops.feeds.schemas import DCGM_QUARANTINE_SCHEMA, FOCUS_QUARANTINE_SCHEMA, FeedBatch
+from gpu_platform.finops.feeds.load import (
+    STAGING,
+    append_batch,
+    create_staging,
+    drop_staging,
+    ensure_tables,
+    load_batch,
+    load_batches,
+    note_loaded,
+    record_file_quarantine,
+)
+from gpu_platform.finops.feeds.schemas import (
+    DCGM_QUARANTINE_SCHEMA,
+    RAW_FOCUS_BILLING,
+    RAW_FOCUS_QUARANTINE,
+    FeedBatch,
+)
 from gpu_platform.safeload import (
     FEED_FILE_MAX_BYTES,
     FEED_JSON_LIMITS,
@@ -308,71 +323,105 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
     return report
 
 
-_FOCUS_KEY_EXCLUDED = ("source", "source_row")
+_FOCUS_KEY_COLUMNS = tuple(c for c in focus.FOCUS_TABLE_SCHEMA if c not in ("source", "source_row"))
+"""Every billing column: two rows equal on all of them are one charge delivered twice."""
 
 
-def _focus_keys(rows: pl.DataFrame) -> pl.Series:
-    """One exact text key per row over every billing column (not its position)."""
-    cols = [c for c in rows.columns if c not in _FOCUS_KEY_EXCLUDED]
-    if rows.height == 0:
-        return pl.Series("key", [], dtype=pl.String)
-    return rows.select(
-        pl.concat_str(
-            [pl.col(c).cast(pl.String).fill_null("\x00") for c in cols], separator="\x1f"
-        ).alias("key")
-    ).to_series()
+def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: list[str]) -> Counter[str]:
+    """Move the staged rows of `sources` that equal an earlier row (same file, or a file earlier
+    in `sources`) on every billing column from the billing staging table to the quarantine one,
+    as `row N: duplicate of [<file>] row M`. Returns the moved rows per source.
 
-
-def drop_duplicate_rows(batch: FeedBatch, seen: dict[str, tuple[str, int]]) -> FeedBatch:
-    """Quarantine rows identical to an earlier row of the same batch or to one in `seen`
-    (key -> (source, row) of rows already accepted this day); add the accepted rows to `seen`."""
-    rows = batch.rows
-    if rows.height == 0:
-        return batch
-    keys = _focus_keys(rows).to_list()
-    sources = rows["source"].to_list()
-    numbers = rows["source_row"].to_list()
-    keep, dupes = [], []
-    for i, key in enumerate(keys):
-        first = seen.get(key)
-        if first is None:
-            seen[key] = (sources[i], numbers[i])
-            keep.append(i)
-        else:
-            where = f"row {first[1]}" if first[0] == sources[i] else f"{first[0]} row {first[1]}"
-            dupes.append((i, f"row {numbers[i]}: duplicate of {where} (every billing column equal)"))
-    if not dupes:
-        return batch
-    idx = [i for i, _ in dupes]
-    dup_rows = rows[idx]
-    extra = pl.DataFrame(
-        {
-            "source": dup_rows["source"],
-            "source_row": dup_rows["source_row"],
-            "raw": [json.dumps(r, default=str, sort_keys=True) for r in dup_rows.drop("source").to_dicts()],
-            "reason": [reason for _, reason in dupes],
-        },
-        schema=FOCUS_QUARANTINE_SCHEMA,
+    In DuckDB, not in Python: a 64-bit hash over the key columns picks the candidate rows, and
+    only those are compared exactly (partitioned on every column), so memory does not grow with
+    the rows already seen."""
+    if not sources:
+        return Counter()
+    billing, quarantine = STAGING[RAW_FOCUS_BILLING], STAGING[RAW_FOCUS_QUARANTINE]
+    cols = ", ".join(f'b."{c}"' for c in _FOCUS_KEY_COLUMNS)
+    raw = "json_object(" + ", ".join(f"'{c}', b.\"{c}\"" for c in _FOCUS_KEY_COLUMNS) + ")"
+    params = {"day": day, "sources": sources}
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _focus_duplicates AS
+        WITH candidates AS (
+            SELECT hash({cols}) AS h FROM {billing} AS b
+            WHERE b.day = $day AND list_contains($sources, b.source)
+            GROUP BY h HAVING count(*) > 1
+        ),
+        ranked AS (
+            SELECT b.source, b.source_row,
+                   row_number() OVER w AS n,
+                   first_value(b.source) OVER w AS first_source,
+                   first_value(b.source_row) OVER w AS first_row
+            FROM {billing} AS b
+            WHERE b.day = $day AND list_contains($sources, b.source)
+              AND hash({cols}) IN (SELECT h FROM candidates)
+            WINDOW w AS (PARTITION BY {cols} ORDER BY list_position($sources, b.source), b.source_row)
+        )
+        SELECT source, source_row, first_source, first_row FROM ranked WHERE n > 1
+        """,
+        params,
     )
-    quarantine = pl.concat([batch.quarantine, extra]).sort("source_row")
-    return FeedBatch(rows=rows[keep], quarantine=quarantine, rows_in=batch.rows_in)
+    try:
+        counts = Counter(dict(con.execute(
+            "SELECT source, count(*) FROM _focus_duplicates GROUP BY source").fetchall()))
+        if counts:
+            con.execute(
+                f"""
+                INSERT INTO {quarantine} (source, source_row, raw, reason, day)
+                SELECT d.source, d.source_row, CAST({raw} AS VARCHAR),
+                       'row ' || d.source_row || ': duplicate of '
+                       || CASE WHEN d.first_source = d.source THEN '' ELSE d.first_source || ' ' END
+                       || 'row ' || d.first_row || ' (every billing column equal)',
+                       $day
+                FROM _focus_duplicates AS d
+                JOIN {billing} AS b ON b.day = $day AND b.source = d.source AND b.source_row = d.source_row
+                """,
+                {"day": day},
+            )
+            con.execute(
+                f"DELETE FROM {billing} AS b USING _focus_duplicates AS d "
+                "WHERE b.day = $day AND b.source = d.source AND b.source_row = d.source_row",
+                {"day": day},
+            )
+    finally:
+        con.execute("DROP TABLE IF EXISTS _focus_duplicates")
+    return counts
 
 
-def lone_currency_periods(rows: pl.DataFrame, source: str) -> list[tuple[date, str]]:
-    """Charge periods whose every accepted row is in a currency other than the one most of the
-    file's periods use: with one currency per charge period, such a row is its own period's
-    currency and passes unconverted, though it is most likely mis-billed. Flagged (asset
-    metadata `currency_flags`), not quarantined: the row may be right.
-    Returns (day of the period's start, message)."""
+def _currency_periods(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per charge period of accepted rows: the currencies they were billed in and how many."""
     if rows.height == 0 or "original_currency" not in rows.columns:
-        return []
-    per_period = rows.group_by("ChargePeriodStart", "ChargePeriodEnd").agg(
-        pl.col("original_currency").unique().alias("currencies"), pl.len().alias("rows")
+        return pl.DataFrame(schema=_PERIOD_SCHEMA)
+    return rows.group_by("ChargePeriodStart", "ChargePeriodEnd").agg(
+        pl.col("original_currency").unique().alias("currencies"), pl.len().cast(pl.Int64).alias("rows")
     )
-    usage = rows.group_by("original_currency").agg(pl.col("ChargePeriodStart").n_unique().alias("periods"))
+
+
+_PERIOD_SCHEMA = {
+    "ChargePeriodStart": focus.UTC_TS,
+    "ChargePeriodEnd": focus.UTC_TS,
+    "currencies": pl.List(pl.String),
+    "rows": pl.Int64,
+}
+
+
+def _merge_currency_periods(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    return pl.concat([a, b]).group_by("ChargePeriodStart", "ChargePeriodEnd").agg(
+        pl.col("currencies").list.explode(keep_nulls=False, empty_as_null=False).unique(), pl.col("rows").sum()
+    )
+
+
+def _lone_periods(per_period: pl.DataFrame, source: str) -> list[tuple[date, str]]:
+    if per_period.height == 0:
+        return []
+    usage = per_period.explode("currencies").group_by("currencies").agg(
+        pl.col("ChargePeriodStart").n_unique().alias("periods")
+    )
     if usage.height < 2:
         return []
-    dominant = usage.sort("periods", descending=True)["original_currency"][0]
+    dominant = usage.sort(["periods", "currencies"], descending=[True, False])["currencies"][0]
     flags = []
     for start, end, currencies, n in per_period.sort("ChargePeriodStart").iter_rows():
         if start is None or len(currencies) != 1 or currencies[0] == dominant:
@@ -386,6 +435,15 @@ def lone_currency_periods(rows: pl.DataFrame, source: str) -> list[tuple[date, s
     return flags
 
 
+def lone_currency_periods(rows: pl.DataFrame, source: str) -> list[tuple[date, str]]:
+    """Charge periods whose every accepted row is in a currency other than the one most of the
+    file's periods use: with one currency per charge period, such a row is its own period's
+    currency and passes unconverted, though it is most likely mis-billed. Flagged (asset
+    metadata `currency_flags`), not quarantined: the row may be right.
+    Returns (day of the period's start, message)."""
+    return _lone_periods(_currency_periods(rows), source)
+
+
 def focus_day_batch(batch: FeedBatch, day: date, anchor_day: date) -> FeedBatch:
     """The rows of `batch` charged on `day`; its quarantined rows (no trustworthy charge period)
     belong to one day per file, `anchor_day`."""
@@ -394,42 +452,122 @@ def focus_day_batch(batch: FeedBatch, day: date, anchor_day: date) -> FeedBatch:
     return FeedBatch(rows=rows, quarantine=quarantine, rows_in=rows.height + quarantine.height)
 
 
-def _read_focus_file(path: Path, source: str) -> FeedBatch:
+@dataclass
+class FocusFileLoad:
+    """One FOCUS file streamed into one day: its rows charged on the day (`accepted`), its
+    quarantined rows when the day is the file's anchor, and what the whole file showed."""
+
+    accepted: int = 0
+    quarantined: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    first_day: date | None = None
+    """The earliest day the file charges (its accepted rows' ChargePeriodStart)."""
+    currency_periods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_PERIOD_SCHEMA))
+
+    @property
+    def rows_in(self) -> int:
+        return self.accepted + self.quarantined
+
+
+def stream_focus_file(
+    con: duckdb.DuckDBPyConnection, path: Path, source: str, day: date, batch_bytes: int = focus.FOCUS_BATCH_BYTES,
+) -> FocusFileLoad:
+    """Append the rows of one FOCUS file charged on `day` to the FOCUS staging tables
+    (`load.create_staging`) under (`source`, `day`), batch by batch (:func:`focus.iter_focus`),
+    each batch committed on its own (DuckDB writes committed appends out; a transaction's own
+    appends stay in memory). The file's quarantined rows stay only when `day` is its anchor (the
+    earliest day it charges; its mtime's day when no row was accepted), so they are counted once.
+    Raises what the reader raises; the caller then deletes the partial rows."""
     if path.suffix.lower() == ".csv":
         problem = check_utf8_file(path)
         if problem:
             raise InputError([problem], source)
-    return focus.load_focus(path, source=source)
+    out = FocusFileLoad()
+    quarantine_reasons: Counter[str] = Counter()
+    quarantined = 0
+    for batch in focus.iter_focus(path, source=source, batch_bytes=batch_bytes):
+        out.batches += 1
+        first = batch.rows["ChargePeriodStart"].min()
+        if isinstance(first, datetime) and (out.first_day is None or first.date() < out.first_day):
+            out.first_day = first.date()
+        out.currency_periods = _merge_currency_periods(out.currency_periods, _currency_periods(batch.rows))
+        rows = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() == day)
+        part = FeedBatch(rows=rows, quarantine=batch.quarantine, rows_in=rows.height + batch.quarantine.height)
+        stats = append_batch(con, "focus", part, source=source, day=day, staging=True)
+        out.accepted += stats.accepted
+        quarantined += stats.quarantined
+        quarantine_reasons.update(_POSITION.sub("", r) for r in batch.quarantine["reason"].to_list())
+    anchor = out.first_day or datetime.fromtimestamp(path.stat().st_mtime, UTC).date()
+    if anchor == day:
+        out.quarantined, out.reasons = quarantined, quarantine_reasons
+    elif quarantined:
+        con.execute(f"DELETE FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ?", [source])
+    return out
 
 
-def load_focus_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date) -> IngestReport:
+def load_focus_day(
+    con: duckdb.DuckDBPyConnection, feeds: Path, day: date, batch_bytes: int = focus.FOCUS_BATCH_BYTES
+) -> IngestReport:
     """Load the rows of every FOCUS file under `feeds/focus/` whose ChargePeriodStart is on `day`.
 
-    A file's quarantined rows are loaded under the earliest day it charges (the day of its file
-    modification time when no row was accepted), so they are counted once. Files are read in
-    path order; a row equal to an earlier one is quarantined as a duplicate. A file that cannot
-    be read (broken header, not UTF-8, not Parquet) is quarantined whole for the day."""
+    Each file is streamed in batches of `batch_bytes` into staging tables
+    (:func:`stream_focus_file`; memory follows the batch, not the file), rows equal to an
+    earlier one (path order, then row) are quarantined as duplicates there
+    (:func:`_quarantine_duplicates`, in DuckDB), then one transaction replaces the day's rows
+    of every file under `focus/` with the staged ones. A file's quarantined
+    rows are loaded under the earliest day it charges (the day of its file modification time
+    when no row was accepted), so they are counted once. A file that cannot be read (broken
+    header, not UTF-8, not Parquet, a batch that fails) loses what it had appended and is
+    quarantined whole for the day."""
     report = IngestReport()
     sources: list[str] = []
     bad_files: list[tuple[str, int | None, str]] = []
-    seen: dict[str, tuple[str, int]] = {}
-    for path in _files(feeds / "focus", FOCUS_SUFFIXES):
-        source = path.relative_to(feeds).as_posix()
-        report.files_in += 1
-        batch, size, reason = read_feed_file(path, lambda p=path, s=source: _read_focus_file(p, s), root=feeds)
-        if batch is None:
-            bad_files.append((source, size, reason or "unreadable"))
-            report.quarantined_files.append((source, reason or "unreadable"))
-            continue
-        starts = batch.rows["ChargePeriodStart"].drop_nulls()
-        anchor = starts.min().date() if len(starts) else datetime.fromtimestamp(path.stat().st_mtime, UTC).date()
-        part = drop_duplicate_rows(focus_day_batch(batch, day, anchor), seen)
-        report.currency_flags += [msg for on, msg in lone_currency_periods(batch.rows, source) if on == day]
-        stats = load_batch(con, "focus", part, source=source, day=day)
-        report.add(part, stats.accepted, stats.quarantined)
-        report.files_loaded += 1
-        sources.append(source)
-    _forget_removed(con, ("raw_focus_billing", "raw_focus_quarantine"), "focus/", day, sources)
+    billing, quarantine = create_staging(con, "focus")
+    try:
+        for path in _files(feeds / "focus", FOCUS_SUFFIXES):
+            source = path.relative_to(feeds).as_posix()
+            report.files_in += 1
+            loaded, size, reason = read_feed_file(
+                path, lambda p=path, s=source: stream_focus_file(con, p, s, day, batch_bytes),  # type: ignore[arg-type, return-value]
+                root=feeds,
+            )
+            if loaded is None:
+                for table in (billing, quarantine):
+                    con.execute(f"DELETE FROM {table} WHERE source = ?", [source])
+                bad_files.append((source, size, reason or "unreadable"))
+                report.quarantined_files.append((source, reason or "unreadable"))
+                continue
+            assert isinstance(loaded, FocusFileLoad)
+            report.rows_in += loaded.rows_in
+            report.accepted += loaded.accepted
+            report.quarantined += loaded.quarantined
+            report.reasons.update(loaded.reasons)
+            report.sources += 1
+            report.currency_flags += [msg for on, msg in _lone_periods(loaded.currency_periods, source) if on == day]
+            report.files_loaded += 1
+            sources.append(source)
+        moved = _quarantine_duplicates(con, day, sources)
+        if moved:
+            n = sum(moved.values())
+            report.accepted -= n
+            report.quarantined += n
+            report.reasons.update(dict(con.execute(
+                f"SELECT regexp_replace(reason, '^row [0-9]+: ', ''), count(*) FROM {quarantine} "
+                "WHERE reason LIKE '%: duplicate of %' GROUP BY 1").fetchall()))
+        # the day's FOCUS rows are replaced in one transaction: readers see the old day or the new one
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, staged in ((RAW_FOCUS_BILLING, billing), (RAW_FOCUS_QUARANTINE, quarantine)):
+                con.execute(f"DELETE FROM {table} WHERE day = ? AND starts_with(source, 'focus/')", [day])
+                con.execute(f"INSERT INTO {table} SELECT * FROM {staged}")
+            note_loaded(con, "focus", day)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        drop_staging(con, "focus")
     record_file_quarantine(con, "focus", day, bad_files)
     return report
 

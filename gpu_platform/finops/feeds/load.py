@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -208,6 +208,24 @@ def ensure_tables(con: duckdb.DuckDBPyConnection, backfill: bool = True) -> None
         rollup_dcgm_samples(con)
 
 
+RAW_FEED_LOADS = "raw_feed_loads"
+FEED_LOADS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {RAW_FEED_LOADS} (feed VARCHAR NOT NULL, day DATE NOT NULL, loaded_at TIMESTAMP NOT NULL)"
+)
+"""When each feed's rows of a day last changed: (feed, day, loaded_at UTC), one row per feed and
+day. `cost report` compares it with the day's last successful build to say the day is stale."""
+
+
+def note_loaded(con: duckdb.DuckDBPyConnection, feed: str, day: date) -> None:
+    """Record that `feed`'s rows of `day` changed now (inside the caller's transaction, if any)."""
+    con.execute(FEED_LOADS_DDL)
+    con.execute(f"DELETE FROM {RAW_FEED_LOADS} WHERE feed = ? AND day = ?", [feed, day])
+    con.execute(
+        f"INSERT INTO {RAW_FEED_LOADS} (feed, day, loaded_at) VALUES (?, ?, ?)",
+        [feed, day, datetime.now(UTC).replace(tzinfo=None)],
+    )
+
+
 def record_file_quarantine(
     con: duckdb.DuckDBPyConnection, feed: Feed, day: date, files: list[tuple[str, int | None, str]]
 ) -> None:
@@ -221,6 +239,7 @@ def record_file_quarantine(
                 f"INSERT INTO {RAW_FEED_FILE_QUARANTINE} (feed, source, size_bytes, reason, day) VALUES (?, ?, ?, ?, ?)",
                 [[feed, src, size, reason, day] for src, size, reason in files],
             )
+            note_loaded(con, feed, day)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -337,6 +356,7 @@ def load_batches(
                     if rows.height:
                         sql = _ROLLUP_SELECT.format(rows="_incoming_rows", day="?::DATE", where="")
                         con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", [day])
+                note_loaded(con, feed, day)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -346,3 +366,49 @@ def load_batches(
                 con.unregister(view)
     return [LoadStats(rows_in=b.rows_in, accepted=r.height, quarantined=q.height)
             for (_, b), (r, q) in zip(parts, checked, strict=True)]
+
+
+STAGING = {RAW_FOCUS_BILLING: "_staging_focus_billing", RAW_FOCUS_QUARANTINE: "_staging_focus_quarantine"}
+"""Private tables a streamed load fills batch by batch before one transaction moves them into
+the raw tables (DuckDB keeps a transaction's own appends in memory, beyond its memory_limit;
+committed appends to a table are written out and evicted)."""
+
+
+def create_staging(con: duckdb.DuckDBPyConnection, feed: Feed) -> tuple[str, str]:
+    """(Re)create the empty staging tables of ``feed`` (only ``focus`` has them), shaped like its
+    raw tables; returns their names."""
+    names = tuple(STAGING[t] for t in _FEEDS[feed])
+    ensure_tables(con)
+    for table, staging in zip(_FEEDS[feed], names, strict=True):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {staging} AS SELECT * FROM {table} LIMIT 0")
+    return names  # type: ignore[return-value]
+
+
+def drop_staging(con: duckdb.DuckDBPyConnection, feed: Feed) -> None:
+    for table in _FEEDS[feed]:
+        con.execute(f"DROP TABLE IF EXISTS {STAGING[table]}")
+
+
+def append_batch(
+    con: duckdb.DuckDBPyConnection, feed: Feed, batch: FeedBatch, *, source: str, day: date, staging: bool = False
+) -> LoadStats:
+    """Insert ``batch`` under (``source``, ``day``) without deleting anything and without a
+    transaction of its own, into the raw tables or (``staging``) the feed's staging tables
+    (:func:`create_staging`): for a caller streaming a file batch by batch. The checks are
+    :func:`load_batch`'s; the tables must exist."""
+    if feed not in _FEEDS:
+        raise ValueError(f"unknown feed {feed!r}; expected one of {sorted(_FEEDS)}")
+    raw_table, q_table = _FEEDS[feed]
+    rows, quarantine = _checked(feed, batch, source)
+    if staging:
+        raw_table, q_table = STAGING[raw_table], STAGING[q_table]
+    for view, table, frame in (("_append_rows", raw_table, rows), ("_append_quarantine", q_table, quarantine)):
+        if not frame.height:
+            continue
+        con.register(view, frame.to_arrow())
+        try:
+            cols = ", ".join(f'"{c}"' for c in frame.columns)
+            con.execute(f"INSERT INTO {table} ({cols}, day) SELECT {cols}, ?::DATE FROM {view}", [day])
+        finally:
+            con.unregister(view)
+    return LoadStats(rows_in=batch.rows_in, accepted=rows.height, quarantined=quarantine.height)
