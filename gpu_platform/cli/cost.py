@@ -177,8 +177,18 @@ def _build(
 @click.option("--day", required=True, callback=_day, help="UTC day, YYYY-MM-DD.")
 @warehouse_option
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
-def report(day: str, warehouse: str | None, fmt: str) -> None:
-    """Billed, allocated, idle, shared and unreconciled cost, exceptions, unit costs and chargeback for DAY."""
+@click.option(
+    "--fail-on-stale",
+    is_flag=True,
+    help="Exit 1 when the day's figures are stale (a model's last build failed, or feeds came in after it).",
+)
+def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> None:
+    """Billed, allocated, idle, shared and unreconciled cost, exceptions, unit costs and chargeback for DAY.
+
+    When the day is stale (its last build of a model failed, or its feeds were ingested after its
+    last successful build) the figures are those of the last successful build: a WARNING on
+    stderr says why (JSON: `stale` with the failed models and their errors; null when current).
+    The exit status stays 0 unless --fail-on-stale is given."""
     warehouse = _warehouse(warehouse)
     if not Path(warehouse).exists():
         raise click.ClickException(
@@ -194,8 +204,13 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
         data = cost_report(con, day)
     finally:
         con.close()
+    stale = data.get("stale")
     if fmt == "json":
         click.echo(json.dumps(to_jsonable(data), indent=2))
+        if stale:
+            _warn_stale(stale)
+            if fail_on_stale:
+                raise SystemExit(1)
         return
     from rich.console import Console
     from rich.table import Table
@@ -263,3 +278,19 @@ def report(day: str, warehouse: str | None, fmt: str) -> None:
         for r in to_jsonable(rows):
             table.add_row(*(str(r.get(c, "")) for c in cols))
         console.print(table)
+    if stale:
+        _warn_stale(stale)  # below the tables, where the reader ends
+        if fail_on_stale:
+            raise SystemExit(1)
+
+
+def _warn_stale(stale: dict) -> None:
+    """The stale warning on stderr, one line per reason and failed model (errors cut, one line each)."""
+    click.echo(f"WARNING: the figures for {stale['day']} are stale", err=True)
+    for reason in stale["reasons"]:
+        click.echo(f"  - {reason}", err=True)
+    for f in stale["failed_models"]:
+        error = " ".join(str(f["error"] or "").split())[:300]
+        when = f["failed_at"].strftime("%Y-%m-%d %H:%M:%S") if f["failed_at"] else "?"
+        click.echo(f"  - {f['model']} failed at {when} UTC: {error}", err=True)
+    click.echo(f"  rebuild with: {stale['rebuild']}", err=True)

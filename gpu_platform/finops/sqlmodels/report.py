@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -30,15 +30,59 @@ def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
 
 
+def staleness(con: duckdb.DuckDBPyConnection, day: str | date) -> dict[str, Any] | None:
+    """Why the day's figures may not be current, or None when nothing says so.
+
+    Stale when a model's last build of the day failed (or an unpartitioned model's last build:
+    it serves every day), when the day's feeds were loaded after the oldest successful build of
+    the day's models, or when feeds were loaded for a day never built. Reads `model_builds`
+    (written by the runner) and `raw_feed_loads` (written by the feed loaders); a warehouse
+    without `model_builds` (built before it existed) is never called stale.
+    """
+    d = date.fromisoformat(str(day))
+    have = _tables(con)
+    if "model_builds" not in have:
+        return None
+    builds = _rows(con, """
+        select model, day, status, built_at, error, last_success_at from model_builds
+        where day = $day or day is null order by model""", {"day": d})
+    failed = [
+        {"model": b["model"], "day": b["day"], "failed_at": b["built_at"], "error": b["error"],
+         "last_success_at": b["last_success_at"]}
+        for b in builds if b["status"] != "success"
+    ]
+    successes = [b["last_success_at"] for b in builds if b["day"] is not None and b["last_success_at"] is not None]
+    last_success = min(successes) if successes else None
+    loaded = None
+    if "raw_feed_loads" in have:
+        loaded = con.execute("select max(loaded_at) from raw_feed_loads where day = $day", {"day": d}).fetchone()[0]
+    reasons = []
+    if failed:
+        names = ", ".join(f["model"] for f in failed)
+        reasons.append(f"the last build of {len(failed)} model(s) failed: {names}; the figures are those of the "
+                       "last successful build")
+    if loaded is not None and last_success is None:
+        reasons.append(f"feeds were ingested for {d} at {loaded:%Y-%m-%d %H:%M:%S} UTC but the day was never built")
+    elif loaded is not None and last_success is not None and loaded > last_success:
+        reasons.append(f"feeds were ingested at {loaded:%Y-%m-%d %H:%M:%S} UTC, after the day's last successful "
+                       f"build at {last_success:%Y-%m-%d %H:%M:%S} UTC")
+    if not reasons:
+        return None
+    return {"day": d.isoformat(), "reasons": reasons, "failed_models": failed,
+            "last_successful_build_at": last_success, "feeds_ingested_at": loaded,
+            "rebuild": f"gpu-platform cost build --day {d}"}
+
+
 def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) -> dict[str, Any]:
-    """The day's totals per currency, lifetime unit costs, chargeback by team and the top requests.
+    """The day's totals per currency, lifetime unit costs, chargeback by team and the top requests,
+    and `stale` (:func:`staleness`: None when the figures are current).
 
     Money stays Decimal, one entry per currency; nothing is summed across currencies.
     """
     d = date.fromisoformat(str(day))
     have = _tables(con)
-    out: dict[str, Any] = {"day": d.isoformat(), "totals": [], "exceptions": [], "unit_costs": [],
-                           "unpriced_requests": [], "chargeback_by_team": [], "top_requests": []}
+    out: dict[str, Any] = {"day": d.isoformat(), "stale": staleness(con, d), "totals": [], "exceptions": [],
+                           "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": []}
     if "reconciliation" in have:
         # billed: every FOCUS piece of the day; allocated / idle: all priced GPU nodes (billed and
         # price book); shared: billed non-node cost; unreconciled: exception money charged to no team
@@ -106,7 +150,7 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if isinstance(value, Decimal):
         return str(value.quantize(Decimal("0.000001")))
-    if isinstance(value, date):
+    if isinstance(value, date | datetime):
         return value.isoformat()
     return value
 

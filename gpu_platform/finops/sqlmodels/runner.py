@@ -17,6 +17,11 @@ Materialization: a model with `partition_by: day` reads `$day_from` / `$day_to` 
 for one day or a range of days (`delete from t where day between $day_from and $day_to;
 insert into t ...` in one transaction, table created on first run); a model without it is
 `create or replace table`; `materialized: ephemeral` is never stored, only inlined.
+
+Every build of a model is recorded in `model_builds` (:data:`BUILD_LOG_DDL`): one row per model
+and day built (day NULL for an unpartitioned model), with the last attempt's status, time and
+error and the time of the last successful build, so a report can say which day is stale
+(`gpu_platform.finops.sqlmodels.report.staleness`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any
@@ -45,6 +50,50 @@ _TEST_KINDS = ("not_null", "unique", "relationships", "accepted_values", "expres
 
 class ProjectError(ValueError):
     """A project that cannot load or run: bad template, unknown ref, cycle, bad yml, bad SQL."""
+
+
+BUILD_LOG = "model_builds"
+BUILD_LOG_DDL = f"""
+create table if not exists {BUILD_LOG} (
+    day date,
+    model varchar not null,
+    status varchar not null,
+    built_at timestamp not null,
+    error varchar,
+    last_success_at timestamp
+)"""
+"""One row per (model, day built): `day` NULL for an unpartitioned model (it serves every day);
+`status` `success` or `failed` and `built_at` (UTC) of the last attempt, its `error` (first
+2,000 characters) when it failed, `last_success_at` the last attempt that succeeded (NULL: none)."""
+
+
+def record_build(
+    con: duckdb.DuckDBPyConnection, model: str, span: tuple[date, date] | None, error: BaseException | None,
+    at: datetime | None = None,
+) -> None:
+    """Record one build attempt of `model` for every day of `span` (None: unpartitioned) in
+    `model_builds`, in its own transaction (call it outside the build's)."""
+    at = (at or datetime.now(UTC)).astimezone(UTC).replace(tzinfo=None)
+    days: list[date | None] = [d for d, _ in _each_day(span)] if span is not None else [None]
+    status = "success" if error is None else "failed"
+    text = None if error is None else (f"{type(error).__name__}: {error}".strip())[:2000]
+    con.execute(BUILD_LOG_DDL)
+    con.execute("begin transaction")
+    try:
+        where = "model = $model and " + ("day is null" if span is None else "day between $first and $last")
+        params: dict[str, Any] = {"model": model}
+        if span is not None:
+            params |= {"first": span[0], "last": span[1]}
+        before = dict(con.execute(f"select day, last_success_at from {BUILD_LOG} where {where}", params).fetchall())
+        con.execute(f"delete from {BUILD_LOG} where {where}", params)
+        con.executemany(
+            f"insert into {BUILD_LOG} (day, model, status, built_at, error, last_success_at) values (?, ?, ?, ?, ?, ?)",
+            [[d, model, status, at, text, at if error is None else before.get(d)] for d in days],
+        )
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
 
 
 @dataclass(frozen=True)
@@ -426,14 +475,28 @@ class Project:
         if m.is_ephemeral:
             self.bind(m, span, variables)
             return ModelResult(name=name, rows=0, seconds=0.0)
+        if m.partition_by and span is None:
+            raise ProjectError(f"{m.path}: partitioned by {m.partition_by}; build it with day=YYYY-MM-DD")
+        logged = span if m.partition_by else None
+        try:
+            rows = self._build_stored(con, m, span, variables)
+        except Exception as exc:
+            record_build(con, name, logged, exc)
+            raise
+        record_build(con, name, logged, None)
+        return ModelResult(name=name, rows=int(rows), seconds=time.perf_counter() - t0)
+
+    def _build_stored(
+        self, con: duckdb.DuckDBPyConnection, m: Model, span: Days | None, variables: dict[str, Any] | None
+    ) -> int:
+        """Build a seed or a stored model (see :meth:`build_model`); the rows it holds now."""
         if m.is_seed:
             con.execute(f"create or replace table {m.name} as select * from read_csv($path, header = true)",
                         {"path": str(m.seed_path)})
             rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
             created = True
         elif m.partition_by:
-            if span is None:
-                raise ProjectError(f"{m.path}: partitioned by {m.partition_by}; build it with day=YYYY-MM-DD")
+            assert span is not None
             params = self.bind(m, span, variables)
             created = not self._exists(con, m.name)
             con.execute("begin transaction")
@@ -456,7 +519,7 @@ class Project:
             created = True
         if created:
             self._check_columns(con, m)
-        return ModelResult(name=name, rows=int(rows), seconds=time.perf_counter() - t0)
+        return int(rows)
 
     @staticmethod
     def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
