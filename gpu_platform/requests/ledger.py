@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -166,8 +167,17 @@ def _make_engine(url: str) -> sa.Engine:
         @sa.event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
             cur = dbapi_conn.cursor()
-            cur.execute("pragma journal_mode=wal")
             cur.execute("pragma busy_timeout=30000")
+            # switching a new file to WAL takes an exclusive lock, and SQLite answers "database is
+            # locked" at once (no busy wait) while another process opens the same new file
+            for attempt in range(50):
+                try:
+                    cur.execute("pragma journal_mode=wal")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or attempt == 49:
+                        raise
+                    time.sleep(0.05 + 0.01 * attempt)
             cur.execute("pragma foreign_keys=on")
             cur.close()
 
@@ -176,13 +186,14 @@ def _make_engine(url: str) -> sa.Engine:
     return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
 
 
-_CREATE_RACE = ("already exists", "pg_type_typname_nsp_index", "pg_class_relname_nsp_index")
+_CREATE_RACE = ("already exists", "pg_type_typname_nsp_index", "pg_class_relname_nsp_index", "database is locked")
 """What a database says when another process created the table first: SQLite `table ... already
 exists`, PostgreSQL `relation ... already exists` or, for two CREATEs in flight at once, a unique
-violation on its catalog."""
+violation on its catalog; SQLite also `database is locked` when it refuses a schema change at once
+(no busy wait) while another connection changes the schema of the same new file."""
 
 
-def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 5) -> None:
+def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 20) -> None:
     """`meta.create_all(engine, checkfirst=True)`, safe under a concurrent first use.
 
     Two processes opening a new database at once both see no table and both create it; the
@@ -197,7 +208,7 @@ def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 5) -> No
         except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
             if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
                 raise
-            time.sleep(0.02 * (attempt + 1))
+            time.sleep(min(0.5, 0.02 * (attempt + 1)))
 
 
 class Ledger:
