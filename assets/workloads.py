@@ -29,7 +29,7 @@ from assets.partitions import WORKLOAD_PARTITIONS
 from gpu_platform.cluster.jobs import RUN_STEPS, namespace_for
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.finops.warehouse import connect as warehouse_connect
-from gpu_platform.gate.instance_config import WAREHOUSE_POOL
+from gpu_platform.gate.instance_config import RELEASE_CHECK_PRIORITY, WAREHOUSE_POOL
 from gpu_platform.lineage.evidence import EvidenceStore
 from gpu_platform.lineage.graph import (
     CheckOutcome,
@@ -440,8 +440,11 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         name="cost_attributed",
         blocking=True,
         description=CHECK_DESCRIPTIONS["cost_attributed"],
-        # it reads the warehouse: in the writers' pool, so no pricing step holds DuckDB's lock meanwhile
+        # it reads the warehouse: in the writers' pool, so no pricing step holds DuckDB's lock meanwhile;
+        # a short read a release waits on, so it claims the slot ahead of the next pricing step (the
+        # step's priority adds to its run's), never behind a whole pricing run
         pool=WAREHOUSE_POOL,
+        op_tags=RELEASE_CHECK_PRIORITY,
     )
     def _check(
         context: dg.AssetCheckExecutionContext,

@@ -71,6 +71,10 @@ PRIORITY_TAG = "dagster/priority"
 TODAY_PRIORITY = {PRIORITY_TAG: "10"}
 """Pricing of today and of the day that just ended (finops_daily): ahead of every backfill step."""
 
+RELEASE_CHECK_PRIORITY = {PRIORITY_TAG: "20"}
+"""A release's `cost_attributed` check (a short warehouse read): its claim on the slot outranks a
+pricing run's next step, so a release waits one pricing step at most, not a whole run."""
+
 BACKFILL_PRIORITY = {PRIORITY_TAG: "-10"}
 """Backfills of older days: they yield the warehouse slot to anything else that waits for it."""
 

@@ -388,3 +388,17 @@ def test_a_release_launched_without_its_evidence_step_is_refused(chain):
     assert "suite eval-rain-v1 for ODD cell odd-urban-day: not replayed" in str(
         failure.event_specific_data.user_failure_data
     )
+
+
+def test_a_release_cost_check_claims_the_warehouse_slot_ahead_of_pricing_steps():
+    """The check reads the warehouse in the writers' pool; its step priority plus any workload
+    run's (a lane rank, 0..7) outranks today's pricing steps, so a release waits one pricing step
+    at most, and a backfill's never."""
+    from assets.workloads import workload_checks
+    from gpu_platform.gate.instance_config import BACKFILL_PRIORITY, PRIORITY_TAG, TODAY_PRIORITY, WAREHOUSE_POOL
+
+    checks = [c for c in workload_checks if any(s.name == "cost_attributed" for s in c.check_specs)]
+    assert checks
+    for c in checks:
+        assert c.op.pool == WAREHOUSE_POOL
+        assert int(c.op.tags[PRIORITY_TAG]) + 0 > int(TODAY_PRIORITY[PRIORITY_TAG]) > int(BACKFILL_PRIORITY[PRIORITY_TAG])
