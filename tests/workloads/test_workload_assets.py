@@ -395,10 +395,15 @@ def test_a_release_cost_check_claims_the_warehouse_slot_ahead_of_pricing_steps()
     run's (a lane rank, 0..7) outranks today's pricing steps, so a release waits one pricing step
     at most, and a backfill's never."""
     from assets.workloads import workload_checks
-    from gpu_platform.gate.instance_config import BACKFILL_PRIORITY, PRIORITY_TAG, TODAY_PRIORITY, WAREHOUSE_POOL
+    from gpu_platform.gate.instance_config import (
+        BACKFILL_PRIORITY,
+        PRIORITY_TAG,
+        TODAY_PRIORITY,
+        WAREHOUSE_POOL,
+    )
 
     checks = [c for c in workload_checks if any(s.name == "cost_attributed" for s in c.check_specs)]
     assert checks
     for c in checks:
         assert c.op.pool == WAREHOUSE_POOL
-        assert int(c.op.tags[PRIORITY_TAG]) + 0 > int(TODAY_PRIORITY[PRIORITY_TAG]) > int(BACKFILL_PRIORITY[PRIORITY_TAG])
+        assert int(c.op.tags[PRIORITY_TAG]) > int(TODAY_PRIORITY[PRIORITY_TAG]) > int(BACKFILL_PRIORITY[PRIORITY_TAG])
