@@ -199,7 +199,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
     try:
         con = warehouse_connect(warehouse)
     except WarehouseBusy as exc:
-        raise click.ClickException(str(exc)) from None
+        raise WarehouseBusyExit(str(exc)) from None  # a reader too: one line, exit 2
     try:
         data = cost_report(con, day)
     finally:

@@ -89,9 +89,7 @@ def ingest(
 ) -> None:
     """Load DAY's feeds into the warehouse; print rows in / accepted / quarantined per feed and file."""
     from gpu_platform.finops.feeds import dcgm as dcgm_feed
-    from gpu_platform.finops.feeds import focus as focus_feed
     from gpu_platform.finops.feeds import ingest as ing
-    from gpu_platform.finops.feeds.k8s_inventory import InventoryError
     from gpu_platform.finops.feeds.load import load_batch
     from gpu_platform.finops.feeds.schemas import FeedSchemaError
     from gpu_platform.finops.warehouse import WarehouseBusy
@@ -103,7 +101,7 @@ def ingest(
     missing = [
         p
         for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input)
-        if p and not Path(p).is_file()
+        if p and not Path(p).exists()  # a FIFO or device is refused by name when read
     ]
     if missing:
         _fail([f"{p}: no such file" for p in missing])
@@ -140,48 +138,54 @@ def ingest(
             ):
                 add(feed, str(feeds_dir / feed), report.rows_in, report.accepted, report.quarantined)
         for item in dcgm_inputs:
-            try:
-                if "://" in item:
-                    source = f"scrape:{item}@{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+            if "://" in item:
+                source = f"scrape:{item}@{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+                try:
                     batch = dcgm_feed.scrape(item, source=source)
-                else:
-                    source = str(Path(item).resolve())
-                    batch = ing.read_dcgm_file(Path(item), source)
-            except (dcgm_feed.ScrapeError, FeedSchemaError, ValueError, OSError) as e:
-                problems.append(f"--dcgm {item}: {e}")
-                continue
+                except (dcgm_feed.ScrapeError, FeedSchemaError, ValueError, OSError) as e:
+                    problems.append(f"--dcgm {item}: {e}")
+                    continue
+            else:
+                source = str(Path(item).resolve())
+                read, _, reason = ing.read_feed_file(
+                    Path(item), lambda p=Path(item), s=source: ing.read_dcgm_file(p, s)
+                )
+                if read is None:
+                    problems.append(f"--dcgm {item}: {reason}")
+                    continue
+                batch = read
             # only the samples stamped on DAY; the file's other days are counted, not loaded here
             part, others = ing.dcgm_file_day_batch(batch, day)
             stats = load_batch(con, "dcgm", part, source=source, day=day)
             add("dcgm", source, batch.rows_in, stats.accepted, stats.quarantined, others)
         for item in focus_inputs:
+            # streamed batch by batch like the saved folder's files: memory follows the batch
             source = str(Path(item).resolve())
-            try:
-                batch = focus_feed.load_focus(Path(item), source=source)
-            except (FeedSchemaError, ValueError, OSError) as e:
-                problems.append(f"--focus {item}: {e}")
+            loaded, _, reason = ing.read_feed_file(
+                Path(item), lambda p=Path(item), s=source: ing.load_focus_file(con, p, s, day)
+            )
+            if loaded is None:
+                problems.append(f"--focus {item}: {reason}")
                 continue
-            starts = batch.rows["ChargePeriodStart"].drop_nulls()
-            anchor = starts.min().date() if len(starts) else day
-            part = ing.focus_day_batch(batch, day, anchor)
-            stats = load_batch(con, "focus", part, source=source, day=day)
-            add("focus", source, batch.rows_in, stats.accepted, stats.quarantined, _focus_other_days(batch, day, anchor))
+            add("focus", source, loaded.file_rows_in, loaded.accepted, loaded.quarantined, dict(loaded.other_days))
         for kind, given in (("nodes", nodes_input), ("pods", pods_input)):
-            try:
-                if given:
-                    source = str(Path(given).resolve())
-                    batch = ing.read_inventory_file(kind, Path(given), source)
-                    stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
-                    add(kind, source, batch.rows_in, stats.accepted, stats.quarantined)
-                elif from_cluster:
+            if given:
+                source = str(Path(given).resolve())
+                batch, _, reason = ing.read_feed_file(
+                    Path(given), lambda k=kind, p=Path(given), s=source: ing.read_inventory_file(k, p, s)
+                )
+                if batch is None:
+                    problems.append(f"--{kind} {given}: {reason}")
+                    continue
+                stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+                add(kind, source, batch.rows_in, stats.accepted, stats.quarantined)
+            elif from_cluster:
+                try:
                     source, report = ing.load_inventory_from_cluster(con, day, kind)
-                    add(kind, source, report.rows_in, report.accepted, report.quarantined)
-            except (InventoryError, OSError) as e:
-                problems.append(f"--{kind} {given or '--from-cluster'}: {e}")
-            except Exception as e:  # the kubernetes client's config and API errors
-                if given:
-                    raise
-                problems.append(f"--from-cluster ({kind}): {type(e).__name__}: {e}")
+                except Exception as e:  # the kubernetes client's config and API errors
+                    problems.append(f"--from-cluster ({kind}): {type(e).__name__}: {e}")
+                    continue
+                add(kind, source, report.rows_in, report.accepted, report.quarantined)
     finally:
         con.close()
     if fmt == "json":
@@ -217,19 +221,6 @@ def ingest(
             f"rows in != accepted + quarantined + other days for {', '.join(r['source'] for r in bad)}", err=True
         )
         sys.exit(1)
-
-
-def _focus_other_days(batch: Any, day: date, anchor: date) -> dict[date, int]:
-    """Rows of a FOCUS file charged on other days than `day` (its quarantined rows go with `anchor`)."""
-    import polars as pl
-
-    starts = batch.rows.select(pl.col("ChargePeriodStart").dt.date().alias("d")).drop_nulls()
-    counts = starts.filter(pl.col("d") != day).group_by("d").len()
-    others: dict[date, int] = dict(counts.iter_rows())
-    if anchor != day and batch.quarantine.height:
-        others[anchor] = others.get(anchor, 0) + batch.quarantine.height
-    return dict(sorted(others.items()))
-
 
 
 def _fail(problems: list[str]) -> None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import click
 from rich.console import Console
 
+from gpu_platform.cli.common import fail
 from gpu_platform.lineage.evidence import EvidenceStore, default_evidence_root
 from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, render_tree
 from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
@@ -122,6 +123,12 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
         sys.exit(1)
 
 
+def _kubernetes_user() -> str:
+    from gpu_platform.cluster.client import whoami
+
+    return whoami()
+
+
 @retention.command("hold")
 @click.argument("request_id")
 @_evidence_option
@@ -131,11 +138,23 @@ def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> 
 def retention_hold(
     request_id: str, evidence_root: str | None, holder: str, reason: str, release: bool
 ) -> None:
-    """Place (or --release) an evidence hold on everything REQUEST_ID stored."""
+    """Place (or --release) an evidence hold on everything REQUEST_ID stored.
+
+    Who placed or released it is recorded with the hold: the verified identity when the
+    deployment provides one (GPU_PLATFORM_IDENTITY, docs/approvals.md), else $USER, with its
+    source. A deployment that requires a verified identity refuses (exit 2) without one."""
+    from gpu_platform.requests.identity import IdentityError, current_identity
+
+    try:
+        identity = current_identity(kubernetes_user=_kubernetes_user)
+    except IdentityError as exc:
+        fail(f"retention hold {request_id}: not recorded", [str(exc)])
     store = EvidenceStore(evidence_root or default_evidence_root())
     if release:
-        found = store.release_hold(request_id, holder, reason=reason)
+        found = store.release_hold(
+            request_id, holder, reason=reason, released_by=identity.name, identity_source=identity.source
+        )
         click.echo(f"{'released' if found else 'no'} hold {holder} on {request_id}")
     else:
-        store.set_hold(request_id, holder, reason)
-        click.echo(f"hold {holder} placed on {request_id}")
+        store.set_hold(request_id, holder, reason, set_by=identity.name, identity_source=identity.source)
+        click.echo(f"hold {holder} placed on {request_id} by {identity.name} ({identity.source})")

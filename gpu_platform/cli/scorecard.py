@@ -9,7 +9,7 @@ import click
 import duckdb
 from rich.table import Table
 
-from gpu_platform.cli.common import console
+from gpu_platform.cli.common import WarehouseBusyExit, console
 from gpu_platform.finops.sqlmodels.report import to_jsonable
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.finops.warehouse import connect as warehouse_connect
@@ -47,7 +47,7 @@ def scorecard(day: str, warehouse: str | None, fmt: str, all_signals: bool) -> N
     try:
         con = warehouse_connect(path)
     except WarehouseBusy as e:
-        raise click.ClickException(str(e)) from None
+        raise WarehouseBusyExit(str(e)) from None  # one line, exit 2
     except duckdb.Error as e:
         raise click.ClickException(f"cannot open {path}: {e}") from e
     try:

@@ -417,17 +417,28 @@ class EvidenceStore:
                 out.append(rec)
         return out
 
-    def set_hold(self, request_id: str, holder: str = "manual", reason: str = "") -> Hold:
-        """Place an evidence hold on everything `request_id` references; idempotent per holder."""
+    def set_hold(
+        self, request_id: str, holder: str = "manual", reason: str = "", *, set_by: str = "", identity_source: str = ""
+    ) -> Hold:
+        """Place an evidence hold on everything `request_id` references; idempotent per holder.
+        `set_by` / `identity_source`: who placed it and how that was established
+        (`requests.identity.current_identity`), recorded with it when given."""
         hold = Hold(request_id, holder, reason, datetime.now(UTC))
         body = {"request_id": request_id, "holder": holder, "reason": reason, "set_at": hold.set_at.isoformat()}
+        if set_by:
+            body |= {"set_by": set_by, "identity_source": identity_source or "unknown"}
         with self._lock(fcntl.LOCK_SH):
             _write_once(self.holds_dir / path_key(request_id) / f"{_safe(holder)}.json", json.dumps(body).encode())
         return hold
 
-    def release_hold(self, request_id: str, holder: str = "manual", *, released_by: str = "", reason: str = "") -> bool:
-        """Remove one holder's hold (other holders' holds stay), first recording who released it,
-        when and why under `holds/<key>/released/`; False when there was no such hold."""
+    def release_hold(
+        self, request_id: str, holder: str = "manual", *, released_by: str = "", reason: str = "",
+        identity_source: str = "",
+    ) -> bool:
+        """Remove one holder's hold (other holders' holds stay), first recording who released it
+        (`released_by`, `identity_source`: from `requests.identity.current_identity`; unset: the
+        login name, marked `os_user`), when and why under `holds/<key>/released/`; False when there
+        was no such hold."""
         for d in _dirs(self.holds_dir, request_id):
             p = d / f"{_safe(holder)}.json"
             if not os.path.lexists(p):
@@ -445,6 +456,7 @@ class EvidenceStore:
                 "holder": holder,
                 "released_at": now.isoformat(),
                 "released_by": released_by or os.environ.get("USER", "unknown"),
+                "release_identity_source": identity_source if released_by else "os_user",
                 "release_reason": reason,
             }
             with self._lock(fcntl.LOCK_SH):

@@ -45,6 +45,12 @@ FEED_JSON_LIMITS = Limits(
 )
 """A saved Prometheus `query_range` answer (DCGM history)."""
 
+INVENTORY_JSON_LIMITS = Limits(
+    max_bytes=512 * 1024 * 1024, max_depth=64, max_nodes=50_000_000, max_expanded_chars=1024 * 1024 * 1024
+)
+"""A `kubectl get nodes -o json` / `kubectl get pods -A -o json` snapshot. Depth 64: a pod's
+`metadata.managedFields[].fieldsV1` nests about a dozen levels; 512 MiB: some 20,000 pods of 25 KiB."""
+
 RESULT_LIMITS = Limits(max_bytes=16 * 1024 * 1024, max_depth=32, max_nodes=1_000_000)
 """A workload program's `result.json` (written by code the platform does not control)."""
 

@@ -71,5 +71,6 @@ def test_an_inventory_snapshot_linked_from_elsewhere_is_not_loaded(tmp_path: Pat
     (d / "n.json").symlink_to(outside)
     con = duckdb.connect()
     report = load_inventory_day(con, tmp_path / "feeds", day, "nodes")
-    assert report.errors and "leads outside the feed folder" in report.errors[0]
     assert report.files_loaded == 0
+    ((source, reason),) = report.quarantined_files  # quarantined as a file, never read
+    assert source == f"nodes/{day.isoformat()}/n.json" and "leads outside the feed folder" in reason

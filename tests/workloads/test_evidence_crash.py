@@ -92,6 +92,33 @@ def test_releasing_a_hold_records_who_and_why(tmp_path: Path):
     assert store.holds("req-1") == []
 
 
+def test_retention_hold_records_the_identity_and_a_required_one_is_never_skipped(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    root = tmp_path / "ev"
+    EvidenceStore(root).put(b"x", "req-1", "log", PAST)
+    env = {"USER": "dana", "GPU_PLATFORM_IDENTITY": ""}
+    placed = CliRunner().invoke(main, ["retention", "hold", "req-1", "--evidence-root", str(root),
+                                       "--holder", "legal", "--reason", "audit"], env=env)
+    assert placed.exit_code == 0, placed.output
+    assert "by dana (os_user)" in placed.output
+    (hold_file,) = (root / "holds").rglob("legal.json")
+    body = json.loads(hold_file.read_text())
+    assert (body["set_by"], body["identity_source"]) == ("dana", "os_user")
+    # a deployment that requires the proxy's verified login: no header on the CLI, nothing released
+    refused = CliRunner().invoke(main, ["retention", "hold", "req-1", "--evidence-root", str(root),
+                                        "--holder", "legal", "--release"], env={**env, "GPU_PLATFORM_IDENTITY": "oidc"})
+    assert refused.exit_code == 2 and "not recorded" in refused.output
+    assert [h.holder for h in EvidenceStore(root).holds("req-1")] == ["legal"]
+    released = CliRunner().invoke(main, ["retention", "hold", "req-1", "--evidence-root", str(root),
+                                         "--holder", "legal", "--release", "--reason", "done"], env=env)
+    assert released.exit_code == 0, released.output
+    (rec,) = EvidenceStore(root).released_holds("req-1")
+    assert (rec["released_by"], rec["release_identity_source"], rec["release_reason"]) == ("dana", "os_user", "done")
+
+
 def test_kill_9_during_sweep_never_deletes_held_evidence_and_the_next_sweep_finishes(tmp_path: Path):
     """1,500 expired and 300 held objects; `retention sweep` is SIGKILLed at 8 staggered moments.
     After every kill: every held object is intact; after the final sweep: no expired object, no

@@ -366,9 +366,18 @@ def _arrow_csv_batches(
         raise
 
 
+_CSV_FIELD_LIMIT = 2**31 - 1
+"""Python's csv module refuses a field over 128 KiB by default (`_csv.Error: field larger than
+field limit`), which Arrow reads: a long ChargeDescription or Tags value in a file that also has
+one ragged row would stop the file. A field can be as long as the file the size limit allows."""
+
+
 def _python_csv_chunks(payload: Path | bytes, header: list[str], skip: int, batch_rows: int) -> Iterator[_Chunk]:
     """Python's csv reader, which numbers every row exactly (blank lines not counted), from data
-    row ``skip + 1`` on, ``batch_rows`` rows at a time."""
+    row ``skip + 1`` on, ``batch_rows`` rows at a time. Fields of any length are read, as Arrow
+    reads them (the process-wide csv field limit is raised once, never lowered)."""
+    if csv.field_size_limit() < _CSV_FIELD_LIMIT:
+        csv.field_size_limit(_CSV_FIELD_LIMIT)
     width = len(header)
     with io.TextIOWrapper(_open_binary(payload), encoding="utf-8-sig", newline="") as text:
         reader = csv.reader(text)

@@ -43,7 +43,6 @@ from gpu_platform.finops.feeds.load import (
     append_batch,
     create_staging,
     drop_staging,
-    ensure_tables,
     load_batch,
     load_batches,
     note_loaded,
@@ -58,12 +57,15 @@ from gpu_platform.finops.feeds.schemas import (
 from gpu_platform.safeload import (
     FEED_FILE_MAX_BYTES,
     FEED_JSON_LIMITS,
+    INVENTORY_JSON_LIMITS,
     InputError,
     PathRefused,
     check_confined,
     check_utf8_file,
     decode_utf8,
     load_json_text,
+    open_regular,
+    read_bytes,
 )
 
 DCGM_SUFFIXES = (".prom", ".txt", ".json", ".parquet")
@@ -165,17 +167,6 @@ def _files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
 
 
-def _forget_removed(con: duckdb.DuckDBPyConnection, tables: Iterable[str], prefix: str, day: date,
-                    kept: list[str]) -> None:
-    """Delete the day's rows of files under `prefix` that are no longer there."""
-    ensure_tables(con)  # a missing table would make DuckDB look for a Python variable of its name
-    for table in tables:
-        con.execute(
-            f"delete from {table} where day = ? and starts_with(source, ?) and not list_contains(?, source)",
-            [day, prefix, kept],
-        )
-
-
 def read_dcgm_file(path: Path, source: str, directory_day: date | None = None) -> FeedBatch:
     """Parse one saved DCGM file. Text lines without their own timestamp are stamped with the
     file's modification time, or with 00:00 UTC of `directory_day` when that time is on another
@@ -197,16 +188,21 @@ def read_feed_file(
 ) -> tuple[FeedBatch | None, int | None, str | None]:
     """(batch, size, None) or (None, size, reason): why the file cannot be read as a whole.
 
-    root: the feed folder the file was listed from; the file must be a regular file whose real
-    path is under it (`safeload.check_confined`: a link to `/proc/self/environ` or out of the
+    root: the feed folder the file was listed from (None: a file named on the command line, which
+    must still be a regular file: a FIFO or device is refused without blocking); the file must be
+    a regular file whose real path is under it (`safeload.check_confined`: a link to `/proc/self/environ` or out of the
     folder, a FIFO, is quarantined with the reason and never parsed).
     Any failure of a parser on one file (Arrow, Polars, JSON, a schema error) quarantines that
     file; only memory exhaustion and interrupts propagate."""
-    if root is not None:
-        try:
+    try:
+        if root is not None:
             check_confined(path, root, field="file", root_name="the feed folder")
-        except PathRefused as exc:
-            return None, None, f"refused: {exc.why}"
+        else:  # a file named on the command line: any path its user may read, but a regular file
+            open_regular(path, field="file").close()
+    except PathRefused as exc:
+        return None, None, f"refused: {exc.why}"
+    except OSError as exc:
+        return None, None, f"cannot read: {exc.strerror or exc}"
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -464,10 +460,19 @@ class FocusFileLoad:
     first_day: date | None = None
     """The earliest day the file charges (its accepted rows' ChargePeriodStart)."""
     currency_periods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_PERIOD_SCHEMA))
+    other_days: Counter[date] = field(default_factory=Counter)
+    """Rows of the file that belong to other days (charged on them, or quarantined rows of a
+    file anchored on another day): not loaded under this one."""
 
     @property
     def rows_in(self) -> int:
+        """The file's rows loaded under the day (accepted + quarantined)."""
         return self.accepted + self.quarantined
+
+    @property
+    def file_rows_in(self) -> int:
+        """Every row of the file: the day's plus the other days'."""
+        return self.rows_in + sum(self.other_days.values())
 
 
 def stream_focus_file(
@@ -492,7 +497,10 @@ def stream_focus_file(
         if isinstance(first, datetime) and (out.first_day is None or first.date() < out.first_day):
             out.first_day = first.date()
         out.currency_periods = _merge_currency_periods(out.currency_periods, _currency_periods(batch.rows))
-        rows = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() == day)
+        charged = pl.col("ChargePeriodStart").dt.date()
+        rows = batch.rows.filter(charged == day)
+        out.other_days.update(dict(
+            batch.rows.filter(charged != day).group_by(charged.alias("d")).len().iter_rows()))
         part = FeedBatch(rows=rows, quarantine=batch.quarantine, rows_in=rows.height + batch.quarantine.height)
         stats = append_batch(con, "focus", part, source=source, day=day, staging=True)
         out.accepted += stats.accepted
@@ -503,7 +511,41 @@ def stream_focus_file(
         out.quarantined, out.reasons = quarantined, quarantine_reasons
     elif quarantined:
         con.execute(f"DELETE FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ?", [source])
+        out.other_days[anchor] += quarantined
+    out.other_days = Counter(dict(sorted(out.other_days.items())))
     return out
+
+
+def load_focus_file(
+    con: duckdb.DuckDBPyConnection, path: Path, source: str, day: date, batch_bytes: int = focus.FOCUS_BATCH_BYTES
+) -> FocusFileLoad:
+    """One FOCUS file named by itself (`feeds ingest --day D --focus FILE`): its rows charged on
+    `day`, streamed batch by batch as the saved folder's files are (:func:`stream_focus_file`;
+    memory follows the batch, not the file), duplicates quarantined in DuckDB, then one
+    transaction replaces the day's rows of `source`. The file's rows of other days are counted
+    in `other_days`, not loaded (they load with their own `--day`). A file that fails part-way
+    leaves the warehouse as it was."""
+    billing, quarantine = create_staging(con, "focus")
+    try:
+        loaded = stream_focus_file(con, path, source, day, batch_bytes)
+        moved = _quarantine_duplicates(con, day, [source]).get(source, 0)
+        loaded.accepted -= moved
+        loaded.quarantined += moved
+        if moved:
+            loaded.reasons["duplicate of an earlier row (every billing column equal)"] += moved
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, staged in ((RAW_FOCUS_BILLING, billing), (RAW_FOCUS_QUARANTINE, quarantine)):
+                con.execute(f"DELETE FROM {table} WHERE day = ? AND source = ?", [day, source])
+                con.execute(f"INSERT INTO {table} SELECT * FROM {staged}")
+            note_loaded(con, "focus", day)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        drop_staging(con, "focus")
+    return loaded
 
 
 def load_focus_day(
@@ -576,35 +618,56 @@ INVENTORY_SUFFIXES = (".json",)
 
 
 def read_inventory_file(kind: str, path: Path, source: str, snapshot_at: datetime | None = None) -> FeedBatch:
-    """One `kubectl get nodes -o json` / `kubectl get pods -A -o json` file (`kind`: nodes | pods).
+    """One `kubectl get nodes -o json` / `kubectl get pods -A -o json` file (`kind`: nodes | pods),
+    read by the same bounded reader as a saved DCGM answer: a regular file only (a FIFO or device
+    is refused without blocking), at most `INVENTORY_JSON_LIMITS` bytes, strict UTF-8, JSON nested
+    at most 64 levels with no duplicate keys. A file that fails any of these, or is not a v1
+    NodeList/PodList, raises InputError naming the problem (its line where there is one); a bad
+    item inside a good file is quarantined as a row by the parser.
 
     The snapshot time is the file's modification time unless given."""
     from gpu_platform.finops.feeds import k8s_inventory
 
+    text = decode_utf8(read_bytes(path, INVENTORY_JSON_LIMITS.max_bytes), source)
+    doc = load_json_text(text, source, INVENTORY_JSON_LIMITS)
     at = snapshot_at or datetime.fromtimestamp(path.stat().st_mtime, UTC)
     parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
-    return parse(path.read_bytes(), source=source, snapshot_at=at)
+    try:
+        return parse(doc, source=source, snapshot_at=at)
+    except k8s_inventory.InventoryError as exc:
+        message = str(exc).removeprefix(f"{source}: ")
+        raise InputError([message], source) from None
 
 
 def load_inventory_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, kind: str) -> IngestReport:
-    """Load every `feeds/<kind>/<day>/*.json` snapshot (`kind`: nodes | pods) under `day`."""
+    """Load every `feeds/<kind>/<day>/*.json` snapshot (`kind`: nodes | pods) under `day`, in one
+    transaction. A file that cannot be read as a whole (a link out of the folder, truncated or
+    not JSON, nested too deep, over the size limit, not a NodeList/PodList) is quarantined as a
+    file with its reason (`raw_feed_file_quarantine`) and the day's other files load, as for
+    DCGM and FOCUS; bad items of a good file are quarantined as rows."""
     if kind not in ("nodes", "pods"):
         raise ValueError(f"unknown inventory kind {kind!r}")
     report = IngestReport()
-    sources = []
+    parts: list[tuple[str, FeedBatch]] = []
+    bad_files: list[tuple[str, int | None, str]] = []
     for path in _files(feeds / kind / day.isoformat(), INVENTORY_SUFFIXES):
         source = path.relative_to(feeds).as_posix()
-        try:
-            check_confined(path, feeds, field=source, root_name="the feed folder")
-        except PathRefused as exc:  # a link out of the folder is never read
-            report.errors.append(f"{kind} snapshot {exc}: not loaded")
+        report.files_in += 1
+        batch, size, reason = read_feed_file(
+            path, lambda p=path, s=source: read_inventory_file(kind, p, s), root=feeds
+        )
+        if batch is None:
+            bad_files.append((source, size, reason or "unreadable"))
+            report.quarantined_files.append((source, reason or "unreadable"))
             continue
-        batch = read_inventory_file(kind, path, source)
-        stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
+        parts.append((source, batch))
+        report.files_loaded += 1
+    # the day's rows under `<kind>/` become exactly these files' (a file removed or quarantined
+    # since loses its earlier rows), in the same transaction
+    loaded = load_batches(con, kind, parts, day=day, replace_prefix=f"{kind}/")  # type: ignore[arg-type]
+    for (_, batch), stats in zip(parts, loaded, strict=True):
         report.add(batch, stats.accepted, stats.quarantined)
-        sources.append(source)
-    tables = ("raw_nodes", "raw_nodes_quarantine") if kind == "nodes" else ("raw_pods", "raw_pods_quarantine")
-    _forget_removed(con, tables, f"{kind}/", day, sources)
+    record_file_quarantine(con, kind, day, bad_files)  # type: ignore[arg-type]
     return report
 
 
