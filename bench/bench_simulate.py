@@ -99,13 +99,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="12500,25000,50000,100000")
     ap.add_argument("--capacity", type=float, default=768)
-    ap.add_argument("--baselines-at", type=int, default=100000, help="also run fifo and strict at this size (0: no)")
+    ap.add_argument("--baselines-at", type=int, default=100000, help="also run the baselines (fifo, fifo-backfill, fifo-flavors, strict) at this size (0: no)")
     ap.add_argument("--kueue-cohorts", default="5,10", help="Kueue baseline with these cohort counts (5 = the original)")
     args = ap.parse_args()
     for n in (int(x) for x in args.sizes.split(",") if x):
         print(json.dumps(run_trace("policy", n, args.capacity)), flush=True)
     if args.baselines_at:
-        for name in ("fifo", "strict"):
+        for name in ("fifo", "fifo-backfill", "fifo-flavors", "strict"):
             print(json.dumps(run_trace(name, args.baselines_at, args.capacity)), flush=True)
     for c in (int(x) for x in args.kueue_cohorts.split(",") if x):
         print(json.dumps(run_kueue(c)), flush=True)

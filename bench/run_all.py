@@ -138,7 +138,7 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
     if s_small and s_big:
         growth = s_big["cpu_s"] / s_small["cpu_s"]
         rows.append(("simulate growth 12.5k -> 100k jobs (CPU)", f"{growth:.1f}x", "near-linear (~8x)", growth < 10))
-    for name in ("fifo", "strict"):
+    for name in ("fifo", "fifo-backfill", "fifo-flavors", "strict"):
         b = _find(sims, scenario=name, jobs=100000)
         if b:
             rows.append((f"simulate 100k trace jobs, {name} baseline (CPU)", f"{b['cpu_s']:.1f} s CPU ({b['wall_s']:.1f} s wall)", "< 30 s", b["cpu_s"] < 30))

@@ -85,9 +85,9 @@ def print_table(doc: dict, console: Console) -> None:
 @policy_option
 @click.option(
     "--compare",
-    default="fifo,strict",
+    default="fifo,fifo-backfill,strict",
     show_default=True,
-    help="Baselines to run beside the policy: fifo, strict (comma-separated; 'none').",
+    help="Baselines to run beside the policy: fifo, fifo-backfill, fifo-flavors, strict (comma-separated; 'none').",
 )
 @click.option(
     "--capacity", type=float, default=None, help="Resize the pool to N GPUs (quotas scale with it)."
@@ -157,7 +157,8 @@ def simulate_cmd(
     pol = policy_or_exit(policy_path)
     names = ["policy"] + [n.strip() for n in compare.split(",") if n.strip() and n.strip() != "none"]
     unknown = [n for n in names if n not in SCENARIOS]
-    problems = [f"--compare: unknown baseline {n!r} (fifo, strict)" for n in unknown]
+    known = ", ".join(n for n in SCENARIOS if n != "policy")
+    problems = [f"--compare: unknown baseline {n!r} ({known})" for n in unknown]
     if capacity is not None and capacity <= 0:
         problems.append("--capacity: must be > 0")
     if lane_from is not None and lane_map is None:

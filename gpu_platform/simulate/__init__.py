@@ -1,7 +1,7 @@
 """Policy simulator: replay a job trace through the admission engine (no Dagster).
 
 `load_trace` reads a trace (lanes from a column or a lane map), `SCENARIOS` builds the policy
-or a baseline (`fifo`, `strict`) as an engine state, `simulate` runs the discrete-event loop
+or a baseline (`fifo`, `fifo-backfill`, `fifo-flavors`, `strict`) as an engine state, `simulate` runs the discrete-event loop
 and `lane_report` turns it into per-lane figures; `kueue_scenario` replays Kueue's scheduler
 performance generator files. See docs/simulator.md.
 May import `admission/`, `policy/`, `requests/`.
@@ -14,6 +14,8 @@ from gpu_platform.simulate.report import lane_report
 from gpu_platform.simulate.scenarios import (
     SCENARIOS,
     Scenario,
+    fifo_backfill_scenario,
+    fifo_flavors_scenario,
     fifo_scenario,
     policy_scenario,
     strict_scenario,
@@ -29,6 +31,8 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceJob",
+    "fifo_backfill_scenario",
+    "fifo_flavors_scenario",
     "fifo_scenario",
     "lane_report",
     "load_lane_map",

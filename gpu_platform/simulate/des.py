@@ -575,6 +575,8 @@ def simulate(
     per queue at first, whether workloads over their own queue's ceiling are held back, whether
     running workloads nobody shown may preempt are folded per (queue, flavor, priority) (the
     outcome does not depend on them, only the time it takes; see the module doc)."""
+    if scenario.fast is not None:  # a baseline with its own event loop (no engine)
+        return scenario.fast(scenario, jobs, tick)
     sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
     start, end = sim.run()
     for r in sim.runs:

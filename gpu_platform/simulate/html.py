@@ -21,16 +21,64 @@ def _plt():
     return plt
 
 
+LANE_COLOURS = {
+    "incident_response": "#d62728",
+    "release_eval": "#ff7f0e",
+    "candidate_train": "#1f77b4",
+    "baseline_rebuild": "#2ca02c",
+    "map_semantic_batch": "#9467bd",
+    "labeler_batch": "#8c564b",
+    "platform_maintenance": "#7f7f7f",
+    "research_best_effort": "#17becf",
+}
+"""One colour per lane in every plot of every report (lanes of other policies: a stable hash)."""
+
+SCENARIO_COLOURS = {
+    "policy": "#1f77b4", "fifo": "#7f7f7f", "fifo-backfill": "#2ca02c", "fifo-flavors": "#bcbd22",
+    "strict": "#d62728",
+}
+_SPARE = ("#e377c2", "#bcbd22", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
+
+
+def _colour(name: str, table: dict[str, str]) -> str:
+    if name in table:
+        return table[name]
+    import zlib
+
+    return _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
+
+
+def lane_colour(lane: str) -> str:
+    return _colour(lane, LANE_COLOURS)
+
+
 def _grouped_bars(path: Path, title: str, ylabel: str, series: dict[str, dict[str, float | None]]) -> None:
+    """Bars per lane (and "all"), one colour per scenario. When the largest bar is more than 30
+    times the smallest non-zero one the axis is logarithmic (symlog, so zeros still show);
+    nothing but zeros: the plot says so instead of drawing an empty axis."""
     plt = _plt()
-    lanes = sorted({lane for s in series.values() for lane in s})
+    lanes = sorted({lane for s in series.values() for lane in s if lane != "all"})
+    if any("all" in s for s in series.values()):
+        lanes.append("all")
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(lanes) + 2), 4))
     width = 0.8 / max(1, len(series))
     x = np.arange(len(lanes))
+    values = [v for vals in series.values() for v in vals.values() if v]
     for i, (name, vals) in enumerate(series.items()):
-        ax.bar(x + i * width, [vals.get(lane) or 0.0 for lane in lanes], width, label=name)
+        ax.bar(x + i * width, [vals.get(lane) or 0.0 for lane in lanes], width, label=name,
+               color=_colour(name, SCENARIO_COLOURS))
     ax.set_xticks(x + width * (len(series) - 1) / 2, lanes, rotation=20, ha="right", fontsize=8)
     ax.set_title(title)
+    if not values:
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "all zero", transform=ax.transAxes, ha="center", va="center", color="#555")
+    else:
+        positive = [abs(v) for v in values if v]
+        if max(positive) > 30 * min(positive):
+            ax.set_yscale("symlog", linthresh=min(positive))
+            ylabel += " (log scale)"
+        ax.set_ylim(bottom=0)
     ax.set_ylabel(ylabel)
     ax.legend()
     fig.tight_layout()
@@ -38,7 +86,7 @@ def _grouped_bars(path: Path, title: str, ylabel: str, series: dict[str, dict[st
     plt.close(fig)
 
 
-def _usage_plot(path: Path, res: SimResult, title: str) -> None:
+def _usage_plot(path: Path, res: SimResult, title: str, common_end: float | None = None) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 3.6))
     lanes = sorted({lane for _t, lane, _d in res.usage_events})
@@ -53,9 +101,14 @@ def _usage_plot(path: Path, res: SimResult, title: str) -> None:
             idx = np.searchsorted(t, grid, side="right") - 1
             stacks.append(np.where(idx >= 0, held[np.clip(idx, 0, None)], 0.0))
         hours = (grid - grid[0]) / 3600
-        ax.stackplot(hours, *stacks, labels=lanes, step="post")
+        ax.stackplot(hours, *stacks, labels=lanes, step="post", colors=[lane_colour(lane) for lane in lanes])
         ax.axhline(res.scenario.capacity, color="black", lw=0.8, ls="--", label="pool")
         ax.set_xlabel("hours since the first submission")
+        if common_end is not None and common_end > t.min():
+            ax.set_xlim(0, (common_end - t.min()) / 3600)  # every scenario on the report's horizon
+    else:
+        ax.set_ylim(0, 1)
+        ax.text(0.5, 0.5, "no job ran", transform=ax.transAxes, ha="center", va="center", color="#555")
     ax.set_ylabel("GPUs held")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper right")
@@ -92,17 +145,33 @@ def write_trace_report(out: Path, doc: dict[str, Any], results: dict[str, SimRes
     (out / "report.json").write_text(json.dumps(doc, indent=2))
     scen = doc["scenarios"]
     files = ["report.json"]
+    horizon = max((r["horizon_s"] for r in scen.values()), default=0.0)
+
+    def per_lane(pick) -> dict[str, dict[str, float | None]]:
+        return {n: {**{lane: pick(f, r) for lane, f in r["lanes"].items()}, "all": pick(r["total"], r)}
+                for n, r in scen.items()}
+
+    def share(f: dict, r: dict) -> float | None:
+        # GPU-hours over the report's common horizon: the same GPU-hours give the same bar
+        return None if not horizon or not r["capacity_gpus"] else f["gpu_hours"] * 3600 / (r["capacity_gpus"] * horizon)
+
     plots = {
-        "wait_p95.png": ("wait p95 by lane", "hours", {n: {lane: (f["wait_s"]["p95"] or 0) / 3600 for lane, f in r["lanes"].items()} for n, r in scen.items()}),
-        "utilization.png": ("GPU utilization by lane (share of the pool)", "share", {n: {lane: f["gpu_utilization"] for lane, f in r["lanes"].items()} for n, r in scen.items()}),
-        "lost_gpu_hours.png": ("GPU-hours lost to preemption", "GPU-hours", {n: {lane: f["gpu_hours_lost_to_preemption"] for lane, f in r["lanes"].items()} for n, r in scen.items()}),
-        "never_admitted.png": ("jobs never admitted", "jobs", {n: {lane: f["never_admitted"] for lane, f in r["lanes"].items()} for n, r in scen.items()}),
+        "wait_p95.png": ("wait p95 by lane", "hours", per_lane(lambda f, r: (f["wait_s"]["p95"] or 0) / 3600)),
+        "utilization.png": (
+            f"GPU-hours held by lane, as a share of the pool over the longest run ({horizon / 3600:.0f} h)",
+            "share of pool x horizon", per_lane(share)),
+        "busy_share.png": ("pool busy during each scenario's own run (its utilization)", "share",
+                           per_lane(lambda f, r: f["gpu_utilization"])),
+        "lost_gpu_hours.png": ("GPU-hours lost to preemption", "GPU-hours",
+                               per_lane(lambda f, r: f["gpu_hours_lost_to_preemption"])),
+        "never_admitted.png": ("jobs never admitted", "jobs", per_lane(lambda f, r: f["never_admitted"])),
     }
     for name, (title, ylabel, series) in plots.items():
         _grouped_bars(out / name, title, ylabel, series)
         files.append(name)
+    common_end = max((res.end for res in results.values()), default=None)
     for n, res in results.items():
-        _usage_plot(out / f"usage_{n}.png", res, f"GPUs held by lane: {n}")
+        _usage_plot(out / f"usage_{n}.png", res, f"GPUs held by lane: {n}", common_end)
         files.append(f"usage_{n}.png")
     parts = [f"<h1>Policy simulation: {html.escape(str(doc['trace']['source']))}</h1>"]
     parts.append("<pre>" + html.escape(json.dumps({k: v for k, v in doc.items() if k not in ("scenarios",)}, indent=1)) + "</pre>")

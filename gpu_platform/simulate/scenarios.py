@@ -2,17 +2,26 @@
 
 - `policy`: the policy file as the gate sees it (`from_policy`): lanes are cluster queues with
   their quotas, cohort borrowing, preemption and lane rules.
-- `fifo`: one cluster queue holding the whole pool, StrictFIFO, every job priority 0, no
-  preemption. A job starts when the job submitted before it has started and its GPUs are free
-  on a flavor (flavors tried in the policy's order); nobody overtakes.
+- `fifo`: one strict FIFO queue over the whole pool's GPUs (all flavors as one set), no
+  priorities, no preemption; a job starts when the job submitted before it has started and its
+  GPUs are free; nobody overtakes. Replayed without the engine (`baselines.run_fifo`).
+- `fifo-backfill`: the same queue with EASY backfilling (`baselines`): a later job may start
+  ahead of a blocked head when that cannot delay the head's reserved start.
+- `fifo-flavors`: FIFO in the engine: one cluster queue holding the pool's flavors, StrictFIFO,
+  every job priority 0, no preemption; a job starts when the job submitted before it has started
+  and its GPUs are free on one flavor (flavors tried in the policy's order, its gpu_type
+  respected).
 - `strict`: strict priority without borrowing: one cluster queue holding the whole pool,
   StrictFIFO ordered by lane priority then submission, a higher-priority job preempts
   lower-priority running jobs (`within_cluster_queue: LowerPriority`); no quotas per lane, so
   nothing is borrowed or lent, and no lane rules (`yields_to`, `protected`, evidence).
 
 `--capacity N` resizes the pool to N GPUs: flavor capacities and every quota and limit are
-multiplied by N / (the policy's GPUs), rounded down to whole GPUs (capacities rounded to the
-nearest, the remainder going to the first flavor, so they add up to N).
+multiplied by N / (the policy's GPUs) and rounded to the nearest whole GPU (halves up), and a
+quota or limit that held at least one node of its flavor (the policy's
+`autoscaling.node_pools.<pool>.node_gpus`) keeps at least one node (at most the flavor's new
+capacity), so a lane that could run a node-sized job still can; capacities are rounded to the
+nearest, the remainder going to the first flavor, so they add up to N.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpu_platform.admission import (
     ClusterQueueSpec,
@@ -48,6 +58,8 @@ class Scenario:
     description: str
     base: ClusterState
     workload: Callable[[TraceJob], Workload | None]
+    fast: Callable[..., Any] | None = None
+    """A replay without the engine (`baselines.run_fifo`): called as fast(scenario, jobs, tick)."""
 
     @property
     def capacity(self) -> float:
@@ -60,12 +72,29 @@ class Scenario:
         }
 
 
-def _floor(v: float | None, k: float) -> float | None:
-    return None if v is None else float(math.floor(v * k + 1e-9))
+def _scaled(v: float | None, k: float, node: float, cap: float) -> float | None:
+    """A quota or limit `v` times `k`, rounded to the nearest whole GPU (halves up), but never
+    below one node (`node` GPUs, at most the flavor's new capacity `cap`) when `v` held at least
+    one node before: a lane that could run a node-sized job still can."""
+    if v is None:
+        return None
+    out = float(math.floor(v * k + 0.5 + 1e-9))
+    floor = min(node, cap)
+    if v + 1e-9 >= node and out < floor:
+        out = floor
+    return out
 
 
-def resize(state: ClusterState, gpus: float) -> ClusterState:
-    """The state with its pool resized to `gpus` GPUs (see the module docstring)."""
+def node_gpus(policy: Policy) -> dict[str, float]:
+    """GPUs on one node of each flavor's node pool (the policy's `autoscaling.node_pools`); 1 where
+    the policy does not say."""
+    pools = policy.autoscaling.node_pools if policy.autoscaling is not None else {}
+    return {f.name: float(pools[f.node_pool].node_gpus) if f.node_pool in pools else 1.0 for f in policy.flavors}
+
+
+def resize(state: ClusterState, gpus: float, nodes: dict[str, float] | None = None) -> ClusterState:
+    """The state with its pool resized to `gpus` GPUs (see the module docstring). `nodes`: GPUs
+    per node of each flavor (`node_gpus`), so no quota that held a node drops below one."""
     caps = [(f.capacity or {}).get(GPU, 0.0) for f in state.flavors]
     total = sum(caps)
     if total <= 0:
@@ -77,17 +106,22 @@ def resize(state: ClusterState, gpus: float) -> ClusterState:
         replace(f, capacity={**{r: v * k for r, v in (f.capacity or {}).items()}, GPU: c})
         for f, c in zip(state.flavors, new_caps, strict=True)
     )
-    cqs = tuple(
-        replace(
-            c,
-            quotas=tuple(
-                ResourceQuota(q.flavor, q.resource, _floor(q.nominal, k) or 0.0, _floor(q.borrowing_limit, k), _floor(q.lending_limit, k))
-                for q in c.quotas
-            ),
+    cap_of = {f.name: c for f, c in zip(state.flavors, new_caps, strict=True)}
+    node_of = nodes or {}
+
+    def quota(q: ResourceQuota) -> ResourceQuota:
+        node, cap = node_of.get(q.flavor, 1.0), cap_of.get(q.flavor, gpus)
+        return ResourceQuota(
+            q.flavor, q.resource, _scaled(q.nominal, k, node, cap) or 0.0,
+            _scaled(q.borrowing_limit, k, node, cap), _scaled(q.lending_limit, k, node, cap),
         )
-        for c in state.cluster_queues
+
+    cqs = tuple(replace(c, quotas=tuple(quota(q) for q in c.quotas)) for c in state.cluster_queues)
+    cohorts = tuple(
+        replace(co, quotas=tuple(quota(q) for q in co.quotas)) if getattr(co, "quotas", None) else co
+        for co in state.cohorts
     )
-    return replace(state, flavors=flavors, cluster_queues=cqs)
+    return replace(state, flavors=flavors, cluster_queues=cqs, cohorts=cohorts)
 
 
 def _gpu_only(state: ClusterState) -> ClusterState:
@@ -112,7 +146,7 @@ def _allowed(policy: Policy) -> Callable[[str, str | None], tuple[str, ...]]:
 def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
     base = _gpu_only(from_policy(policy))
     if capacity is not None:
-        base = resize(base, capacity)
+        base = resize(base, capacity, node_gpus(policy))
     allowed = _allowed(policy)
     lanes = {lane.name: lane for lane in policy.lanes_by_priority()}
 
@@ -137,7 +171,7 @@ def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
 def _pool_state(policy: Policy, capacity: float | None, preemption: str) -> ClusterState:
     base = _gpu_only(from_policy(policy))
     if capacity is not None:
-        base = resize(base, capacity)
+        base = resize(base, capacity, node_gpus(policy))
     quotas = tuple(ResourceQuota(f.name, GPU, (f.capacity or {}).get(GPU, 0.0)) for f in base.flavors)
     cq = ClusterQueueSpec(
         name=POOL, quotas=quotas, queueing_strategy=STRICT_FIFO, within_cluster_queue=preemption
@@ -160,7 +194,34 @@ def _types(policy: Policy) -> Callable[[str | None], tuple[str, ...]]:
     return cached
 
 
+def _one_queue(policy: Policy, capacity: float | None, backfill: bool) -> Scenario:
+    from gpu_platform.simulate.baselines import run_fifo
+
+    base = _pool_state(policy, capacity, NEVER)
+    gpus = sum((f.capacity or {}).get(GPU, 0.0) for f in base.flavors)
+
+    def fast(scenario: Scenario, jobs: list[TraceJob], tick: float) -> Any:
+        return run_fifo(scenario, jobs, gpus, backfill=backfill, tick=tick)
+
+    if backfill:
+        name, text = "fifo-backfill", "one queue over the whole pool's GPUs, EASY backfilling, no priorities, no preemption"
+    else:
+        name, text = "fifo", "one queue over the whole pool's GPUs, strict FIFO, no priorities, no preemption"
+    return Scenario(name, text, base, lambda job: None, fast)
+
+
 def fifo_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
+    """One strict FIFO queue over the whole pool's GPUs (no engine; `baselines.run_fifo`)."""
+    return _one_queue(policy, capacity, backfill=False)
+
+
+def fifo_backfill_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
+    """One FIFO queue over the whole pool's GPUs with EASY backfilling (`baselines.run_fifo`)."""
+    return _one_queue(policy, capacity, backfill=True)
+
+
+def fifo_flavors_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
+    """FIFO in the engine, over the policy's flavors (first fit in file order)."""
     base = _pool_state(policy, capacity, NEVER)
     allowed = _types(policy)
 
@@ -175,7 +236,12 @@ def fifo_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
             expected_duration_s=job.duration_s,
         )
 
-    return Scenario("fifo", "one FIFO queue over the whole pool, no priorities, no preemption", base, workload)
+    return Scenario(
+        "fifo-flavors",
+        "one FIFO queue over the policy's flavors (first fit in file order), no priorities, no preemption",
+        base,
+        workload,
+    )
 
 
 def strict_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
@@ -207,5 +273,7 @@ def strict_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
 SCENARIOS: dict[str, Callable[[Policy, float | None], Scenario]] = {
     "policy": policy_scenario,
     "fifo": fifo_scenario,
+    "fifo-backfill": fifo_backfill_scenario,
+    "fifo-flavors": fifo_flavors_scenario,
     "strict": strict_scenario,
 }

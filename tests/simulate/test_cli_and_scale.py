@@ -50,7 +50,7 @@ def test_cli_json_shape_and_files(tmp_path):
     assert set(doc) == {"trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "scenarios"}
     assert doc["trace"]["rows"] == 150 and doc["trace"]["accepted"] == 150
     assert doc["capacity_gpus"] == 128
-    assert list(doc["scenarios"]) == ["policy", "fifo", "strict"]
+    assert list(doc["scenarios"]) == ["policy", "fifo", "fifo-backfill", "strict"]
     for rep in doc["scenarios"].values():
         assert set(rep["total"]) == LANE_KEYS
         assert set(rep["lanes"]) <= {"research_best_effort", "baseline_rebuild", "candidate_train"}
@@ -91,7 +91,7 @@ def test_cli_unknown_baseline_exits_2(tmp_path):
     assert "unknown baseline 'lottery'" in res.stderr
 
 
-@pytest.mark.parametrize("name", ["policy", "fifo", "strict"])
+@pytest.mark.parametrize("name", ["policy", "fifo-flavors", "strict"])
 def test_shortcuts_give_the_full_queue_outcome(tmp_path, name):
     """Showing identical waiting workloads one at a time (and at most `window` distinct ones),
     and folding running workloads nobody may preempt, gives the same admissions as showing the
