@@ -144,6 +144,19 @@ class _Sim:
         self.usage: list[tuple[float, str, float]] = []
         self.skip_bound = skip_bound
         self.specs = {c.name: c for c in scenario.base.cluster_queues}
+        parent: dict[str, str | None] = {}
+        for co in scenario.base.cohorts:
+            if isinstance(co, str):
+                parent.setdefault(co, None)
+            else:
+                parent[co.name] = co.parent
+        self.root: dict[str, str] = {}
+        for name in parent:
+            seen, at = set(), name
+            while parent.get(at) is not None and at not in seen:
+                seen.add(at)
+                at = parent[at]  # type: ignore[assignment]
+            self.root[name] = at
         # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
         # without a cohort); absent: no ceiling of its own
         self.ceiling: dict[tuple[str, str, str], float] = {}
@@ -311,7 +324,10 @@ class _Sim:
         if not self.merge_held:
             return tuple(self.running.values())
         specs = self.specs
-        cohort = {n: c.cohort for n, c in specs.items()}
+        # Reclaim and borrow-within-cohort reach across the whole cohort tree (hierarchical
+        # cohorts: a lane of `assurance` reclaims from one of `batch` under the same root), so
+        # two queues compete when their cohorts share a root, not only when they are the same.
+        cohort = {n: self.root.get(c.cohort, c.cohort) for n, c in specs.items()}
         rules = {}
         for p in pending:
             spec = specs[p.cq]
@@ -333,7 +349,7 @@ class _Sim:
                         continue
                     victim = True
                     break
-                if pco is not None and pco == cohort[cq]:
+                if pco is not None and self.root.get(pco, pco) == cohort[cq]:
                     if reclaim == ANY or (reclaim != NEVER and prio <= pprio) or (borrow != NEVER and prio < pprio):
                         victim = True
                         break

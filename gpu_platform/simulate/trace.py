@@ -17,6 +17,7 @@ quarantined. A missing required column is an error naming the column.
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,18 +90,33 @@ class Trace:
         }
 
 
+def share_of(job_id: str, salt: str) -> float:
+    """A stable number in [0, 1) for a job: the first 8 bytes of SHA-256(salt, job_id)."""
+    digest = hashlib.sha256(f"{salt}\x00{job_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 @dataclass(frozen=True, slots=True)
 class LaneRule:
-    """`values`: exact matches (as text); `min`/`max`: a numeric range, min inclusive, max inclusive."""
+    """`values`: exact matches (as text); `min`/`max`: a numeric range, min inclusive, max inclusive.
+    `share`: of the rows the rule otherwise matches, only that fraction, picked by a stable hash of
+    the job id (salted with `salt`, default the lane), so a trace without such a column can give a
+    few percent of its jobs to incident or release lanes, the same jobs every run."""
 
     lane: str
     values: frozenset[str] | None = None
     min: float | None = None
     max: float | None = None
+    share: float | None = None
+    salt: str | None = None
 
-    def matches(self, raw: str) -> bool:
+    def matches(self, raw: str, job_id: str = "") -> bool:
+        if self.share is not None and share_of(job_id, self.salt or self.lane) >= self.share:
+            return False
         if self.values is not None:
             return raw in self.values
+        if self.min is None and self.max is None:
+            return True  # a share rule alone
         try:
             v = float(raw)
         except ValueError:
@@ -122,9 +138,9 @@ class LaneMap:
     columns: Mapping[str, str] = field(default_factory=dict)
     source: str = "lane map"
 
-    def lane_for(self, raw: str) -> str | None:
+    def lane_for(self, raw: str, job_id: str = "") -> str | None:
         for r in self.rules:
-            if r.matches(raw):
+            if r.matches(raw, job_id):
                 return r.lane
         return self.default
 
@@ -147,11 +163,16 @@ def load_lane_map(path: str | Path) -> LaneMap:
         if not isinstance(r, dict) or not isinstance(r.get("lane"), str):
             errors.append(f"{where}.lane: required (a lane name)")
             continue
-        extra = set(r) - {"lane", "values", "min", "max"}
+        extra = set(r) - {"lane", "values", "min", "max", "share", "salt"}
         errors += [f"{where}.{k}: unknown field" for k in sorted(extra)]
+        share = r.get("share")
+        if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1):
+            errors.append(f"{where}.share: {share!r} must be a number in (0, 1]")
+            continue
+        salt = None if r.get("salt") is None else str(r["salt"])
         if "values" in r:
             vals = r["values"] if isinstance(r["values"], list) else [r["values"]]
-            rules.append(LaneRule(r["lane"], values=frozenset(str(v) for v in vals)))
+            rules.append(LaneRule(r["lane"], values=frozenset(str(v) for v in vals), share=share, salt=salt))
         elif "min" in r or "max" in r:
             try:
                 lo = None if r.get("min") is None else float(r["min"])
@@ -159,9 +180,11 @@ def load_lane_map(path: str | Path) -> LaneMap:
             except (TypeError, ValueError):
                 errors.append(f"{where}: min/max must be numbers")
                 continue
-            rules.append(LaneRule(r["lane"], min=lo, max=hi))
+            rules.append(LaneRule(r["lane"], min=lo, max=hi, share=share, salt=salt))
+        elif share is not None:
+            rules.append(LaneRule(r["lane"], share=share, salt=salt))
         else:
-            errors.append(f"{where}: needs `values` or `min`/`max`")
+            errors.append(f"{where}: needs `values`, `min`/`max` or `share`")
     if not rules and raw.get("default") is None:
         errors.append("rules: at least one rule or a default lane")
     cols = raw.get("columns") or {}
@@ -240,7 +263,7 @@ def load_trace(
                 gpus = _num(row, "gpus", positive=True)
                 if lane_col is not None:
                     key = (row.get(lane_col) or "").strip()
-                    lane = lane_map.lane_for(key) if lane_map else None
+                    lane = lane_map.lane_for(key, job_id) if lane_map else None
                     if lane is None:
                         raise ValueError(f"{column}: {key!r} matches no rule of {lane_map.source if lane_map else 'the lane map'}")
                 else:

@@ -170,7 +170,7 @@ def test_memory_and_cpu_quotas_render_as_quantities() -> None:
     assert res["memory"]["nominalQuota"] == "256Gi" and res["memory"]["borrowingLimit"] == "512Gi"
     assert res["cpu"]["nominalQuota"] == "2500m"
     spot = next(f for f in rg["flavors"] if f["name"] == "a100-spot")
-    assert {r["name"]: r["nominalQuota"] for r in spot["resources"]} == {GPU: 8, "memory": "0Gi", "cpu": 0}
+    assert {r["name"]: r["nominalQuota"] for r in spot["resources"]} == {GPU: 4, "memory": "0Gi", "cpu": 0}
     assert cq["spec"]["fairSharing"] == {"weight": 1}
 
 

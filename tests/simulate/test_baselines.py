@@ -115,12 +115,19 @@ def test_fifo_flavors_is_the_engine_fifo_over_flavors(pol):
 
 
 def test_a_small_pool_keeps_node_sized_quotas():
-    # The packaged policy is 64 GPUs; at 16 every quota is a quarter. candidate_train's H100
-    # quota (nominal 8, borrowing 12: a node of 8 and more) used to become 2 + 3 (rounded down),
-    # so its 8-GPU jobs were rejected as "more than it can ever hold". Now it keeps one node.
+    # A 64-GPU pool at 16: every quota is a quarter. A lane with nominal 8 and a borrowing limit
+    # of 12 H100s (a node of 8 and more) used to become 2 + 3 (rounded down), so its 8-GPU jobs
+    # were rejected as "more than it can ever hold". Now it keeps one node.
+    import yaml
+
+    from gpu_platform.policy import default_policy_path, parse_policy
     from gpu_platform.simulate.scenarios import node_gpus, policy_scenario
 
-    pol = load_policy()
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["candidate_train"]["quotas"] = [
+        {"flavor_name": "h100-ondemand", "resource": "nvidia.com/gpu", "nominal_quota": 8, "borrowing_limit": 12}]
+    raw["lanes"]["research_best_effort"]["quotas"][1]["nominal_quota"] = 8
+    pol = parse_policy(raw)
     assert node_gpus(pol)["h100-ondemand"] == 8
     scn = policy_scenario(pol, 16)
     (quota,) = [q for c in scn.base.cluster_queues if c.name == "candidate_train" for q in c.quotas]
@@ -133,3 +140,23 @@ def test_a_small_pool_keeps_node_sized_quotas():
     maintenance = {q.flavor: q.nominal for c in scn.base.cluster_queues if c.name == "platform_maintenance"
                    for q in c.quotas}
     assert maintenance["h100-ondemand"] == 1  # 2 x 1/4 = 0.5, rounded half up; less than a node: no floor
+
+
+def test_a_share_rule_gives_a_stable_few_percent_of_jobs_to_a_lane(tmp_path):
+    from gpu_platform.simulate.trace import TraceError
+
+    lm = load_lane_map(LANE_MAPS / "elasticflow-fleet.yaml")
+    jobs = load_trace(FIX / "elasticflow-cluster04-head2000.csv", lane_map=lm).jobs
+    lanes = [j.lane for j in jobs]
+    small = sum(1 for j in jobs if j.gpus <= 8)
+    assert 0.01 * small < lanes.count("incident_response") < 0.03 * small
+    assert 0.03 * small < lanes.count("release_eval") < 0.08 * small
+    assert all(j.gpus <= 8 for j in jobs if j.lane in ("incident_response", "release_eval"))
+    again = load_trace(FIX / "elasticflow-cluster04-head2000.csv", lane_map=lm).jobs
+    assert [j.lane for j in again] == lanes  # the same jobs every run
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("column: gpus\nrules:\n  - {share: 1.5, lane: incident_response}\n  - {lane: x}\n")
+    with pytest.raises(TraceError) as info:
+        load_lane_map(bad)
+    assert "rules[0].share: 1.5 must be a number in (0, 1]" in info.value.errors
+    assert "rules[1]: needs `values`, `min`/`max` or `share`" in info.value.errors
