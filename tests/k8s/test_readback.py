@@ -136,3 +136,18 @@ def test_jobs_the_ledger_cannot_match_are_recorded_as_such_once_per_change(ledge
     assert [(r["request_id"], r["condition"], r["flavor"]) for r in later.unmatched_new] == [
         ("req-made-by-hand", "Admitted", "h100-ondemand")
     ]
+    import duckdb
+
+    from gpu_platform.finops.snapshot import unmatched_snapshot
+    from gpu_platform.finops.sqlmodels.raw import load_unmatched_snapshot
+
+    record_read_back(ledger, later)
+    con = duckdb.connect()
+    assert load_unmatched_snapshot(con, unmatched_snapshot(ledger)) == 3  # what the bypass scorecard reads
+    assert con.execute(
+        "select request_id, kind, condition from raw_cluster_unmatched order by observed_at, request_id"
+    ).fetchall() == [
+        (finished, "ended_request", "Finished"),
+        ("req-made-by-hand", "unknown_request", "QuotaReserved"),
+        ("req-made-by-hand", "unknown_request", "Admitted"),
+    ]
