@@ -14,7 +14,10 @@ current condition into a ledger `cluster` event carrying Kueue's own reason and 
 | `Finished` (`Succeeded`, `Failed`) | finished |
 
 A Job Kueue never made a Workload for is read from the Job's Warning events (Kueue reports,
-for example, `WorkloadPriorityClassNotFound` there and creates nothing). Parsing works on the
+for example, `WorkloadPriorityClassNotFound` there and creates nothing). A Job the ledger cannot
+match to a pending or running request's current attempt is recorded as such (`read_back` /
+`record_read_back`: ledger table `gp_cluster_unmatched`, for the bypass scorecard), never
+dropped. Parsing works on the
 objects as the API returns them (dicts); `read_cluster` is the one place that talks to the API,
 through the `kubernetes` client.
 """

@@ -6,7 +6,9 @@ requeued, finished, failed, rejected) is a new row in `request_events` with its 
 admitted, evicted, preempted, finished, or a failure such as `WorkloadPriorityClassNotFound`); they
 inform, they do not change the request's state. `approved` rows record an audited exception
 granted by a role of the policy's approver roster (`gpu-platform approve`; details
-`{"kind", "role", "approver", "reason"}`); they do not change the state either.
+`{"kind", "role", "approver", "reason"}`); they do not change the state either. Jobs on the
+cluster that carry a request id the ledger cannot match go to `gp_cluster_unmatched` instead
+(no request to hang them on; the bypass scorecard counts them).
 SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
 (`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
 inserts are single transactions, request ids are unique by constraint, and a re-submitted request
