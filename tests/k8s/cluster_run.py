@@ -21,10 +21,11 @@ admit its head before the others took work.
 from __future__ import annotations
 
 import copy
+import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from gpu_platform.admission.engine import schedule_until_stable
 from gpu_platform.admission.model import ClusterState
@@ -172,6 +173,73 @@ def cleanup_plan(created: Iterable[Ref]) -> list[list[Ref]]:
     if unknown:
         raise ValueError(f"no cleanup order for kind(s) {', '.join(unknown)}")
     return [[r for r in seen if r.kind == kind] for kind in DELETE_ORDER if any(r.kind == kind for r in seen)]
+
+
+class ClusterOps(Protocol):
+    """What cleaning up needs from the cluster (tests/k8s/test_cluster.py implements it with the
+    dynamic client; tests/k8s/test_cluster_run.py with an in-memory cluster)."""
+
+    def delete(self, ref: Ref) -> None:
+        """Delete (background propagation); an object already gone is no error."""
+
+    def exists(self, ref: Ref) -> bool: ...
+
+    def clear_finalizers(self, ref: Ref) -> None:
+        """Remove `metadata.finalizers` (an object already gone is no error)."""
+
+    def workloads(self) -> list[Ref]:
+        """Kueue's Workloads in the run's namespace (Kueue makes them; the run never lists them)."""
+
+    def labelled(self, kind: str) -> list[Mapping[str, Any]]:
+        """Every object of `kind`, in any namespace, carrying the run's label."""
+
+
+def cleanup(
+    ops: ClusterOps,
+    created: Iterable[Ref],
+    names: RunNames,
+    *,
+    wait_s: float = 60.0,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Delete what the run created, group by group (`cleanup_plan`; Kueue's Workloads with the
+    Jobs), wait up to `wait_s` for each group to go, clear the finalizers of what stays (the run's
+    own objects only) and wait again; then list everything with the run's label. Returns every
+    problem (an error deleting, an object that stayed, an object left behind); [] = clean. Never
+    raises on one object: cleanup goes on with the rest."""
+    problems: list[str] = []
+
+    def gone_after(refs: list[Ref]) -> list[Ref]:
+        deadline = clock() + wait_s
+        left = list(refs)
+        while left:
+            left = [r for r in left if ops.exists(r)]
+            if not left or clock() >= deadline:
+                break
+            sleep(poll_s)
+        return left
+
+    for group in cleanup_plan(created):
+        if group[0].kind == "Job":
+            group = group + ops.workloads()
+        for ref in group:
+            try:
+                ops.delete(ref)
+            except Exception as exc:  # noqa: BLE001 - report it and go on with the rest
+                problems.append(f"deleting {ref.kind}/{ref.name}: {type(exc).__name__}: {exc}")
+        stuck = gone_after(group)
+        for ref in stuck:
+            try:
+                ops.clear_finalizers(ref)
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"clearing the finalizers of {ref.kind}/{ref.name}: {type(exc).__name__}: {exc}")
+        for ref in gone_after(stuck):
+            problems.append(f"{ref.kind}/{ref.name} still there after its finalizers were cleared")
+    for kind in DELETE_ORDER:
+        problems += [f"left behind: {x}" for x in leftovers(ops.labelled(kind), names)]
+    return problems
 
 
 def leftovers(objects: Iterable[Mapping[str, Any]], names: RunNames) -> list[str]:

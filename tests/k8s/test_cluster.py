@@ -32,16 +32,15 @@ from gpu_platform.requests.ledger import Ledger
 from gpu_platform.requests.model import validate_request_file
 from resources.k8s import render_job_manifest
 from tests.k8s.cluster_run import (
-    DELETE_ORDER,
+    KUEUE_API,
     MIX,
     RUN_LABEL,
     Ref,
     RunNames,
-    cleanup_plan,
+    cleanup,
     in_policy_names,
     is_set_aside,
     kueue_prediction,
-    leftovers,
     ref_of,
     release_patch,
     run_job,
@@ -88,6 +87,45 @@ class Kube:
         except NotFoundError:
             return False
 
+    def delete(self, ref: Ref) -> None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            self.resource(ref).delete(name=ref.name, namespace=ref.namespace, body={"propagationPolicy": "Background"})
+        except NotFoundError:
+            pass
+
+    def clear_finalizers(self, ref: Ref) -> None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            self.resource(ref).patch(
+                name=ref.name,
+                namespace=ref.namespace,
+                body={"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
+            )
+        except NotFoundError:
+            pass
+
+    def workloads(self) -> list[Ref]:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            items = self.custom.list_namespaced_custom_object(
+                KUEUE_API_GROUP, KUEUE_API_VERSION, self.names.namespace, "workloads"
+            )["items"]
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return [Ref(KUEUE_API, "Workload", w["metadata"]["name"], self.names.namespace) for w in items]
+
+    def labelled(self, kind: str) -> list[dict[str, Any]]:
+        api_version = {"Job": "batch/v1", "Namespace": "v1"}.get(kind, KUEUE_API)
+        listed = self.resource(Ref(api_version, kind, "")).get(label_selector=f"{RUN_LABEL}={self.names.tag}")
+        return [o.to_dict() for o in listed.items]
+
     def observe(self) -> list[Observation]:
         return read_cluster([self.names.namespace], self.batch, self.custom, self.core)
 
@@ -112,61 +150,9 @@ def kube() -> Iterator[Kube]:
 
 
 def _cleanup(k: Kube) -> None:
-    """Delete what the run created, group by group; wait for each group to go; clear the
-    finalizers of the run's own objects that stay; fail on anything left with the run's label."""
-    from kubernetes.dynamic.exceptions import NotFoundError
-
-    problems: list[str] = []
-    for group in cleanup_plan(k.created):
-        if group[0].kind == "Job":
-            group = group + _workloads(k)  # Kueue's, owned by the Jobs, in the run's namespace
-        for ref in group:
-            try:
-                k.resource(ref).delete(name=ref.name, namespace=ref.namespace, body={"propagationPolicy": "Background"})
-            except NotFoundError:
-                pass
-        stuck = _wait_gone(k, group, GONE_S)
-        for ref in stuck:
-            try:
-                k.resource(ref).patch(
-                    name=ref.name,
-                    namespace=ref.namespace,
-                    body={"metadata": {"finalizers": None}},
-                    content_type="application/merge-patch+json",
-                )
-            except NotFoundError:
-                pass
-        for ref in _wait_gone(k, stuck, GONE_S):
-            problems.append(f"{ref.kind}/{ref.name} still there after its finalizers were cleared")
-    left: list[str] = []
-    for kind in DELETE_ORDER:
-        api_version = {"Job": "batch/v1", "Namespace": "v1"}.get(kind, f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}")
-        listed = k.resource(Ref(api_version, kind, "")).get(label_selector=f"{RUN_LABEL}={k.names.tag}")
-        left += leftovers([o.to_dict() for o in listed.items], k.names)
-    assert not problems and not left, {"problems": problems, "left behind": left}
-
-
-def _workloads(k: Kube) -> list[Ref]:
-    from kubernetes.client.rest import ApiException
-
-    version = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
-    try:
-        items = k.custom.list_namespaced_custom_object(KUEUE_API_GROUP, KUEUE_API_VERSION, k.names.namespace, "workloads")["items"]
-    except ApiException as exc:
-        if exc.status == 404:
-            return []
-        raise
-    return [Ref(version, "Workload", w["metadata"]["name"], k.names.namespace) for w in items]
-
-
-def _wait_gone(k: Kube, refs: list[Ref], seconds: float) -> list[Ref]:
-    deadline = time.monotonic() + seconds
-    left = list(refs)
-    while left and time.monotonic() < deadline:
-        left = [r for r in left if k.exists(r)]
-        if left:
-            time.sleep(2)
-    return left
+    """Everything the run created goes (`cluster_run.cleanup`); fail on any problem."""
+    problems = cleanup(k, k.created, k.names, wait_s=GONE_S)
+    assert not problems, problems
 
 
 def test_rendered_jobs_pass_server_dry_run(kube: Kube, k8s_policy, example_request) -> None:

@@ -1,7 +1,8 @@
 """The cluster test's run without a cluster: its names collide with nothing the cluster holds,
 its objects validate against Kueue's CRDs, every ClusterQueue takes work only from the released
-namespace, cleanup covers everything created in dependency order, and the prediction is what the
-real cluster did with the default policy's contested H100s."""
+namespace, cleanup covers everything created in dependency order (and, on an in-memory cluster
+holding Kueue's finalizers, waits for them, clears what stays, reports what it cannot remove),
+and the prediction is what the real cluster did with the default policy's contested H100s."""
 
 from __future__ import annotations
 
@@ -180,3 +181,115 @@ def test_the_prediction_is_what_the_cluster_did_with_the_contested_h100s(k8s_pol
     assert admitted[cand_a] == admitted[cand_b] == "h100-ondemand"
     assert baseline not in admitted and baseline in pending
     assert set(admitted) | pending == {r.request_id for r in reqs}
+
+
+class MemoryCluster:
+    """The cluster as the cleanup sees it, in memory (no cluster where these tests run): objects by
+    Ref with finalizers as Kueue sets them. A Job's deletion takes its Workload with it (garbage
+    collection of owned objects); a ClusterQueue keeps Kueue's finalizer while a Workload exists, a
+    ResourceFlavor while a ClusterQueue exists; `stuck` objects keep a finalizer nothing removes
+    but `clear_finalizers`."""
+
+    FINALIZER = "kueue.x-k8s.io/resource-in-use"
+
+    def __init__(self, refs, workloads, names: RunNames, stuck=(), unkillable=(), foreign=()):
+        self.objects = {r: {"deleting": False, "finalizers": set()} for r in [*refs, *workloads]}
+        for r in stuck:
+            self.objects[r]["finalizers"].add("example.com/stuck")
+        self.unkillable = set(unkillable)
+        self.wl = list(workloads)
+        self.names = names
+        self.foreign = list(foreign)  # someone else's objects: never touched
+        self.deleted: list[Ref] = []
+        self.now = 0.0
+
+    def _settle(self) -> None:
+        kinds = {r.kind for r in self.objects}
+        for ref, o in list(self.objects.items()):
+            if not o["deleting"]:
+                continue
+            blocked = set(o["finalizers"])
+            if ref.kind == "ClusterQueue" and "Workload" in kinds:
+                blocked.add(self.FINALIZER)
+            if ref.kind == "ResourceFlavor" and "ClusterQueue" in kinds:
+                blocked.add(self.FINALIZER)
+            if ref in self.unkillable:
+                blocked.add("kubernetes")
+            if not blocked:
+                del self.objects[ref]
+                if ref.kind == "Job":
+                    for w in self.wl:
+                        if w in self.objects:
+                            self.objects[w]["deleting"] = True
+
+    def delete(self, ref):
+        if ref in self.objects:
+            self.objects[ref]["deleting"] = True
+            self.deleted.append(ref)
+        self._settle()
+
+    def exists(self, ref):
+        self._settle()
+        return ref in self.objects
+
+    def clear_finalizers(self, ref):
+        if ref in self.objects:
+            self.objects[ref]["finalizers"].clear()
+        self._settle()
+
+    def workloads(self):
+        return [w for w in self.wl if w in self.objects]
+
+    def labelled(self, kind):
+        return [{"kind": r.kind, "metadata": {"name": r.name, "namespace": r.namespace, "labels": {RUN_LABEL: self.names.tag}}}
+                for r in self.objects if r.kind == kind and r.kind != "Workload"]
+
+    def sleep(self, s):
+        self.now += s
+
+
+def _run_refs(k8s_policy):
+    run = run_manifests(kueue_manifests(k8s_policy), NAMES)
+    jobs = [run_job(render_job_manifest(r, resolve_flavor(r, k8s_policy).name, k8s_policy), NAMES)
+            for r in _mix(k8s_policy)]
+    created = [ref_of(m) for m in run + jobs]
+    workloads = [Ref("kueue.x-k8s.io/v1beta2", "Workload", f"job-{j['metadata']['name']}", NAMES.namespace) for j in jobs]
+    return created, workloads
+
+
+def test_cleanup_waits_for_kueues_finalizers_in_order_and_leaves_nothing(k8s_policy) -> None:
+    from tests.k8s.cluster_run import cleanup
+
+    created, workloads = _run_refs(k8s_policy)
+    flavor = next(r for r in created if r.kind == "ResourceFlavor")
+    cluster = MemoryCluster(created, workloads, NAMES, stuck=[flavor])
+    problems = cleanup(cluster, created, NAMES, clock=lambda: cluster.now, sleep=cluster.sleep)
+    assert problems == []
+    assert cluster.objects == {}
+    kinds = [r.kind for r in cluster.deleted]
+    first = {k: kinds.index(k) for k in set(kinds)}
+    assert first["Job"] < first["LocalQueue"] < first["ClusterQueue"] < first["ResourceFlavor"]
+    assert first["ResourceFlavor"] < first["Namespace"]
+    assert cluster.now >= 60, "the stuck flavor was waited for before its finalizer was cleared"
+
+
+def test_cleanup_reports_what_stays_and_goes_on_with_the_rest(k8s_policy) -> None:
+    from tests.k8s.cluster_run import cleanup
+
+    created, workloads = _run_refs(k8s_policy)
+    namespace = next(r for r in created if r.kind == "Namespace")
+    cq = next(r for r in created if r.kind == "ClusterQueue")
+
+    class Refusing(MemoryCluster):
+        def delete(self, ref):
+            if ref == cq:
+                raise RuntimeError("403 Forbidden")
+            super().delete(ref)
+
+    cluster = Refusing(created, workloads, NAMES, unkillable=[namespace])
+    problems = cleanup(cluster, created, NAMES, clock=lambda: cluster.now, sleep=cluster.sleep)
+    assert f"deleting ClusterQueue/{cq.name}: RuntimeError: 403 Forbidden" in problems
+    assert f"Namespace/{namespace.name} still there after its finalizers were cleared" in problems
+    assert f"left behind: ClusterQueue/{cq.name}" in problems
+    assert f"left behind: Namespace/{namespace.name}" in problems
+    assert all(r.kind in ("Namespace", "ClusterQueue", "ResourceFlavor") for r in cluster.objects), cluster.objects
