@@ -269,10 +269,14 @@ def is_set_aside(obs: Observation) -> bool:
 
 def as_kueue(state: ClusterState) -> ClusterState:
     """What Kueue knows from the export: quotas, cohorts, priorities, preemption policies (the lane
-    rules `yields_to`, `protected` and evidence checkpoints are the gate's, not Kueue's)."""
+    rules `yields_to`, `protected`, evidence checkpoints, budgets and team limits are the gate's,
+    not Kueue's)."""
     return replace(
         state,
-        cluster_queues=tuple(replace(cq, yields_to=None, protected=False) for cq in state.cluster_queues),
+        cluster_queues=tuple(
+            replace(cq, yields_to=None, protected=False, budget_remaining=None, budget_total=None, team_limits=None)
+            for cq in state.cluster_queues
+        ),
         admitted=tuple(replace(w, evidence=False, checkpointed=False, safety_approval=False) for w in state.admitted),
         pending=tuple(replace(w, evidence=False, checkpointed=False, safety_approval=False) for w in state.pending),
     )
