@@ -14,7 +14,7 @@ import dagster as dg
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.jobs import RUN_STEPS
-from gpu_platform.cluster.readback import ledger_rows, read_kueue
+from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from gpu_platform.gate.tick import (
     TAG_ATTEMPT,
@@ -130,18 +130,20 @@ def _last_flavor(led, request_id: str) -> str:
 
 
 def _read_back(context, led, pol, settings: PlatformSettings, states):
-    """Record what Kueue says about the gate's Jobs (ledger `cluster` events); the states again."""
+    """Record what Kueue says about the gate's Jobs (ledger `cluster` events) and the Jobs the
+    ledger cannot match (`gp_cluster_unmatched`); the states again."""
     namespaces = sorted({team.namespace for team in pol.teams.values()})
     try:
         observations = read_kueue(namespaces, settings.kubeconfig)
     except Exception as exc:  # the cluster unreachable must not stop admission; say so each tick
         context.log.warning(f"could not read Kueue Workloads back: {exc}")
         return states
-    rows = ledger_rows(states, observations)
-    if rows:
-        led.record_many(rows)
-        return led.states((*PENDING_STATES, *ACTIVE_STATES))
-    return states
+    rb = read_back(led, observations, states)
+    record_read_back(led, rb)
+    if rb.unmatched_new:
+        context.log.warning(f"{len(rb.unmatched_new)} Job(s) on the cluster the ledger cannot match (recorded): "
+                            + "; ".join(f"{r['namespace']}/{r['job']}: {r['why']}" for r in rb.unmatched_new[:5]))
+    return led.states((*PENDING_STATES, *ACTIVE_STATES)) if rb.changed else states
 
 
 def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg.RunRequest:

@@ -26,8 +26,17 @@ from gpu_platform.finops.feeds.ingest import (
     load_local_node,
     merge_reports,
 )
-from gpu_platform.finops.snapshot import ledger_snapshot, lineage_edges, scorecard_snapshot
-from gpu_platform.finops.sqlmodels.raw import load_ledger_snapshot, load_scorecard_snapshot
+from gpu_platform.finops.snapshot import (
+    ledger_snapshot,
+    lineage_edges,
+    scorecard_snapshot,
+    unmatched_snapshot,
+)
+from gpu_platform.finops.sqlmodels.raw import (
+    load_ledger_snapshot,
+    load_scorecard_snapshot,
+    load_unmatched_snapshot,
+)
 from gpu_platform.lineage.graph import LineageStore
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
@@ -153,7 +162,8 @@ def raw_ledger_snapshot(
     warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource, settings: PlatformSettings
 ) -> dg.MaterializeResult:
     """The request ledger now (every request, one pod per admitted attempt, every event) with recorded
-    workload results, replacing raw_requests and raw_pod_requests. Unpartitioned: a snapshot
+    workload results and the cluster Jobs it cannot match, replacing raw_requests, raw_pod_requests,
+    the scorecard sources and raw_cluster_unmatched. Unpartitioned: a snapshot
     holds every day's pods, and each daily build reads the pods overlapping its day."""
     led = ledger.ledger()
     # local executor: pods without a recorded host ran on this machine (raw_nodes lists it)
@@ -165,6 +175,7 @@ def raw_ledger_snapshot(
     try:
         n_requests, n_pods = load_ledger_snapshot(con, requests, pods, edges)
         n_events, _, n_runs = load_scorecard_snapshot(con, *scorecard_snapshot(led, store))
+        n_unmatched = load_unmatched_snapshot(con, unmatched_snapshot(led))
     finally:
         con.close()
     return dg.MaterializeResult(
@@ -173,6 +184,7 @@ def raw_ledger_snapshot(
             "lineage_edges": dg.MetadataValue.int(len(edges)),
             "events": dg.MetadataValue.int(n_events),
             "workload_runs": dg.MetadataValue.int(n_runs),
+            "unmatched_cluster_jobs": dg.MetadataValue.int(n_unmatched),
             "pods": dg.MetadataValue.int(n_pods),
             "pods_without_hostname": dg.MetadataValue.int(sum(p["hostname"] is None for p in pods)),
             "running_pods": dg.MetadataValue.int(sum(p["ended_at"] is None for p in pods)),

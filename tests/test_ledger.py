@@ -119,3 +119,16 @@ def test_cli_submit_records_nothing_when_any_file_is_invalid(tmp_path):
     assert result.exit_code == 2
     assert "release_packet_id: required by lane release_eval" in result.output
     assert Ledger(url).count() == (0, 0)
+
+
+def test_an_unmatched_observation_names_what_it_lacks(tmp_path) -> None:
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    row = {"namespace": "team-a", "job": "j", "request_id": "req-x", "attempt": 1, "kind": "unknown_request",
+           "why": "not submitted", "condition": "Admitted", "status": "True"}
+    with pytest.raises(LedgerError, match="kind 'other' is not one of unknown_request"):
+        led.record_unmatched([{**row, "kind": "other"}])
+    with pytest.raises(LedgerError, match="unmatched observation 1: missing job, why"):
+        led.record_unmatched([row, {**row, "job": None, "why": None}])
+    assert led.unmatched() == []  # nothing of a refused batch is written
+    assert led.record_unmatched([row]) == 1
+    assert led.last_unmatched()[("team-a", "j")]["request_id"] == "req-x"

@@ -1,5 +1,6 @@
--- Bypass rate per day: GPU time on no admitted request against GPU time of admitted requests, and
--- the approved policy exceptions (safety approvals, cost exceptions) the ledger recorded that day.
+-- Bypass rate per day: GPU time on no admitted request against GPU time of admitted requests, the
+-- Jobs on the cluster the ledger cannot match (seen by the read-back that day), and the approved
+-- policy exceptions (safety approvals, cost exceptions) the ledger recorded that day.
 with days as (
 
     select * from {{ ref('int_build_days') }}
@@ -20,6 +21,19 @@ unattributed as (
     select day, sum(gpu_hours) as gpu_hours, count(*) as pods from {{ ref('int_unattributed_gpu_hours') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by day
+
+),
+
+unmatched as (
+
+    select
+        u.day,
+        count(distinct u.job_key) as unmatched_jobs,
+        count(distinct u.job_key) filter (where u.kind = 'unknown_request') as unmatched_unknown_request_jobs,
+        count(distinct u.job_key) filter (where u.kind = 'ended_request') as unmatched_ended_request_jobs
+    from {{ ref('stg_cluster_unmatched') }} as u
+    inner join days as d on u.day = d.day
+    group by u.day
 
 ),
 
@@ -46,6 +60,9 @@ final as (
         coalesce(u.gpu_hours, 0.0) as unattributed_gpu_hours,
         coalesce(u.pods, 0) as unattributed_pods,
         coalesce(u.gpu_hours, 0.0) / nullif(coalesce(a.gpu_hours, 0.0) + coalesce(u.gpu_hours, 0.0), 0) as bypass_share,
+        coalesce(m.unmatched_jobs, 0) as unmatched_jobs,
+        coalesce(m.unmatched_unknown_request_jobs, 0) as unmatched_unknown_request_jobs,
+        coalesce(m.unmatched_ended_request_jobs, 0) as unmatched_ended_request_jobs,
         coalesce(x.approved_exceptions, 0) as approved_exceptions,
         coalesce(x.safety_approvals, 0) as safety_approvals,
         coalesce(x.cost_exceptions, 0) as cost_exceptions,
@@ -53,6 +70,7 @@ final as (
     from days as d
     left join attributed as a on a.day = d.day
     left join unattributed as u on u.day = d.day
+    left join unmatched as m on m.day = d.day
     left join approvals as x on x.day = d.day
 
 )

@@ -8,8 +8,8 @@ import click
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.cluster.client import ClusterConfigError
-from gpu_platform.cluster.readback import ledger_rows, read_kueue, unmatched
-from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, default_ledger_url
+from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
+from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
 
 @click.group("cluster")
@@ -29,8 +29,9 @@ def cluster() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_run: bool, fmt: str) -> None:
     """List the gate's Jobs, Kueue's Workloads and their events in every team namespace, record
-    each change as a ledger `cluster` event (what the admission sensor does every tick), and
-    print what changed and every Job the ledger could not match, with why.
+    each change as a ledger `cluster` event (what the admission sensor does every tick), record
+    each Job the ledger cannot match (`gp_cluster_unmatched`, counted by the bypass scorecard),
+    and print what changed and every unmatched Job, with why.
 
     Exit 1 with one line when the cluster cannot be reached.
     """
@@ -44,24 +45,28 @@ def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_r
     except Exception as exc:  # the API unreachable, refused or TLS-rejected: one line, no traceback
         reason = str(getattr(exc, "reason", "") or exc).splitlines()[0][:300]
         raise click.ClickException(f"could not read the cluster back: {type(exc).__name__}: {reason}") from None
-    states = ledger.states((*PENDING_STATES, *ACTIVE_STATES))
-    rows = ledger_rows(states, observations)
-    if rows and not dry_run:
-        ledger.record_many(rows)
-    changed = [{"request_id": r[0], "summary": r[2], "flavor": r[3], **(r[5] or {})} for r in rows]
+    rb = read_back(ledger, observations)
+    if not dry_run:
+        record_read_back(ledger, rb)
+    changed = [{"request_id": r[0], "summary": r[2], "flavor": r[3], **(r[5] or {})} for r in rb.changed]
     skipped = [
-        {"request_id": o.request_id, "attempt": o.attempt, "namespace": o.namespace, "job": o.job, "why": why}
-        for o, why in unmatched(states, observations)
+        {"request_id": o.request_id, "attempt": o.attempt, "namespace": o.namespace, "job": o.job, "kind": kind,
+         "why": why, "summary": o.summary}
+        for o, kind, why in rb.unmatched
     ]
     if fmt == "json":
         click.echo(json.dumps({"namespaces": namespaces, "observed": len(observations), "recorded": not dry_run,
-                               "changed": changed, "unmatched": skipped}, indent=2))
+                               "changed": changed, "unmatched": skipped,
+                               "unmatched_recorded": 0 if dry_run else len(rb.unmatched_new)}, indent=2))
         return
     verb = "would record" if dry_run else "recorded"
     click.echo(f"{len(observations)} Job(s) observed in {len(namespaces)} namespace(s); {verb} {len(changed)} change(s)")
     for c in changed:
         click.echo(f"  {c['request_id']}  {c['summary']}")
     if skipped:
-        click.echo(f"{len(skipped)} Job(s) not matched to a request of the ledger:")
+        click.echo(
+            f"{len(skipped)} Job(s) not matched to a request of the ledger ({verb} {len(rb.unmatched_new)} new "
+            "observation(s) of them, for the bypass scorecard):"
+        )
         for s in skipped:
-            click.echo(f"  {s['namespace']}/{s['job']} (request {s['request_id']}): {s['why']}")
+            click.echo(f"  {s['namespace']}/{s['job']} (request {s['request_id']}, {s['kind']}): {s['why']}")

@@ -14,7 +14,10 @@ current condition into a ledger `cluster` event carrying Kueue's own reason and 
 | `Finished` (`Succeeded`, `Failed`) | finished |
 
 A Job Kueue never made a Workload for is read from the Job's Warning events (Kueue reports,
-for example, `WorkloadPriorityClassNotFound` there and creates nothing). Parsing works on the
+for example, `WorkloadPriorityClassNotFound` there and creates nothing). A Job the ledger cannot
+match to a pending or running request's current attempt is recorded as such (`read_back` /
+`record_read_back`: ledger table `gp_cluster_unmatched`, for the bypass scorecard), never
+dropped. Parsing works on the
 objects as the API returns them (dicts); `read_cluster` is the one place that talks to the API,
 through the `kubernetes` client.
 """
@@ -216,16 +219,32 @@ def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> l
     return rows
 
 
-def unmatched(states: Iterable[Any], observations: Iterable[Observation]) -> list[tuple[Observation, str]]:
-    """The observations `ledger_rows` does not record, each with why: a Job of a request that is
-    not pending or running in the ledger (ended, or never submitted through the gate), or of
-    an attempt other than the request's current one (a superseded Job being deleted)."""
+def unmatched(
+    states: Iterable[Any], observations: Iterable[Observation], known: Mapping[str, str] | None = None
+) -> list[tuple[Observation, str, str]]:
+    """The observations `ledger_rows` does not record, each as (observation, kind, why): a Job of
+    a request that is not pending or running in the ledger (`unknown_request`: never submitted
+    through the gate; `ended_request`: finished, failed or rejected), or of an attempt other than
+    the request's current one (`superseded_attempt`: a superseded Job being deleted).
+
+    known: every request id of the ledger with its state (`Ledger.states()`); None: a request
+    not in `states` counts as unknown."""
     by_id = {s.request_id: s for s in states}
+    known = known or {}
     out = []
     for obs in observations:
         why = _why_unmatched(by_id.get(obs.request_id), obs)
-        if why is not None:
-            out.append((obs, why))
+        if why is None:
+            continue
+        if obs.request_id in by_id:
+            kind = "superseded_attempt"
+        elif obs.request_id in known:
+            kind = "ended_request"
+            why = f"the request is {known[obs.request_id]} in the ledger; its Job is still on the cluster"
+        else:
+            kind = "unknown_request"
+            why = "no request with this id in the ledger (not submitted through the gate)"
+        out.append((obs, kind, why))
     return out
 
 
@@ -236,6 +255,71 @@ def _why_unmatched(state: Any, obs: Observation) -> str | None:
     if obs.attempt != state.attempts:
         return f"attempt {obs.attempt}; the request's current attempt is {state.attempts}"
     return None
+
+
+def unmatched_rows(
+    last: Mapping[tuple[str, str], Mapping[str, Any]], found: Iterable[tuple[Observation, str, str]]
+) -> list[dict[str, Any]]:
+    """`gp_cluster_unmatched` rows for the unmatched Jobs whose story is new: never recorded, or
+    changed (request, attempt, Kueue's condition, reason, message or flavor, or why) since the
+    last row of that Job (`Ledger.last_unmatched()`), so a Job seen every tick is written once
+    per change, never dropped."""
+    out = []
+    for obs, kind, why in found:
+        row = {
+            "namespace": obs.namespace,
+            "job": obs.job,
+            "request_id": obs.request_id,
+            "attempt": obs.attempt,
+            "kind": kind,
+            "why": why,
+            "condition": obs.condition,
+            "status": obs.status,
+            "kueue_reason": obs.kueue_reason,
+            "message": obs.message,
+            "flavor": obs.flavor,
+            "cluster_queue": obs.cluster_queue,
+        }
+        prev = last.get((obs.namespace, obs.job))
+        if prev is not None and all(prev.get(k) == row[k] for k in row):
+            continue
+        out.append(row)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """One read-back against the ledger: `changed` = `cluster` event rows (`ledger_rows`),
+    `unmatched` = every Job the ledger cannot match (observation, kind, why), `unmatched_new` = the
+    `gp_cluster_unmatched` rows among them that are new (`unmatched_rows`)."""
+
+    changed: list[tuple]
+    unmatched: list[tuple[Observation, str, str]]
+    unmatched_new: list[dict[str, Any]]
+
+
+def read_back(ledger: Any, observations: list[Observation], active: Iterable[Any] | None = None) -> ReadBack:
+    """What the observations mean for the ledger, nothing written: `record_read_back` writes it.
+
+    active: the pending and running `RequestState`s (default: read from the ledger)."""
+    from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES
+
+    states = list(active) if active is not None else ledger.states((*PENDING_STATES, *ACTIVE_STATES))
+    observed = {o.request_id for o in observations}
+    current = {s.request_id for s in states}
+    known = {}
+    for rid in sorted(ledger.known_ids(sorted(observed - current))):
+        known.update({s.request_id: s.state for s in ledger.states(request_id=rid)})
+    found = unmatched(states, observations, known)
+    return ReadBack(ledger_rows(states, observations), found, unmatched_rows(ledger.last_unmatched(), found))
+
+
+def record_read_back(ledger: Any, rb: ReadBack) -> None:
+    """Record a read-back: its `cluster` events and its new unmatched-Job rows."""
+    if rb.changed:
+        ledger.record_many(rb.changed)
+    if rb.unmatched_new:
+        ledger.record_unmatched(rb.unmatched_new)
 
 
 def read_cluster(

@@ -57,7 +57,9 @@ INVENTORY_RULES: tuple[dict[str, Any], ...] = (
 class DeploySettings:
     """dagster_namespace / service_account: where the webserver, daemon and run pods live and
     what they run as. work_claim: the work volume's PVC in each team namespace ("" = none).
-    postgres_secret: the operator-created Secret holding `postgresql-password`."""
+    postgres_secret: the operator-created Secret holding `postgresql-password`.
+    instance_config: write the instance ConfigMap; False where the official Dagster Helm chart
+    renders the instance from its values (`deploy.helm`), so the two never claim one name."""
 
     dagster_namespace: str = "dagster"
     service_account: str = "dagster"
@@ -67,6 +69,7 @@ class DeploySettings:
     work_storage: str = "100Gi"
     storage_class: str = ""
     image_pull_policy: str = "IfNotPresent"
+    instance_config: bool = True
 
 
 def _meta(name: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
@@ -123,6 +126,8 @@ def deploy_manifests(policy: Policy, s: DeploySettings | None = None) -> list[di
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
          "subjects": [{"kind": "ServiceAccount", "name": s.service_account, "namespace": s.dagster_namespace}]},
     ]
+    if not s.instance_config:
+        return out
     instance = dagster_instance_yaml(
         policy, postgres=True, k8s=True, job_namespace=s.dagster_namespace, service_account_name=s.service_account,
         instance_config_map=s.instance_config_map, image_pull_policy=s.image_pull_policy,

@@ -218,3 +218,14 @@ def scorecard_snapshot(
     """(events, request metadata, workload runs) for `load_scorecard_snapshot`."""
     runs = run_rows(lineage_store.runs()) if lineage_store is not None else []
     return event_rows(ledger.events()), [metadata_row(s) for s in ledger.states()], runs
+
+
+def unmatched_snapshot(ledger: Ledger) -> list[dict[str, Any]]:
+    """`raw_cluster_unmatched` rows: every recorded observation of a Job the ledger cannot match
+    (`Ledger.unmatched()`), oldest first, for `load_unmatched_snapshot` (the bypass scorecard)."""
+    return [
+        {"observed_at": _naive_utc(r["observed_at"]), "namespace": r["namespace"], "job": r["job"],
+         "request_id": r["request_id"], "attempt": r["attempt"], "kind": r["kind"], "why": r["why"],
+         "condition": r["condition"], "status": r["status"], "kueue_reason": r["kueue_reason"], "flavor": r["flavor"]}
+        for r in ledger.unmatched()
+    ]

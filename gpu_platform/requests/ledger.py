@@ -6,7 +6,9 @@ requeued, finished, failed, rejected) is a new row in `request_events` with its 
 admitted, evicted, preempted, finished, or a failure such as `WorkloadPriorityClassNotFound`); they
 inform, they do not change the request's state. `approved` rows record an audited exception
 granted by a role of the policy's approver roster (`gpu-platform approve`; details
-`{"kind", "role", "approver", "reason"}`); they do not change the state either.
+`{"kind", "role", "approver", "reason"}`); they do not change the state either. Jobs on the
+cluster that carry a request id the ledger cannot match go to `gp_cluster_unmatched` instead
+(no request to hang them on; the bypass scorecard counts them).
 SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
 (`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
 inserts are single transactions, request ids are unique by constraint, and a re-submitted request
@@ -86,6 +88,38 @@ events_table = sa.Table(
     sa.Column("flavor", sa.String(64)),
     sa.Column("run_id", sa.String(64)),
     sa.Column("details", sa.Text),
+)
+
+
+unmatched_table = sa.Table(
+    "gp_cluster_unmatched",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("observed_at", sa.DateTime(timezone=True), nullable=False, index=True),
+    sa.Column("namespace", sa.String(253), nullable=False),
+    sa.Column("job", sa.String(253), nullable=False),
+    sa.Column("request_id", sa.String(200), nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("why", sa.Text, nullable=False),
+    sa.Column("condition", sa.String(32), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("kueue_reason", sa.String(200), nullable=False, default=""),
+    sa.Column("message", sa.Text, nullable=False, default=""),
+    sa.Column("flavor", sa.String(64)),
+    sa.Column("cluster_queue", sa.String(253)),
+)
+"""Jobs on the cluster carrying a request id the ledger cannot match to a pending or running
+request's current attempt (`cluster.readback.unmatched`), one row each time what the cluster
+says about such a Job changes. No foreign key: the request id may be one the ledger never saw.
+kind: `unknown_request` (never submitted through the gate), `ended_request` (the request is
+finished, failed or rejected), `superseded_attempt` (a Job of an attempt other than the current
+one). The bypass scorecard counts them."""
+
+UNMATCHED_KINDS = ("unknown_request", "ended_request", "superseded_attempt")
+UNMATCHED_COLUMNS = (
+    "namespace", "job", "request_id", "attempt", "kind", "why", "condition", "status", "kueue_reason", "message",
+    "flavor", "cluster_queue",
 )
 
 
@@ -366,6 +400,40 @@ class Ledger:
         except IntegrityError as exc:
             raise LedgerError(f"cannot record events: unknown request id among {[v['request_id'] for v in values][:5]}") from exc
         return len(values)
+
+    def record_unmatched(self, rows: Iterable[Mapping[str, Any]], at: datetime | None = None) -> int:
+        """Append observations of Jobs the ledger cannot match (`UNMATCHED_COLUMNS` each) in one
+        transaction; an unknown `kind` or a missing column raises LedgerError naming it."""
+        now = _utc(at or datetime.now(UTC))
+        values = []
+        for i, row in enumerate(rows):
+            missing = [c for c in ("namespace", "job", "request_id", "attempt", "kind", "why", "condition", "status")
+                       if row.get(c) is None]
+            if missing:
+                raise LedgerError(f"unmatched observation {i}: missing {', '.join(missing)}")
+            if row["kind"] not in UNMATCHED_KINDS:
+                raise LedgerError(f"unmatched observation {i}: kind {row['kind']!r} is not one of {', '.join(UNMATCHED_KINDS)}")
+            values.append({"observed_at": now, **{c: row.get(c) for c in UNMATCHED_COLUMNS}})
+            values[-1]["kueue_reason"] = values[-1]["kueue_reason"] or ""
+            values[-1]["message"] = values[-1]["message"] or ""
+        if values:
+            with self.engine.begin() as conn:
+                conn.execute(unmatched_table.insert(), values)
+        return len(values)
+
+    def unmatched(self) -> list[dict[str, Any]]:
+        """Every recorded observation of an unmatched Job, oldest first (`observed_at` in UTC)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(unmatched_table).order_by(unmatched_table.c.id)).mappings().all()
+        return [{**dict(r), "observed_at": _utc(r["observed_at"])} for r in rows]
+
+    def last_unmatched(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The latest recorded observation of each unmatched Job, by (namespace, job)."""
+        t = unmatched_table
+        last = sa.select(sa.func.max(t.c.id)).group_by(t.c.namespace, t.c.job).scalar_subquery()
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t).where(t.c.id.in_(last))).mappings().all()
+        return {(r["namespace"], r["job"]): dict(r) for r in rows}
 
     def get(self, request_id: str) -> JobRequest:
         with self.engine.connect() as conn:

@@ -19,7 +19,7 @@ SHARED = (
     "kueue-hierarchical.yaml",
     *sorted(f"kueue-random/{p.name}" for p in (FIXTURES / "kueue-random").glob("*.yaml")),
 )
-FILES = (*SHARED, "platform.yaml", "team-limits.yaml")
+FILES = (*SHARED, "platform.yaml", "team-limits.yaml", "cluster-observed.yaml")
 CASES = [(f, c) for f in FILES for c in load_cases(FIXTURES / f)]
 
 
@@ -63,7 +63,14 @@ def test_every_platform_rule_has_a_case() -> None:
         assert word in ids, word
 
 
-CLI_FILES = ("kueue.yaml", "lanes.yaml", "kueue-hierarchical.yaml", "kueue-random/stable-200-seed21.yaml", "platform.yaml")
+CLI_FILES = (
+    "kueue.yaml",
+    "lanes.yaml",
+    "kueue-hierarchical.yaml",
+    "kueue-random/stable-200-seed21.yaml",
+    "platform.yaml",
+    "cluster-observed.yaml",
+)
 
 
 @pytest.mark.parametrize("name", CLI_FILES)

@@ -62,3 +62,30 @@ def test_tick_records_kueue_states_and_launches_one_gpu_step(tmp_path, policy, t
         # A second tick with nothing new from the cluster records nothing more.
         tick(instance, resources)
         assert len([e for e in ledger.events() if e.event == "cluster"]) == 6
+
+
+def test_tick_records_the_jobs_the_ledger_cannot_match(tmp_path, policy) -> None:
+    """A Job still on the cluster for a request that has ended is recorded as such (for the
+    bypass scorecard), once, by the sensor's own read-back."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = Ledger(url)
+    submit_recorded(ledger, policy)
+    ledger.record("req-20261201-9f8e7d6c5b", "failed", "ended by hand")
+    (tmp_path / "dagster").mkdir()
+    with serve() as (server, _seen), dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        resources = {
+            "ledger": LedgerResource(url=url),
+            "policy": PolicyResource(),
+            "settings": PlatformSettings(
+                home=str(tmp_path / "home"),
+                executor="k8s",
+                kubeconfig=str(write_kubeconfig(tmp_path / "kubeconfig", server)),
+            ),
+        }
+        tick(instance, resources)
+        (row,) = ledger.unmatched()
+        assert (row["request_id"], row["kind"]) == ("req-20261201-9f8e7d6c5b", "ended_request")
+        assert row["why"] == "the request is failed in the ledger; its Job is still on the cluster"
+        assert row["condition"] == "QuotaReserved" and row["kueue_reason"] == "Pending"
+        tick(instance, resources)
+        assert len(ledger.unmatched()) == 1

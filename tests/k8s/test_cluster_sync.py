@@ -32,8 +32,10 @@ def test_sync_records_what_changed_once_and_names_jobs_it_cannot_match(tmp_path,
         assert report["observed"] == len(FILES) and report["recorded"] is False
         assert len(report["changed"]) == len(FILES) - 1
         assert [e for e in ledger.events() if e.event == "cluster"] == []  # a dry run records nothing
+        assert ledger.unmatched() == [] and report["unmatched_recorded"] == 0
         (skipped,) = report["unmatched"]
         assert skipped["request_id"] == "req-20261201-a1b2c3d4e5"
+        assert skipped["kind"] == "superseded_attempt"
         assert skipped["why"] == "attempt 1; the request's current attempt is 2"
 
         first = CliRunner().invoke(main, args)
@@ -41,13 +43,18 @@ def test_sync_records_what_changed_once_and_names_jobs_it_cannot_match(tmp_path,
         n_ns = len(report["namespaces"])
         assert f"{len(FILES)} Job(s) observed in {n_ns} namespace(s); recorded {len(FILES) - 1} change(s)" in first.output
         assert "WorkloadPriorityClassNotFound" in first.output
-        assert "1 Job(s) not matched" in first.output
-        assert "(request req-20261201-a1b2c3d4e5): attempt 1; the request's current attempt is 2" in first.output
+        assert "1 Job(s) not matched to a request of the ledger (recorded 1 new observation(s)" in first.output
+        assert "(request req-20261201-a1b2c3d4e5, superseded_attempt): attempt 1; the request's current attempt is 2" in first.output
         assert len([e for e in ledger.events() if e.event == "cluster"]) == len(FILES) - 1
+        (row,) = ledger.unmatched()  # recorded as such, for the bypass scorecard
+        assert (row["request_id"], row["attempt"], row["kind"]) == ("req-20261201-a1b2c3d4e5", 1, "superseded_attempt")
+        assert row["job"] == skipped["job"] and row["condition"]
 
         again = CliRunner().invoke(main, args)
         assert "recorded 0 change(s)" in again.output
+        assert "recorded 0 new observation(s)" in again.output
         assert len([e for e in ledger.events() if e.event == "cluster"]) == len(FILES) - 1
+        assert len(ledger.unmatched()) == 1  # the same story is not written twice
 
 
 def test_sync_says_in_one_line_when_the_cluster_is_refused(tmp_path, ledger) -> None:

@@ -121,3 +121,137 @@ def test_no_work_claim_means_no_pvc(tmp_path) -> None:
     result = CliRunner().invoke(main, ["deploy", "render", "--out", str(out), "--work-claim", ""])
     assert result.exit_code == 0, result.output
     assert not list(out.glob("persistentvolumeclaim-*.yaml"))
+
+
+def _kustomize(out: Path) -> list[dict] | None:
+    """`kubectl kustomize DIR` (or a standalone `kustomize build DIR`), offline; None when neither
+    is installed."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kubectl"):
+        cmd = ["kubectl", "kustomize", str(out)]
+    elif shutil.which("kustomize"):
+        cmd = ["kustomize", "build", str(out)]
+    else:
+        return None
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_kustomize_renders_the_tree_offline_object_for_object(tree) -> None:
+    """What `kubectl apply -k` sends: kustomize itself renders the tree, every object once, as
+    written, Namespaces first."""
+    out, docs = tree
+    rendered = _kustomize(out)
+    if rendered is None:
+        pytest.skip("needs kubectl (kubectl kustomize) or kustomize on PATH; the structural check above stands in")
+    assert sorted(map(_key, rendered)) == sorted(map(_key, docs))
+    assert len(rendered) == len(docs)
+    by = {_key(d): d for d in docs}
+    for d in rendered:
+        assert d == by[_key(d)]
+    kinds = [d["kind"] for d in rendered]
+    assert kinds[: kinds.count("Namespace")] == ["Namespace"] * kinds.count("Namespace")
+
+
+# Keys of the official chart's values schema (dagster-io/dagster helm/dagster/schema/schema/charts:
+# dagster/values.py and helm/dagster/values.yaml (rbacEnabled), subschema/{global_,service_account,postgresql,
+# run_launcher,daemon,concurrency}.py,
+# dagster_user_deployments/subschema/user_deployments.py; Apache-2.0), for the parts the values set.
+CHART_KEYS = {
+    (): {"dagsterWebserver", "dagster-user-deployments", "postgresql", "generatePostgresqlPasswordSecret",
+         "generateCeleryConfigSecret", "rabbitmq", "redis", "flower", "ingress", "imagePullSecrets",
+         "computeLogManager", "scheduler", "runLauncher", "pythonLogs", "dagsterDaemon", "busybox", "migrate",
+         "telemetry", "serviceAccount", "global", "retention", "additionalInstanceConfig", "rbacEnabled",
+         "concurrency"},
+    ("global",): {"postgresqlSecretName", "dagsterHome", "serviceAccountName", "celeryConfigSecretName"},
+    ("serviceAccount",): {"create", "name", "annotations"},
+    ("postgresql",): {"image", "enabled", "postgresqlHost", "postgresqlUsername", "postgresqlPassword",
+                      "postgresqlDatabase", "postgresqlParams", "postgresqlScheme", "service"},
+    ("dagster-user-deployments",): {"enabled", "enableSubchart", "imagePullSecrets", "deployments"},
+    ("dagster-user-deployments", "deployments", 0): {
+        "name", "image", "dagsterApiGrpcArgs", "codeServerArgs", "includeConfigInLaunchedRuns", "port", "env",
+        "envConfigMaps", "envSecrets", "annotations", "nodeSelector", "affinity", "tolerations",
+        "podSecurityContext", "securityContext", "resources", "livenessProbe", "readinessProbe", "startupProbe",
+        "labels", "volumeMounts", "volumes", "schedulerName"},
+    ("runLauncher",): {"type", "config"},
+    ("runLauncher", "config", "k8sRunLauncher"): {
+        "image", "imagePullPolicy", "jobNamespace", "loadInclusterConfig", "kubeconfigFile", "envConfigMaps",
+        "envSecrets", "envVars", "volumeMounts", "volumes", "labels", "failPodOnRunFailure", "resources",
+        "schedulerName", "securityContext", "runK8sConfig"},
+    ("dagsterDaemon", "runCoordinator"): {"enabled", "type", "config"},
+    ("concurrency",): {"enabled", "pools", "runs"},
+    ("concurrency", "pools"): {"defaultLimit", "granularity", "opGranularityRunBuffer"},
+    ("concurrency", "runs"): {"maxConcurrentRuns", "tagConcurrencyLimits"},
+}
+HELM_ARGS = ["--image", "registry.local/ml/gpu-platform:2026.12.1", "--postgres-host", "pg.dagster.svc"]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("helm")
+    result = CliRunner().invoke(
+        main, ["deploy", "render", "--out", str(out / "tree"), "--helm-values", str(out / "values.yaml"), *HELM_ARGS]
+    )
+    assert result.exit_code == 0, result.output
+    return out / "tree", yaml.safe_load((out / "values.yaml").read_text())
+
+
+def test_helm_values_use_only_the_charts_keys(helm) -> None:
+    _, values = helm
+    for path, allowed in CHART_KEYS.items():
+        node = values
+        for part in path:
+            node = node[part]
+        assert set(node) <= allowed, (path, set(node) - allowed)
+
+
+def test_helm_values_make_the_charts_instance_the_trees(helm) -> None:
+    from gpu_platform.gate.instance_config import dagster_instance_yaml
+
+    tree_dir, values = helm
+    instance = dagster_instance_yaml(load_policy(), postgres=True, k8s=True)
+    runs = values["concurrency"]["runs"]
+    assert values["concurrency"]["enabled"] is True
+    assert runs["maxConcurrentRuns"] == instance["concurrency"]["runs"]["max_concurrent_runs"]
+    assert runs["tagConcurrencyLimits"] == instance["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert values["concurrency"]["pools"]["opGranularityRunBuffer"] == instance["concurrency"]["pools"]["op_granularity_run_buffer"]
+    launcher = values["runLauncher"]
+    assert launcher["type"] == "K8sRunLauncher"
+    assert launcher["config"]["k8sRunLauncher"]["jobNamespace"] == instance["run_launcher"]["config"]["job_namespace"]
+    # the tree's ServiceAccount and RBAC, the operator's Secrets: the chart creates neither
+    kustomization = yaml.safe_load((tree_dir / KUSTOMIZATION).read_text())
+    docs = [yaml.safe_load((tree_dir / n).read_text()) for n in kustomization["resources"]]
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    assert values["serviceAccount"] == {"create": False, "name": sa["metadata"]["name"]}
+    assert values["global"]["serviceAccountName"] == sa["metadata"]["name"] and values["rbacEnabled"] is False
+    assert values["global"]["postgresqlSecretName"] == instance["run_launcher"]["config"]["postgres_password_secret"]
+    assert values["generatePostgresqlPasswordSecret"] is False and values["postgresql"]["enabled"] is False
+    assert "postgresqlPassword" not in values["postgresql"]  # a Secret reference, never a value
+    (code,) = values["dagster-user-deployments"]["deployments"]
+    assert code["dagsterApiGrpcArgs"] == ["--module-name", "assets.definitions", "--attribute", "defs"]
+    workspace = yaml.safe_load((Path(__file__).resolve().parents[2] / "workspace.yaml").read_text())
+    module = workspace["load_from"][0]["python_module"]
+    assert (module["module_name"], module["attribute"]) == ("assets.definitions", "defs")  # this code location
+    assert (code["image"]["repository"], code["image"]["tag"]) == ("registry.local/ml/gpu-platform", "2026.12.1")
+    assert code["env"]["GPU_PLATFORM_ENV"] == "prod" and code["envSecrets"] == [{"name": "gpu-platform-env"}]
+
+
+def test_with_helm_values_the_tree_leaves_the_instance_to_the_chart(helm) -> None:
+    tree_dir, _ = helm
+    kustomization = yaml.safe_load((tree_dir / KUSTOMIZATION).read_text())
+    assert not [n for n in kustomization["resources"] if n.startswith("configmap-")]
+    assert sorted(kustomization["resources"]) == sorted(p.name for p in tree_dir.glob("*.yaml") if p.name != KUSTOMIZATION)
+
+
+def test_helm_values_need_an_image_and_a_database(tmp_path) -> None:
+    args = ["deploy", "render", "--out", str(tmp_path / "t"), "--helm-values", str(tmp_path / "v.yaml")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "--image is required with --helm-values" in result.output
+    assert "--postgres-host is required with --helm-values" in result.output
+    result = CliRunner().invoke(main, [*args, "--image", "registry.local/gpu-platform", "--postgres-host", "pg"])
+    assert result.exit_code == 2 and "expected repository:tag" in result.output
+    assert not (tmp_path / "v.yaml").exists() and not (tmp_path / "t").exists()

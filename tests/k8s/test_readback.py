@@ -105,3 +105,49 @@ def test_queue_shows_what_the_cluster_did(ledger) -> None:
     assert rows["req-20261201-a1b2c3d4e5"]["state"] == "admitted"
     table = CliRunner().invoke(main, ["queue", "--ledger", ledger.url])
     assert "WorkloadPriorityClassNotFound" in table.output
+
+
+def test_jobs_the_ledger_cannot_match_are_recorded_as_such_once_per_change(ledger) -> None:
+    from dataclasses import replace
+
+    from gpu_platform.cluster.readback import read_back, record_read_back
+
+    obs = _observations()
+    finished = "req-20261201-0c1d2e3f4a"
+    ledger.record(finished, "finished", "done")  # its Job is still on the cluster
+    stray = replace(obs["req-20261201-9f8e7d6c5b"], request_id="req-made-by-hand", job="hand-made")
+    seen = [*obs.values(), stray]
+    rb = read_back(ledger, seen)
+    kinds = {o.request_id: (kind, why) for o, kind, why in rb.unmatched}
+    assert kinds == {
+        finished: ("ended_request", "the request is finished in the ledger; its Job is still on the cluster"),
+        "req-made-by-hand": ("unknown_request", "no request with this id in the ledger (not submitted through the gate)"),
+    }
+    assert len(rb.unmatched_new) == 2 and len(rb.changed) == len(FILES) - 1
+    record_read_back(ledger, rb)
+    rows = {r["request_id"]: r for r in ledger.unmatched()}
+    assert rows["req-made-by-hand"]["job"] == "hand-made"
+    assert rows["req-made-by-hand"]["message"] == stray.message and rows[finished]["condition"] == "Finished"
+
+    again = read_back(ledger, seen)
+    assert again.unmatched_new == [] and again.changed == [], "an unchanged story is not written again"
+    moved = replace(stray, condition="Admitted", status="True", kueue_reason="Admitted", message="", flavor="h100-ondemand")
+    later = read_back(ledger, [*obs.values(), moved])
+    assert [(r["request_id"], r["condition"], r["flavor"]) for r in later.unmatched_new] == [
+        ("req-made-by-hand", "Admitted", "h100-ondemand")
+    ]
+    import duckdb
+
+    from gpu_platform.finops.snapshot import unmatched_snapshot
+    from gpu_platform.finops.sqlmodels.raw import load_unmatched_snapshot
+
+    record_read_back(ledger, later)
+    con = duckdb.connect()
+    assert load_unmatched_snapshot(con, unmatched_snapshot(ledger)) == 3  # what the bypass scorecard reads
+    assert con.execute(
+        "select request_id, kind, condition from raw_cluster_unmatched order by observed_at, request_id"
+    ).fetchall() == [
+        (finished, "ended_request", "Finished"),
+        ("req-made-by-hand", "unknown_request", "QuotaReserved"),
+        ("req-made-by-hand", "unknown_request", "Admitted"),
+    ]

@@ -21,20 +21,11 @@ from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.model import ClusterState
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
 from gpu_platform.requests.model import validate_request_file
+from tests.k8s.cluster_run import as_kueue
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "requests"
 LANE_CASES = [c for c in load_cases(ROOT / "tests" / "fixtures" / "admission" / "lanes.yaml") if c["kind"] == "schedule_cycle"]
-
-
-def as_kueue(state: ClusterState) -> ClusterState:
-    """What Kueue knows from the export: quotas, cohorts, priorities, preemption policies."""
-    return replace(
-        state,
-        cluster_queues=tuple(replace(cq, yields_to=None, protected=False) for cq in state.cluster_queues),
-        admitted=tuple(replace(w, evidence=False, checkpointed=False, safety_approval=False) for w in state.admitted),
-        pending=tuple(replace(w, evidence=False, checkpointed=False, safety_approval=False) for w in state.pending),
-    )
 
 
 def _protected(state: ClusterState, victim: str, preemptor: str) -> bool:

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from gpu_platform.finops.sqlmodels import ensure_raw_tables, load_ledger_snapshot
-from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot
+from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot, load_unmatched_snapshot
 from tests.sqlmodels.finops_scenario import A100, H100, billing_rows, insert_billing, insert_samples
 
 DAY = "2026-11-28"
@@ -168,10 +168,27 @@ def insert_unattributed_pod(con: duckdb.DuckDBPyConnection) -> None:
         {"s": t(23), "a": t(20), "b": t(20, 30), "d": DAY})
 
 
+def unmatched_jobs() -> list[dict]:
+    """What the read-back recorded of Jobs the ledger cannot match: a hand-made Job seen twice
+    that day (its story changed), a Job of a finished request, and one seen the day before."""
+    base = {"namespace": "team-platform", "attempt": 1, "status": "True", "kueue_reason": "Admitted", "flavor": "h100-ondemand"}
+    return [
+        {**base, "observed_at": t(8), "job": "notebook-gpu", "request_id": "req-by-hand", "kind": "unknown_request",
+         "why": "not submitted through the gate", "condition": "QuotaReserved"},
+        {**base, "observed_at": t(9), "job": "notebook-gpu", "request_id": "req-by-hand", "kind": "unknown_request",
+         "why": "not submitted through the gate", "condition": "Admitted"},
+        {**base, "observed_at": t(12), "job": "t2-job", "request_id": "T2", "kind": "ended_request",
+         "why": "the request is finished in the ledger", "condition": "Admitted"},
+        {**base, "observed_at": t(0) - timedelta(hours=2), "job": "old-job", "request_id": "req-old",
+         "kind": "unknown_request", "why": "not submitted through the gate", "condition": "Admitted"},
+    ]
+
+
 def load(con: duckdb.DuckDBPyConnection) -> None:
     ensure_raw_tables(con)
     load_ledger_snapshot(con, REQUESTS, pod_dicts())
     load_scorecard_snapshot(con, events(), METADATA, RUNS)
+    load_unmatched_snapshot(con, unmatched_jobs())
     insert_billing(con, billing_rows())
     insert_samples(con, pods=PODS)
     insert_memory(con)

@@ -21,7 +21,9 @@ def test_cost_build_then_scorecard_json_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["scorecard_bypass"] == [{"attributed_gpu_hours": 60.5, "unattributed_gpu_hours": 0.5,
-                                         "unattributed_pods": 1, "bypass_share": 0.5 / 61, "approved_exceptions": 2,
+                                         "unattributed_pods": 1, "bypass_share": 0.5 / 61, "unmatched_jobs": 2,
+                                         "unmatched_unknown_request_jobs": 1, "unmatched_ended_request_jobs": 1,
+                                         "approved_exceptions": 2,
                                          "safety_approvals": 1, "cost_exceptions": 1, "approvers": 2}]
     fired = {(s["signal"], s["subject"]): s["severity"] for s in data["capacity_signals"]}
     assert fired[("release_replay_delayed_by_research", "release_eval")] == "ERROR"

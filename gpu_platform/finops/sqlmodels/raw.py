@@ -250,7 +250,27 @@ create table if not exists raw_workload_runs (
 )"""
 """One row per recorded workload run (`workload_runs`): outcome, exit code, reported results (JSON)."""
 
-SCORECARD_RAW_DDL = (RAW_REQUEST_EVENTS_DDL, RAW_REQUEST_METADATA_DDL, RAW_WORKLOAD_RUNS_DDL)
+RAW_CLUSTER_UNMATCHED_DDL = """
+create table if not exists raw_cluster_unmatched (
+    observed_at timestamp,
+    namespace varchar,
+    job varchar,
+    request_id varchar,
+    attempt integer,
+    kind varchar,
+    why varchar,
+    condition varchar,
+    status varchar,
+    kueue_reason varchar,
+    flavor varchar
+)"""
+"""One row per recorded observation of a Job the ledger cannot match (`gp_cluster_unmatched`)."""
+
+SCORECARD_RAW_DDL = (RAW_REQUEST_EVENTS_DDL, RAW_REQUEST_METADATA_DDL, RAW_WORKLOAD_RUNS_DDL, RAW_CLUSTER_UNMATCHED_DDL)
+UNMATCHED_COLUMNS = (
+    "observed_at", "namespace", "job", "request_id", "attempt", "kind", "why", "condition", "status", "kueue_reason",
+    "flavor",
+)
 EVENT_COLUMNS = ("request_id", "seq", "event", "event_at", "reason", "flavor", "run_id", "details")
 METADATA_COLUMNS = (
     "request_id", "owner", "image", "container_digest", "dataset_ids", "gpu_resource", "preemption_policy",
@@ -282,3 +302,19 @@ def load_scorecard_snapshot(
         con.execute("rollback")
         raise
     return tuple(len(rows) for _, _, rows in tables)  # type: ignore[return-value]
+
+
+def load_unmatched_snapshot(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]) -> int:
+    """Replace `raw_cluster_unmatched` with the ledger's recorded unmatched Jobs, atomically.
+    Returns the rows loaded."""
+    values = _rows(rows, UNMATCHED_COLUMNS, "unmatched")
+    ensure_raw_tables(con)
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from raw_cluster_unmatched")
+        _insert_rows(con, "raw_cluster_unmatched", UNMATCHED_COLUMNS, values)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return len(values)

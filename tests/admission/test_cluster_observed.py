@@ -1,0 +1,47 @@
+"""The cluster-observed cases are the default policy's H100s: every H100 quota row, cohort and
+preemption policy in tests/fixtures/admission/cluster-observed.yaml is what
+gpu_platform/policy/default.yaml gives the engine, so the cases keep describing the policy the
+cluster ran."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_platform.admission.cases import load_cases, state_from_case
+from gpu_platform.admission.policy_view import from_policy
+from gpu_platform.policy import load_policy
+
+CASES = load_cases(Path(__file__).resolve().parents[1] / "fixtures" / "admission" / "cluster-observed.yaml")
+H100 = "h100-ondemand"
+
+
+def _h100(quotas):
+    return sorted((q.resource, q.nominal, q.borrowing_limit, q.lending_limit) for q in quotas if q.flavor == H100)
+
+
+def test_the_cases_hold_the_default_policys_h100s() -> None:
+    policy = from_policy(load_policy())
+    lanes = {c.name: c for c in policy.cluster_queues}
+    cohorts = {c.name: c for c in policy.cohorts}
+    for case in CASES:
+        state = state_from_case(case)
+        on_h100 = {name for name, cq in lanes.items() if _h100(cq.quotas)}
+        assert {cq.name for cq in state.cluster_queues} == on_h100, case["id"]
+        for cq in state.cluster_queues:
+            lane = lanes[cq.name]
+            assert _h100(cq.quotas) == _h100(lane.quotas), (case["id"], cq.name)
+            assert (cq.cohort, cq.queueing_strategy) == (lane.cohort, lane.queueing_strategy), cq.name
+            assert (cq.within_cluster_queue, cq.reclaim_within_cohort, cq.borrow_within_cohort) == (
+                lane.within_cluster_queue,
+                lane.reclaim_within_cohort,
+                lane.borrow_within_cohort,
+            ), cq.name
+            assert cq.max_priority_threshold == lane.max_priority_threshold, cq.name
+        for co in state.cohorts:
+            assert (co.parent, _h100(co.quotas)) == (cohorts[co.name].parent, _h100(cohorts[co.name].quotas)), co.name
+        assert {f.name: f.capacity["nvidia.com/gpu"] for f in state.flavors} == {
+            H100: next(f for f in policy.flavors if f.name == H100).capacity["nvidia.com/gpu"]
+        }
+        priority = {lane.name: lane.priority for lane in load_policy().lanes.values()}
+        for w in (*state.admitted, *state.pending):
+            assert w.priority == priority[w.cq], w.name
