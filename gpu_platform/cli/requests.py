@@ -34,7 +34,9 @@ def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
                 err_console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
             continue
         console.print(
-            f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}, workload {req.workload}"
+            f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}"
+            + (f" ({req.nodes} nodes x {req.gpus_per_node} GPUs)" if req.nodes and req.nodes > 1 else "")
+            + f", workload {req.workload}"
         )
         _warn(f, req)
     if failed:
