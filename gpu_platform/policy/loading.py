@@ -6,7 +6,6 @@ document has. The dependency runs one way: this module imports `model.py`, never
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from gpu_platform.policy.model import (
     offered_capacity,
 )
 from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document, one_line
-
 
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
