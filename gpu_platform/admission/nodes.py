@@ -49,6 +49,9 @@ class NodeBook:
         self.by_flavor: dict[str, list[str]] = {}
         self.placed: dict[str, tuple[tuple[str, float], ...]] = {}
         self._memo: dict[str, tuple[tuple[str, float], ...]] = {}
+        # flavor -> free GPUs -> nodes with that many free (insertion-ordered): a fit is found by
+        # walking the few distinct free amounts, not every node
+        self._buckets: dict[str, dict[float, dict[str, None]]] = {}
         for n in nodes:
             if n.name in self.size:
                 raise ValueError(f"node {n.name!r} is listed twice")
@@ -56,6 +59,18 @@ class NodeBook:
             self.free[n.name] = float(n.gpus)
             self.flavor_of[n.name] = n.flavor
             self.by_flavor.setdefault(n.flavor, []).append(n.name)
+            self._buckets.setdefault(n.flavor, {}).setdefault(float(n.gpus), {})[n.name] = None
+
+    def _set_free(self, node: str, value: float) -> None:
+        buckets = self._buckets[self.flavor_of[node]]
+        old = self.free[node]
+        group = buckets[old]
+        del group[node]
+        if not group:
+            del buckets[old]
+        value = round(value, 9)
+        self.free[node] = value
+        buckets.setdefault(value, {})[node] = None
 
     def has(self, flavor: str | None) -> bool:
         return flavor in self.by_flavor
@@ -64,11 +79,18 @@ class NodeBook:
         """`pods` distinct nodes of `flavor` that each hold `per_pod` GPUs, fullest first; None: none."""
         if per_pod <= _EPS:
             return []
-        fitting = [n for n in self.by_flavor.get(flavor, ()) if self.free[n] + _EPS >= per_pod]
-        if len(fitting) < pods:
+        buckets = self._buckets.get(flavor)
+        if not buckets:
             return None
-        fitting.sort(key=lambda n: self.free[n])
-        return fitting[:pods]
+        out: list[str] = []
+        for free in sorted(buckets):
+            if free + _EPS < per_pod:
+                continue
+            for n in buckets[free]:
+                out.append(n)
+                if len(out) == pods:
+                    return out
+        return None
 
     def fits(self, wl: Workload, flavor: str) -> bool:
         if flavor not in self.by_flavor:
@@ -93,7 +115,7 @@ class NodeBook:
                 found = sorted(self.by_flavor[flavor], key=lambda n: -self.free[n])[:pods]
             spots = tuple((n, per) for n in found)
         for n, v in spots:
-            self.free[n] -= v
+            self._set_free(n, self.free[n] - v)
         self.placed[wl.name] = spots
 
     def release(self, wl: Workload) -> None:
@@ -101,11 +123,11 @@ class NodeBook:
         if spots is None:
             return
         for n, v in spots:
-            self.free[n] += v
+            self._set_free(n, self.free[n] + v)
         self._memo[wl.name] = spots
 
     def free_total(self, flavor: str) -> float:
-        return sum(max(0.0, self.free[n]) for n in self.by_flavor.get(flavor, ()))
+        return sum(max(0.0, f) * len(g) for f, g in self._buckets.get(flavor, {}).items())
 
     def refusal(self, wl: Workload, flavor: str) -> str | None:
         """Why the workload's pods find no nodes on `flavor` now, or None when they do."""
@@ -114,11 +136,10 @@ class NodeBook:
         pods, per = pod_shape(wl)
         if self.find(flavor, pods, per) is not None:
             return None
-        nodes = self.by_flavor[flavor]
         free = self.free_total(flavor)
-        enough = sum(1 for n in nodes if self.free[n] + _EPS >= per)
+        enough = sum(len(g) for f, g in self._buckets[flavor].items() if f + _EPS >= per)
         if pods == 1:
-            most = max((self.free[n] for n in nodes), default=0.0)
+            most = max(self._buckets[flavor], default=0.0)
             return (
                 f"{_n(free)} GPUs free in {flavor} but no node has {_n(per)} free "
                 f"(most free on one node: {_n(max(0.0, most))})"

@@ -111,3 +111,8 @@ def gang_job_name(request_id: str, attempt: int) -> str:
     readable = re.sub(r"[^a-z0-9-]", "-", k8s_name(request_id))[:36].strip("-") or "req"
     digest = hashlib.sha256(f"{request_id}#{attempt}".encode()).hexdigest()[:6]
     return f"gang-{readable}-{digest}-{attempt}"
+
+
+def topology_name(name: str) -> str:
+    """The Kueue Topology of a node pool (or of a flavor whose levels differ from its pool's)."""
+    return f"{PRIORITY_CLASS_PREFIX}{k8s_name(name)}"

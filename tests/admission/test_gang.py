@@ -14,7 +14,7 @@ from gpu_platform.policy import Policy, load_policy
 from gpu_platform.requests.model import RequestError, validate_request, validate_request_file
 
 ROOT = Path(__file__).resolve().parents[2]
-GANG = ROOT / "examples" / "requests" / "distributed" / "candidate_train_2x8.yaml"
+GANG = ROOT / "examples" / "distributed" / "candidate_train_2x8.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +105,24 @@ def test_gang_waits_on_fragmented_nodes_though_quota_fits(pol: Policy) -> None:
     (info,) = res.pending
     assert info.reason_code == "Inadmissible"
     assert "28 GPUs free in h100-ondemand but no node has 8 free (needs 2 nodes of 8)" in info.message
+
+
+def test_node_book_best_fit_and_release_restore_the_same_nodes() -> None:
+    from gpu_platform.admission.model import NodeSpec, Workload
+    from gpu_platform.admission.nodes import NodeBook, placement_of
+
+    book = NodeBook([NodeSpec(f"n{i}", "f", 8) for i in range(3)])
+    a = Workload("a", "q", {"nvidia.com/gpu": 5}, flavor="f")
+    b = Workload("b", "q", {"nvidia.com/gpu": 3}, flavor="f")
+    gang = Workload("g", "q", {"nvidia.com/gpu": 16}, flavor="f", pods=2)
+    book.place(a)
+    book.place(b)  # best fit: beside a, on the fullest node that holds 3
+    assert placement_of(book, "a") == {"n0": 5} and placement_of(book, "b") == {"n0": 3}
+    assert book.fits(gang, "f")
+    book.place(gang)
+    assert sorted(placement_of(book, "g")) == ["n1", "n2"] and book.free_total("f") == 0
+    book.release(b)
+    book.place(b)  # taken out and put back within a cycle: the same node
+    assert set(placement_of(book, "b")) == set(placement_of(book, "a"))
+    with pytest.raises(ValueError, match="listed twice"):
+        NodeBook([NodeSpec("n", "f", 8), NodeSpec("n", "f", 8)])
