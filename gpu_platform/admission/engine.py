@@ -244,6 +244,8 @@ class _Engine:
         self.status: dict[str, tuple[str, str, str | None]] = {}  # name -> (code, message, flavor)
         self.heads: dict[str, Workload | None] = {}
         self.cycles = 0
+        # waited on nodes, not quota: the quota-based estimated start does not apply
+        self.node_blocked: set[str] = set()
         # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
         self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
 
@@ -355,6 +357,7 @@ class _Engine:
         frees nodes the pods fit on, where the queue may preempt; else no fit on this flavor."""
         snap = self.snap
         f, r = fr
+        self.node_blocked.add(wl.name)
         pods = max(1, wl.pods)
         shape = f"{pods} x {_n(v / pods)} {r}" if pods > 1 else f"{_n(v)} {r}"
         note = f"{cq.name} needs {shape} on {f}: {why}"
@@ -900,6 +903,7 @@ class _Engine:
             head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
             demand = 0.0
             status = self.status
+            node_blocked = self.node_blocked
             prefixes: dict[tuple[str, str], str] = {}
             for pos, w in enumerate(rest, 1):
                 raw_key = (w.flavor, w.allowed_flavors)
@@ -928,7 +932,7 @@ class _Engine:
                     code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
                 else:
                     code, msg, flavor = st
-                    if code in (BUDGET_EXHAUSTED, TEAM_LIMIT):
+                    if code in (BUDGET_EXHAUSTED, TEAM_LIMIT) or (code == INADMISSIBLE and w.name in node_blocked):
                         est = None
                     elif code == PENDING_PREEMPTION:
                         est = now
