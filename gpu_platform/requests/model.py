@@ -592,6 +592,19 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
     return req
 
 
+def local_inventory_problems(req: JobRequest, gpus: int, detail: str) -> list[str]:
+    """Whole GPUs beyond this machine's inventory, for the local executor, which runs a job on this
+    machine only (`gpus`: its GPU count; `detail`: where the count came from). A cluster would place
+    the same request on its nodes; here it could only wait forever."""
+    if req.gpu_resource != GPU or req.gpu_count is None or req.gpu_count <= gpus:
+        return []
+    shape = f" ({req.nodes} nodes x {req.gpus_per_node})" if req.nodes and req.nodes > 1 else ""
+    return [
+        f"gpu_count: {req.gpu_count} GPUs{shape} exceed this machine's {gpus} for the local executor "
+        f"({detail}); ask for at most {gpus}, or submit it where the platform runs on a cluster"
+    ]
+
+
 SAFETY_APPROVAL_WARNING = (
     "safety_approval: recorded but grants nothing; a safety approval must be granted with "
     "`gpu-platform approve REQUEST_ID --role ROLE --kind safety --reason TEXT` by a role of the "
