@@ -151,10 +151,6 @@ class NodeBook:
             f"(needs {pods} nodes of {_n(per)})"
         )
 
-    def stranded(self, flavor: str, per_pod: float) -> float:
-        """GPUs free on `flavor` on nodes that cannot hold a pod of `per_pod` GPUs (fragmentation)."""
-        return sum(max(0.0, self.free[n]) for n in self.by_flavor.get(flavor, ()) if self.free[n] + _EPS < per_pod)
-
 
 def placement_of(book: NodeBook | None, name: str) -> Mapping[str, float] | None:
     """The nodes a workload holds in the book ({node: GPUs}), or None."""
