@@ -215,6 +215,9 @@ def _admission_sensor(
         draining=settled.draining,
         spent=led.reserved_by_lane(budget_period_start(pol.budget_period, now)),
         holding=holding,
+        # gangs wait for whole free nodes of the policy's node shapes only in front of a cluster
+        node_model=settings.executor == "k8s",
+        launch_gangs=settings.executor != "k8s",
     )
     record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
     victims = {p.victim for p in plan.preemptions}

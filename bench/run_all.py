@@ -27,6 +27,12 @@ BENCHES = [
         "issue 9: one full cycle, 10k pending + 2k admitted, 8 lanes x 3 flavors, cohort tree: median < 0.1 s; "
         "admit_until_stable draining 5,000 pending into an empty pool < 1 s; near-linear growth to 100k",
     ),
+    (
+        "gang_admission",
+        [PY, "bench/bench_gang_admission.py", *(["--sizes", "2000", "--repeat", "3"] if QUICK else [])],
+        "issue 20: the node-aware admission cycle at 10k pending and 1,000 nodes (a tenth gangs of 2 x 8) "
+        "within 2x of the quota-only cycle on the same state",
+    ),
     ("sensor_tick", [PY, "bench/bench_gate.py", "--runs", "5"], "sensor tick with 5,000 pending and 500 active runs: median < 2 s"),
     ("metrics_scrape", [PY, "bench/bench_metrics.py"], "a /metrics scrape with 10,000 pending (+500 admitted): median < 50 ms"),
     ("dcgm_parse", [PY, "bench/bench_dcgm_parse.py"], ">= 1M samples/s and >= 20x prometheus_client's parser"),
@@ -121,6 +127,16 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
     if a10 and a100:
         growth = a100["median_s"] / a10["median_s"]
         rows.append(("admission growth 10k -> 100k pending", f"{growth:.1f}x", "near-linear (~10x)", growth < 20))
+    gang = _find(by_name.get("gang_admission", []), pending=10000)
+    if gang:
+        rows.append(
+            (
+                f"node-aware cycle, 10k pending, {gang['nodes']} nodes",
+                f"{gang['node_aware_median_s']:.3f} s ({gang['ratio']}x quota-only {gang['quota_only_median_s']:.3f} s)",
+                "<= 2x quota-only",
+                gang["ratio"] is not None and gang["ratio"] <= 2,
+            )
+        )
     tick = _find(by_name.get("sensor_tick", []), benchmark="sensor_tick")
     if tick:
         rows.append(("sensor tick, 5k pending + 500 active", f"{tick['median_s']:.3f} s", "< 2 s", tick["median_s"] < 2))

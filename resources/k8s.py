@@ -23,8 +23,16 @@ from dagster_k8s.job import (
 )
 from kubernetes.client import ApiClient
 
-from gpu_platform.cluster.jobs import WorkVolume, executor_config_for, k8s_config_for, workload_step
-from gpu_platform.cluster.names import run_id_for
+from gpu_platform.cluster.jobs import (
+    WorkVolume,
+    executor_config_for,
+    gang_job_config_for,
+    is_gang,
+    k8s_config_for,
+    rendezvous_service_for,
+    workload_step,
+)
+from gpu_platform.cluster.names import gang_job_name, run_id_for
 from gpu_platform.policy import Policy
 from gpu_platform.requests.model import JobRequest
 
@@ -118,3 +126,47 @@ def render_job_manifest(
     """The Job manifest (camelCase, as `kubectl apply` takes it) for one step (default: the workload step)."""
     job = render_step_job(request, flavor_name, policy, step_key, **kwargs)
     return ApiClient().sanitize_for_serialization(job)
+
+
+def render_gang_job(
+    request: JobRequest,
+    flavor_name: str,
+    policy: Policy,
+    *,
+    attempt: int = 1,
+    work_volume: WorkVolume | None = None,
+    image_pull_policy: str = "IfNotPresent",
+    service_account_name: str | None = None,
+):
+    """The Indexed Job (`kubernetes.client.V1Job`) of a multi-node request, built by the same
+    dagster-k8s builder as every step Job: one pod per node running the request's `command`, the
+    rendezvous env, Kueue's labels and TAS annotations (`gang_job_config_for`)."""
+    config = gang_job_config_for(request, flavor_name, policy, attempt, work_volume)
+    name = gang_job_name(request.request_id or "", attempt)
+    return construct_dagster_k8s_job(
+        job_config=DagsterK8sJobConfig(
+            job_image=request.image_ref,
+            image_pull_policy=image_pull_policy,
+            service_account_name=service_account_name,
+        ),
+        args=list(request.command) or None,
+        job_name=name,
+        pod_name=name,
+        component="gang_worker",
+        user_defined_k8s_config=UserDefinedDagsterK8sConfig.from_dict(config),
+        labels={"gpu-platform.io/workload": request.workload or ""},
+    )
+
+
+def render_workload_manifests(
+    request: JobRequest, flavor_name: str, policy: Policy, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """What the cluster gets for a request's GPU work: its workload step Job, or, for a
+    multi-node request, the headless rendezvous Service and the Indexed Job (camelCase manifests)."""
+    if not is_gang(request):
+        return [render_job_manifest(request, flavor_name, policy, **kwargs)]
+    attempt = kwargs.get("attempt", 1)
+    job = render_gang_job(
+        request, flavor_name, policy, attempt=attempt, work_volume=kwargs.get("work_volume")
+    )
+    return [rendezvous_service_for(request, policy, attempt), ApiClient().sanitize_for_serialization(job)]

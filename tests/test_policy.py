@@ -190,3 +190,58 @@ def test_policy_check_prints_the_cohort_tree():
     assert "assurance: h100-ondemand 8 (lends ≤ 10)" in res.output
     tree = res.output[res.output.index("cohorts") :]
     assert tree.index("assurance") < tree.index("incident_response") < tree.index("batch") < tree.index("research_best_effort")
+
+
+def _raw_policy() -> dict:
+    from gpu_platform.policy.loading import default_policy_path
+
+    return yaml.safe_load(default_policy_path().read_text())
+
+
+def test_every_exclusive_flavor_gets_its_node_shape_from_its_node_pool(policy):
+    shapes = {name: (s.gpus_per_node, s.full_nodes, s.topology_levels) for name, s in policy.node_shapes.items()}
+    assert shapes == {
+        "h100-ondemand": (8, 4, ("topology.kubernetes.io/zone", "kubernetes.io/hostname")),
+        "l4-inference": (4, 4, ()),
+        "a100-spot": (8, 2, ()),
+    }
+    # fractional flavors (MIG slices, shared replicas) are not placed per node
+    assert policy.node_shape("h100-mig") is None and policy.node_shape("l4-shared") is None
+    h100 = policy.node_shape("h100-ondemand")
+    assert [h100.placeable(n) for n in (1, 8, 12, 16, 32, 40)] == [True, True, False, True, True, False]
+    assert h100.shape_of(16) == (2, 8) and h100.shape_of(6) == (1, 6)
+
+
+def test_a_flavor_may_declare_its_own_node_size_and_levels():
+    raw = _raw_policy()
+    spot = next(f for f in raw["flavors"] if f["name"] == "a100-spot")
+    spot["node_gpus"] = 4
+    spot["capacity"]["nvidia.com/gpu"] = 18
+    spot["topology_levels"] = ["example.com/rack", "kubernetes.io/hostname"]
+    shape = parse_policy(raw).node_shape("a100-spot")
+    assert (shape.gpus_per_node, shape.full_nodes, shape.node_sizes) == (4, 4, (4, 4, 4, 4, 2))
+    assert shape.topology_levels == ("example.com/rack", "kubernetes.io/hostname")
+    # no autoscaling block and no node_gpus: no node shape (quota only)
+    raw = _raw_policy()
+    raw.pop("autoscaling")
+    assert parse_policy(raw).node_shapes == {}
+
+
+def test_topology_levels_follow_kueues_rules():
+    raw = _raw_policy()
+    raw["autoscaling"]["node_pools"]["training"]["topology_levels"] = [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "Bad Label!",
+        "topology.kubernetes.io/zone",
+    ]
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(raw)
+    text = "\n".join(exc.value.errors)
+    assert "autoscaling.node_pools.training.topology_levels[0]: kubernetes.io/hostname must be the last" in text
+    assert "autoscaling.node_pools.training.topology_levels[2]: 'Bad Label!' is not a node label key" in text
+    assert "autoscaling.node_pools.training.topology_levels: repeated level(s) topology.kubernetes.io/zone" in text
+    raw = _raw_policy()
+    raw["flavors"][0]["topology_levels"] = ["kubernetes.io/hostname", "x.io/rack"]
+    with pytest.raises(PolicyError, match=r"flavors\[0\].topology_levels\[0\]"):
+        parse_policy(raw)

@@ -132,3 +132,25 @@ def test_cli_reports_syntax_error_line(tmp_path):
     result = CliRunner().invoke(main, ["request", "validate", str(bad)])
     assert result.exit_code == 2
     assert "<json> line 2" in result.output
+
+
+GANG_EXAMPLE = ROOT / "examples" / "distributed" / "candidate_train_2x8.yaml"
+
+
+def test_cli_refuses_more_gpus_than_the_local_machine_has(tmp_path):
+    """The local executor runs on this machine: with its inventory declared (no NVML here), a
+    request for more whole GPUs than it has is refused at validation and at submit, naming both."""
+    env = {"GPU_PLATFORM_LOCAL_GPUS": "8", "GPU_PLATFORM_HOME": str(tmp_path), "GPU_PLATFORM_ENV": "local"}
+    one_node = str(ROOT / "examples" / "requests" / "candidate_train.yaml")
+    result = CliRunner().invoke(main, ["request", "validate", str(GANG_EXAMPLE), one_node], env=env)
+    assert result.exit_code == 2
+    assert "gpu_count: 16 GPUs (2 nodes x 8) exceed this machine's 8 for the local executor" in result.output
+    assert "GPU_PLATFORM_LOCAL_GPUS=8" in result.output
+    assert f"ok {one_node}" in result.output
+    ledger = f"sqlite:///{tmp_path / 'l.db'}"
+    result = CliRunner().invoke(main, ["submit", "--ledger", ledger, str(GANG_EXAMPLE)], env=env)
+    assert result.exit_code == 2 and "exceed this machine's 8" in result.output
+    # with 16 declared it fits; on the cluster path (prod) the machine's GPUs are not the limit
+    assert CliRunner().invoke(main, ["request", "validate", str(GANG_EXAMPLE)], env={**env, "GPU_PLATFORM_LOCAL_GPUS": "16"}).exit_code == 0
+    prod = {**env, "GPU_PLATFORM_ENV": "prod", "GPU_PLATFORM_LEDGER_URL": ledger}
+    assert CliRunner().invoke(main, ["request", "validate", str(GANG_EXAMPLE)], env=prod).exit_code == 0

@@ -25,6 +25,7 @@ from gpu_platform.admission.model import (
     CohortSpec,
     FlavorFungibility,
     FlavorSpec,
+    NodeSpec,
     ResourceQuota,
     TeamLimit,
     TeamLimits,
@@ -146,7 +147,26 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         expected_duration_s=None
         if raw.get("expected_duration_s") is None
         else float(raw["expected_duration_s"]),
+        pods=int(raw.get("pods", 1)),
+        placement=None
+        if raw.get("placement") is None
+        else {str(k): float(v) for k, v in raw["placement"].items()},
     )
+
+
+def _nodes(rows: Any) -> tuple[NodeSpec, ...]:
+    """`nodes: [{name, flavor, gpus}]`, or `{flavor, gpus, count}` for `count` nodes named
+    `<flavor>-<i>` (i from 0)."""
+    out: list[NodeSpec] = []
+    for raw in rows or []:
+        if "count" in raw:
+            out += [
+                NodeSpec(f"{raw['flavor']}-{i}", str(raw["flavor"]), float(raw["gpus"]))
+                for i in range(int(raw["count"]))
+            ]
+        else:
+            out.append(NodeSpec(str(raw["name"]), str(raw["flavor"]), float(raw["gpus"])))
+    return tuple(out)
 
 
 def state_from_case(case: Mapping[str, Any]) -> ClusterState:
@@ -174,6 +194,7 @@ def state_from_case(case: Mapping[str, Any]) -> ClusterState:
         fair_sharing=fair,
         flavor_fungibility=_fungibility(case.get("flavor_fungibility")) or FlavorFungibility(),
         now=now,
+        nodes=_nodes(case.get("nodes")),
     )
 
 

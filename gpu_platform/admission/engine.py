@@ -47,6 +47,7 @@ from gpu_platform.admission.model import (
     TeamLimit,
     Workload,
 )
+from gpu_platform.admission.nodes import placement_of, pod_shape
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot, usage_of
 from gpu_platform.devices.sharing import is_gpu_resource
@@ -136,6 +137,7 @@ def _equivalence(w: Workload) -> tuple:
         w.max_cost,
         w.cost_approval,
         w.team,
+        w.pods,
     )
 
 
@@ -242,6 +244,8 @@ class _Engine:
         self.status: dict[str, tuple[str, str, str | None]] = {}  # name -> (code, message, flavor)
         self.heads: dict[str, Workload | None] = {}
         self.cycles = 0
+        # waited on nodes, not quota: the quota-based estimated start does not apply
+        self.node_blocked: set[str] = set()
         # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
         self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
 
@@ -317,7 +321,10 @@ class _Engine:
             return NOFIT, 0, f"{cq.name} needs {_n(v)} {r} on {f}, more than it can ever hold ({_n(pot)})"
         borrow, may_reclaim = find_height(cq, fr, v)
         if v <= avail + _EPS:
-            return FIT, borrow, None
+            nodes = snap.node_refusal(wl, {fr: v}) if snap.nodes is not None else None
+            if nodes is None:
+                return FIT, borrow, None
+            return self._fits_nodes(wl, cq, fr, v, borrow, may_reclaim, nodes)
         q = cq.quota(fr)
         used = cq.usage.get(fr, 0.0)
         lim = f"/{_n(q.nominal)}" + (
@@ -342,6 +349,27 @@ class _Engine:
             mode = PREEMPT if any(w.cq == cq.name for w in victims) else RECLAIM
             return mode, after, note
         return NOFIT, borrow, note + " and it may not preempt to borrow"
+
+    def _fits_nodes(
+        self, wl: Workload, cq: CQNode, fr: FR, v: float, borrow: int, may_reclaim: bool, why: str
+    ) -> tuple[int, int, str | None]:
+        """Quota fits but no nodes do (the platform's node model): preempt workloads whose removal
+        frees nodes the pods fit on, where the queue may preempt; else no fit on this flavor."""
+        snap = self.snap
+        f, r = fr
+        self.node_blocked.add(wl.name)
+        pods = max(1, wl.pods)
+        shape = f"{pods} x {_n(v / pods)} {r}" if pods > 1 else f"{_n(v)} {r}"
+        note = f"{cq.name} needs {shape} on {f}: {why}"
+        q = cq.quota(fr)
+        if q.nominal >= v - _EPS or may_reclaim or self._can_preempt_while_borrowing(cq):
+            search = get_targets(snap, wl, cq, {fr: v}, {fr}, self.state.fair_sharing, self.done)
+            if search.targets:
+                victims = [w for w, _ in search.targets]
+                mode = PREEMPT if any(w.cq == cq.name for w in victims) else RECLAIM
+                return mode, borrow, note
+            return NOFIT, borrow, note + " and " + self._nothing_to_preempt(cq, search)
+        return NOFIT, borrow, note
 
     def _assign(self, wl: Workload, cq: CQNode, pin: Mapping[str, str] | None = None) -> _Assignment:
         """Kueue's FlavorAssigner.Assign. pin: the flavors of the first nomination, kept when the
@@ -506,6 +534,8 @@ class _Engine:
                 continue
             if any(w.requests.get(r, 0.0) < v for r, v in p.requests.items()):
                 continue
+            if self.snap.nodes is not None and (w.pods < p.pods or pod_shape(w)[1] < pod_shape(p)[1]):
+                continue  # with nodes, needing more GPUs does not mean needing more of any one node
             pf, wf = self._flavor_set(p), self._flavor_set(w)
             if pf is not None and (wf is None or not wf <= pf):
                 continue
@@ -641,6 +671,10 @@ class _Engine:
         for v in removed:
             self.snap.remove_workload(v)
         ok = self.snap.fits(cq, usage)
+        nodes_why = None
+        if ok and self.snap.nodes is not None:
+            nodes_why = self.snap.node_refusal(wl, usage)
+            ok = nodes_why is None
         for v in removed:
             self.snap.add_workload(v)
         if not ok:
@@ -648,7 +682,7 @@ class _Engine:
             self.status[wl.name] = (
                 PENDING,
                 f"{cq.name} needs {self._req_text(wl)} on {a.flavor}; it no longer fits after another "
-                "workload in the cohort was processed this cycle",
+                "workload in the cohort was processed this cycle" + (f" ({nodes_why})" if nodes_why else ""),
                 a.flavor,
             )
             return False
@@ -763,13 +797,15 @@ class _Engine:
         self.last_tried.pop(wl.name, None)
         # Counted in the snapshot but never a victim in this run (like Kueue's assumed workloads,
         # which the cycle's snapshot holds as usage only), so kept off the victim index.
-        cq.workloads[wl.name] = replace(
+        held = cq.workloads[wl.name] = replace(
             wl,
             flavor=flavor,
             admitted_at=self.state.now,
             resource_flavors=flavors if len(set(flavors.values())) > 1 else None,
         )
         self.snap.add_usage(cq, usage)
+        if self.snap.nodes is not None:
+            self.snap.nodes.place(held)
         if cq.name in self.team_caps and wl.team is not None:
             use = self.team_use.setdefault((cq.name, wl.team), [0.0, 0.0])
             use[0] += gpu_units(wl)
@@ -867,6 +903,7 @@ class _Engine:
             head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
             demand = 0.0
             status = self.status
+            node_blocked = self.node_blocked
             prefixes: dict[tuple[str, str], str] = {}
             for pos, w in enumerate(rest, 1):
                 raw_key = (w.flavor, w.allowed_flavors)
@@ -895,7 +932,7 @@ class _Engine:
                     code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
                 else:
                     code, msg, flavor = st
-                    if code in (BUDGET_EXHAUSTED, TEAM_LIMIT):
+                    if code in (BUDGET_EXHAUSTED, TEAM_LIMIT) or (code == INADMISSIBLE and w.name in node_blocked):
                         est = None
                     elif code == PENDING_PREEMPTION:
                         est = now
@@ -1013,11 +1050,20 @@ def _advance(state: ClusterState, eng: _Engine, res: CycleResult, evicted_finish
         if w.name in victims and not evicted_finish
     ]
     pending = []
+    book = eng.snap.nodes
     for w in state.pending:
         a = by_name.get(w.name)
         if a is not None:
             multi = a.flavors if a.flavors and len(set(a.flavors.values())) > 1 else None
-            admitted.append(replace(w, flavor=a.flavor, admitted_at=state.now, resource_flavors=multi))
+            admitted.append(
+                replace(
+                    w,
+                    flavor=a.flavor,
+                    admitted_at=state.now,
+                    resource_flavors=multi,
+                    placement=placement_of(book, w.name),
+                )
+            )
         else:
             pending.append(w)
     if victims:
@@ -1045,6 +1091,8 @@ def preemption_targets(state: ClusterState, preemptor: Workload, flavor: str) ->
     cq = snap.cqs[preemptor.cq]
     usage = usage_of(preemptor, flavor)
     need = {fr for fr, v in usage.items() if v > snap.available(cq, fr) + _EPS}
+    if not need and not snap.node_fit(preemptor, usage):
+        need = {fr for fr in usage if fr[1] == "nvidia.com/gpu"}
     search = get_targets(snap, preemptor, cq, usage, need, state.fair_sharing)
     return [
         Preemption(

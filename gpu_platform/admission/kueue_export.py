@@ -1,6 +1,7 @@
 """The policy as Kueue manifests (kueue.x-k8s.io/v1beta2), so cluster and platform agree.
 
-One ResourceFlavor per flavor, one Cohort per cohort, one ClusterQueue per lane, one LocalQueue per
+One Topology per set of topology levels the flavors' node shapes declare (the ResourceFlavor names
+it in `spec.topologyName`), one ResourceFlavor per flavor, one Cohort per cohort, one ClusterQueue per lane, one LocalQueue per
 (team namespace, lane), one WorkloadPriorityClass per lane. Kubernetes names cannot hold `_`, so
 lane `release_eval` becomes ClusterQueue `release-eval`. Lane rules Kueue cannot express
 (protected, yields_to, evidence, budget) travel as `gpu-platform.io/*` annotations; the admission
@@ -23,6 +24,7 @@ from gpu_platform.cluster.names import (
     local_queue_name,
     priority_class_name,
     resource_flavor_name,
+    topology_name,
 )
 from gpu_platform.cluster.names import LABEL_GPU_PRODUCT as PRODUCT_LABEL
 from gpu_platform.cluster.names import LABEL_NODE_POOL as POOL_LABEL
@@ -54,7 +56,41 @@ def resource_flavor(policy: Policy, name: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeLabels": node_selector_for(f)}
     if f.taints:
         spec["tolerations"] = tolerations_for(f)
+    topo = flavor_topology(policy, name)
+    if topo is not None:
+        spec["topologyName"] = topo[0]
     return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": _meta(resource_flavor_name(f.name)), "spec": spec}
+
+
+def flavor_topology(policy: Policy, name: str) -> tuple[str, tuple[str, ...]] | None:
+    """(Topology name, levels) of a flavor whose node shape declares topology levels, else None.
+    Flavors of a node pool with the pool's levels share the pool's Topology."""
+    shape = policy.node_shape(name)
+    if shape is None or not shape.topology_levels:
+        return None
+    f = policy.flavor(name)
+    pools = policy.autoscaling.node_pools if policy.autoscaling is not None else {}
+    pool = pools.get(f.node_pool)
+    owner = f.node_pool if pool is not None and tuple(pool.topology_levels) == shape.topology_levels else f.name
+    return topology_name(owner), shape.topology_levels
+
+
+def topologies(policy: Policy) -> list[dict[str, Any]]:
+    """One Kueue Topology per distinct set of levels the flavors use (Topology Aware Scheduling)."""
+    seen: dict[str, tuple[str, ...]] = {}
+    for f in policy.flavors:
+        topo = flavor_topology(policy, f.name)
+        if topo is not None:
+            seen.setdefault(*topo)
+    return [
+        {
+            "apiVersion": API,
+            "kind": "Topology",
+            "metadata": _meta(name),
+            "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+        }
+        for name, levels in seen.items()
+    ]
 
 
 def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
@@ -154,8 +190,10 @@ def cohort(policy: Policy, c: Any) -> dict[str, Any]:
 
 
 def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
-    """Every manifest, in apply order: flavors, cohorts, priority classes, cluster queues, local queues."""
-    out: list[dict[str, Any]] = [resource_flavor(policy, f.name) for f in policy.flavors]
+    """Every manifest, in apply order: topologies, flavors, cohorts, priority classes, cluster
+    queues, local queues."""
+    out: list[dict[str, Any]] = topologies(policy)
+    out += [resource_flavor(policy, f.name) for f in policy.flavors]
     for c in policy.cohorts:
         out.append(cohort(policy, c))
     lanes = policy.lanes_by_priority()

@@ -165,6 +165,10 @@ class Workload:
     max_cost=None: no cost cap checked. expected_duration_s=None: unknown (no estimate from it).
     resource_flavors: an admitted workload whose resources got different flavors ({resource:
     flavor}); None: every resource is on `flavor`.
+    pods: Kueue's PodSet count: the job's pods, all admitted together or none (a gang); requests
+    are the whole job's, one pod asks for requests / pods, one pod per node where nodes are known.
+    placement: the nodes an admitted workload's pods hold ({node: GPUs}); None: placed by the
+    engine (best fit) when the state has nodes.
     """
 
     name: str
@@ -183,6 +187,17 @@ class Workload:
     resource_flavors: Mapping[str, str] | None = None
     cost_approval: bool = False
     team: str | None = None
+    pods: int = 1
+    placement: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node of a flavor and the GPUs (`nvidia.com/gpu`) it has (see `admission/nodes.py`)."""
+
+    name: str
+    flavor: str
+    gpus: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +220,8 @@ class ClusterState:
     names but nobody lists is an implicit root. ignore_undeclared_resources: Kueue's
     QuotaCheckStrategy IgnoreUndeclared (a requested resource the queue has no quota for is not
     governed by it); False: such a workload is inadmissible, Kueue's default.
+    nodes: the nodes of the flavors whose GPUs are placed per node (gang jobs need whole free
+    nodes); empty: quota only, Kueue's view (a flavor with no node listed is never node-checked).
     """
 
     cluster_queues: tuple[ClusterQueueSpec, ...]
@@ -216,6 +233,7 @@ class ClusterState:
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     now: float = 0.0
     ignore_undeclared_resources: bool = False
+    nodes: tuple[NodeSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,13 +16,14 @@ from gpu_platform.admission.model import (
     ClusterState,
     CohortSpec,
     FlavorSpec,
+    NodeSpec,
     ResourceQuota,
     TeamLimit,
     TeamLimits,
     Workload,
 )
 from gpu_platform.policy import Lane, Policy
-from gpu_platform.requests.model import JobRequest, matching_flavors
+from gpu_platform.requests.model import JobRequest, matching_flavors, shaped_flavors
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,9 @@ def workload_for(
     if req.memory_gib is not None and "memory" in resources:
         requests["memory"] = float(req.memory_gib)
     allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource))
+    if req.gpu_resource == "nvidia.com/gpu" and req.gpu_count:
+        # a gang keeps to the flavors whose nodes fit its recorded shape
+        allowed = tuple(shaped_flavors(policy, req, list(allowed)))
     return Workload(
         name=name,
         cq=lane.name,
@@ -129,7 +133,18 @@ def workload_for(
         team=req.team,
         max_cost=None if req.max_cost is None else float(req.max_cost),
         expected_duration_s=None if req.expected_duration is None else req.expected_duration.total_seconds(),
+        pods=req.pods,
     )
+
+
+def nodes_for(policy: Policy) -> tuple[NodeSpec, ...]:
+    """The nodes the policy's node shapes describe: per flavor, `full_nodes` of `gpus_per_node`
+    (plus one smaller node for a remainder), named `<flavor>/node-<i>`. The cluster's scheduler
+    decides the real nodes; the engine places admitted work on these by best fit."""
+    out: list[NodeSpec] = []
+    for name, shape in policy.node_shapes.items():
+        out += [NodeSpec(f"{name}/node-{i}", name, float(g)) for i, g in enumerate(shape.node_sizes)]
+    return tuple(out)
 
 
 def from_policy(
@@ -138,11 +153,13 @@ def from_policy(
     pending: Iterable[PendingRequest | JobRequest | Workload] = (),
     budget_spent: Mapping[str, Decimal | float] | None = None,
     now: float = 0.0,
+    node_model: bool = True,
 ) -> ClusterState:
     """The engine's view of the policy plus running and waiting requests.
 
     budget_spent: spend so far this budget period per lane (absent lane = 0). A bare JobRequest in
     `pending` is created at its index (submission order); names default to request_id.
+    node_model: place GPUs on the nodes of the policy's node shapes (`nodes_for`); False: quota only.
     """
     spent = {k: float(v) for k, v in (budget_spent or {}).items()}
     cqs = tuple(cluster_queue_for(lane, spent.get(lane.name, 0.0)) for lane in policy.lanes_by_priority())
@@ -202,4 +219,5 @@ def from_policy(
         # A lane governs only the resources it has quota for (Kueue's QuotaCheckStrategy
         # IgnoreUndeclared): a GPU lane does not refuse a job for asking for CPUs.
         ignore_undeclared_resources=True,
+        nodes=nodes_for(policy) if node_model else (),
     )

@@ -148,7 +148,8 @@ class _Ctx:
                 return False
             if v > snap.available(cq, fr) + 1e-9:
                 return False
-        return True
+        # where nodes are known, the victims must also free nodes the preemptor's pods fit on
+        return snap.node_fit(self.wl, self.usage)
 
 
 # -- classical ------------------------------------------------------------------------------

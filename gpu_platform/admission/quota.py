@@ -16,6 +16,8 @@ import bisect
 from collections.abc import Iterable, Iterator, Mapping
 
 from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, CohortSpec, ResourceQuota, Workload
+from gpu_platform.admission.nodes import GPU as GPU_RESOURCE
+from gpu_platform.admission.nodes import NodeBook
 
 FR = tuple[str, str]
 INF = float("inf")
@@ -304,8 +306,12 @@ class Snapshot:
             for r, v in (f.capacity or {}).items():
                 self.capacity[(f.name, r)] = v
         self.total_usage: dict[FR, float] = {}
+        self.nodes: NodeBook | None = NodeBook(state.nodes) if state.nodes else None
         for wl in state.admitted:
-            self.add_workload(wl)
+            self.add_workload(wl, place=False)
+        if self.nodes is not None:
+            for wl in sorted(state.admitted, key=lambda w: w.placement is None):
+                self.nodes.place(wl)
 
     # -- mutation -------------------------------------------------------------------------
     def add_usage(self, cq: CQNode, usage: Mapping[FR, float]) -> None:
@@ -318,18 +324,42 @@ class Snapshot:
             remove_usage(cq, fr, v)
             self.total_usage[fr] = self.total_usage.get(fr, 0.0) - v
 
-    def add_workload(self, wl: Workload) -> None:
+    def add_workload(self, wl: Workload, place: bool = True) -> None:
         cq = self.cqs.get(wl.cq)
         if cq is None:
             return
         cq.put(wl)
         self.add_usage(cq, usage_of(wl))
+        if place and self.nodes is not None:
+            self.nodes.place(wl)
 
     def remove_workload(self, wl: Workload) -> None:
         cq = self.cqs.get(wl.cq)
         if cq is None or cq.workloads.pop(wl.name, None) is None:
             return
         self.remove_usage(cq, usage_of(wl))
+        if self.nodes is not None:
+            self.nodes.release(wl)
+
+    def node_fit(self, wl: Workload, usage: Mapping[FR, float]) -> bool:
+        """Whether the workload's pods find nodes on the flavor `usage` gives its GPUs (True where
+        the state has no nodes for that flavor: quota only)."""
+        book = self.nodes
+        if book is None:
+            return True
+        for (f, r), v in usage.items():
+            if r == GPU_RESOURCE and v > 0 and book.has(f):
+                return book.fits(wl, f)
+        return True
+
+    def node_refusal(self, wl: Workload, usage: Mapping[FR, float]) -> str | None:
+        book = self.nodes
+        if book is None:
+            return None
+        for (f, r), v in usage.items():
+            if r == GPU_RESOURCE and v > 0 and book.has(f):
+                return book.refusal(wl, f)
+        return None
 
     # -- queries ---------------------------------------------------------------------------
     def nominal(self, cq: CQNode, fr: FR) -> float:

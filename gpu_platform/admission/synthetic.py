@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from gpu_platform.admission.model import ClusterState, ResourceQuota, Workload
+from gpu_platform.admission.model import ClusterState, NodeSpec, ResourceQuota, Workload
 from gpu_platform.admission.policy_view import from_policy
 from gpu_platform.admission.quota import Snapshot
 from gpu_platform.policy import GPU, Policy, load_policy
@@ -44,19 +44,24 @@ def synthetic_state(
     policy: Policy | None = None,
     scale: float | None = None,
     fill: float = 0.97,
+    node_model: bool = False,
 ) -> ClusterState:
     """A state over the policy's lanes and flavors with `n_admitted` running and `n_pending` waiting.
 
     scale=None: quotas and capacity are scaled so the admitted workloads fill about `fill` of the pool
     (a nearly full pool, so heads must preempt and reasons are non-trivial).
+    node_model: also list the nodes of the scaled flavors, sized by the policy's node shapes (the
+    admitted workloads are then placed by best fit in order); False: quota only.
     """
     policy = policy or load_policy()
     rng = random.Random(seed)
-    base = from_policy(policy)
+    base = from_policy(policy, node_model=False)
     if scale is None:
         total = sum(f.capacity.get(GPU, 0) for f in base.flavors if f.capacity)
         scale = max(1.0, round(n_admitted * 3.4 / (fill * total)))
     state = scaled(base, scale)
+    if node_model:
+        state = replace(state, nodes=scaled_nodes(policy, state))
     lanes = [c for c in state.cluster_queues]
     snap = Snapshot(state)
     admitted: list[Workload] = []
@@ -106,3 +111,17 @@ def synthetic_state(
             )
         )
     return replace(state, admitted=tuple(admitted), pending=tuple(pending), now=110_000.0)
+
+
+def scaled_nodes(policy: Policy, state: ClusterState) -> tuple[NodeSpec, ...]:
+    """Nodes for the state's (scaled) flavor capacities, each of its policy node shape's size."""
+    out: list[NodeSpec] = []
+    for f in state.flavors:
+        shape = policy.node_shape(f.name)
+        gpus = (f.capacity or {}).get(GPU, 0)
+        if shape is None or not gpus:
+            continue
+        full, rest = divmod(int(gpus), shape.gpus_per_node)
+        sizes = [shape.gpus_per_node] * full + ([rest] if rest else [])
+        out += [NodeSpec(f"{f.name}/node-{i}", f.name, float(g)) for i, g in enumerate(sizes)]
+    return tuple(out)

@@ -62,9 +62,9 @@ def render(
 
     Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
     """
-    from gpu_platform.cluster.jobs import resolve_flavor
+    from gpu_platform.cluster.jobs import is_gang, resolve_flavor
     from resources.build import build_resources
-    from resources.k8s import render_job_manifest
+    from resources.k8s import render_job_manifest, render_workload_manifests
 
     policy = policy_or_exit(policy_path)
     try:
@@ -84,6 +84,16 @@ def render(
         # the work volume the gate mounts (GPU_PLATFORM_WORK_CLAIM at GPU_PLATFORM_WORK_ROOT), the same settings
         work_volume = build_resources()["settings"].work_volume()
         chosen = resolve_flavor(request, policy, flavor).name
+        if is_gang(request) and step in (None, request.workload):
+            # a multi-node request: its headless Service and Indexed Job, one Kueue Workload
+            docs = render_workload_manifests(request, chosen, policy, attempt=attempt, work_volume=work_volume)
+            click.echo(
+                f"# Indexed Job of {request.nodes} pods x {request.gpus_per_node} GPUs and its headless rendezvous "
+                f"Service for request {rid} attempt {attempt} (lane {request.lane}, team {request.team}; the gate "
+                f"admitted it on {chosen}; Kueue admits all {request.nodes} pods as one Workload)"
+            )
+            click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+            return
         manifest = render_job_manifest(
             request, chosen, policy, step, attempt=attempt, run_id=run_id, work_volume=work_volume
         )

@@ -9,7 +9,42 @@ import sqlalchemy as sa
 
 from gpu_platform.cli.common import console, err_console, ledger_option, policy_option, policy_or_exit
 from gpu_platform.requests.ledger import BatchConflict, Ledger, content_request_id, default_ledger_url
-from gpu_platform.requests.model import RequestError, request_warnings, validate_request_file
+from gpu_platform.requests.model import (
+    RequestError,
+    local_inventory_problems,
+    request_warnings,
+    validate_request_file,
+)
+
+
+def _local_inventory() -> tuple[int, str] | None:
+    """(GPUs, where from) of this machine when the platform runs here (the local executor) and
+    knows its GPUs (NVML, or `GPU_PLATFORM_LOCAL_GPUS`); None otherwise: nothing to check against.
+    Read through `build_resources`, the one place that reads the environment (imported lazily:
+    it brings in Dagster)."""
+    from gpu_platform.devices.gpus import InventoryError
+    from resources.build import build_resources
+
+    try:
+        res = build_resources()
+        if res["settings"].executor != "local":
+            return None
+        inv = res["executor"].inventory()
+    except (InventoryError, ValueError):
+        return None
+    if inv.source == "configured" and not inv.devices:
+        return None
+    return len(inv.devices), inv.detail
+
+
+def _validate_here(path: str, pol, local: tuple[int, str] | None):
+    """`validate_request_file`, plus the local executor's inventory when it applies."""
+    req = validate_request_file(path, pol)
+    if local is not None:
+        problems = local_inventory_problems(req, *local)
+        if problems:
+            raise RequestError(problems, path)
+    return req
 
 
 @click.group("request")
@@ -21,12 +56,16 @@ def request() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @policy_option
 def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
-    """Validate request FILES (YAML or JSON); exit 2 listing every problem with its field path."""
+    """Validate request FILES (YAML or JSON); exit 2 listing every problem with its field path.
+
+    Where the platform runs on this machine (the local executor) and knows its GPUs, a request
+    for more whole GPUs than it has is refused too."""
     pol = policy_or_exit(policy_path)
     failed = 0
+    local = _local_inventory()
     for f in files:
         try:
-            req = validate_request_file(f, pol)
+            req = _validate_here(f, pol, local)
         except RequestError as exc:
             failed += 1
             err_console.print(f"[bold red]invalid[/] {f}: {len(exc.errors)} problem(s)", soft_wrap=True)
@@ -34,7 +73,9 @@ def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
                 err_console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
             continue
         console.print(
-            f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}, workload {req.workload}"
+            f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}"
+            + (f" ({req.nodes} nodes x {req.gpus_per_node} GPUs)" if req.nodes and req.nodes > 1 else "")
+            + f", workload {req.workload}"
         )
         _warn(f, req)
     if failed:
@@ -60,9 +101,10 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
     """
     pol = policy_or_exit(policy_path)
     valid, problems = [], 0
+    local = _local_inventory()
     for f in files:
         try:
-            valid.append(validate_request_file(f, pol))
+            valid.append(_validate_here(f, pol, local))
         except RequestError as exc:
             problems += 1
             err_console.print(

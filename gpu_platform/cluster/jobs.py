@@ -36,6 +36,7 @@ from gpu_platform.cluster.names import (  # noqa: F401  (re-exported: the Job's 
     LABEL_REQUEST_ID,
     LABEL_STEP,
     LABEL_TEAM,
+    gang_job_name,
     k8s_name,
     label_value,
     local_queue_name,
@@ -162,19 +163,117 @@ def _memory_quantity(gib: float) -> str:
 
 
 def resources_for(request: JobRequest) -> dict[str, dict[str, str | int]]:
-    """Container resources: `gpu_count` of the request's GPU resource (whole GPUs, a MIG profile
-    or shared replicas, as the device plugin names them); request == limit (Kubernetes requires it
-    for extended resources)."""
+    """Container resources of one pod: `gpu_count` of the request's GPU resource (whole GPUs, a MIG
+    profile or shared replicas, as the device plugin names them), or `gpus_per_node` for each pod of
+    a multi-node request; request == limit (Kubernetes requires it for extended resources)."""
     if request.gpu_count is None:
         raise ValueError("gpu_count: required")
     res = request.gpu_resource or GPU
-    limits: dict[str, str | int] = {res: request.gpu_count}
-    requests: dict[str, str | int] = {res: request.gpu_count}
+    per_pod = request.gpus_per_pod if is_gang(request) else request.gpu_count
+    limits: dict[str, str | int] = {res: per_pod}
+    requests: dict[str, str | int] = {res: per_pod}
     if request.cpu is not None:
         requests["cpu"] = _cpu_quantity(request.cpu)
     if request.memory_gib is not None:
         requests["memory"] = limits["memory"] = _memory_quantity(request.memory_gib)
     return {"limits": limits, "requests": requests}
+
+
+# -- multi-node (gang) requests ------------------------------------------------------------------
+
+TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+"""Kueue Topology Aware Scheduling: the pod template annotations naming the topology level (a node
+label of the flavor's Topology) that all pods of the PodSet must / should share."""
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+RENDEZVOUS_PORT = 29500
+"""torchrun's default c10d / static rendezvous port (`--master_port`)."""
+
+
+def is_gang(request: JobRequest) -> bool:
+    """A request of more than one node: one pod per node, admitted together (one Kueue Workload)."""
+    return (request.nodes or 1) > 1
+
+
+def topology_annotations(request: JobRequest) -> dict[str, str]:
+    """The TAS annotation the request's `topology` maps onto (empty without one)."""
+    topo = request.topology
+    if topo is None:
+        return {}
+    return {TAS_REQUIRED: topo.required} if topo.required else {TAS_PREFERRED: topo.preferred or ""}
+
+
+def rendezvous_env(request: JobRequest, attempt: int = 1) -> list[dict[str, Any]]:
+    """What `torchrun` and `torch.distributed` read, for every pod of the Indexed Job: MASTER_ADDR
+    is pod 0's stable name under the headless Service (`<job>-0.<service>`), NODE_RANK the pod's
+    completion index (downward API), NNODES the pod count, NPROC_PER_NODE the GPUs of one pod,
+    WORLD_SIZE all processes; the same values as torchrun's `PET_*` variables, so a plain
+    `torchrun train.py` needs no flags."""
+    name = gang_job_name(_request_id(request), attempt)
+    nodes, per = request.nodes or 1, request.gpus_per_pod
+    index = {"value_from": {"field_ref": {"field_path": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}}
+    plain = {
+        "MASTER_ADDR": f"{name}-0.{name}",
+        "MASTER_PORT": str(RENDEZVOUS_PORT),
+        "NNODES": str(nodes),
+        "NPROC_PER_NODE": str(per),
+        "WORLD_SIZE": str(nodes * per),
+    }
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
+    env.append({"name": "NODE_RANK", **index})
+    env += [{"name": f"PET_{k}", "value": v} for k, v in plain.items() if k != "WORLD_SIZE"]
+    env.append({"name": "PET_NODE_RANK", **index})
+    return env
+
+
+def rendezvous_service_for(request: JobRequest, policy: Policy, attempt: int = 1) -> dict[str, Any]:
+    """The headless Service of a multi-node request's Indexed Job (same name): it gives pod 0 the
+    stable DNS name MASTER_ADDR points at. `publishNotReadyAddresses`: pods rendezvous before any is
+    ready. A manifest (camelCase), as `kubectl apply` takes it."""
+    name = gang_job_name(_request_id(request), attempt)
+    labels = pod_labels(request, attempt)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace_for(request, policy), "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_REQUEST_ID: labels[LABEL_REQUEST_ID], LABEL_ATTEMPT: labels[LABEL_ATTEMPT]},
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def gang_job_config_for(
+    request: JobRequest,
+    flavor_name: str,
+    policy: Policy,
+    attempt: int = 1,
+    work_volume: WorkVolume | None = None,
+) -> dict[str, Any]:
+    """The `dagster-k8s/config`-shaped mapping of a multi-node request's Indexed Job: the GPU
+    step's config (`k8s_config_for`: Kueue labels, flavor affinity, suspend, deadline) with
+    `completionMode: Indexed`, `parallelism = completions = nodes`, one pod per node asking for
+    `gpus_per_node`, the rendezvous env, the pods under the headless Service (`subdomain`) and the
+    TAS annotations. Kueue admits it as one Workload with one PodSet of `nodes` pods."""
+    if not is_gang(request):
+        raise ValueError(f"request {request.request_id} is one pod (nodes: {request.nodes or 1}); render its step Job")
+    cfg = k8s_config_for(request, flavor_name, policy, attempt, work_volume)
+    name = gang_job_name(_request_id(request), attempt)
+    nodes = request.nodes or 1
+    cfg["container_config"]["env"] += rendezvous_env(request, attempt)
+    cfg["container_config"]["ports"] = [{"name": "rendezvous", "container_port": RENDEZVOUS_PORT}]
+    if request.command:
+        cfg["container_config"]["args"] = list(request.command)
+    meta = cfg["pod_template_spec_metadata"]
+    meta["annotations"] = {**meta["annotations"], **topology_annotations(request)}
+    cfg["pod_spec_config"]["subdomain"] = name
+    cfg["job_metadata"]["name"] = name
+    cfg["job_spec_config"].update(
+        {"completion_mode": "Indexed", "completions": nodes, "parallelism": nodes}
+    )
+    return cfg
 
 
 def tolerations_for(flavor: Flavor) -> list[dict[str, str]]:
@@ -348,6 +447,13 @@ def executor_config_for(
     (evidence pack, its checks, the release) creates exactly one Job that asks for GPUs. Static op
     tags cannot vary per request, so the gate passes this as the run's `execution.config`.
     """
+    if is_gang(request):
+        raise ValueError(
+            f"request {request.request_id} is {request.nodes} nodes x {request.gpus_per_node} GPUs: it runs as one "
+            "Indexed Job plus a headless Service (gang_job_config_for, `gpu-platform k8s render`); a Dagster step "
+            "pod cannot be that Job, and the step that launches and watches it is not built yet "
+            "(docs/distributed-training.md)"
+        )
     return {
         "job_namespace": namespace_for(request, policy),
         "step_k8s_config": cpu_step_config_for(request, policy, attempt, work_volume),

@@ -102,3 +102,17 @@ def run_id_for(request_id: str, attempt: int) -> str:
 
 def is_dns_label(name: str) -> bool:
     return len(name) <= 63 and bool(DNS_LABEL.match(name))
+
+
+def gang_job_name(request_id: str, attempt: int) -> str:
+    """The Indexed Job (and its headless rendezvous Service, same name) of one attempt of a
+    multi-node request: `gang-<readable id>-<sha256 6>-<attempt>`, a DNS label short enough that
+    its pods' hostnames (`<name>-<index>`) stay DNS labels too."""
+    readable = re.sub(r"[^a-z0-9-]", "-", k8s_name(request_id))[:36].strip("-") or "req"
+    digest = hashlib.sha256(f"{request_id}#{attempt}".encode()).hexdigest()[:6]
+    return f"gang-{readable}-{digest}-{attempt}"
+
+
+def topology_name(name: str) -> str:
+    """The Kueue Topology of a node pool (or of a flavor whose levels differ from its pool's)."""
+    return f"{PRIORITY_CLASS_PREFIX}{k8s_name(name)}"

@@ -88,8 +88,13 @@ def build_state(
     checkpointed: Callable[[str], bool] = lambda _rid: False,
     spent: Mapping[str, Decimal] | None = None,
     holding: Mapping[str, str] | None = None,
+    node_model: bool = False,
 ) -> ClusterState:
     """The admission engine's input from the policy and the ledger's pending and admitted requests.
+
+    node_model: place GPUs on the nodes of the policy's node shapes, so a gang waits for whole
+    free nodes (the gate in front of a cluster); False: quota only (the local executor runs on one
+    machine, whose inventory the policy's node shapes do not describe).
 
     spent: budget already reserved per lane in the current period (`Ledger.reserved_by_lane`).
     holding: preempted requests whose run is still stopping -> the flavor it holds. Their pods
@@ -117,7 +122,7 @@ def build_state(
             )
         elif s.state in PENDING_STATES:
             pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id, kinds))
-    state = from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now))
+    state = from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now), node_model=node_model)
     if holding:
         # An evidence workload without a checkpoint is never a victim: the engine's own way of
         # keeping a stopping run out of a second victim search.
@@ -205,6 +210,27 @@ def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[st
     return held
 
 
+GANG_NOT_LAUNCHABLE = "GangNotLaunchable"
+
+
+def gangs_held(states: Iterable[RequestState]) -> dict[str, PendingInfo]:
+    """Pending multi-node requests, for a gate that cannot launch them yet (the k8s executor: the
+    step that creates and watches the Indexed Job is not built, docs/distributed-training.md).
+    They wait with reason `GangNotLaunchable` and take no quota, instead of being admitted onto a
+    launch that would fail."""
+    held: dict[str, PendingInfo] = {}
+    for s in states:
+        nodes = s.request.nodes or 1
+        if s.state in PENDING_STATES and nodes > 1:
+            held[s.request_id] = _held(
+                s,
+                GANG_NOT_LAUNCHABLE,
+                f"{nodes} nodes x {s.request.gpus_per_node} GPUs: this gate cannot launch a multi-node Job on the "
+                "cluster yet (`gpu-platform k8s render` shows the Indexed Job it would be)",
+            )
+    return held
+
+
 def plan_tick(
     policy: Policy,
     states: list[RequestState],
@@ -214,6 +240,8 @@ def plan_tick(
     draining: Iterable[str] = (),
     spent: Mapping[str, Decimal] | None = None,
     holding: Mapping[str, str] | None = None,
+    node_model: bool = False,
+    launch_gangs: bool = True,
 ) -> TickPlan:
     """Run admission cycles until nothing more is admitted; return the tick's decisions.
 
@@ -221,6 +249,8 @@ def plan_tick(
     holding: those of them whose run still holds a flavor (request -> flavor): they keep its
     quota until the run is gone, and the requests that preempted them wait
     (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
+    node_model: see `build_state` (True for the gate with the k8s executor).
+    launch_gangs=False: multi-node requests wait `GangNotLaunchable` (`gangs_held`).
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
     skip = set(draining) - set(holding)
@@ -228,6 +258,8 @@ def plan_tick(
     unapproved = awaiting_approval(policy, states)
     upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
     held = {k: v for k, v in held_preemptors(states, holding).items() if k not in unapproved}
+    if not launch_gangs:
+        held.update({k: v for k, v in gangs_held(states).items() if k not in unapproved and k not in upstream})
     states = [
         s
         for s in states
@@ -237,7 +269,7 @@ def plan_tick(
         and s.request_id not in unapproved
     ]
     by_id = {s.request_id: s for s in states}
-    state = build_state(policy, states, now, checkpointed, spent, holding)
+    state = build_state(policy, states, now, checkpointed, spent, holding, node_model)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
     plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
     plan.waits.extend(upstream.values())

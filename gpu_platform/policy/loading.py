@@ -5,6 +5,7 @@ document has. The dependency runs one way: this module imports `model.py`, never
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,29 @@ from gpu_platform.policy.model import (
 )
 from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document, one_line
 
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def topology_level_errors(levels: Any, where: str) -> list[str]:
+    """Kueue's Topology rules for `levels` (1-16 node labels, unique, `kubernetes.io/hostname`
+    only as the last level), each problem with its path."""
+    if levels is None or not isinstance(levels, list | tuple):
+        return []
+    errors: list[str] = []
+    path = f"{where}.topology_levels"
+    if len(levels) > 16:
+        errors.append(f"{path}: {len(levels)} levels; Kueue's Topology allows at most 16")
+    for i, level in enumerate(levels):
+        if not isinstance(level, str) or not _LABEL_KEY.match(level) or len(level) > 316:
+            errors.append(f"{path}[{i}]: {level!r} is not a node label key")
+        elif level == HOSTNAME_LABEL and i != len(levels) - 1:
+            errors.append(f"{path}[{i}]: {HOSTNAME_LABEL} must be the last (narrowest) level")
+    dup = sorted({x for x in levels if isinstance(x, str) and levels.count(x) > 1})
+    if dup:
+        errors.append(f"{path}: repeated level(s) {', '.join(dup)}")
+    return errors
+
 
 def _autoscaling_errors(raw: dict[str, Any]) -> list[str]:
     """Cross-references of the autoscaling block (pools have flavors, warm lanes exist and may
@@ -47,6 +71,8 @@ def _autoscaling_errors(raw: dict[str, Any]) -> list[str]:
                 lo, hi = cfg.get("min_nodes", 0), cfg.get("max_nodes")
                 if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
                     errors.append(f"autoscaling.node_pools.{name}.min_nodes: {lo} exceeds max_nodes {hi}")
+            if isinstance(cfg, dict):
+                errors.extend(topology_level_errors(cfg.get("topology_levels"), f"autoscaling.node_pools.{name}"))
     lanes = raw.get("lanes") if isinstance(raw.get("lanes"), dict) else {}
     for i, w in enumerate(block.get("warm_pools") or []):
         if not isinstance(w, dict):
@@ -331,6 +357,9 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
             errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
     errors.extend(_semantic_errors(data))
     errors.extend(_autoscaling_errors(data))
+    for i, f in enumerate(data.get("flavors") or []):
+        if isinstance(f, dict):
+            errors.extend(topology_level_errors(f.get("topology_levels"), f"flavors[{i}]"))
     errors.extend(capacity_signal_errors(data))
     if errors:
         raise PolicyError(sorted(dict.fromkeys(errors)), source)

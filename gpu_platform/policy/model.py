@@ -94,6 +94,12 @@ class Flavor(_Frozen):
     taints: tuple[Taint, ...] = ()
     node_labels: dict[str, str] = Field(default_factory=dict)
     sharing: Sharing = Sharing()
+    node_gpus: int | None = Field(default=None, gt=0)
+    """GPUs on one node of this flavor; None: its node pool's `autoscaling.node_pools.<pool>.node_gpus`
+    (no node pool entry either: no node shape, the flavor is one pool of GPUs as Kueue's quota sees it)."""
+    topology_levels: tuple[str, ...] | None = None
+    """Node labels of the topology its nodes carry, widest first (`topology.kubernetes.io/zone`, a
+    block/rack label, `kubernetes.io/hostname`); None: its node pool's; () : none."""
 
     @field_validator("capacity")
     @classmethod
@@ -271,6 +277,40 @@ def offered_capacity(capacity: dict[str, float], sharing: Sharing) -> dict[str, 
     return out
 
 
+class NodeShape(_Frozen):
+    """How a flavor's GPUs sit on nodes. gpus_per_node: GPUs on one node (capped by the flavor's
+    capacity); total_gpus: the flavor's capacity; full_nodes: nodes holding gpus_per_node each (a
+    capacity that is not a multiple of the node size leaves one smaller node, which only jobs of
+    one node use); topology_levels: node labels widest first (empty: none declared)."""
+
+    flavor_name: str
+    gpus_per_node: int
+    total_gpus: int
+    topology_levels: tuple[str, ...] = ()
+
+    @property
+    def full_nodes(self) -> int:
+        return self.total_gpus // self.gpus_per_node if self.gpus_per_node else 0
+
+    @property
+    def node_sizes(self) -> tuple[int, ...]:
+        """GPUs of each node, full nodes first."""
+        rest = self.total_gpus - self.full_nodes * self.gpus_per_node
+        return (self.gpus_per_node,) * self.full_nodes + ((rest,) if rest > 0 else ())
+
+    def placeable(self, gpus: int) -> bool:
+        """One pod on one node (at most a node), or whole nodes of this flavor."""
+        if gpus <= self.gpus_per_node:
+            return True
+        return gpus % self.gpus_per_node == 0 and gpus // self.gpus_per_node <= self.full_nodes
+
+    def shape_of(self, gpus: int) -> tuple[int, int]:
+        """(nodes, gpus per node) of a placeable count: (1, gpus) up to one node."""
+        if gpus <= self.gpus_per_node:
+            return 1, gpus
+        return gpus // self.gpus_per_node, self.gpus_per_node
+
+
 class Team(_Frozen):
     name: str
     cost_center: str
@@ -287,15 +327,18 @@ class FairSharing(_Frozen):
 
 
 class NodePoolScaling(_Frozen):
-    """How one node pool grows.
+    """How one node pool grows, and the shape of its nodes.
 
-    node_gpus: GPUs on one node of the pool; startup_time: from scale-up to a node taking work
+    node_gpus: GPUs on one node of the pool (every flavor in the pool has nodes of this size unless
+    it sets its own `node_gpus`); topology_levels: the node labels of the pool's topology, widest
+    first, ending at `kubernetes.io/hostname` when it is listed (Kueue's Topology levels); startup_time: from scale-up to a node taking work
     (running jobs that end sooner free GPUs faster than a new node arrives);
     max_nodes=None: as many nodes as the capacity of the pool's flavors holds.
     """
 
     node_gpus: int = Field(gt=0)
     startup_time: timedelta
+    topology_levels: tuple[str, ...] = ()
     min_nodes: int = Field(default=0, ge=0)
     max_nodes: int | None = Field(default=None, ge=0)
 
@@ -347,6 +390,29 @@ class Policy(_Frozen):
 
     def team(self, name: str) -> Team:
         return self.teams[name]
+
+    def node_shape(self, flavor_name: str) -> NodeShape | None:
+        """The node shape of a flavor (from its node pool, or its own `node_gpus`); None: no shape
+        (no node size declared, or a fractional flavor, whose slices are not placed per node here)."""
+        return self.node_shapes.get(flavor_name)
+
+    @cached_property
+    def node_shapes(self) -> dict[str, NodeShape]:
+        out: dict[str, NodeShape] = {}
+        pools = self.autoscaling.node_pools if self.autoscaling is not None else {}
+        for f in self.flavors:
+            pool = pools.get(f.node_pool)
+            gpus = f.node_gpus if f.node_gpus is not None else (pool.node_gpus if pool is not None else None)
+            if gpus is None or f.sharing.mode != "exclusive":
+                continue
+            levels = f.topology_levels if f.topology_levels is not None else (pool.topology_levels if pool else ())
+            out[f.name] = NodeShape(
+                flavor_name=f.name,
+                gpus_per_node=min(gpus, f.gpus) if f.gpus else gpus,
+                total_gpus=f.gpus,
+                topology_levels=tuple(levels),
+            )
+        return out
 
     @property
     def largest_flavor_gpus(self) -> int:

@@ -94,6 +94,26 @@ class RequestError(ValueError):
         super().__init__(f"{source}: {len(errors)} problem(s)\n" + "\n".join(f"  {e}" for e in errors))
 
 
+class TopologyRequest(BaseModel):
+    """Where a multi-pod job's pods must (`required`) or should (`preferred`) sit: one node label of
+    its flavor's topology levels (`topology.kubernetes.io/zone`). Kueue's Topology Aware Scheduling
+    reads it from the podset annotations `kueue.x-k8s.io/podset-required-topology` /
+    `podset-preferred-topology`. Exactly one of the two."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    required: str | None = Field(default=None, min_length=1, max_length=316)
+    preferred: str | None = Field(default=None, min_length=1, max_length=316)
+
+    @property
+    def level(self) -> str:
+        return self.required or self.preferred or ""
+
+    @property
+    def mode(self) -> str:
+        return "required" if self.required else "preferred"
+
+
 class JobRequest(BaseModel):
     """One GPU job request. Optional fields are None when absent; the lane decides which are required.
 
@@ -103,6 +123,9 @@ class JobRequest(BaseModel):
     (`nvidia.com/gpu`, the default), MIG slices (`nvidia.com/mig-1g.10gb`) or shared replicas
     (`nvidia.com/gpu.shared`, which need `gpu_memory_gib`: the memory the job promises to stay under).
     retention_policy: `lane_default` or a duration (`365d`).
+    nodes / gpus_per_node: the job's shape on its flavor's nodes, written by validation when the
+    policy has node shapes (a job over one node is `nodes x gpus_per_node`, one pod per node);
+    None: no node shape (one pod). topology: where its pods must or should sit (Kueue TAS).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -132,6 +155,9 @@ class JobRequest(BaseModel):
     gpu_resource: str = GPU
     gpu_count: int | None = Field(default=None, ge=1)
     gpu_memory_gib: float | None = Field(default=None, gt=0)
+    nodes: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    topology: TopologyRequest | None = None
     cpu: float | None = Field(default=None, gt=0)
     memory_gib: float | None = Field(default=None, gt=0)
     expected_duration: timedelta | None = None
@@ -189,7 +215,16 @@ class JobRequest(BaseModel):
                     raise ValueError(f"{key}: {exc}") from None
         return v
 
-    @field_validator("gpu_count", "cpu", "memory_gib", "max_cost", mode="before")
+    @property
+    def pods(self) -> int:
+        """Pods of the job (one per node): its PodSet's count."""
+        return self.nodes or 1
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpus_per_node if self.gpus_per_node is not None else (self.gpu_count or 0)
+
+    @field_validator("gpu_count", "nodes", "gpus_per_node", "cpu", "memory_gib", "max_cost", mode="before")
     @classmethod
     def _not_bool(cls, v: Any) -> Any:
         # YAML `true` is not 1 GPU; pydantic's lax mode would take it as one.
@@ -364,6 +399,88 @@ def _sharing_problems(policy: Policy, lane: Any, req: JobRequest) -> list[str]:
     return errors
 
 
+def shaped_flavors(policy: Policy, req: JobRequest, flavors: list[str]) -> list[str]:
+    """Of `flavors`, those that can place the request as recorded: its node size (when it has a
+    shape), enough whole nodes, and its required topology level."""
+    out = []
+    for name in flavors:
+        ns = policy.node_shape(name)
+        count = req.gpu_count or 0
+        if ns is None:
+            if req.nodes is None or req.nodes == 1:
+                out.append(name)
+            continue
+        if not ns.placeable(count):
+            continue
+        if req.nodes is not None and ns.shape_of(count) != (req.nodes, req.gpus_per_pod):
+            continue
+        if req.topology is not None and req.topology.required and req.topology.required not in ns.topology_levels:
+            continue
+        out.append(name)
+    return out
+
+
+def node_shape_problems(
+    policy: Policy, lane_name: str, req: JobRequest, flavors: list[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """Whether some flavor of the lane can ever place `gpu_count` (at most one node, or whole
+    nodes it has), and the shape to record (`nodes`, `gpus_per_node`; empty without node shapes).
+
+    When the placeable flavors have different node sizes, the first in the lane's order decides the
+    shape and admission keeps the request to the flavors of that size."""
+    count = req.gpu_count or 0
+    errors: list[str] = []
+    ok: list[tuple[str, Any]] = []
+    why: list[str] = []
+    for name in flavors:
+        ns = policy.node_shape(name)
+        if ns is None:
+            if count <= policy.flavor(name).gpus:
+                ok.append((name, None))
+            else:
+                why.append(f"{name} has {policy.flavor(name).gpus} GPUs in all")
+            continue
+        if count > ns.total_gpus:
+            why.append(f"{name} has {ns.total_gpus} GPUs in all ({ns.full_nodes} nodes of {ns.gpus_per_node})")
+        elif not ns.placeable(count):
+            why.append(
+                f"{name} has nodes of {ns.gpus_per_node} GPUs: ask for at most {ns.gpus_per_node} (one node) "
+                f"or a multiple of {ns.gpus_per_node} up to {ns.full_nodes * ns.gpus_per_node}"
+            )
+        else:
+            ok.append((name, ns))
+    if not ok:
+        errors.append(
+            f"gpu_count: {count} GPUs cannot be placed on any flavor of lane {lane_name}: " + "; ".join(why)
+        )
+        return errors, {}
+    name, ns = ok[0]
+    if ns is None:
+        if req.nodes not in (None, 1):
+            errors.append(f"nodes: flavor {name} declares no node shape; a job on it is one pod (nodes: 1)")
+        return errors, {}
+    nodes, per = ns.shape_of(count)
+    if req.nodes is not None and req.nodes != nodes:
+        errors.append(f"nodes: {req.nodes} does not match gpu_count {count} on flavor {name}'s nodes of {ns.gpus_per_node} GPUs ({nodes} x {per})")
+    if req.gpus_per_node is not None and req.gpus_per_node != per:
+        errors.append(f"gpus_per_node: {req.gpus_per_node} does not match gpu_count {count} on flavor {name}'s nodes of {ns.gpus_per_node} GPUs ({nodes} x {per})")
+    topo = req.topology
+    if topo is not None:
+        if (topo.required is None) == (topo.preferred is None):
+            errors.append("topology: give exactly one of required, preferred")
+        else:
+            levels = sorted({lv for f, s in ok if s is not None for lv in s.topology_levels})
+            if topo.level not in levels:
+                errors.append(
+                    f"topology.{topo.mode}: {show(topo.level)} is not a topology level of flavor {name} "
+                    f"(its levels: {', '.join(ns.topology_levels) or 'none declared'})"
+                )
+    if nodes == 1:
+        # a job of one node keeps its plain gpu_count (one pod); only a gang is written out
+        return errors, ({"nodes": 1, "gpus_per_node": per} if req.nodes is not None else {})
+    return errors, {"nodes": nodes, "gpus_per_node": per}
+
+
 def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRequest:
     """Validate one request mapping against the policy; fail closed listing every problem."""
     if isinstance(raw, JobRequest):
@@ -425,14 +542,17 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
 
     if partial is not None:
         errors.extend(_sharing_problems(policy, lane, partial))
+    shape: dict[str, Any] = {}
     if partial is not None and partial.gpu_resource == GPU:
         req_ = partial
         if req_.gpu_count is not None and req_.gpu_count > policy.largest_flavor_gpus:
             errors.append(
                 f"gpu_count: {req_.gpu_count} GPUs do not fit the largest flavor ({policy.largest_flavor_gpus} GPUs)"
             )
-        if lane is not None and req_.gpu_type is not None:
+        flavors: list[str] = []
+        if lane is not None:
             flavors = matching_flavors(policy, lane.name, req_.gpu_type)
+        if lane is not None and req_.gpu_type is not None:
             if not flavors:
                 known = sorted({f.name for f in policy.flavors} | {f.gpu_product for f in policy.flavors})
                 if req_.gpu_type not in known and req_.gpu_type != "any":
@@ -443,6 +563,13 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
                 biggest = max(policy.flavor(f).gpus for f in flavors)
                 if req_.gpu_count > biggest:
                     errors.append(f"gpu_count: {req_.gpu_count} GPUs exceed every flavor matching {req_.gpu_type!r} (at most {biggest})")
+        if lane is not None and flavors and req_.gpu_count is not None:
+            node_errors, shape = node_shape_problems(policy, lane.name, req_, flavors)
+            errors.extend(node_errors)
+    elif partial is not None:
+        for name in ("nodes", "gpus_per_node", "topology"):
+            if getattr(partial, name) is not None:
+                errors.append(f"{name}: only for whole GPUs ({GPU}); {partial.gpu_resource} is not placed per node")
     if partial is not None:
         req_ = partial
         if req_.expected_duration is not None and req_.timeout is not None and req_.expected_duration > req_.timeout:
@@ -458,9 +585,24 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
     if errors:
         raise RequestError([one_line(e) for e in dict.fromkeys(errors)], source)
     assert req is not None
+    if shape:
+        req = req.model_copy(update=shape)
     if req.workload is None and lane is not None:
         req = req.model_copy(update={"workload": lane.default_workload})
     return req
+
+
+def local_inventory_problems(req: JobRequest, gpus: int, detail: str) -> list[str]:
+    """Whole GPUs beyond this machine's inventory, for the local executor, which runs a job on this
+    machine only (`gpus`: its GPU count; `detail`: where the count came from). A cluster would place
+    the same request on its nodes; here it could only wait forever."""
+    if req.gpu_resource != GPU or req.gpu_count is None or req.gpu_count <= gpus:
+        return []
+    shape = f" ({req.nodes} nodes x {req.gpus_per_node})" if req.nodes and req.nodes > 1 else ""
+    return [
+        f"gpu_count: {req.gpu_count} GPUs{shape} exceed this machine's {gpus} for the local executor "
+        f"({detail}); ask for at most {gpus}, or submit it where the platform runs on a cluster"
+    ]
 
 
 SAFETY_APPROVAL_WARNING = (

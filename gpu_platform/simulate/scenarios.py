@@ -144,7 +144,7 @@ def _allowed(policy: Policy) -> Callable[[str, str | None], tuple[str, ...]]:
 
 
 def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
-    base = _gpu_only(from_policy(policy))
+    base = _gpu_only(from_policy(policy, node_model=False))
     if capacity is not None:
         base = resize(base, capacity, node_gpus(policy))
     allowed = _allowed(policy)
@@ -169,7 +169,7 @@ def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
 
 
 def _pool_state(policy: Policy, capacity: float | None, preemption: str) -> ClusterState:
-    base = _gpu_only(from_policy(policy))
+    base = _gpu_only(from_policy(policy, node_model=False))
     if capacity is not None:
         base = resize(base, capacity, node_gpus(policy))
     quotas = tuple(ResourceQuota(f.name, GPU, (f.capacity or {}).get(GPU, 0.0)) for f in base.flavors)

@@ -19,7 +19,7 @@ SHARED = (
     "kueue-hierarchical.yaml",
     *sorted(f"kueue-random/{p.name}" for p in (FIXTURES / "kueue-random").glob("*.yaml")),
 )
-FILES = (*SHARED, "platform.yaml", "team-limits.yaml", "cluster-observed.yaml")
+FILES = (*SHARED, "platform.yaml", "team-limits.yaml", "cluster-observed.yaml", "gang.yaml")
 CASES = [(f, c) for f in FILES for c in load_cases(FIXTURES / f)]
 
 
@@ -112,3 +112,20 @@ def test_cli_admit_works_inside_another_group() -> None:
     res = CliRunner().invoke(main, ["admit", "--cases", str(FIXTURES / "kueue.yaml"), "--summary"])
     assert res.exit_code == 0, res.output
     assert "5 case(s) passed" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "gang-02-fragmented-free-gpus-do-not-admit-a-gang",
+        "gang-03-one-node-job-needs-one-node-with-enough-free",
+        "gang-07-victims-on-one-node-free-it-for-an-8-gpu-job",
+        "gang-08-minimal-victims-still-free-a-node",
+    ],
+)
+def test_gang_cases_need_the_node_model(case_id: str) -> None:
+    """Without its `nodes` (quota only, Kueue's view) the same case fails: the node model decides it."""
+    case = next(c for c in load_cases(FIXTURES / "gang.yaml") if c["id"] == case_id)
+    assert run_case(case).ok
+    quota_only = {k: v for k, v in case.items() if k != "nodes"}
+    assert not run_case(quota_only).ok

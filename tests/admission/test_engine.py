@@ -119,8 +119,12 @@ def _full_h100_by_research(pol: Policy, extra=()):
 
 
 def test_release_eval_reclaims_from_research_on_the_default_policy(pol: Policy) -> None:
+    # quota only (Kueue's view); with the policy's nodes: test_release_eval_reclaims_whole_node_space
     state = from_policy(
-        pol, admitted=_full_h100_by_research(pol), pending=[req("replay", "release_eval", 4, "h100-ondemand")]
+        pol,
+        admitted=_full_h100_by_research(pol),
+        pending=[req("replay", "release_eval", 4, "h100-ondemand")],
+        node_model=False,
     )
     res = schedule_cycle(state)
     assert res.admitted == []
@@ -159,12 +163,29 @@ def test_protected_and_uncheckpointed_evidence_are_never_victims(pol: Policy) ->
     assert [(p.victim, p.reason) for p in res2.preempted] == [("cand-2", "InCohortReclamation")]
 
 
+def test_release_eval_reclaims_whole_node_space(pol: Policy) -> None:
+    """With the policy's node shapes (4 nodes of 8 H100s), best fit packs the sweeps 4 to a node
+    (sweep-8 shares a node with candidate jobs): the two newest sweeps free 4 GPUs on two different
+    nodes, which no 4-GPU pod can use, so the victims are the next pair that shares a node."""
+    state = from_policy(
+        pol, admitted=_full_h100_by_research(pol), pending=[req("replay", "release_eval", 4, "h100-ondemand")]
+    )
+    assert state.nodes and {n.gpus for n in state.nodes if n.flavor == "h100-ondemand"} == {8}
+    res = schedule_cycle(state)
+    assert {p.victim for p in res.preempted} == {"sweep-7", "sweep-6"}
+    nxt = apply_result(state, res)
+    assert [a.name for a in schedule_cycle(nxt).admitted] == ["replay"]
+
+
 def test_preemption_targets_api(pol: Policy) -> None:
-    state = from_policy(pol, admitted=_full_h100_by_research(pol))
+    state = from_policy(pol, admitted=_full_h100_by_research(pol), node_model=False)
     pre = Workload("x", "release_eval", {GPU: 6}, priority=800)
     targets = preemption_targets(state, pre, "h100-ondemand")
     assert [t.victim for t in targets] == ["sweep-8", "sweep-7", "sweep-6"]
     assert all(t.preemptor == "x" and t.reason == "InCohortReclamation" for t in targets)
+    # with nodes, the victims must free 6 GPUs on one node: three sweeps of one node
+    targets = preemption_targets(from_policy(pol, admitted=_full_h100_by_research(pol)), pre, "h100-ondemand")
+    assert [t.victim for t in targets] == ["sweep-5", "sweep-7", "sweep-6"]
 
 
 def test_budget_exhausted_waits_and_never_fitting_is_rejected(pol: Policy) -> None:

@@ -27,6 +27,7 @@ KINDS = {
     "Cohort": "kueue.x-k8s.io_cohorts.yaml",
     "LocalQueue": "kueue.x-k8s.io_localqueues.yaml",
     "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
+    "Topology": "kueue.x-k8s.io_topologies.yaml",
     "WorkloadPriorityClass": "kueue.x-k8s.io_workloadpriorityclasses.yaml",
 }
 DNS1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -83,6 +84,7 @@ def test_kinds_and_counts(manifests: list[dict]) -> None:
     for m in manifests:
         kinds[m["kind"]] = kinds.get(m["kind"], 0) + 1
     assert kinds == {
+        "Topology": 1,
         "ResourceFlavor": len(policy.flavors),
         "Cohort": len(policy.cohorts),
         "WorkloadPriorityClass": len(policy.lanes),
@@ -212,3 +214,39 @@ def test_cohort_tree_is_exported_with_parents_and_quotas(manifests: list[dict]) 
             assert m["spec"]["cohortName"] in cohorts
     for spec in cohorts.values():
         assert spec.get("parentName") in (None, *cohorts)
+
+
+def _topology_cel(topo: dict) -> None:
+    """The Topology CRD's CEL rule, by hand: kubernetes.io/hostname only as the last level."""
+    labels = [lv["nodeLabel"] for lv in topo["spec"]["levels"]]
+    assert "kubernetes.io/hostname" not in labels[:-1]
+    assert len(set(labels)) == len(labels)
+
+
+def test_flavors_with_topology_levels_name_their_topology(manifests: list[dict]) -> None:
+    (topo,) = [m for m in manifests if m["kind"] == "Topology"]
+    _validate(topo)
+    _topology_cel(topo)
+    assert topo["metadata"]["name"] == "gpu-platform-training"
+    assert [lv["nodeLabel"] for lv in topo["spec"]["levels"]] == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    flavors = {m["metadata"]["name"]: m["spec"] for m in manifests if m["kind"] == "ResourceFlavor"}
+    assert flavors["h100-ondemand"]["topologyName"] == "gpu-platform-training"
+    # the ResourceFlavor CEL rule: a topologyName needs nodeLabels
+    assert flavors["h100-ondemand"]["nodeLabels"]
+    assert [n for n, s in flavors.items() if "topologyName" in s] == ["h100-ondemand"]
+    # the Topology comes before the flavors that name it
+    kinds = [m["kind"] for m in manifests]
+    assert kinds.index("Topology") < kinds.index("ResourceFlavor")
+
+
+def test_flavor_levels_of_its_own_get_their_own_topology() -> None:
+    text = default_policy_path().read_text().replace(
+        "    node_pool: spot\n", "    node_pool: spot\n    topology_levels: [example.com/rack, kubernetes.io/hostname]\n", 1
+    )
+    ms = kueue_manifests(parse_policy(yaml.safe_load(text)))
+    topos = {m["metadata"]["name"]: [lv["nodeLabel"] for lv in m["spec"]["levels"]] for m in ms if m["kind"] == "Topology"}
+    assert topos["gpu-platform-a100-spot"] == ["example.com/rack", "kubernetes.io/hostname"]
+    for m in ms:
+        if m["kind"] == "Topology":
+            _validate(m)
+            _topology_cel(m)
