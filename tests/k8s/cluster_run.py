@@ -3,7 +3,7 @@ what it predicts and how it cleans up. No API calls here, so all of it is tested
 cluster (tests/k8s/test_cluster_run.py).
 
 A run never touches what the cluster already holds: every cluster-scoped object of the export
-(ResourceFlavor, Cohort, ClusterQueue, WorkloadPriorityClass) gets the run's suffix
+(Topology, ResourceFlavor, Cohort, ClusterQueue, WorkloadPriorityClass) gets the run's suffix
 (`h100-ondemand-3f2a9c1e`), and every Job and LocalQueue lives in one namespace of the run's own
 (`gpu-platform-test-3f2a9c1e`); each object carries the label `gpu-platform.io/test-run: <tag>`.
 
@@ -42,7 +42,7 @@ from gpu_platform.cluster.readback import Observation
 RUN_LABEL = "gpu-platform.io/test-run"
 RELEASE_LABEL = "gpu-platform.io/test-release"
 KUEUE_API = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
-CLUSTER_SCOPED = ("ResourceFlavor", "Cohort", "WorkloadPriorityClass", "ClusterQueue")
+CLUSTER_SCOPED = ("Topology", "ResourceFlavor", "Cohort", "WorkloadPriorityClass", "ClusterQueue")
 
 # The contended mix: more H100 demand than the pool holds, borrowing across the cohort tree.
 MIX = [
@@ -61,7 +61,7 @@ MIX = [
 # Cleanup order: what uses a thing goes before it. Jobs own their Workloads (Kueue keeps a
 # finalizer on an admitted Workload, a ClusterQueue with workloads, a ResourceFlavor a
 # ClusterQueue names), so each group is deleted and gone before the next.
-DELETE_ORDER = ("Job", "LocalQueue", "ClusterQueue", "Cohort", "WorkloadPriorityClass", "ResourceFlavor", "Namespace")
+DELETE_ORDER = ("Job", "LocalQueue", "ClusterQueue", "Cohort", "WorkloadPriorityClass", "ResourceFlavor", "Topology", "Namespace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +120,8 @@ def run_manifests(manifests: Iterable[Mapping[str, Any]], names: RunNames) -> li
         meta.setdefault("labels", {})[RUN_LABEL] = names.tag
         if kind in CLUSTER_SCOPED:
             meta["name"] = names.scoped(meta["name"])
+        if kind == "ResourceFlavor" and spec.get("topologyName"):
+            spec["topologyName"] = names.scoped(spec["topologyName"])
         if kind == "Cohort" and spec.get("parentName"):
             spec["parentName"] = names.scoped(spec["parentName"])
         if kind in ("Cohort", "ClusterQueue"):
