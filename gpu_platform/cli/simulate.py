@@ -17,6 +17,7 @@ from gpu_platform.cli.common import fail, policy_option, policy_or_exit
 from gpu_platform.simulate.des import simulate
 from gpu_platform.simulate.report import lane_report
 from gpu_platform.simulate.scenarios import SCENARIOS
+from gpu_platform.simulate.targets import judge, shown
 from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
 
 LANE_MAPS = Path(__file__).parents[1] / "simulate" / "lane_maps"
@@ -67,6 +68,18 @@ def print_table(doc: dict, console: Console) -> None:
                 str(f["preemptions"]),
             )
         console.print(t)
+
+
+def print_targets(targets: dict, console: Console) -> None:
+    if not targets["lanes"]:
+        return
+    t = Table(title=f"lane targets: {targets['met']} met, {targets['missed']} missed, {targets['not_judged']} not judged")
+    for col in ("lane", "target", "limit", "policy", "verdict"):
+        t.add_column(col)
+    for lane, rows in targets["lanes"].items():
+        for r in rows:
+            t.add_row(lane, r["target"], *shown(r))
+    console.print(t)
 
 
 @click.command("simulate")
@@ -120,6 +133,11 @@ def print_table(doc: dict, console: Console) -> None:
     help="Write report.json, report.html and PNG plots here.",
 )
 @click.option("--quiet", is_flag=True, help="No lane table on stderr.")
+@click.option(
+    "--fail-on-missed",
+    is_flag=True,
+    help="Exit 1 when a lane target of the policy (lanes.<lane>.targets) is missed.",
+)
 def simulate_cmd(
     trace_path: str | None,
     generator_path: str | None,
@@ -132,6 +150,7 @@ def simulate_cmd(
     tick: float,
     out_dir: str | None,
     quiet: bool,
+    fail_on_missed: bool,
 ) -> None:
     """Replay a job trace through the admission engine: per-lane waits, utilization, lost work."""
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -193,11 +212,17 @@ def simulate_cmd(
         doc["scenarios"][name] = rep
         results[name] = res
     doc["capacity_gpus"] = doc["scenarios"]["policy"]["capacity_gpus"]
+    doc["targets"] = judge(pol, doc["scenarios"])
     click.echo(json.dumps(doc, indent=1))
     if not quiet:
         print_table(doc, err)
+        print_targets(doc["targets"], err)
     if out_dir:
         from gpu_platform.simulate.html import write_trace_report
 
         files = write_trace_report(Path(out_dir), doc, results)
         err.print(f"wrote {', '.join(files)} to {out_dir}")
+    if fail_on_missed and doc["targets"]["missed"]:
+        missed = [f"{lane} {r['target']}" for lane, rows in doc["targets"]["lanes"].items() for r in rows if r["met"] is False]
+        click.echo(f"simulate: {len(missed)} lane target(s) missed: {', '.join(missed)}", err=True)
+        sys.exit(1)

@@ -183,6 +183,27 @@ class TeamCap(_Frozen):
     max_running: int | None = Field(default=None, ge=1)
 
 
+class LaneTargets(_Frozen):
+    """Service targets of a lane, judged by `gpu-platform simulate` (met / missed per lane) and,
+    for `wait_p95`, by the capacity signal `lane_wait_target_missed` on live data.
+
+    wait_p95: the lane's p95 wait from submission to admission is at most this long.
+    wait_p95_vs_fifo: ... at most this share of the p95 wait the same jobs get under one FIFO
+    queue with backfilling (`fifo-backfill`; simulate only: live data has no FIFO to compare).
+    max_lost_gpu_hours_share: GPU-hours lost to preemption at most this share of the GPU-hours the
+    lane's jobs held.
+    """
+
+    wait_p95: timedelta | None = None
+    wait_p95_vs_fifo: float | None = Field(default=None, gt=0)
+    max_lost_gpu_hours_share: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("wait_p95", mode="before")
+    @classmethod
+    def _wait(cls, v: Any) -> timedelta | None:
+        return None if v is None else parse_duration(v)
+
+
 class TeamLimits(_Frozen):
     """`lanes.<lane>.team_limits`: `default` for every team not listed, `teams` per named team
     (overriding the default per cap: GPUs, running jobs). Enforced by the admission engine (`TeamLimit`)."""
@@ -240,6 +261,8 @@ class Lane(_Frozen):
     default_retention: timedelta
     fair_sharing_weight: float = Field(default=1.0, gt=0)
     team_limits: TeamLimits | None = None
+    targets: LaneTargets | None = None
+    """Service targets (`LaneTargets`): what `simulate` and the scorecards judge the lane by."""
     requires_approval: ApprovalKind | None = None
     """Set (`incident` for incident_response): a request is admitted only when its `approver`
     is a member of a roster role that may approve this kind, or a roster member granted it with

@@ -503,6 +503,7 @@ class _Sim:
             # inadmissible StrictFIFO head); nothing behind it can move until something changes.
             grow = False
             best: dict[str, int] = {}
+            arrivals = {cq: self.fresh[cq] for cq in asked}
             for cq in asked:
                 self.block[cq] = None
                 self.fresh[cq] = []
@@ -519,6 +520,8 @@ class _Sim:
                 if self.block[cq] is None and held[cq]:
                     limits[cq] *= 2
                     grow = True
+                    if not full:  # an arrivals-only call: show the rest of this instant's arrivals
+                        self.fresh[cq] = [r for r in arrivals[cq] if r.state == "pending"]
             if evicted:
                 full = True
                 expand.clear()

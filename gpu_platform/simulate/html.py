@@ -175,6 +175,17 @@ def write_trace_report(out: Path, doc: dict[str, Any], results: dict[str, SimRes
         files.append(f"usage_{n}.png")
     parts = [f"<h1>Policy simulation: {html.escape(str(doc['trace']['source']))}</h1>"]
     parts.append("<pre>" + html.escape(json.dumps({k: v for k, v in doc.items() if k not in ("scenarios",)}, indent=1)) + "</pre>")
+    targets = doc.get("targets") or {}
+    if targets.get("lanes"):
+        from gpu_platform.simulate.targets import shown
+
+        head = "".join(f"<th>{c}</th>" for c in ("lane", "target", "limit", "policy", "verdict"))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (lane, r["target"], *shown(r))) + "</tr>"
+            for lane, rows in targets["lanes"].items() for r in rows
+        )
+        parts.append(f"<h2>Lane targets: {targets['met']} met, {targets['missed']} missed, "
+                     f"{targets['not_judged']} not judged</h2><table><tr>{head}</tr>{body}</table>")
     for n, r in scen.items():
         parts.append(f"<h2>{html.escape(n)}</h2><p>{html.escape(r['description'])}; pool {r['capacity_gpus']:g} GPUs, horizon {r['horizon_s'] / 3600:.1f} h</p>")
         parts.append(_table(r))

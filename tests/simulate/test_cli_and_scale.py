@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gpu_platform.cli import main
 from gpu_platform.cli.simulate import LANE_MAPS
 from gpu_platform.policy import load_policy
-from gpu_platform.simulate import SCENARIOS, load_lane_map, load_trace, simulate
+from gpu_platform.simulate import SCENARIOS, TraceJob, load_lane_map, load_trace, simulate
 from gpu_platform.simulate.kueue_scenario import kueue_report, load_generator, run_generator
 
 FIX = Path(__file__).parents[1] / "fixtures" / "simulate"
@@ -47,7 +47,7 @@ def test_cli_json_shape_and_files(tmp_path):
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert set(doc) == {"trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "scenarios"}
+    assert set(doc) == {"trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "scenarios", "targets"}
     assert doc["trace"]["rows"] == 150 and doc["trace"]["accepted"] == 150
     assert doc["capacity_gpus"] == 128
     assert list(doc["scenarios"]) == ["policy", "fifo", "fifo-backfill", "strict"]
@@ -150,3 +150,16 @@ def test_cli_empty_trace(tmp_path):
     doc = json.loads(res.stdout)
     assert doc["scenarios"]["policy"]["total"]["jobs"] == 0
     assert doc["scenarios"]["policy"]["total"]["wait_s"]["p50"] is None
+
+
+def test_a_burst_larger_than_the_window_is_admitted_at_its_instant():
+    """64 jobs arriving at one instant, more than the 16 distinct ones shown at first: the window
+    grows within the instant, so every job the quota allows starts then, as when the engine is
+    shown everything (before, an arrival-only instant stopped after the first 16)."""
+    pol = load_policy()
+    jobs = [TraceJob(f"r{i:02d}", 0, 1000, 1, "research_best_effort") for i in range(64)]
+    fast = simulate(SCENARIOS["policy"](pol, None), jobs)
+    full = simulate(SCENARIOS["policy"](pol, None), jobs, window=10**9, per_shape=10**9, merge_held=False)
+    key = lambda res: {r.job.job_id: (r.first_admit, r.flavor, r.end) for r in res.runs}  # noqa: E731
+    assert key(fast) == key(full)
+    assert sum(1 for r in fast.runs if r.first_admit == 0) > 16
