@@ -6,7 +6,7 @@ observations of the `gpu_queue` asset (numbers from `gpu_platform.observe.queuev
 """
 
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -28,10 +28,16 @@ from gpu_platform.gate.tick import (
     reconcile,
     record_plan,
 )
-from gpu_platform.observe.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
+from gpu_platform.observe.queueview import (
+    LaneSnapshot,
+    lane_snapshots,
+    observation_metadata,
+    write_gate_snapshot,
+)
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
+from gpu_platform.units import format_duration
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
@@ -44,7 +50,9 @@ gpu_queue = dg.AssetSpec(
     kinds={"python"},
     description=(
         "The live GPU queue, observed by `admission_sensor` on every tick (one observation per lane). "
-        "Open **Plots**: each lane's measures are named `<lane>/<measure>`: `pending` (requests waiting), "
+        "Each observation leads with `<lane>/waiting`: the lane's waiting requests in queue order with "
+        "name, owner, team, target, how long each waited, the reason (naming what holds its GPUs) and "
+        "the estimated start. Open **Plots**: each lane's measures are named `<lane>/<measure>`: `pending` (requests waiting), "
         "`admitted` (holding quota), `running` (admitted with a live run; admitted minus running are "
         "runs queued or starting), `gpus_in_use` and `gpus_pending` (also per flavor as "
         "`gpus_in_use/<flavor>`; pending GPUs count on the first flavor the request may use), and "
@@ -172,7 +180,49 @@ def _queue_observations(
         running_ids=running,
     )
     write_gate_snapshot(led.engine, snaps, now)
-    return [dg.AssetObservation(GPU_QUEUE, metadata=observation_metadata(pol, snap)) for snap in snaps]
+    return [
+        dg.AssetObservation(GPU_QUEUE, metadata={f"{snap.lane}/waiting": _waiting_table(snap), **observation_metadata(pol, snap)})
+        for snap in snaps
+    ]
+
+
+_WAITING_COLUMNS = (
+    ("position", "int", "queue position (empty: held before admission, e.g. WaitingForUpstream)"),
+    ("name", "string", "the request's name (its `name:` or file name)"),
+    ("owner", "string", ""),
+    ("team", "string", ""),
+    ("target", "string", "what it works on (candidate, release packet, experiment, ...)"),
+    ("gpus", "int", ""),
+    ("waited", "string", "since submission"),
+    ("reason", "string", "why it waits, naming what holds its GPUs"),
+    ("eta", "string", "estimated start (UTC), empty when none is possible"),
+    ("request_id", "string", "`gpu-platform explain REQUEST_ID` for its history"),
+)
+
+
+def _waiting_table(snap: LaneSnapshot) -> dg.MetadataValue:
+    """The lane's waiting requests as a table, first thing on the observation."""
+    records = [
+        dg.TableRecord(
+            {
+                "position": w.position,
+                "name": w.name,
+                "owner": w.owner,
+                "team": w.team,
+                "target": w.target,
+                "gpus": w.gpus,
+                "waited": format_duration(timedelta(seconds=round(w.waited_s))),
+                "reason": w.reason,
+                "eta": w.eta.strftime("%Y-%m-%d %H:%M") if w.eta else "",
+                "request_id": w.request_id,
+            }
+        )
+        for w in snap.waiting
+    ]
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(n, t, description=d or None) for n, t, d in _WAITING_COLUMNS]
+    )
+    return dg.MetadataValue.table(records, schema=schema)
 
 
 def _partition_requests(launches: list[Launch]) -> list[Any]:

@@ -21,11 +21,17 @@ from gpu_platform.units import format_duration
 @ledger_option
 @policy_option
 @click.option("--all", "show_all", is_flag=True, help="Include finished, failed and rejected requests.")
+@click.option("--owner", default=None, help="Only this owner's requests (exact, e.g. ana@example.com).")
+@click.option("--team", default=None, help="Only this team's requests.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
-def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: str) -> None:
-    """Show requests by lane: position, the reason each one waits, and its estimated start.
+def queue(
+    ledger_url: str | None, policy_path: str | None, show_all: bool, owner: str | None, team: str | None, fmt: str
+) -> None:
+    """Show requests by lane: name, owner, target, position, the reason each one waits, and its
+    estimated start.
 
-    Positions, reasons and estimates come from a dry run of the next gate tick (nothing recorded);
+    Positions, reasons and estimates come from a dry run of the next gate tick over the whole
+    queue (nothing recorded), so `--owner` / `--team` show the same positions as the full view;
     on a cluster the last column says what Kueue last said about the request's Job.
     """
     ledger = Ledger(ledger_url or default_ledger_url())
@@ -34,15 +40,18 @@ def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: 
     live = ledger.states((*PENDING_STATES, "admitted"))
     plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")))
     states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
-    rows = queue_rows(states, plan, now)
+    rows = queue_rows(states, plan, now, owner=owner, team=team)
     if fmt == "json":
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
     table = Table(title="GPU queue")
     for col in (
         "lane",
-        "request",
+        "name",
+        "owner",
         "team",
+        "target",
+        "request",
         "state",
         "GPUs",
         "flavor",
@@ -61,8 +70,11 @@ def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: 
             est = "unknown"
         table.add_row(
             r.lane,
-            r.request_id,
+            r.name,
+            r.owner,
             r.team,
+            r.target,
+            r.request_id,
             r.state,
             str(r.gpus),
             r.flavor or "",
@@ -73,4 +85,6 @@ def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: 
         )
     console.print(table)
     counts = Counter(r.state for r in rows)
-    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "queue is empty")
+    who = " and ".join(x for x in (owner and f"owner {owner}", team and f"team {team}") if x)
+    empty = f"no requests of {who}" if who else "queue is empty"
+    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty)

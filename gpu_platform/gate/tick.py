@@ -31,6 +31,11 @@ TAG_COST_CENTER = "gpu-platform/cost-center"
 TAG_FLAVOR = "gpu-platform/flavor"
 TAG_ATTEMPT = "gpu-platform/attempt"
 TAG_WORKLOAD = "gpu-platform/workload"
+TAG_NAME = "gpu-platform/name"
+TAG_OWNER = "gpu-platform/owner"
+TAG_TARGET = "gpu-platform/target"
+"""The request's human name, owner and target on its runs: Dagster runs have no name of their
+own, so the run list shows these tags (and filters by them: `gpu-platform/owner=ana@example.com`)."""
 TAG_PRIORITY = PRIORITY_TAG
 
 
@@ -261,6 +266,9 @@ def launch_for(policy: Policy, s: RequestState, attempt: int, flavor: str, messa
         TAG_FLAVOR: flavor,
         TAG_ATTEMPT: str(attempt),
         TAG_WORKLOAD: req.workload or "",
+        TAG_NAME: req.name or s.request_id,
+        TAG_OWNER: req.owner or "",
+        TAG_TARGET: req.target,
         TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
         **team_limit_tags(policy, req.lane or "", req.team),
     }

@@ -139,9 +139,17 @@ def new_request_id() -> str:
 def content_request_id(request: JobRequest) -> str:
     """The idempotency key of a request without `request_id`: `req-` + 20 hex characters of the
     SHA-256 of its validated content (canonical JSON). The same file submitted again (a re-run
-    batch) is the same request; any change of content is a new one."""
-    canonical = json.dumps(json.loads(request.to_json()), sort_keys=True, separators=(",", ":"))
+    batch) is the same request; any change of content is a new one. The `name` is left out: a
+    renamed file is the same request (it keeps the name it was first recorded with)."""
+    content = json.loads(request.to_json())
+    content.pop("name", None)
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return "req-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def same_job(a: JobRequest, b: JobRequest) -> bool:
+    """Equal but for the `name` (a label, not part of what the job does)."""
+    return a.model_copy(update={"name": None}) == b.model_copy(update={"name": None})
 
 
 def default_ledger_url(env: Mapping[str, str] | None = None) -> str:
@@ -258,7 +266,7 @@ class Ledger:
         """Record every request in one transaction, or none; return their ids in order.
 
         Requests without `request_id` get a new random id. One whose id is already recorded
-        with the same content is answered with that id (nothing new is written), so a batch
+        with the same content (its `name` aside: a label, the first one recorded stays) is answered with that id (nothing new is written), so a batch
         interrupted before its commit, or committed, can be re-run without duplicates. One whose
         id exists with other content, or that appears twice in the batch with different
         content, makes the whole batch fail with BatchConflict naming its source (`sources[i]`,
@@ -274,7 +282,7 @@ class Ledger:
             request = request.model_copy(update={"request_id": request_id})
             ids.append(request_id)
             if request_id in wanted:
-                if wanted[request_id][0] != request:
+                if not same_job(wanted[request_id][0], request):
                     conflicts.append(
                         (source, f"request_id {request_id!r} is also in {wanted[request_id][1]} with different content")
                     )
@@ -287,7 +295,7 @@ class Ledger:
                 with self.engine.begin() as conn:
                     existing = self._payloads(conn, list(wanted))
                     for request_id, (request, source) in wanted.items():
-                        if request_id in existing and JobRequest.from_json(existing[request_id]) != request:
+                        if request_id in existing and not same_job(JobRequest.from_json(existing[request_id]), request):
                             conflicts.append((source, f"request_id {request_id!r} already exists with different content"))
                     if conflicts:
                         raise BatchConflict(conflicts)
@@ -389,9 +397,16 @@ class Ledger:
             ]
 
     def states(
-        self, states: Iterable[str] | None = None, lane: str | None = None, request_id: str | None = None
+        self,
+        states: Iterable[str] | None = None,
+        lane: str | None = None,
+        request_id: str | None = None,
+        *,
+        owner: str | None = None,
+        team: str | None = None,
     ) -> list[RequestState]:
-        """Every request with its latest event, in submission order; optionally filtered."""
+        """Every request with its latest event, in submission order; optionally filtered (by
+        state, lane, id, owner or team: each an exact match)."""
         e = events_table
         latest = (
             sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id"))
@@ -440,6 +455,10 @@ class Ledger:
             q = q.where(r.c.lane == lane)
         if request_id is not None:
             q = q.where(r.c.request_id == request_id)
+        if owner is not None:
+            q = q.where(r.c.owner == owner)
+        if team is not None:
+            q = q.where(r.c.team == team)
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
             info_ids = [row.info_id for row in rows if row.info_id is not None]

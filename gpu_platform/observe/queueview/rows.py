@@ -42,10 +42,18 @@ class QueueRow:
     updated_at: datetime
     cluster: dict[str, Any] | None = None
     """What Kueue last said about the request's Job on a cluster (reason, message, flavor)."""
+    name: str = ""
+    """The request's human name (`JobRequest.display_name`)."""
+    owner: str = ""
+    target: str = ""
+    """What the request works on (`JobRequest.target`: a candidate, release packet, experiment...)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "request_id": self.request_id,
+            "name": self.name,
+            "owner": self.owner,
+            "target": self.target,
             "lane": self.lane,
             "team": self.team,
             "state": self.state,
@@ -73,11 +81,26 @@ def dry_run(policy: Policy, ledger: Ledger, states: list[RequestState], now: dat
     )
 
 
-def queue_rows(states: Iterable[RequestState], plan: TickPlan | None, now: datetime) -> list[QueueRow]:
+def queue_rows(
+    states: Iterable[RequestState],
+    plan: TickPlan | None,
+    now: datetime,
+    *,
+    owner: str | None = None,
+    team: str | None = None,
+) -> list[QueueRow]:
     """Rows by lane (admitted first, then queue position, then submission order).
 
-    plan: a dry run on these states (None: the reasons and positions the gate last recorded).
+    plan: a dry run on these states (None: the reasons and positions the gate last recorded); it
+    must cover the whole queue even when `owner` / `team` keep only some rows, since a request's
+    position depends on every request ahead of it.
+    owner / team: keep only the requests of that owner / team (exact match).
     """
+    states = [
+        s
+        for s in states
+        if (owner is None or s.request.owner == owner) and (team is None or s.request.team == team)
+    ]
     waits = {w.name: w for w in plan.waits} if plan is not None else {}
     launches = {x.request_id: x for x in plan.launches} if plan is not None else {}
     rows = []
@@ -116,6 +139,9 @@ def queue_rows(states: Iterable[RequestState], plan: TickPlan | None, now: datet
                 s.attempts,
                 s.updated_at,
                 getattr(s, "cluster", None),
+                name=s.request.name or s.request_id,
+                owner=s.request.owner or "",
+                target=s.request.target,
             )
         )
     rows.sort(key=lambda r: (r.lane, r.state not in ("admitted",), r.position or 1 << 30))
