@@ -15,6 +15,15 @@ from assets.partitions import WORKLOAD_PARTITIONS
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.jobs import RUN_STEPS
 from gpu_platform.cluster.readback import ledger_rows, read_kueue
+from gpu_platform.gate.blockers import (
+    TAG_PREEMPTED_BY,
+    TAG_PREEMPTED_BY_NAME,
+    TAG_RESUME_FROM,
+    latest_checkpoint,
+    preemptions_of,
+    victim_run_message,
+    victim_run_tags,
+)
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from gpu_platform.gate.tick import (
     TAG_ATTEMPT,
@@ -129,6 +138,43 @@ def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
             )
         )
     return out
+
+
+_NOT_RUNNING_YET = {"QUEUED", "NOT_STARTED", "STARTING"}
+
+
+def _stop_preempted(instance: dg.DagsterInstance, info: RunInfo, tags: dict[str, str], message: str) -> None:
+    """Stop a preemption victim's run so it ends CANCELED with a message naming its preemptor.
+
+    A run that has not started its step yet is marked canceled at once: terminating it instead
+    leaves it CANCELING, and a run worker that then starts finds it CANCELING and marks it
+    failed ("marked as failed from outside the execution context"). A started run is terminated
+    through the run coordinator (its step is interrupted; the run ends CANCELED)."""
+    instance.add_run_tags(info.run_id, tags)
+    run = instance.get_run_by_id(info.run_id)
+    if run is None or run.is_finished:
+        return
+    if run.status.value in _NOT_RUNNING_YET:
+        instance.report_run_canceled(run, message=message)
+        return
+    instance.report_engine_event(message, run)
+    instance.run_coordinator.cancel_run(info.run_id)
+
+
+def _cancel_failed_victims(instance: dg.DagsterInstance, runs: list[RunInfo]) -> None:
+    """A victim's run that still ended FAILURE (its worker raced the termination) is marked
+    CANCELED with the preemption's message: a preempted run never shows as a failure."""
+    failed = [r for r in runs if r.status == "failure"]
+    if not failed:
+        return
+    for run in instance.get_runs(filters=dg.RunsFilter(run_ids=[r.run_id for r in failed])):
+        if run.status == dg.DagsterRunStatus.FAILURE and TAG_PREEMPTED_BY in run.tags:
+            instance.report_run_canceled(
+                run,
+                message=f"Preempted by {run.tags.get(TAG_PREEMPTED_BY_NAME, run.tags[TAG_PREEMPTED_BY])}: "
+                f"canceled, not failed (it stopped before its termination took effect); resumes from "
+                f"{run.tags.get(TAG_RESUME_FROM, 'start')}",
+            )
 
 
 def _last_flavor(led, request_id: str) -> str:
@@ -249,7 +295,14 @@ def _admission_sensor(
         states = led.states((*PENDING_STATES, *ACTIVE_STATES))
     for stale in settled.terminate:
         context.log.info(f"terminating stale run {stale.run_id} of {stale.request_id} (attempt {stale.attempt})")
-        context.instance.run_coordinator.cancel_run(stale.run_id)
+        if stale.phase in _NOT_RUNNING_YET:  # see _stop_preempted: CANCELING before a start ends FAILURE
+            run = context.instance.get_run_by_id(stale.run_id)
+            if run is not None and not run.is_finished:
+                context.instance.report_run_canceled(
+                    run, message=f"attempt {stale.attempt} of {stale.request_id} superseded before it started"
+                )
+        else:
+            context.instance.run_coordinator.cancel_run(stale.run_id)
     if settings.executor == "k8s":
         states = _read_back(context, led, pol, settings, states)
 
@@ -263,13 +316,23 @@ def _admission_sensor(
         draining=settled.draining,
         spent=led.reserved_by_lane(budget_period_start(pol.budget_period, now)),
         holding=holding,
+        preempted=preemptions_of(led, states),
+        checkpoint_of=lambda rid: latest_checkpoint(checkpoints_under(work_root, rid)),
     )
     record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
-    victims = {p.victim for p in plan.preemptions}
+    victims = {p.victim: p for p in plan.preemptions}
+    by_req = {s.request_id: s for s in states}
     for run in runs:
-        if run.request_id in victims and run.status == "active":
-            context.log.info(f"preempting {run.request_id}: terminating run {run.run_id}")
-            context.instance.run_coordinator.cancel_run(run.run_id)
+        p = victims.get(run.request_id)
+        if p is not None and run.status == "active":
+            preemptor = by_req[p.preemptor].request if p.preemptor in by_req else None
+            ckpt = latest_checkpoint(checkpoints_under(work_root, run.request_id))
+            message = victim_run_message(
+                by_req[run.request_id].request, run.attempt, p.preemptor, preemptor, p.reason, ckpt
+            )
+            context.log.info(f"preempting {run.request_id}: stopping run {run.run_id}: {message}")
+            _stop_preempted(context.instance, run, victim_run_tags(p.preemptor, preemptor, ckpt), message)
+    _cancel_failed_victims(context.instance, runs)
 
     launches = settled.relaunch + plan.launches
     observations = _queue_observations(pol, led, states, plan, runs, now)

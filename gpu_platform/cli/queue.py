@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from gpu_platform.cli.common import console, ledger_option, policy_option, policy_or_exit
 from gpu_platform.observe.queueview.rows import dry_run, queue_rows
@@ -45,22 +46,13 @@ def queue(
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
     table = Table(title="GPU queue")
-    for col in (
-        "lane",
-        "name",
-        "owner",
-        "team",
-        "target",
-        "request",
-        "state",
-        "GPUs",
-        "flavor",
-        "position",
-        "est. start",
-        "reason",
-        "cluster (Kueue)",
-    ):
+    kueue = any(r.cluster for r in rows)  # the column only where a cluster said something
+    for col in ("lane", "request (name, id)", "owner / team", "target", "state", "GPUs", "flavor", "position",
+                "est. start"):
         table.add_column(col, overflow="fold")
+    table.add_column("reason", overflow="fold", min_width=48)
+    if kueue:
+        table.add_column("cluster (Kueue)", overflow="fold")
     for r in rows:
         est = ""
         if r.estimated_start is not None:
@@ -68,21 +60,21 @@ def queue(
             est = "now" if ahead <= 0 else f"in {format_duration(timedelta(seconds=round(ahead)))}"
         elif r.position:
             est = "unknown"
-        table.add_row(
+        cells = [
             r.lane,
-            r.name,
-            r.owner,
-            r.team,
+            r.request_id if r.name == r.request_id else f"{r.name}\n{r.request_id}",
+            f"{r.owner}\n{r.team}",
             r.target,
-            r.request_id,
             r.state,
             str(r.gpus),
             r.flavor or "",
             f"{r.position} of {r.of}" if r.position else "",
             est,
             r.reason,
-            (r.cluster or {}).get("reason", ""),
-        )
+        ]
+        if kueue:
+            cells.append((r.cluster or {}).get("reason", ""))
+        table.add_row(*(Text(c) for c in cells))
     console.print(table)
     counts = Counter(r.state for r in rows)
     who = " and ".join(x for x in (owner and f"owner {owner}", team and f"team {team}") if x)

@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
+from gpu_platform.gate.blockers import PreemptedBy, name_blockers, who
 from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
 from gpu_platform.requests.approvals import admission_approval_problem, honoured_kinds
@@ -219,8 +221,15 @@ def plan_tick(
     draining: Iterable[str] = (),
     spent: Mapping[str, Decimal] | None = None,
     holding: Mapping[str, str] | None = None,
+    preempted: Mapping[str, PreemptedBy] | None = None,
+    checkpoint_of: Callable[[str], Path | None] = lambda _rid: None,
 ) -> TickPlan:
     """Run admission cycles until nothing more is admitted; return the tick's decisions.
+
+    Each wait's reason is the engine's, followed by what blocks it by name (`name_blockers`):
+    the requests holding the GPUs it can use and when they are expected free, and for a victim
+    pending again after a preemption (`preempted`, from `preemptions_of`) its preemptor and the
+    checkpoint it resumes from (`checkpoint_of`: a request's newest checkpoint file).
 
     draining: requests whose previous run is still stopping; they are not admitted this tick.
     holding: those of them whose run still holds a flavor (request -> flavor): they keep its
@@ -228,6 +237,7 @@ def plan_tick(
     (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
+    everyone = list(states)
     skip = set(draining) - set(holding)
     # one reason per waiting request: an approval first (a person must act), then its inputs
     unapproved = awaiting_approval(policy, states)
@@ -248,6 +258,16 @@ def plan_tick(
     plan.waits.extend(upstream.values())
     plan.waits.extend(held.values())
     plan.waits.extend(unapproved.values())
+    plan.waits = name_blockers(
+        policy,
+        everyone,
+        plan.waits,
+        holding=holding,
+        admitted_now={adm.name: adm.flavor for adm in result.admitted},
+        now=now,
+        preempted=preempted,
+        checkpoint_of=checkpoint_of,
+    )
     plan.cycles = result.cycles
     for adm in result.admitted:
         s = by_id[adm.name]
@@ -297,7 +317,8 @@ def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], host
             (
                 p.victim,
                 "requeued",
-                f"requeued in its original queue order after preemption by {p.preemptor}",
+                f"requeued in its original queue order after preemption by {p.preemptor}"
+                + (f" ({who(p.preemptor, by_id[p.preemptor].request)})" if p.preemptor in by_id else ""),
                 None,
                 None,
                 {"preempted_by": p.preemptor},

@@ -503,6 +503,29 @@ class Ledger:
             for row in rows
         ]
 
+    def requests(self, request_ids: list[str]) -> dict[str, JobRequest]:
+        """The recorded requests among `request_ids` (unknown ids are left out)."""
+        with self.engine.connect() as conn:
+            return {rid: JobRequest.from_json(p) for rid, p in self._payloads(conn, request_ids).items()}
+
+    def last_preemptions(self, request_ids: list[str]) -> dict[str, tuple[str, datetime]]:
+        """victim -> (preemptor, at) of its latest `preempted` event, for those of `request_ids`
+        that were ever preempted."""
+        e = events_table
+        out: dict[str, tuple[str, datetime]] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(request_ids), 500):
+                q = (
+                    sa.select(e.c.request_id, e.c.at, e.c.details)
+                    .where(e.c.event == "preempted", e.c.request_id.in_(request_ids[i : i + 500]))
+                    .order_by(e.c.id)
+                )
+                for rid, at, details in conn.execute(q):
+                    by = (json.loads(details) if details else {}).get("by")
+                    if by:
+                        out[rid] = (str(by), _utc(at))
+        return out
+
     def state(self, request_id: str) -> RequestState:
         found = self.states(request_id=request_id)
         if found:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpu_platform.gate.blockers import latest_checkpoint, preemptions_of
 from gpu_platform.gate.checkpoints import checkpoint_dir, has_checkpoint
 from gpu_platform.gate.tick import TickPlan, budget_period_start, plan_tick
 from gpu_platform.policy import Policy
@@ -78,6 +79,8 @@ def dry_run(policy: Policy, ledger: Ledger, states: list[RequestState], now: dat
         now,
         checkpointed=lambda rid: has_checkpoint(checkpoint_dir(home, rid)),
         spent=ledger.reserved_by_lane(budget_period_start(policy.budget_period, now)),
+        preempted=preemptions_of(ledger, states),
+        checkpoint_of=lambda rid: latest_checkpoint(checkpoint_dir(home, rid)),
     )
 
 
