@@ -12,6 +12,8 @@ from typing import Any
 import dagster as dg
 
 from assets.partitions import WORKLOAD_PARTITIONS
+from assets.submit import EXAMPLE as SUBMIT_EXAMPLE
+from assets.submit import SubmitRequestConfig
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.jobs import RUN_STEPS
 from gpu_platform.cluster.readback import ledger_rows, read_kueue
@@ -81,23 +83,36 @@ _STATUS = {
 }
 
 
-@dg.op(config_schema=dg.Permissive({}), description="Validate a GPU job request (fail closed) and record it in the ledger.")
-def submit_request_op(context: dg.OpExecutionContext, ledger: LedgerResource, policy: PolicyResource) -> str:
-    raw: dict[str, Any] = dict(context.op_config)
+@dg.op(description="Validate a GPU job request (fail closed) and record it in the ledger.")
+def submit_request_op(
+    context: dg.OpExecutionContext, config: SubmitRequestConfig, ledger: LedgerResource, policy: PolicyResource
+) -> str:
     try:
-        req = validate_request(raw, policy.load(), source="run config")
+        req = validate_request(config.request_fields(), policy.load(), source="run config")
     except RequestError as exc:
         raise dg.Failure(
             description=f"request refused: {len(exc.errors)} problem(s)\n" + "\n".join(exc.errors),
             metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{e}`" for e in exc.errors))},
         ) from exc
     request_id = ledger.ledger().submit(req)
-    context.log.info(f"recorded {request_id} in lane {req.lane}; the admission sensor takes it from here")
-    context.add_output_metadata({"request_id": request_id, "lane": req.lane, "gpus": req.gpu_count})
+    context.log.info(
+        f"recorded {req.name or request_id} ({request_id}) in lane {req.lane}; the admission sensor takes it from here"
+    )
+    context.add_output_metadata(
+        {"request_id": request_id, "name": req.name or request_id, "owner": req.owner, "lane": req.lane,
+         "gpus": req.gpu_count}
+    )
     return request_id
 
 
-@dg.job(description="Submit a GPU job request: paste the request (YAML fields) as this op's config in the Launchpad.")
+@dg.job(
+    description=(
+        "Submit a GPU job request. The Launchpad opens with a working example (a research request); "
+        "each field of `submit_request_op`'s config has a description and, where one makes sense, a "
+        "default. Set owner, team and cost center to yours; leave request_id empty for a new id."
+    ),
+    config={"ops": {"submit_request_op": {"config": SUBMIT_EXAMPLE}}},
+)
 def submit_request():
     submit_request_op()
 

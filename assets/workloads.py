@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import dagster as dg
 import duckdb
+from pydantic import Field
 
 from assets.partitions import WORKLOAD_PARTITIONS
 from gpu_platform.cluster.jobs import RUN_STEPS, namespace_for
@@ -331,7 +332,10 @@ class CostCheckConfig(dg.Config):
     Stages run after the last priced day (today's) await pricing: they pass and are listed in the
     check's `awaiting_pricing`, so a same-day release is not blocked by the daily schedule."""
 
-    enforce: bool = True
+    enforce: bool = Field(
+        default=True,
+        description="true: a cost not attributed fails with ERROR and blocks the release; false: a WARN only.",
+    )
 
 
 def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity, request_id: str = "") -> dg.AssetCheckResult:
@@ -484,8 +488,7 @@ workload_checks: list[dg.AssetChecksDefinition] = [
 
 
 class SweepConfig(dg.Config):
-    dry_run: bool = False
-    """True: report what would be deleted, delete nothing."""
+    dry_run: bool = Field(default=False, description="true: report what would be deleted, delete nothing.")
 
 
 @dg.op(description="Delete expired evidence that is not under hold; report what was kept and why.")

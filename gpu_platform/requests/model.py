@@ -39,8 +39,8 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
 NAME_MAX_CHARS = 100
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+-]{0,99}$")
-_NAME_BAD = re.compile(r"[^A-Za-z0-9 ._:/@+-]+")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+()-]{0,99}$")
+_NAME_BAD = re.compile(r"[^A-Za-z0-9 ._:/@+()-]+")
 TARGET_FIELDS = (
     "candidate_id",
     "release_packet_id",
@@ -521,7 +521,7 @@ def load_request_file(path: str | Path) -> Any:
 def name_from_file(path: str | Path) -> str | None:
     """A request's name from its file name: the stem, characters outside the name's alphabet
     replaced by `-`, at most NAME_MAX_CHARS (None when nothing readable is left)."""
-    stem = _NAME_BAD.sub("-", Path(path).stem).strip(" -._:/@+")[:NAME_MAX_CHARS].rstrip()
+    stem = _NAME_BAD.sub("-", Path(path).stem).lstrip(" -._:/@+()")[:NAME_MAX_CHARS].rstrip()
     return stem if stem and _NAME.match(stem) else None
 
 

@@ -25,9 +25,9 @@ def _cli(ledger, *args, home=None):
 
 
 def test_a_request_is_named_after_its_file_unless_it_names_itself(tmp_path, policy):
-    path = tmp_path / "occupancy sweep (trial 3).yaml"
+    path = tmp_path / "occupancy sweep [trial 3].yaml"
     shutil.copy(EXAMPLES / "research_best_effort.yaml", path)
-    assert validate_request_file(path, policy).name == "occupancy sweep -trial 3"
+    assert validate_request_file(path, policy).name == "occupancy sweep -trial 3-"
     named = tmp_path / "x.yaml"
     named.write_text(yaml.safe_dump({**raw_request("research_best_effort"), "name": "lr sweep 17"}))
     req = validate_request_file(named, policy)
