@@ -571,7 +571,20 @@ def retention_sweep() -> None:
     sweep_evidence()
 
 
-retention_sweep_schedule = dg.ScheduleDefinition(job=retention_sweep, cron_schedule="0 3 * * *", name="retention_sweep_daily")
+def make_retention_schedule(running: bool = False) -> dg.ScheduleDefinition:
+    """`retention_sweep_daily` (03:00 UTC). Stopped by default: deleting expired evidence on a
+    schedule is a site's decision; the demo turns it on (`GPU_PLATFORM_RETENTION_SCHEDULE=on`,
+    set by `gpu-platform demo run`), as its README says every schedule is on."""
+    return dg.ScheduleDefinition(
+        job=retention_sweep,
+        cron_schedule="0 3 * * *",
+        name="retention_sweep_daily",
+        default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
+        description="Delete expired evidence not under hold (never anything held).",
+    )
+
+
+retention_sweep_schedule = make_retention_schedule()
 
 # jobs ----------------------------------------------------------------------------------------
 

@@ -219,6 +219,8 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
     dagster = str(Path(sys.executable).parent / "dagster")
     # `dagster dev` warns that `dg dev` supersedes it on every start: nothing a demo user can act on
     env = {**os.environ, "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), DEV_WARNING]))}
+    # every schedule of the demo is on, the evidence retention sweep's too (off by default elsewhere)
+    env.setdefault("GPU_PLATFORM_RETENTION_SCHEDULE", "on")
     if os.environ.get("DAGSTER_HOME"):
         # runs a previous `demo run` left in flight hold pool slots forever: cancel them first
         subprocess.run([sys.executable, "-m", "assets.demo_seed", "recover"], cwd=ROOT, env=env, check=False)
