@@ -41,6 +41,7 @@ from gpu_platform.gate.tick import (
 )
 from gpu_platform.observe.queueview import (
     LaneSnapshot,
+    flavor_rows,
     lane_snapshots,
     observation_metadata,
     write_gate_snapshot,
@@ -63,14 +64,14 @@ gpu_queue = dg.AssetSpec(
         "The live GPU queue, observed by `admission_sensor` on every tick (one observation per lane). "
         "Each observation leads with `<lane>/waiting`: the lane's waiting requests in queue order with "
         "name, owner, team, target, how long each waited, the reason (naming what holds its GPUs) and "
-        "the estimated start. Open **Plots**: each lane's measures are named `<lane>/<measure>`: `pending` (requests waiting), "
-        "`admitted` (holding quota), `running` (admitted with a live run; admitted minus running are "
-        "runs queued or starting), `gpus_in_use` and `gpus_pending` (also per flavor as "
-        "`gpus_in_use/<flavor>`; pending GPUs count on the first flavor the request may use), and "
-        "`oldest_wait_s` (seconds the oldest pending request has waited). A pending line that climbs "
-        "while `gpus_in_use` is flat means the lane is at its quota; a growing `oldest_wait_s` with "
-        "few pending means the head is blocked. Each observation's `<lane>/head_reason` says why the "
-        "head of the lane waits. Not materialized: nothing to run. "
+        "the estimated start. Open **Plots**: four per lane, `<lane>/pending` (requests waiting), "
+        "`<lane>/gpus_pending`, `<lane>/gpus_in_use` and `<lane>/oldest_wait_s` (seconds the oldest "
+        "pending request has waited). A pending line that climbs while `gpus_in_use` is flat means the "
+        "lane is at its quota; a growing `oldest_wait_s` with few pending means the head is blocked. "
+        "Each observation also says `<lane>/admitted` (`3 (2 running)`: the rest are runs queued or "
+        "starting), `<lane>/by_flavor` (GPUs in use and pending per flavor; pending GPUs count on the "
+        "first flavor the request may use) and `<lane>/head_reason` (why the head of the lane waits). "
+        "Not materialized: nothing to run. "
         "`gpu-platform explain REQUEST_ID` shows one request's decisions."
     ),
 )
@@ -242,9 +243,27 @@ def _queue_observations(
     )
     write_gate_snapshot(led.engine, snaps, now)
     return [
-        dg.AssetObservation(GPU_QUEUE, metadata={f"{snap.lane}/waiting": _waiting_table(snap), **observation_metadata(pol, snap)})
+        dg.AssetObservation(
+            GPU_QUEUE,
+            metadata={
+                f"{snap.lane}/waiting": _waiting_table(snap),
+                **observation_metadata(pol, snap),
+                f"{snap.lane}/by_flavor": dg.MetadataValue.table(
+                    [dg.TableRecord(r) for r in flavor_rows(pol, snap)], schema=_FLAVOR_SCHEMA
+                ),
+            },
+        )
         for snap in snaps
     ]
+
+
+_FLAVOR_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("flavor", "string"),
+        dg.TableColumn("gpus_in_use", "int", description="held by admitted requests"),
+        dg.TableColumn("gpus_pending", "int", description="asked for by pending requests (first flavor each may use)"),
+    ]
+)
 
 
 _WAITING_COLUMNS = (

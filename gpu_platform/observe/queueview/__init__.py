@@ -13,6 +13,7 @@ from gpu_platform.observe.queueview.rows import QueueRow, dry_run, queue_rows
 from gpu_platform.observe.queueview.snapshot import (
     LaneSnapshot,
     WaitingRow,
+    flavor_rows,
     lane_snapshots,
     observation_metadata,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "demand_flavor",
     "dry_run",
     "explain",
+    "flavor_rows",
     "lane_snapshots",
     "load_demand",
     "observation_metadata",

@@ -161,33 +161,41 @@ def lane_snapshots(
     return list(snaps.values())
 
 
-def observation_metadata(policy: Policy, snap: LaneSnapshot) -> dict[str, float | int | str]:
-    """Flat metadata for one lane's observation: numbers (plotted over time) under `<lane>/<measure>`.
+PLOTTED = ("pending", "gpus_pending", "gpus_in_use", "oldest_wait_s")
+"""The measures plotted per lane (one plot each on the asset's Plots tab): what a person reads the
+queue by. The rest of a lane's state is text and a table, so the Plots tab stays short."""
 
-    Per-flavor GPU counts cover every flavor the lane has quota on, zeros included, so each plot
-    is a continuous line.
-    """
+
+def observation_metadata(policy: Policy, snap: LaneSnapshot) -> dict[str, float | int | str]:
+    """One lane's observation: the plotted numbers (PLOTTED) under `<lane>/<measure>`, then
+    `<lane>/admitted` as text (`3 (2 running)`: admitted minus running are runs queued or starting)
+    and the head of the queue. Per-flavor GPU counts are `flavor_rows` (a table, not plots)."""
     p = f"{snap.lane}/"
     out: dict[str, float | int | str] = {
         p + "pending": snap.pending,
-        p + "admitted": snap.admitted,
-        p + "gpus_in_use": sum(snap.gpus_in_use.values()),
         p + "gpus_pending": sum(snap.gpus_pending.values()),
+        p + "gpus_in_use": sum(snap.gpus_in_use.values()),
         p + "oldest_wait_s": round(snap.oldest_wait_s, 1),
     }
-    if snap.running is not None:
-        out[p + "running"] = snap.running
-    lane = policy.lanes.get(snap.lane)
-    flavors = list(lane.flavor_names) if lane is not None else []
-    for f in sorted(set(snap.gpus_in_use) | set(snap.gpus_pending)):
-        if f not in flavors:
-            flavors.append(f)
-    for f in flavors:
-        out[f"{p}gpus_in_use/{f}"] = snap.gpus_in_use.get(f, 0)
-        out[f"{p}gpus_pending/{f}"] = snap.gpus_pending.get(f, 0)
+    running = "" if snap.running is None else f" ({snap.running} running)"
+    out[p + "admitted"] = f"{snap.admitted}{running}"
     out[p + "head_reason"] = snap.head_reason or ("nothing waits" if not snap.pending else "")
     if snap.head_request:
         out[p + "head_request"] = snap.head_request
         out[p + "head_name"] = snap.head_name
         out[p + "head_owner"] = snap.head_owner
     return out
+
+
+def flavor_rows(policy: Policy, snap: LaneSnapshot) -> list[dict[str, int | str]]:
+    """GPUs in use and pending per flavor: every flavor the lane has quota on (zeros included),
+    then any other flavor its requests hold."""
+    lane = policy.lanes.get(snap.lane)
+    flavors = list(lane.flavor_names) if lane is not None else []
+    for f in sorted(set(snap.gpus_in_use) | set(snap.gpus_pending)):
+        if f not in flavors:
+            flavors.append(f)
+    return [
+        {"flavor": f, "gpus_in_use": snap.gpus_in_use.get(f, 0), "gpus_pending": snap.gpus_pending.get(f, 0)}
+        for f in flavors
+    ]
