@@ -47,12 +47,13 @@ def queue(
         return
     table = Table(title="GPU queue")
     kueue = any(r.cluster for r in rows)  # the column only where a cluster said something
-    for col in ("lane", "request (name, id)", "owner / team", "target", "state", "GPUs", "flavor", "position",
-                "est. start"):
+    for col in ("lane", "request (name, id)", "owner, team, target", "state", "GPUs", "flavor",
+                "position, est. start"):
         table.add_column(col, overflow="fold")
-    table.add_column("reason", overflow="fold", min_width=48)
+    # the reason and Kueue's word are what people read: they keep some width, the ids fold
+    table.add_column("reason", overflow="fold", min_width=24 if kueue else 36)
     if kueue:
-        table.add_column("cluster (Kueue)", overflow="fold")
+        table.add_column("cluster (Kueue)", overflow="fold", min_width=30)
     for r in rows:
         est = ""
         if r.estimated_start is not None:
@@ -63,13 +64,11 @@ def queue(
         cells = [
             r.lane,
             r.request_id if r.name == r.request_id else f"{r.name}\n{r.request_id}",
-            f"{r.owner}\n{r.team}",
-            r.target,
+            "\n".join(x for x in (r.owner, r.team, r.target) if x),
             r.state,
             str(r.gpus),
             r.flavor or "",
-            f"{r.position} of {r.of}" if r.position else "",
-            est,
+            "\n".join(x for x in (f"{r.position} of {r.of}" if r.position else "", est) if x),
             r.reason,
         ]
         if kueue:

@@ -397,16 +397,9 @@ class Ledger:
             ]
 
     def states(
-        self,
-        states: Iterable[str] | None = None,
-        lane: str | None = None,
-        request_id: str | None = None,
-        *,
-        owner: str | None = None,
-        team: str | None = None,
+        self, states: Iterable[str] | None = None, lane: str | None = None, request_id: str | None = None
     ) -> list[RequestState]:
-        """Every request with its latest event, in submission order; optionally filtered (by
-        state, lane, id, owner or team: each an exact match)."""
+        """Every request with its latest event, in submission order; optionally filtered."""
         e = events_table
         latest = (
             sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id"))
@@ -455,10 +448,6 @@ class Ledger:
             q = q.where(r.c.lane == lane)
         if request_id is not None:
             q = q.where(r.c.request_id == request_id)
-        if owner is not None:
-            q = q.where(r.c.owner == owner)
-        if team is not None:
-            q = q.where(r.c.team == team)
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
             info_ids = [row.info_id for row in rows if row.info_id is not None]
