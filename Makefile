@@ -45,7 +45,8 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 demo-seed: $(STAMP)
-	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo seed --days $(DEMO_DAYS) --price-days $(DEMO_PRICE_DAYS)
+	$(DEMO_ENV) $(VENV)/bin/gpu-platform demo seed --days $(DEMO_DAYS) --price-days $(DEMO_PRICE_DAYS) \
+		--project-config $(CURDIR)/gpu-platform.yaml
 
 # `demo run` supervises `dagster dev`: Ctrl-C stops it and all its children within seconds
 demo: demo-seed

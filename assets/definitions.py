@@ -15,17 +15,21 @@ from assets.gate import admission_sensor, gate_assets, gate_jobs, make_admission
 from assets.ingest import ingest_assets
 from assets.workloads import (
     kind_jobs,
+    make_retention_schedule,
     make_workload_jobs,
     retention_sweep,
     workload_assets,
     workload_checks,
-    workload_schedules,
 )
 from resources.build import build_resources
 
 
 def build_definitions(env_name: str | None = None) -> dg.Definitions:
     env_name = env_name or os.environ.get("GPU_PLATFORM_ENV", "local")
+    retention = os.environ.get("GPU_PLATFORM_RETENTION_SCHEDULE", "off")
+    if retention not in ("on", "off"):
+        raise ValueError(f"GPU_PLATFORM_RETENTION_SCHEDULE={retention!r}: expected on or off")
+    retention_on = retention == "on"
     jobs, sensor = kind_jobs, admission_sensor
     if env_name == "prod":
         from dagster_k8s import k8s_job_executor
@@ -38,7 +42,7 @@ def build_definitions(env_name: str | None = None) -> dg.Definitions:
         asset_checks=[*workload_checks],
         jobs=[*gate_jobs, *jobs, retention_sweep, *finops_jobs],
         sensors=[sensor, finops_today_sensor],
-        schedules=[*workload_schedules, *finops_schedules],
+        schedules=[make_retention_schedule(retention_on), *finops_schedules],
         resources=build_resources(env_name),
         # what runs without a job of their own use: asset backfills and materializations from the
         # UI. Their cost steps share one warehouse slot, so they run one after the other anyway;

@@ -6,15 +6,26 @@ observations of the `gpu_queue` asset (numbers from `gpu_platform.observe.queuev
 """
 
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
 from assets.partitions import WORKLOAD_PARTITIONS
+from assets.submit import EXAMPLE as SUBMIT_EXAMPLE
+from assets.submit import SubmitRequestConfig
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.jobs import RUN_STEPS
 from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
+from gpu_platform.gate.blockers import (
+    TAG_PREEMPTED_BY,
+    TAG_PREEMPTED_BY_NAME,
+    TAG_RESUME_FROM,
+    latest_checkpoint,
+    preemptions_of,
+    victim_run_message,
+    victim_run_tags,
+)
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from gpu_platform.gate.tick import (
     TAG_ATTEMPT,
@@ -28,10 +39,17 @@ from gpu_platform.gate.tick import (
     reconcile,
     record_plan,
 )
-from gpu_platform.observe.queueview import lane_snapshots, observation_metadata, write_gate_snapshot
+from gpu_platform.observe.queueview import (
+    LaneSnapshot,
+    flavor_rows,
+    lane_snapshots,
+    observation_metadata,
+    write_gate_snapshot,
+)
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
+from gpu_platform.units import format_duration
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
@@ -44,14 +62,16 @@ gpu_queue = dg.AssetSpec(
     kinds={"python"},
     description=(
         "The live GPU queue, observed by `admission_sensor` on every tick (one observation per lane). "
-        "Open **Plots**: each lane's measures are named `<lane>/<measure>`: `pending` (requests waiting), "
-        "`admitted` (holding quota), `running` (admitted with a live run; admitted minus running are "
-        "runs queued or starting), `gpus_in_use` and `gpus_pending` (also per flavor as "
-        "`gpus_in_use/<flavor>`; pending GPUs count on the first flavor the request may use), and "
-        "`oldest_wait_s` (seconds the oldest pending request has waited). A pending line that climbs "
-        "while `gpus_in_use` is flat means the lane is at its quota; a growing `oldest_wait_s` with "
-        "few pending means the head is blocked. Each observation's `<lane>/head_reason` says why the "
-        "head of the lane waits. Not materialized: nothing to run. "
+        "Each observation leads with `<lane>/waiting`: the lane's waiting requests in queue order with "
+        "name, owner, team, target, how long each waited, the reason (naming what holds its GPUs) and "
+        "the estimated start. Open **Plots**: four per lane, `<lane>/pending` (requests waiting), "
+        "`<lane>/gpus_pending`, `<lane>/gpus_in_use` and `<lane>/oldest_wait_s` (seconds the oldest "
+        "pending request has waited). A pending line that climbs while `gpus_in_use` is flat means the "
+        "lane is at its quota; a growing `oldest_wait_s` with few pending means the head is blocked. "
+        "Each observation also says `<lane>/admitted` (`3 (2 running)`: the rest are runs queued or "
+        "starting), `<lane>/by_flavor` (GPUs in use and pending per flavor; pending GPUs count on the "
+        "first flavor the request may use) and `<lane>/head_reason` (why the head of the lane waits). "
+        "Not materialized: nothing to run. "
         "`gpu-platform explain REQUEST_ID` shows one request's decisions."
     ),
 )
@@ -64,23 +84,36 @@ _STATUS = {
 }
 
 
-@dg.op(config_schema=dg.Permissive({}), description="Validate a GPU job request (fail closed) and record it in the ledger.")
-def submit_request_op(context: dg.OpExecutionContext, ledger: LedgerResource, policy: PolicyResource) -> str:
-    raw: dict[str, Any] = dict(context.op_config)
+@dg.op(description="Validate a GPU job request (fail closed) and record it in the ledger.")
+def submit_request_op(
+    context: dg.OpExecutionContext, config: SubmitRequestConfig, ledger: LedgerResource, policy: PolicyResource
+) -> str:
     try:
-        req = validate_request(raw, policy.load(), source="run config")
+        req = validate_request(config.request_fields(), policy.load(), source="run config")
     except RequestError as exc:
         raise dg.Failure(
             description=f"request refused: {len(exc.errors)} problem(s)\n" + "\n".join(exc.errors),
             metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{e}`" for e in exc.errors))},
         ) from exc
     request_id = ledger.ledger().submit(req)
-    context.log.info(f"recorded {request_id} in lane {req.lane}; the admission sensor takes it from here")
-    context.add_output_metadata({"request_id": request_id, "lane": req.lane, "gpus": req.gpu_count})
+    context.log.info(
+        f"recorded {req.name or request_id} ({request_id}) in lane {req.lane}; the admission sensor takes it from here"
+    )
+    context.add_output_metadata(
+        {"request_id": request_id, "name": req.name or request_id, "owner": req.owner, "lane": req.lane,
+         "gpus": req.gpu_count}
+    )
     return request_id
 
 
-@dg.job(description="Submit a GPU job request: paste the request (YAML fields) as this op's config in the Launchpad.")
+@dg.job(
+    description=(
+        "Submit a GPU job request. The Launchpad opens with a working example (a research request); "
+        "each field of `submit_request_op`'s config has a description and, where one makes sense, a "
+        "default. Set owner, team and cost center to yours; leave request_id empty for a new id."
+    ),
+    config={"ops": {"submit_request_op": {"config": SUBMIT_EXAMPLE}}},
+)
 def submit_request():
     submit_request_op()
 
@@ -121,6 +154,43 @@ def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
             )
         )
     return out
+
+
+_NOT_RUNNING_YET = {"QUEUED", "NOT_STARTED", "STARTING"}
+
+
+def _stop_preempted(instance: dg.DagsterInstance, info: RunInfo, tags: dict[str, str], message: str) -> None:
+    """Stop a preemption victim's run so it ends CANCELED with a message naming its preemptor.
+
+    A run that has not started its step yet is marked canceled at once: terminating it instead
+    leaves it CANCELING, and a run worker that then starts finds it CANCELING and marks it
+    failed ("marked as failed from outside the execution context"). A started run is terminated
+    through the run coordinator (its step is interrupted; the run ends CANCELED)."""
+    instance.add_run_tags(info.run_id, tags)
+    run = instance.get_run_by_id(info.run_id)
+    if run is None or run.is_finished:
+        return
+    if run.status.value in _NOT_RUNNING_YET:
+        instance.report_run_canceled(run, message=message)
+        return
+    instance.report_engine_event(message, run)
+    instance.run_coordinator.cancel_run(info.run_id)
+
+
+def _cancel_failed_victims(instance: dg.DagsterInstance, runs: list[RunInfo]) -> None:
+    """A victim's run that still ended FAILURE (its worker raced the termination) is marked
+    CANCELED with the preemption's message: a preempted run never shows as a failure."""
+    failed = [r for r in runs if r.status == "failure"]
+    if not failed:
+        return
+    for run in instance.get_runs(filters=dg.RunsFilter(run_ids=[r.run_id for r in failed])):
+        if run.status == dg.DagsterRunStatus.FAILURE and TAG_PREEMPTED_BY in run.tags:
+            instance.report_run_canceled(
+                run,
+                message=f"Preempted by {run.tags.get(TAG_PREEMPTED_BY_NAME, run.tags[TAG_PREEMPTED_BY])}: "
+                f"canceled, not failed (it stopped before its termination took effect); resumes from "
+                f"{run.tags.get(TAG_RESUME_FROM, 'start')}",
+            )
 
 
 def _last_flavor(led, request_id: str) -> str:
@@ -174,7 +244,67 @@ def _queue_observations(
         running_ids=running,
     )
     write_gate_snapshot(led.engine, snaps, now)
-    return [dg.AssetObservation(GPU_QUEUE, metadata=observation_metadata(pol, snap)) for snap in snaps]
+    return [
+        dg.AssetObservation(
+            GPU_QUEUE,
+            metadata={
+                f"{snap.lane}/waiting": _waiting_table(snap),
+                **observation_metadata(pol, snap),
+                f"{snap.lane}/by_flavor": dg.MetadataValue.table(
+                    [dg.TableRecord(r) for r in flavor_rows(pol, snap)], schema=_FLAVOR_SCHEMA
+                ),
+            },
+        )
+        for snap in snaps
+    ]
+
+
+_FLAVOR_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("flavor", "string"),
+        dg.TableColumn("gpus_in_use", "int", description="held by admitted requests"),
+        dg.TableColumn("gpus_pending", "int", description="asked for by pending requests (first flavor each may use)"),
+    ]
+)
+
+
+_WAITING_COLUMNS = (
+    ("position", "int", "queue position (empty: held before admission, e.g. WaitingForUpstream)"),
+    ("name", "string", "the request's name (its `name:` or file name)"),
+    ("owner", "string", ""),
+    ("team", "string", ""),
+    ("target", "string", "what it works on (candidate, release packet, experiment, ...)"),
+    ("gpus", "int", ""),
+    ("waited", "string", "since submission"),
+    ("reason", "string", "why it waits, naming what holds its GPUs"),
+    ("eta", "string", "estimated start (UTC), empty when none is possible"),
+    ("request_id", "string", "`gpu-platform explain REQUEST_ID` for its history"),
+)
+
+
+def _waiting_table(snap: LaneSnapshot) -> dg.MetadataValue:
+    """The lane's waiting requests as a table, first thing on the observation."""
+    records = [
+        dg.TableRecord(
+            {
+                "position": w.position,
+                "name": w.name,
+                "owner": w.owner,
+                "team": w.team,
+                "target": w.target,
+                "gpus": w.gpus,
+                "waited": format_duration(timedelta(seconds=round(w.waited_s))),
+                "reason": w.reason,
+                "eta": w.eta.strftime("%Y-%m-%d %H:%M") if w.eta else "",
+                "request_id": w.request_id,
+            }
+        )
+        for w in snap.waiting
+    ]
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(n, t, description=d or None) for n, t, d in _WAITING_COLUMNS]
+    )
+    return dg.MetadataValue.table(records, schema=schema)
 
 
 def _partition_requests(launches: list[Launch]) -> list[Any]:
@@ -201,7 +331,14 @@ def _admission_sensor(
         states = led.states((*PENDING_STATES, *ACTIVE_STATES))
     for stale in settled.terminate:
         context.log.info(f"terminating stale run {stale.run_id} of {stale.request_id} (attempt {stale.attempt})")
-        context.instance.run_coordinator.cancel_run(stale.run_id)
+        if stale.phase in _NOT_RUNNING_YET:  # see _stop_preempted: CANCELING before a start ends FAILURE
+            run = context.instance.get_run_by_id(stale.run_id)
+            if run is not None and not run.is_finished:
+                context.instance.report_run_canceled(
+                    run, message=f"attempt {stale.attempt} of {stale.request_id} superseded before it started"
+                )
+        else:
+            context.instance.run_coordinator.cancel_run(stale.run_id)
     if settings.executor == "k8s":
         states = _read_back(context, led, pol, settings, states)
 
@@ -218,13 +355,23 @@ def _admission_sensor(
         # gangs wait for whole free nodes of the policy's node shapes only in front of a cluster
         node_model=settings.executor == "k8s",
         launch_gangs=settings.executor != "k8s",
+        preempted=preemptions_of(led, states),
+        checkpoint_of=lambda rid: latest_checkpoint(checkpoints_under(work_root, rid)),
     )
     record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
-    victims = {p.victim for p in plan.preemptions}
+    victims = {p.victim: p for p in plan.preemptions}
+    by_req = {s.request_id: s for s in states}
     for run in runs:
-        if run.request_id in victims and run.status == "active":
-            context.log.info(f"preempting {run.request_id}: terminating run {run.run_id}")
-            context.instance.run_coordinator.cancel_run(run.run_id)
+        p = victims.get(run.request_id)
+        if p is not None and run.status == "active":
+            preemptor = by_req[p.preemptor].request if p.preemptor in by_req else None
+            ckpt = latest_checkpoint(checkpoints_under(work_root, run.request_id))
+            message = victim_run_message(
+                by_req[run.request_id].request, run.attempt, p.preemptor, preemptor, p.reason, ckpt
+            )
+            context.log.info(f"preempting {run.request_id}: stopping run {run.run_id}: {message}")
+            _stop_preempted(context.instance, run, victim_run_tags(p.preemptor, preemptor, ckpt), message)
+    _cancel_failed_victims(context.instance, runs)
 
     launches = settled.relaunch + plan.launches
     observations = _queue_observations(pol, led, states, plan, runs, now)

@@ -16,6 +16,7 @@ its blocking checks run, and only then the release asset materializes. A failing
 stops the release in that run.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ from urllib.parse import quote
 
 import dagster as dg
 import duckdb
+from pydantic import Field
 
 from assets.partitions import WORKLOAD_PARTITIONS
 from gpu_platform.cluster.jobs import RUN_STEPS, namespace_for
@@ -32,6 +34,7 @@ from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.gate.instance_config import RELEASE_CHECK_PRIORITY, WAREHOUSE_POOL
 from gpu_platform.lineage.evidence import EvidenceStore
 from gpu_platform.lineage.graph import (
+    Block,
     CheckOutcome,
     LineageStore,
     check_cost_attributed,
@@ -39,6 +42,7 @@ from gpu_platform.lineage.graph import (
     check_logs_retained,
     check_replay_coverage,
     check_reproducible,
+    fix_for,
 )
 from gpu_platform.requests.ledger import Ledger, LedgerError
 from gpu_platform.requests.model import JobRequest
@@ -331,7 +335,10 @@ class CostCheckConfig(dg.Config):
     Stages run after the last priced day (today's) await pricing: they pass and are listed in the
     check's `awaiting_pricing`, so a same-day release is not blocked by the daily schedule."""
 
-    enforce: bool = True
+    enforce: bool = Field(
+        default=True,
+        description="true: a cost not attributed fails with ERROR and blocks the release; false: a WARN only.",
+    )
 
 
 def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity, request_id: str = "") -> dg.AssetCheckResult:
@@ -359,7 +366,7 @@ def _release_check(asset_kind: str, name: str) -> dg.AssetChecksDefinition:
     )
     def _check(
         context: dg.AssetCheckExecutionContext, ledger: LedgerResource, evidence: EvidenceStoreResource
-    ) -> dg.AssetCheckResult:
+    ) -> Iterator[dg.AssetCheckResult]:
         req, tree = _tree(context, asset_kind, ledger)
         if name == "lineage_complete":
             outcome = check_lineage_complete(tree, req)
@@ -370,9 +377,52 @@ def _release_check(asset_kind: str, name: str) -> dg.AssetChecksDefinition:
             outcome = check_logs_retained(tree, store.exists, store.verify, store.held_digests())
         else:
             outcome = check_reproducible(tree)
-        return _check_result(outcome, dg.AssetCheckSeverity.ERROR, context.partition_key)
+        result = _check_result(outcome, dg.AssetCheckSeverity.ERROR, context.partition_key)
+        yield result
+        if not outcome.passed:
+            _blocked(context, asset_kind, req, outcome, ledger)
 
     return _check
+
+
+TAG_BLOCKED_BY = "gpu-platform/blocked-by"
+TAG_BLOCKED_MISSING = "gpu-platform/blocked-missing"
+TAG_BLOCKED_FIX = "gpu-platform/blocked-fix"
+"""Tags a release run gets when a blocking check stops it: `<asset>.<check>` (comma-separated when
+several fail), what is missing (the suite ids, else the gaps) and what to run."""
+
+
+def _blocked(
+    context: dg.AssetCheckExecutionContext,
+    asset_kind: str,
+    req: JobRequest,
+    outcome: CheckOutcome,
+    ledger: LedgerResource,
+    cost_fix: str = "",
+) -> None:
+    """A blocking check failed: record the block in the lineage, tag the run, and fail the step
+    with a message naming the check, what is missing and what to run (instead of Dagster's
+    generic "1 blocking asset check failed"). The check's evaluation is already recorded."""
+    fix = fix_for(outcome, req, cost_fix)
+    run_id = context.run.run_id
+    missing = ", ".join(outcome.subjects) if outcome.subjects else "; ".join(outcome.missing)
+    LineageStore(ledger.ledger().engine).record_block(
+        req.request_id or "", STAGE_KIND[asset_kind], Block(outcome.name, asset_kind, outcome.missing, fix, run_id)
+    )
+    current = context.instance.get_run_by_id(run_id)
+    earlier = current.tags.get(TAG_BLOCKED_BY, "") if current is not None else ""
+    blocked_by = ", ".join(dict.fromkeys([*filter(None, earlier.split(", ")), f"{asset_kind}.{outcome.name}"]))
+    context.instance.add_run_tags(
+        run_id, {TAG_BLOCKED_BY: blocked_by, TAG_BLOCKED_MISSING: missing[:500], TAG_BLOCKED_FIX: fix[:500]}
+    )
+    raise dg.Failure(
+        description=(
+            f"Release {req.name or req.request_id} ({req.request_id}) blocked by {asset_kind}.{outcome.name}: "
+            f"missing {missing}. To fix: {fix}."
+        ),
+        metadata={"check": f"{asset_kind}.{outcome.name}", "missing": list(outcome.missing), "fix": fix},
+        allow_retries=False,
+    )
 
 
 COST_TABLE = "fct_gpu_cost_by_request"
@@ -451,8 +501,8 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         config: CostCheckConfig,
         ledger: LedgerResource,
         warehouse: Warehouse,
-    ) -> dg.AssetCheckResult:
-        _, tree = _tree(context, asset_kind, ledger)
+    ) -> Iterator[dg.AssetCheckResult]:
+        req, tree = _tree(context, asset_kind, ledger)
         pricing = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
         severity = dg.AssetCheckSeverity.ERROR if config.enforce else dg.AssetCheckSeverity.WARN
         outcome = check_cost_attributed(tree, pricing.costs, pricing.priced_through,
@@ -462,7 +512,7 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
             note = BUILD_COST_MODELS
         else:
             note = f"priced by the cost models through {pricing.priced_through}"
-        return dg.AssetCheckResult(
+        yield dg.AssetCheckResult(
             passed=result.passed,
             severity=severity,
             description=f"{result.description} ({note})",
@@ -471,6 +521,9 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
                       "awaiting_pricing": list(outcome.awaiting),
                       "awaiting_pricing_count": len(outcome.awaiting)},
         )
+        if not outcome.passed and severity == dg.AssetCheckSeverity.ERROR:
+            _blocked(context, asset_kind, req, outcome, ledger,
+                     cost_fix=BUILD_COST_MODELS if pricing.costs is None else "")
 
     return _check
 
@@ -484,8 +537,7 @@ workload_checks: list[dg.AssetChecksDefinition] = [
 
 
 class SweepConfig(dg.Config):
-    dry_run: bool = False
-    """True: report what would be deleted, delete nothing."""
+    dry_run: bool = Field(default=False, description="true: report what would be deleted, delete nothing.")
 
 
 @dg.op(description="Delete expired evidence that is not under hold; report what was kept and why.")
@@ -519,7 +571,20 @@ def retention_sweep() -> None:
     sweep_evidence()
 
 
-retention_sweep_schedule = dg.ScheduleDefinition(job=retention_sweep, cron_schedule="0 3 * * *", name="retention_sweep_daily")
+def make_retention_schedule(running: bool = False) -> dg.ScheduleDefinition:
+    """`retention_sweep_daily` (03:00 UTC). Stopped by default: deleting expired evidence on a
+    schedule is a site's decision; the demo turns it on (`GPU_PLATFORM_RETENTION_SCHEDULE=on`,
+    set by `gpu-platform demo run`), as its README says every schedule is on."""
+    return dg.ScheduleDefinition(
+        job=retention_sweep,
+        cron_schedule="0 3 * * *",
+        name="retention_sweep_daily",
+        default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
+        description="Delete expired evidence not under hold (never anything held).",
+    )
+
+
+retention_sweep_schedule = make_retention_schedule()
 
 # jobs ----------------------------------------------------------------------------------------
 

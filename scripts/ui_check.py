@@ -11,9 +11,10 @@ then opens in Debian's chromium (headless, through Debian's chromedriver and sel
 4. the blocked release's run                               -> 04-blocked-release-run.png
 5. the `chargeback` cost asset's plots                     -> 05-chargeback-plots.png
 
-and asserts what each page says (asset names, lanes, the failing check), and through GraphQL that
-every lane is observed on `gpu_queue`, the workload and cost assets exist, the blocked release's
-check names what is missing and the cost asset has plotted (numeric) metadata; and that the numbers
+and asserts what each page says (asset names, lanes, the check that blocked the release), and
+through GraphQL that every lane is observed on `gpu_queue`, the workload and cost assets exist, the
+blocked release's check names what is missing, its run's tags name the check, the suite and the fix,
+and the cost asset has plotted (numeric) metadata; and that the numbers
 the UI shows equal `gpu-platform cost report --format json` to the cent: each seeded day's chargeback
 and billed totals (that partition's own metadata) and every lifetime unit cost, released model and
 map included. Stops the demo
@@ -125,7 +126,7 @@ def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
             ("03-gpu-queue-plots.png", "/assets/gpu_queue", ("Plots",),
              ("research_best_effort/pending", "incident_response/gpus_in_use")),
             ("04-blocked-release-run.png", f"/runs/{blocked_run}", (),
-             ("model_evidence_pack_replay_coverage", "blocking asset check failed")),
+             ("model_evidence_pack_replay_coverage", "blocked by model_evidence_pack.replay_coverage")),
             ("05-chargeback-plots.png", "/assets/chargeback", ("Plots",), ("total_cost_USD", "gpu_hours")),
         ]
         for name, path, clicks, needles in pages:
@@ -234,6 +235,11 @@ def api_checks(url: str, checks: Checks, blocked_run: str) -> None:
                 "the blocked release's replay_coverage check names the missing suite")
     checks.that(bool(blocked) and {"label": "request_id", "text": partition} in blocked[0]["metadataEntries"],
                 f"its evaluation names its partition ({partition})")
+    tags = {t["key"]: t["value"] for r in runs if r["runId"] == blocked_run for t in r["tags"]}
+    checks.that(tags.get("gpu-platform/blocked-by") == "model_evidence_pack.replay_coverage"
+                and "eval-night-rain-v3" in tags.get("gpu-platform/blocked-missing", "")
+                and "gpu-platform submit" in tags.get("gpu-platform/blocked-fix", ""),
+                f"the blocked run's tags name the check, the missing suite and the fix ({tags})")
     mats = graphql(url, COST)["assetOrError"]["assetMaterializations"]
     numeric = {e["label"] for m in mats for e in m["metadataEntries"]
                if e["__typename"] in ("FloatMetadataEntry", "IntMetadataEntry")}

@@ -17,6 +17,10 @@ import sqlalchemy as sa
 
 from gpu_platform.policy import Policy, load_policy
 
+# a project config (./gpu-platform.yaml that `make demo` writes, ~/.config/gpu-platform) must not
+# point the tests' CLI at a demo's state; the tests of the lookup set the variable themselves
+os.environ.setdefault("GPU_PLATFORM_CONFIG", "none")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ROOT / "examples" / "requests"

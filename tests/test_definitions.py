@@ -60,3 +60,18 @@ def test_postgres_instance_materializes_an_asset(pg_url, tmp_path):
         assert result.success
         event = instance.get_latest_materialization_event(dg.AssetKey("policy_lane_count"))
         assert event.asset_materialization.metadata["lanes"].value == 8
+
+
+def test_the_retention_schedule_is_stopped_unless_the_demo_turns_it_on(monkeypatch):
+    import pytest
+
+    def status():
+        return build_definitions("test").get_schedule_def("retention_sweep_daily").default_status
+
+    monkeypatch.delenv("GPU_PLATFORM_RETENTION_SCHEDULE", raising=False)
+    assert status() == dg.DefaultScheduleStatus.STOPPED
+    monkeypatch.setenv("GPU_PLATFORM_RETENTION_SCHEDULE", "on")  # what `gpu-platform demo run` sets
+    assert status() == dg.DefaultScheduleStatus.RUNNING
+    monkeypatch.setenv("GPU_PLATFORM_RETENTION_SCHEDULE", "yes")
+    with pytest.raises(ValueError, match="GPU_PLATFORM_RETENTION_SCHEDULE='yes'"):
+        build_definitions("test")

@@ -66,8 +66,26 @@ def live_request_files() -> list[Path]:
     return files + [p for p in sorted(DEMO_REQUESTS.glob("*.yaml")) if p != INCIDENT]
 
 
-def seed(days: int, price_days: int, console: Console) -> dict | None:
+def write_project_config(path: Path, console: Console) -> bool:
+    """Write the demo's project config at `path` (the CLI run beside it then reads `.demo`), unless
+    a config the demo did not write is there (left alone, and said so)."""
+    from gpu_platform.cli.project import DEMO_MARK, demo_config_text
+
+    if path.exists() and not path.read_text(errors="replace").startswith(DEMO_MARK):
+        console.print(f"demo: left {path} as it is (not written by the demo); the CLI reads the state it names")
+        return False
+    dagster_home = Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None
+    text = demo_config_text(_home(), dagster_home, path.parent)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+        console.print(f"demo: wrote {path}: the CLI run in {path.parent} reads {_home()}")
+    return True
+
+
+def seed(days: int, price_days: int, console: Console, project_config: Path | None = None) -> dict | None:
     home = _home()
+    if project_config is not None:
+        write_project_config(project_config, console)
     marker = home / MARKER
     if marker.exists():
         console.print(f"demo: already seeded ({marker}); `rm -rf {home}` to start again")
@@ -123,9 +141,11 @@ def demo() -> None:
 @click.option("--price-days", default=None, type=click.IntRange(0, 366),
               help="Newest days priced before the UI opens (default: every day); the rest by a backfill "
                    "`demo run` launches.")
-def seed_cmd(days: int, price_days: int | None) -> None:
+@click.option("--project-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a project config here naming the demo's home (`make demo`: ./gpu-platform.yaml).")
+def seed_cmd(days: int, price_days: int | None, project_config: Path | None) -> None:
     """Seed $GPU_PLATFORM_HOME and $DAGSTER_HOME (idempotent)."""
-    seed(days, days if price_days is None else min(price_days, days), Console(stderr=True))
+    seed(days, days if price_days is None else min(price_days, days), Console(stderr=True), project_config)
 
 
 def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
@@ -199,6 +219,8 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
     dagster = str(Path(sys.executable).parent / "dagster")
     # `dagster dev` warns that `dg dev` supersedes it on every start: nothing a demo user can act on
     env = {**os.environ, "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), DEV_WARNING]))}
+    # every schedule of the demo is on, the evidence retention sweep's too (off by default elsewhere)
+    env.setdefault("GPU_PLATFORM_RETENTION_SCHEDULE", "on")
     if os.environ.get("DAGSTER_HOME"):
         # runs a previous `demo run` left in flight hold pool slots forever: cancel them first
         subprocess.run([sys.executable, "-m", "assets.demo_seed", "recover"], cwd=ROOT, env=env, check=False)

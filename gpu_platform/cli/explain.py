@@ -35,8 +35,10 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
         click.echo(json.dumps(ex.to_json(), indent=2, default=str))
         return
     console = Console(width=None if sys.stdout.isatty() else 200)
+    target = f", target {ex.target}" if ex.target else ""
     table = Table(
-        title=f"{ex.request_id}: {ex.lane}, team {ex.team}, {ex.gpus} x {ex.gpu_type}, now {ex.state}"
+        title=f"{ex.name} ({ex.request_id}): {ex.lane}, owner {ex.owner}, team {ex.team}{target}, "
+        f"{ex.gpus} x {ex.gpu_type}, now {ex.state}"
     )
     for col in ("at (UTC)", "event", "position", "flavor", "preemptor / victims", "reason", "policy rule"):
         table.add_column(col, overflow="fold")

@@ -71,9 +71,13 @@ def lineage(ident: str, ledger_url: str | None, kind: str | None, as_json: bool,
         if request_id != ident:
             console.print(f"artifact {ident} was produced by request {request_id}")
         console.print(render_tree(tree))
-    gaps = [n for n in tree.unique() if n.run is None or n.run.status != SUCCEEDED]
+    gaps = [n for n in tree.unique() if n.status != SUCCEEDED]
     if gaps:
-        click.echo(f"{len(gaps)} stage(s) missing or not succeeded", err=True)
+        blocked = [n for n in gaps if n.blocked_by]
+        click.echo(f"{len(gaps)} stage(s) missing, not succeeded or blocked", err=True)
+        for n in blocked:
+            checks = ", ".join(b.check_name for b in n.blocked_by)
+            click.echo(f"{n.kind} {n.request_id} is blocked by {checks} (see 'to fix' above)", err=True)
         if strict:
             sys.exit(1)
 

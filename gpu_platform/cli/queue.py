@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from gpu_platform.cli.common import console, ledger_option, policy_option, policy_or_exit
 from gpu_platform.observe.queueview.rows import dry_run, queue_rows
@@ -21,11 +22,17 @@ from gpu_platform.units import format_duration
 @ledger_option
 @policy_option
 @click.option("--all", "show_all", is_flag=True, help="Include finished, failed and rejected requests.")
+@click.option("--owner", default=None, help="Only this owner's requests (exact, e.g. ana@example.com).")
+@click.option("--team", default=None, help="Only this team's requests.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
-def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: str) -> None:
-    """Show requests by lane: position, the reason each one waits, and its estimated start.
+def queue(
+    ledger_url: str | None, policy_path: str | None, show_all: bool, owner: str | None, team: str | None, fmt: str
+) -> None:
+    """Show requests by lane: name, owner, target, position, the reason each one waits, and its
+    estimated start.
 
-    Positions, reasons and estimates come from a dry run of the next gate tick (nothing recorded);
+    Positions, reasons and estimates come from a dry run of the next gate tick over the whole
+    queue (nothing recorded), so `--owner` / `--team` show the same positions as the full view;
     on a cluster the last column says what Kueue last said about the request's Job.
     """
     ledger = Ledger(ledger_url or default_ledger_url())
@@ -34,24 +41,19 @@ def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: 
     live = ledger.states((*PENDING_STATES, "admitted"))
     plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")))
     states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
-    rows = queue_rows(states, plan, now)
+    rows = queue_rows(states, plan, now, owner=owner, team=team)
     if fmt == "json":
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
     table = Table(title="GPU queue")
-    for col in (
-        "lane",
-        "request",
-        "team",
-        "state",
-        "GPUs",
-        "flavor",
-        "position",
-        "est. start",
-        "reason",
-        "cluster (Kueue)",
-    ):
+    kueue = any(r.cluster for r in rows)  # the column only where a cluster said something
+    for col in ("lane", "request (name, id)", "owner, team, target", "state", "GPUs", "flavor",
+                "position, est. start"):
         table.add_column(col, overflow="fold")
+    # the reason and Kueue's word are what people read: they keep some width, the ids fold
+    table.add_column("reason", overflow="fold", min_width=24 if kueue else 36)
+    if kueue:
+        table.add_column("cluster (Kueue)", overflow="fold", min_width=30)
     for r in rows:
         est = ""
         if r.estimated_start is not None:
@@ -59,18 +61,21 @@ def queue(ledger_url: str | None, policy_path: str | None, show_all: bool, fmt: 
             est = "now" if ahead <= 0 else f"in {format_duration(timedelta(seconds=round(ahead)))}"
         elif r.position:
             est = "unknown"
-        table.add_row(
+        cells = [
             r.lane,
-            r.request_id,
-            r.team,
+            r.request_id if r.name == r.request_id else f"{r.name}\n{r.request_id}",
+            "\n".join(x for x in (r.owner, r.team, r.target) if x),
             r.state,
             str(r.gpus),
             r.flavor or "",
-            f"{r.position} of {r.of}" if r.position else "",
-            est,
+            "\n".join(x for x in (f"{r.position} of {r.of}" if r.position else "", est) if x),
             r.reason,
-            (r.cluster or {}).get("reason", ""),
-        )
+        ]
+        if kueue:
+            cells.append((r.cluster or {}).get("reason", ""))
+        table.add_row(*(Text(c) for c in cells))
     console.print(table)
     counts = Counter(r.state for r in rows)
-    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "queue is empty")
+    who = " and ".join(x for x in (owner and f"owner {owner}", team and f"team {team}") if x)
+    empty = f"no requests of {who}" if who else "queue is empty"
+    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty)

@@ -17,9 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "requests"
 
 
+DEMO_INSTANCE_SETTINGS = {"nux": {"enabled": False}}
+"""The demo's instance only: no first-visit dialog ("Join the Dagster community") over every page
+of a fresh demo (Dagster's `nux: enabled: false`)."""
+
+
 def write_instance_yaml(dagster_home: Path) -> Path:
     policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
     dagster_home.mkdir(parents=True, exist_ok=True)
     path = dagster_home / "dagster.yaml"
-    path.write_text(render_instance_yaml(dagster_instance_yaml(policy), policy))
+    path.write_text(render_instance_yaml({**dagster_instance_yaml(policy), **DEMO_INSTANCE_SETTINGS}, policy))
     return path

@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
 from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
+from gpu_platform.gate.blockers import PreemptedBy, name_blockers, who
 from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
 from gpu_platform.requests.approvals import admission_approval_problem, honoured_kinds
@@ -31,6 +33,11 @@ TAG_COST_CENTER = "gpu-platform/cost-center"
 TAG_FLAVOR = "gpu-platform/flavor"
 TAG_ATTEMPT = "gpu-platform/attempt"
 TAG_WORKLOAD = "gpu-platform/workload"
+TAG_NAME = "gpu-platform/name"
+TAG_OWNER = "gpu-platform/owner"
+TAG_TARGET = "gpu-platform/target"
+"""The request's human name, owner and target on its runs: Dagster runs have no name of their
+own, so the run list shows these tags (and filters by them: `gpu-platform/owner=ana@example.com`)."""
 TAG_PRIORITY = PRIORITY_TAG
 
 
@@ -242,8 +249,15 @@ def plan_tick(
     holding: Mapping[str, str] | None = None,
     node_model: bool = False,
     launch_gangs: bool = True,
+    preempted: Mapping[str, PreemptedBy] | None = None,
+    checkpoint_of: Callable[[str], Path | None] = lambda _rid: None,
 ) -> TickPlan:
     """Run admission cycles until nothing more is admitted; return the tick's decisions.
+
+    Each wait's reason is the engine's, followed by what blocks it by name (`name_blockers`):
+    the requests holding the GPUs it can use and when they are expected free, and for a victim
+    pending again after a preemption (`preempted`, from `preemptions_of`) its preemptor and the
+    checkpoint it resumes from (`checkpoint_of`: a request's newest checkpoint file).
 
     draining: requests whose previous run is still stopping; they are not admitted this tick.
     holding: those of them whose run still holds a flavor (request -> flavor): they keep its
@@ -253,6 +267,7 @@ def plan_tick(
     launch_gangs=False: multi-node requests wait `GangNotLaunchable` (`gangs_held`).
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
+    everyone = list(states)
     skip = set(draining) - set(holding)
     # one reason per waiting request: an approval first (a person must act), then its inputs
     unapproved = awaiting_approval(policy, states)
@@ -275,6 +290,16 @@ def plan_tick(
     plan.waits.extend(upstream.values())
     plan.waits.extend(held.values())
     plan.waits.extend(unapproved.values())
+    plan.waits = name_blockers(
+        policy,
+        everyone,
+        plan.waits,
+        holding=holding,
+        admitted_now={adm.name: adm.flavor for adm in result.admitted},
+        now=now,
+        preempted=preempted,
+        checkpoint_of=checkpoint_of,
+    )
     plan.cycles = result.cycles
     for adm in result.admitted:
         s = by_id[adm.name]
@@ -293,6 +318,9 @@ def launch_for(policy: Policy, s: RequestState, attempt: int, flavor: str, messa
         TAG_FLAVOR: flavor,
         TAG_ATTEMPT: str(attempt),
         TAG_WORKLOAD: req.workload or "",
+        TAG_NAME: req.name or s.request_id,
+        TAG_OWNER: req.owner or "",
+        TAG_TARGET: req.target,
         TAG_PRIORITY: str(dagster_priority(policy, req.lane or "")),
         **team_limit_tags(policy, req.lane or "", req.team),
     }
@@ -321,7 +349,8 @@ def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], host
             (
                 p.victim,
                 "requeued",
-                f"requeued in its original queue order after preemption by {p.preemptor}",
+                f"requeued in its original queue order after preemption by {p.preemptor}"
+                + (f" ({who(p.preemptor, by_id[p.preemptor].request)})" if p.preemptor in by_id else ""),
                 None,
                 None,
                 {"preempted_by": p.preemptor},

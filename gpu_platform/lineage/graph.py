@@ -90,6 +90,38 @@ workload_runs = sa.Table(
 )
 
 
+release_blocks = sa.Table(
+    "release_blocks",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("request_id", sa.String(200), nullable=False, index=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("check_name", sa.String(64), nullable=False),
+    sa.Column("asset", sa.String(64), nullable=False),
+    sa.Column("missing", sa.Text, nullable=False),
+    sa.Column("fix", sa.Text, nullable=False),
+    sa.Column("dagster_run_id", sa.String(64)),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""A blocking release check that failed on a stage's materialization (one row per check and run):
+`lineage` shows the stage as blocked by it until a later materialization of the stage."""
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A failed blocking check on one materialization: what is missing and what to run."""
+
+    check_name: str
+    asset: str
+    missing: tuple[str, ...]
+    fix: str
+    dagster_run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check_name, "asset": self.asset, "missing": list(self.missing), "fix": self.fix,
+                "dagster_run_id": self.dagster_run_id}
+
+
 @dataclass(frozen=True, slots=True)
 class Parent:
     """An upstream run: `request_id`'s `kind` stage produced `via_id`."""
@@ -216,6 +248,15 @@ class LineageNode:
     run: WorkloadRun | None
     parents: list[LineageNode] = field(default_factory=list)
     repeat: bool = False
+    blocked_by: tuple[Block, ...] = ()
+    """Blocking checks that failed on this stage's latest materialization (a blocked pack)."""
+
+    @property
+    def status(self) -> str:
+        """`missing`, `blocked` (materialized, but a blocking check failed on it) or the run's status."""
+        if self.run is None:
+            return "missing"
+        return "blocked" if self.blocked_by else self.run.status
 
     def walk(self) -> Iterable[LineageNode]:
         yield self
@@ -237,7 +278,8 @@ class LineageNode:
             "request_id": self.request_id,
             "kind": self.kind,
             "via_id": self.via_id,
-            "status": self.run.status if self.run else "missing",
+            "status": self.status,
+            "blocked_by": [b.to_dict() for b in self.blocked_by],
             "run": self.run.to_dict() if self.run else None,
             "repeat": self.repeat,
             "parents": [p.to_dict() for p in self.parents],
@@ -259,6 +301,33 @@ class LineageStore:
         with self.engine.begin() as conn:
             conn.execute(workload_runs.insert().values(**row))
         return _from_row(row)
+
+    def record_block(self, request_id: str, kind: str, block: Block) -> None:
+        """Record that `block.check_name` failed on the stage's materialization in `block.dagster_run_id`."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                release_blocks.insert().values(
+                    request_id=request_id,
+                    kind=kind,
+                    check_name=block.check_name,
+                    asset=block.asset,
+                    missing=json.dumps(list(block.missing)),
+                    fix=block.fix,
+                    dagster_run_id=block.dagster_run_id,
+                    recorded_at=datetime.now(UTC),
+                )
+            )
+
+    def blocks(self) -> dict[tuple[str, str, str | None], list[Block]]:
+        """(request, kind, Dagster run) -> the blocking checks that failed there, oldest first."""
+        t = release_blocks
+        out: dict[tuple[str, str, str | None], list[Block]] = {}
+        with self.engine.connect() as conn:
+            for r in conn.execute(sa.select(t).order_by(t.c.id)):
+                out.setdefault((r.request_id, r.kind, r.dagster_run_id), []).append(
+                    Block(r.check_name, r.asset, tuple(json.loads(r.missing)), r.fix, r.dagster_run_id)
+                )
+        return out
 
     def record_edges(self, child_request_id: str, child_kind: str, parents: Sequence[Parent]) -> None:
         now = datetime.now(UTC)
@@ -331,6 +400,7 @@ class LineageStore:
         """The lineage tree back from a request's stage (default: its head stage)."""
         runs = self.latest_runs()
         edges = self.edges()
+        blocks = self.blocks()
         if kind is None:
             kinds = [k for (rid, k) in set(runs) | set(edges) if rid == request_id]
             if not kinds:
@@ -339,7 +409,9 @@ class LineageStore:
         expanded: set[tuple[str, str]] = set()
 
         def build(rid: str, k: str, via: str | None, path: frozenset[tuple[str, str]]) -> LineageNode:
-            node = LineageNode(rid, k, via, runs.get((rid, k)))
+            run = runs.get((rid, k))
+            blocked = blocks.get((rid, k, run.dagster_run_id), []) if run is not None and run.dagster_run_id else []
+            node = LineageNode(rid, k, via, run, blocked_by=tuple({b.check_name: b for b in blocked}.values()))
             if (rid, k) in expanded or (rid, k) in path:
                 node.repeat = True
                 return node
@@ -380,9 +452,12 @@ def node_label(node: LineageNode) -> str:
     via = f" [dim]via {node.via_id}[/dim]" if node.via_id else ""
     if r is None:
         return f"[bold]{node.kind}[/bold] {node.request_id} [red]NOT MATERIALIZED[/red]{via}"
-    colour = "green" if r.status == SUCCEEDED else "red"
+    colour = "green" if node.status == SUCCEEDED else "red"
+    status = node.status
+    if node.blocked_by:
+        status = "blocked by " + ", ".join(f"{b.asset}.{b.check_name}" for b in node.blocked_by)
     bits = [
-        f"[bold]{node.kind}[/bold] {node.request_id} [{colour}]{r.status}[/{colour}]{via}",
+        f"[bold]{node.kind}[/bold] {node.request_id} [{colour}]{status}[/{colour}]{via}",
         f"lane={r.lane} team={r.team}",
         f"commit={(r.source_commit or '-')[:12]} image={_short(r.container_digest)}",
     ]
@@ -397,10 +472,14 @@ def node_label(node: LineageNode) -> str:
 
 def render_tree(node: LineageNode, tree: Any = None) -> Any:
     """A rich.tree.Tree of the lineage: stages, then their data inputs, outputs and log digests."""
+    from rich.text import Text
     from rich.tree import Tree
 
     branch = Tree(node_label(node)) if tree is None else tree.add(node_label(node))
     r = node.run
+    for b in node.blocked_by if not node.repeat else ():
+        branch.add(Text.assemble(("blocked", "bold red"), f" by {b.check_name}: missing {'; '.join(b.missing)}"))
+        branch.add(Text.assemble(("to fix", "bold"), f": {b.fix}"))
     if r is not None and not node.repeat:
         for name in ("dataset_ids", "map_ids", "taxonomy_ids", "calibration_ids", "evaluator_ids"):
             ids = getattr(r, name)
@@ -430,6 +509,8 @@ class CheckOutcome:
     missing: tuple[str, ...] = ()
     checked: int = 0
     awaiting: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = ()
+    """The ids of what is missing where the check knows them (replay_coverage: the suites)."""
 
     @property
     def description(self) -> str:
@@ -504,7 +585,8 @@ def check_replay_coverage(tree: LineageNode, request: JobRequest) -> CheckOutcom
             rid, status, rate = runs[-1]
             rate_txt = f", pass rate {rate:.3f}" if isinstance(rate, int | float) else ""
             missing.append(f"suite {suite} for ODD cell {cell}: {status} in replay {rid}{rate_txt}")
-    return CheckOutcome("replay_coverage", not missing, tuple(missing), len(request.evaluator_ids))
+    suites = tuple(s for s in request.evaluator_ids if not any(st == "passed" for _, st, _ in seen.get(s, [])))
+    return CheckOutcome("replay_coverage", not missing, tuple(missing), len(request.evaluator_ids), subjects=suites)
 
 
 def check_logs_retained(tree: LineageNode, exists: Any, verify: Any, held: set[str]) -> CheckOutcome:
@@ -588,6 +670,38 @@ def check_cost_attributed(
                 else:
                     missing.append(f"{where}: no priced cost in the cost models")
     return CheckOutcome("cost_attributed", not missing, tuple(missing), len(stages), tuple(awaiting))
+
+
+RESUBMIT = "then submit the release again under a new request_id (`gpu-platform submit FILE`)"
+
+
+def fix_for(outcome: CheckOutcome, request: JobRequest, cost_fix: str = "") -> str:
+    """What to run so the check passes next time, from what it found missing."""
+    rid = request.request_id or "RELEASE_ID"
+    if outcome.name == "replay_coverage" and outcome.subjects:
+        return (
+            f"replay suite(s) {', '.join(outcome.subjects)} for ODD cell {request.odd_cell}: submit a replay "
+            f"request (workload: replay, odd_cell: {request.odd_cell}, evaluator_ids: [{', '.join(outcome.subjects)}], "
+            f"release_packet_id: {request.release_packet_id}) with `gpu-platform submit FILE` and let it finish, "
+            + RESUBMIT
+        )
+    if outcome.name == "replay_coverage":
+        return f"set odd_cell and evaluator_ids on the release request, {RESUBMIT}"
+    if outcome.name == "lineage_complete":
+        return (
+            f"run (or re-run) the stages named above until they succeed (`gpu-platform lineage {rid}` shows the "
+            f"tree), {RESUBMIT}"
+        )
+    if outcome.name == "logs_retained":
+        return (
+            "re-run the stages whose logs are missing or fail their digest, and hold them "
+            f"(`gpu-platform retention hold REQUEST_ID`), {RESUBMIT}"
+        )
+    if outcome.name == "reproducible":
+        return f"resubmit the stages named with source_commit, container_digest and their dataset ids, {RESUBMIT}"
+    if outcome.name == "cost_attributed":
+        return cost_fix or "price the stages (`gpu-platform cost build --day YYYY-MM-DD`), then re-run this check"
+    return RESUBMIT
 
 
 def awaiting_pricing(run: WorkloadRun, priced_through: date | None) -> bool:

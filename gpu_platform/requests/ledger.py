@@ -173,9 +173,17 @@ def new_request_id() -> str:
 def content_request_id(request: JobRequest) -> str:
     """The idempotency key of a request without `request_id`: `req-` + 20 hex characters of the
     SHA-256 of its validated content (canonical JSON). The same file submitted again (a re-run
-    batch) is the same request; any change of content is a new one."""
-    canonical = json.dumps(json.loads(request.to_json()), sort_keys=True, separators=(",", ":"))
+    batch) is the same request; any change of content is a new one. The `name` is left out: a
+    renamed file is the same request (it keeps the name it was first recorded with)."""
+    content = json.loads(request.to_json())
+    content.pop("name", None)
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return "req-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def same_job(a: JobRequest, b: JobRequest) -> bool:
+    """Equal but for the `name` (a label, not part of what the job does)."""
+    return a.model_copy(update={"name": None}) == b.model_copy(update={"name": None})
 
 
 def default_ledger_url(env: Mapping[str, str] | None = None) -> str:
@@ -292,7 +300,7 @@ class Ledger:
         """Record every request in one transaction, or none; return their ids in order.
 
         Requests without `request_id` get a new random id. One whose id is already recorded
-        with the same content is answered with that id (nothing new is written), so a batch
+        with the same content (its `name` aside: a label, the first one recorded stays) is answered with that id (nothing new is written), so a batch
         interrupted before its commit, or committed, can be re-run without duplicates. One whose
         id exists with other content, or that appears twice in the batch with different
         content, makes the whole batch fail with BatchConflict naming its source (`sources[i]`,
@@ -308,7 +316,7 @@ class Ledger:
             request = request.model_copy(update={"request_id": request_id})
             ids.append(request_id)
             if request_id in wanted:
-                if wanted[request_id][0] != request:
+                if not same_job(wanted[request_id][0], request):
                     conflicts.append(
                         (source, f"request_id {request_id!r} is also in {wanted[request_id][1]} with different content")
                     )
@@ -321,7 +329,7 @@ class Ledger:
                 with self.engine.begin() as conn:
                     existing = self._payloads(conn, list(wanted))
                     for request_id, (request, source) in wanted.items():
-                        if request_id in existing and JobRequest.from_json(existing[request_id]) != request:
+                        if request_id in existing and not same_job(JobRequest.from_json(existing[request_id]), request):
                             conflicts.append((source, f"request_id {request_id!r} already exists with different content"))
                     if conflicts:
                         raise BatchConflict(conflicts)
@@ -551,6 +559,29 @@ class Ledger:
             )
             for row in rows
         ]
+
+    def requests(self, request_ids: list[str]) -> dict[str, JobRequest]:
+        """The recorded requests among `request_ids` (unknown ids are left out)."""
+        with self.engine.connect() as conn:
+            return {rid: JobRequest.from_json(p) for rid, p in self._payloads(conn, request_ids).items()}
+
+    def last_preemptions(self, request_ids: list[str]) -> dict[str, tuple[str, datetime]]:
+        """victim -> (preemptor, at) of its latest `preempted` event, for those of `request_ids`
+        that were ever preempted."""
+        e = events_table
+        out: dict[str, tuple[str, datetime]] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(request_ids), 500):
+                q = (
+                    sa.select(e.c.request_id, e.c.at, e.c.details)
+                    .where(e.c.event == "preempted", e.c.request_id.in_(request_ids[i : i + 500]))
+                    .order_by(e.c.id)
+                )
+                for rid, at, details in conn.execute(q):
+                    by = (json.loads(details) if details else {}).get("by")
+                    if by:
+                        out[rid] = (str(by), _utc(at))
+        return out
 
     def state(self, request_id: str) -> RequestState:
         found = self.states(request_id=request_id)

@@ -38,6 +38,21 @@ or fail without retry."""
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+NAME_MAX_CHARS = 100
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+()-]{0,99}$")
+_NAME_BAD = re.compile(r"[^A-Za-z0-9 ._:/@+()-]+")
+TARGET_FIELDS = (
+    "candidate_id",
+    "release_packet_id",
+    "experiment_id",
+    "baseline_id",
+    "incident_id",
+    "source_map_acceptance_id",
+    "labeler_registry_id",
+    "change_ticket",
+)
+"""The fields that say what a request works on (a candidate, a release, an experiment...), in the
+order `JobRequest.target` looks for one; without any, its first output artifact id."""
 
 FIELD_MAX_CHARS: dict[str, int] = {
     "request_id": 200,
@@ -131,6 +146,10 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str | None = Field(default=None, pattern=_ID.pattern)
+    name: str | None = Field(default=None, pattern=_NAME.pattern)
+    """A human name (`occupancy-lr-sweep trial 1`): the `name:` field, else the request file's name
+    (`validate_request_file`). It labels the request in the queue, explain and the UI; it is not
+    part of the request's identity (`content_request_id` leaves it out)."""
     owner: str | None = None
     team: str | None = None
     cost_center: str | None = None
@@ -299,6 +318,21 @@ class JobRequest(BaseModel):
         if v is not None and v != "lane_default":
             parse_duration(v)
         return v
+
+    @property
+    def display_name(self) -> str:
+        """The name people read: `name`, else the request id (else "unnamed")."""
+        return self.name or self.request_id or "unnamed"
+
+    @property
+    def target(self) -> str:
+        """What the request works on: the first of TARGET_FIELDS it sets, else its first output
+        artifact id, else "" (`cand-perception-2026.12-rc1`, `rel-2026.12-perception`)."""
+        for name in TARGET_FIELDS:
+            value = getattr(self, name)
+            if value:
+                return str(value)
+        return self.output_artifact_ids[0] if self.output_artifact_ids else ""
 
     @property
     def image_ref(self) -> str:
@@ -626,5 +660,18 @@ def load_request_file(path: str | Path) -> Any:
         raise RequestError(exc.errors, exc.source) from None
 
 
+def name_from_file(path: str | Path) -> str | None:
+    """A request's name from its file name: the stem, characters outside the name's alphabet
+    replaced by `-`, at most NAME_MAX_CHARS (None when nothing readable is left)."""
+    stem = _NAME_BAD.sub("-", Path(path).stem).lstrip(" -._:/@+()")[:NAME_MAX_CHARS].rstrip()
+    return stem if stem and _NAME.match(stem) else None
+
+
 def validate_request_file(path: str | Path, policy: Policy) -> JobRequest:
-    return validate_request(load_request_file(path), policy, str(path))
+    """Validate a request file; a file without `name:` is named after the file (`name_from_file`)."""
+    raw = load_request_file(path)
+    if isinstance(raw, dict) and _missing(raw.get("name")):
+        derived = name_from_file(path)
+        if derived:
+            raw = {**raw, "name": derived}
+    return validate_request(raw, policy, str(path))

@@ -76,3 +76,21 @@ def test_first_day_comes_from_the_environment_first(monkeypatch: pytest.MonkeyPa
 
 def test_demo_days_end_yesterday():
     assert demo_days(3, today=date(2026, 12, 1)) == [date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)]
+
+
+def test_the_demo_instance_shows_no_first_visit_dialog(tmp_path, monkeypatch):
+    """`nux: enabled: false` in the demo's dagster.yaml: Dagster's own setting behind the "Join the
+    Dagster community" dialog; the instance built from the file reads it so."""
+    import dagster as dg
+
+    from gpu_platform.demo.instance import write_instance_yaml
+
+    path = write_instance_yaml(tmp_path / "dagster_home")
+    monkeypatch.setenv("DAGSTER_HOME", str(path.parent))  # the file names its storage by it
+    with dg.DagsterInstance.from_config(str(path.parent)) as instance:
+        assert instance.nux_enabled is False
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(bare))
+    with dg.DagsterInstance.from_config(str(bare)) as instance:
+        assert instance.nux_enabled is True  # what a fresh demo showed before

@@ -112,8 +112,19 @@ class World:
             self.cancel_requested.add(run_id)
             return original_cancel(run_id)
 
+        original_canceled = instance.report_run_canceled
+        self.in_tick = False
+
+        def report_run_canceled(run, message=None):
+            # the gate cancels a run that has not started yet directly (assets/gate.py): a crash
+            # there is a termination crash too; the run workers' own reports (step_runs) never crash
+            if self.in_tick:
+                self._maybe_crash("termination")
+            return original_canceled(run, message=message)
+
         monkeypatch.setattr(gate_ledger, "record_many", record_many)
         monkeypatch.setattr(instance.run_coordinator, "cancel_run", cancel_run)
+        monkeypatch.setattr(instance, "report_run_canceled", report_run_canceled)
 
     def _maybe_crash(self, point: str) -> None:
         """At most one crash per tick; terminations are rare, so a crash there is likelier."""
@@ -159,10 +170,14 @@ class World:
     def tick(self, crashes: bool) -> None:
         self.armed = crashes
         try:
+            self.in_tick = True
             result = tick(self.instance, self.resources)
+            self.in_tick = False
             self.daemon_submit(getattr(result, "run_requests", []))
         except Crash:
             pass
+        finally:
+            self.in_tick = False
 
 
 CRASH_PROBABILITY = {"before_commit": 0.2, "after_commit": 0.2, "between_create_and_launch": 0.3, "termination": 0.6}

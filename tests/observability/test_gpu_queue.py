@@ -11,11 +11,16 @@ from tests.gate.helpers import add_run, submit, tick
 
 
 def _by_lane(result) -> dict[str, dict]:
+    """lane -> its observation's metadata values; per-flavor counts as `<lane>/<measure>/<flavor>`
+    from its `by_flavor` table."""
     out = {}
     for ev in result.asset_events:
         assert isinstance(ev, dg.AssetObservation) and ev.asset_key == GPU_QUEUE
         meta = {k: v.value for k, v in ev.metadata.items()}
         lane = next(k for k in meta if k.endswith("/pending")).split("/")[0]
+        for row in ev.metadata[f"{lane}/by_flavor"].records:
+            for measure in ("gpus_in_use", "gpus_pending"):
+                meta[f"{lane}/{measure}/{row.data['flavor']}"] = row.data[measure]
         out[lane] = meta
     return out
 
@@ -43,12 +48,11 @@ def test_counts_follow_the_ticks_decisions_and_live_runs(env, policy):
     admitted = [r for r in ids if ledger.state(r).state == "admitted"]
     waiting = [r for r in ids if ledger.state(r).state == "waiting"]
     assert admitted and waiting
-    assert first["candidate_train/admitted"] == len(admitted)
+    assert first["candidate_train/admitted"] == f"{len(admitted)} (0 running)"  # launched this tick: no run yet
     assert first["candidate_train/pending"] == len(waiting)
     assert first["candidate_train/gpus_in_use"] == 8 * len(admitted)
     assert first["candidate_train/gpus_in_use/h100-ondemand"] == 8 * len(admitted)
     assert first["candidate_train/gpus_pending/h100-ondemand"] == 8 * len(waiting)
-    assert first["candidate_train/running"] == 0  # launched this tick: no run exists yet
     head = min(waiting, key=lambda r: ledger.state(r).details["position"])
     assert first["candidate_train/head_request"] == head
     assert first["candidate_train/head_reason"] == ledger.state(head).reason
@@ -56,8 +60,7 @@ def test_counts_follow_the_ticks_decisions_and_live_runs(env, policy):
 
     add_run(instance, admitted[0], 1, lane="candidate_train")
     second = _by_lane(tick(instance, resources))["candidate_train"]
-    assert second["candidate_train/running"] == 1
-    assert second["candidate_train/admitted"] == len(admitted)
+    assert second["candidate_train/admitted"] == f"{len(admitted)} (1 running)"
     stored = read_gate_snapshot(ledger.engine)["candidate_train"]
     assert (stored.pending, stored.admitted, stored.running) == (len(waiting), len(admitted), 1)
 
@@ -83,8 +86,12 @@ def test_observations_are_numeric_on_a_real_instance_and_the_asset_says_how_to_r
     ]
     assert len(labeler) == 2
     for meta in labeler:
-        assert isinstance(meta["labeler_batch/admitted"], dg.IntMetadataValue)
+        # four plots per lane, the rest text and tables (the Plots tab stays short)
+        plotted = sorted(k for k, v in meta.items() if isinstance(v, dg.IntMetadataValue | dg.FloatMetadataValue))
+        assert plotted == sorted(f"labeler_batch/{m}" for m in ("pending", "gpus_pending", "gpus_in_use", "oldest_wait_s"))
         assert isinstance(meta["labeler_batch/oldest_wait_s"], dg.FloatMetadataValue)
-        assert meta["labeler_batch/admitted"].value == 1
+        assert meta["labeler_batch/admitted"].value.startswith("1 (")
+        assert isinstance(meta["labeler_batch/by_flavor"], dg.TableMetadataValue)
+        assert next(iter(meta)) == "labeler_batch/waiting"
     spec = next(s for s in build_definitions("test").resolve_all_asset_specs() if s.key == GPU_QUEUE)
     assert "Plots" in spec.description and "head_reason" in spec.description

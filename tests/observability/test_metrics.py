@@ -130,3 +130,35 @@ def test_cli_serves_until_interrupted(tmp_path, policy):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_wait_p95_is_each_lanes_own_and_a_batch_admitted_in_one_tick_shares_it(env, policy):
+    """The demo showed queue_wait_p95_seconds = 314.598095 for five lanes. Not a bug: its live
+    requests are submitted in one transaction (one `submitted_at`) and first admitted by the same
+    gate tick, so each of those lanes' only wait in the window is the same number. Lanes whose
+    waits differ get their own p95, computed from their own requests only."""
+    from gpu_platform.requests.model import validate_request
+    from tests.gate.helpers import raw_request
+
+    _, ledger, _, _ = env
+    t0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    own_waits = {"labeler_batch": [1, 2, 30], "research_best_effort": [5, 50], "baseline_rebuild": [7]}
+    for lane, waits in own_waits.items():
+        for i, w in enumerate(waits):
+            raw = raw_request(lane, output_artifact_ids=[f"{lane}-{i}"])
+            rid = ledger.submit(validate_request(raw, policy), at=t0)
+            ledger.record(rid, "admitted", "test", flavor="x", at=t0 + timedelta(minutes=w))
+    # one batch (the demo's seed) admitted by one tick 314.598095 s later, in two more lanes
+    batch = [validate_request(raw_request(lane), policy) for lane in ("release_eval", "map_semantic_batch")]
+    ids = ledger.submit_batch(batch, at=t0)
+    for rid in ids:
+        ledger.record(rid, "admitted", "test", flavor="x", at=t0 + timedelta(seconds=314.598095))
+    now = t0 + timedelta(minutes=55)
+    collector = QueueCollector(ledger, policy, wait_window=timedelta(hours=1), clock=lambda: now)
+    fam = next(f for f in collector.collect() if f.name == "gpu_platform_queue_wait_p95_seconds")
+    got = {s.labels["lane"]: s.value for s in fam.samples}
+    for lane, waits in own_waits.items():
+        assert got[lane] == percentile([w * 60.0 for w in waits], 95), lane
+    assert len({got[lane] for lane in own_waits}) == len(own_waits)  # distinct lanes, distinct values
+    assert got["release_eval"] == got["map_semantic_batch"] == pytest.approx(314.598095)
+    assert got["incident_response"] == 0.0  # nothing admitted in the window

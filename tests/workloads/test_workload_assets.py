@@ -3,6 +3,7 @@ through the local executor and dagster-pipes, on a test Dagster instance."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -17,6 +18,9 @@ from click.testing import CliRunner
 
 from assets.workloads import (
     JOB_FOR_WORKLOAD,
+    TAG_BLOCKED_BY,
+    TAG_BLOCKED_FIX,
+    TAG_BLOCKED_MISSING,
     release_job,
     retention_sweep,
     workload_assets,
@@ -165,6 +169,27 @@ def test_incomplete_evidence_pack_blocks_the_release_in_the_same_run(chain):
     assert "- suite eval-night-cutins-v2" in failing[0].metadata["missing_md"].value
     latest = instance.get_latest_materialization_event(dg.AssetKey("released_model"))
     assert latest is None or latest.dagster_event.partition != rid
+    # the run says which check, what is missing and what to run (not Dagster's generic error)
+    (failure,) = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "model_evidence_pack_replay_coverage"
+    message = failure.step_failure_data.error.message
+    assert "blocked by model_evidence_pack.replay_coverage: missing eval-night-cutins-v2" in message
+    assert "To fix: replay suite(s) eval-night-cutins-v2 for ODD cell odd-urban-day" in message
+    assert "gpu-platform submit" in message and "blocking asset check failed" not in message
+    tags = instance.get_run_by_id(res.run_id).tags
+    assert tags[TAG_BLOCKED_BY] == "model_evidence_pack.replay_coverage"
+    assert tags[TAG_BLOCKED_MISSING] == "eval-night-cutins-v2"
+    assert tags[TAG_BLOCKED_FIX].startswith("replay suite(s) eval-night-cutins-v2")
+    # `lineage` shows the pack blocked by that check, with what to run; the other checks were not disturbed
+    assert {e.check_name for e in res.get_asset_check_evaluations() if e.passed} >= {"lineage_complete", "reproducible"}
+    url = p.resources["ledger"].url
+    out = CliRunner().invoke(lineage, [rid, "--ledger", url])
+    assert "evidence_pack req-release-night blocked by model_evidence_pack.replay_coverage" in out.stdout
+    assert "to fix: replay suite(s) eval-night-cutins-v2" in out.stdout
+    assert "is blocked by replay_coverage" in out.stderr
+    doc = json.loads(CliRunner().invoke(lineage, [rid, "--ledger", url, "--json"]).stdout)
+    assert doc["status"] == "blocked" and doc["blocked_by"][0]["check"] == "replay_coverage"
+    assert CliRunner().invoke(lineage, [rid, "--ledger", url, "--strict"]).exit_code == 1
 
 
 def _pack_cost_check(p: Platform, instance, rid: str, warehouse: Path, enforce: bool = True):

@@ -10,7 +10,13 @@ from __future__ import annotations
 from gpu_platform.observe.queueview.demand import Demand, LaneDemand, demand_flavor, load_demand
 from gpu_platform.observe.queueview.explain import Explanation, Step, explain, rule_for
 from gpu_platform.observe.queueview.rows import QueueRow, dry_run, queue_rows
-from gpu_platform.observe.queueview.snapshot import LaneSnapshot, lane_snapshots, observation_metadata
+from gpu_platform.observe.queueview.snapshot import (
+    LaneSnapshot,
+    WaitingRow,
+    flavor_rows,
+    lane_snapshots,
+    observation_metadata,
+)
 from gpu_platform.observe.queueview.store import read_gate_snapshot, write_gate_snapshot
 
 __all__ = [
@@ -20,9 +26,11 @@ __all__ = [
     "LaneSnapshot",
     "QueueRow",
     "Step",
+    "WaitingRow",
     "demand_flavor",
     "dry_run",
     "explain",
+    "flavor_rows",
     "lane_snapshots",
     "load_demand",
     "observation_metadata",

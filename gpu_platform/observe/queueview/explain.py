@@ -70,11 +70,17 @@ class Explanation:
     steps: list[Step]
     approvals: list[dict[str, Any]] = field(default_factory=list)
     """Every approval recorded for the request (kind, role, approver, reason, at, honoured now)."""
+    name: str = ""
+    owner: str = ""
+    target: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "approvals": self.approvals,
             "request_id": self.request_id,
+            "name": self.name,
+            "owner": self.owner,
+            "target": self.target,
             "lane": self.lane,
             "team": self.team,
             "gpus": self.gpus,
@@ -274,4 +280,7 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
         state.state,
         steps,
         approvals,
+        name=state.request.name or request_id,
+        owner=state.request.owner or "",
+        target=state.request.target,
     )

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpu_platform.gate.blockers import latest_checkpoint, preemptions_of
 from gpu_platform.gate.checkpoints import checkpoint_dir, has_checkpoint
 from gpu_platform.gate.tick import TickPlan, budget_period_start, plan_tick
 from gpu_platform.policy import Policy
@@ -42,10 +43,18 @@ class QueueRow:
     updated_at: datetime
     cluster: dict[str, Any] | None = None
     """What Kueue last said about the request's Job on a cluster (reason, message, flavor)."""
+    name: str = ""
+    """The request's human name (`JobRequest.display_name`)."""
+    owner: str = ""
+    target: str = ""
+    """What the request works on (`JobRequest.target`: a candidate, release packet, experiment...)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "request_id": self.request_id,
+            "name": self.name,
+            "owner": self.owner,
+            "target": self.target,
             "lane": self.lane,
             "team": self.team,
             "state": self.state,
@@ -70,14 +79,31 @@ def dry_run(policy: Policy, ledger: Ledger, states: list[RequestState], now: dat
         now,
         checkpointed=lambda rid: has_checkpoint(checkpoint_dir(home, rid)),
         spent=ledger.reserved_by_lane(budget_period_start(policy.budget_period, now)),
+        preempted=preemptions_of(ledger, states),
+        checkpoint_of=lambda rid: latest_checkpoint(checkpoint_dir(home, rid)),
     )
 
 
-def queue_rows(states: Iterable[RequestState], plan: TickPlan | None, now: datetime) -> list[QueueRow]:
+def queue_rows(
+    states: Iterable[RequestState],
+    plan: TickPlan | None,
+    now: datetime,
+    *,
+    owner: str | None = None,
+    team: str | None = None,
+) -> list[QueueRow]:
     """Rows by lane (admitted first, then queue position, then submission order).
 
-    plan: a dry run on these states (None: the reasons and positions the gate last recorded).
+    plan: a dry run on these states (None: the reasons and positions the gate last recorded); it
+    must cover the whole queue even when `owner` / `team` keep only some rows, since a request's
+    position depends on every request ahead of it.
+    owner / team: keep only the requests of that owner / team (exact match).
     """
+    states = [
+        s
+        for s in states
+        if (owner is None or s.request.owner == owner) and (team is None or s.request.team == team)
+    ]
     waits = {w.name: w for w in plan.waits} if plan is not None else {}
     launches = {x.request_id: x for x in plan.launches} if plan is not None else {}
     rows = []
@@ -116,6 +142,9 @@ def queue_rows(states: Iterable[RequestState], plan: TickPlan | None, now: datet
                 s.attempts,
                 s.updated_at,
                 getattr(s, "cluster", None),
+                name=s.request.name or s.request_id,
+                owner=s.request.owner or "",
+                target=s.request.target,
             )
         )
     rows.sort(key=lambda r: (r.lane, r.state not in ("admitted",), r.position or 1 << 30))

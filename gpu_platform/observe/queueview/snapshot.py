@@ -9,12 +9,45 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from gpu_platform.admission.model import PendingInfo
 from gpu_platform.observe.queueview.demand import demand_flavor
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, RequestState
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingRow:
+    """One waiting request of a lane as people read it: who, what, how long, why, and when.
+
+    position: 1-based queue position (None for a request the gate holds before admission, e.g.
+    `WaitingForUpstream`); eta: the engine's estimated start (None: no estimate possible)."""
+
+    position: int | None
+    request_id: str
+    name: str
+    owner: str
+    team: str
+    target: str
+    gpus: int
+    waited_s: float
+    reason: str
+    eta: datetime | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "position": self.position,
+            "request_id": self.request_id,
+            "name": self.name,
+            "owner": self.owner,
+            "team": self.team,
+            "target": self.target,
+            "gpus": self.gpus,
+            "waited_s": round(self.waited_s, 1),
+            "reason": self.reason,
+            "eta": self.eta.isoformat() if self.eta else None,
+        }
 
 
 @dataclass(slots=True)
@@ -25,7 +58,9 @@ class LaneSnapshot:
     running: those whose Dagster run is live (None: the caller does not know the runs).
     gpus_pending: pending GPUs by the flavor they would be tried on first (`demand_flavor`).
     oldest_wait_s: how long the oldest pending request has waited since submission (0 if none).
-    head_request / head_reason: the request at position 1 and why it waits ("" if nothing waits).
+    head_request / head_reason: the request at position 1 and why it waits ("" if nothing waits);
+    head_name / head_owner: its name and owner.
+    waiting: every pending request of the lane, in queue order (held requests last).
     """
 
     lane: str
@@ -37,6 +72,9 @@ class LaneSnapshot:
     oldest_wait_s: float = 0.0
     head_request: str | None = None
     head_reason: str = ""
+    head_name: str = ""
+    head_owner: str = ""
+    waiting: list[WaitingRow] = field(default_factory=list)
 
 
 def lane_snapshots(
@@ -62,6 +100,8 @@ def lane_snapshots(
     snaps = {lane.name: LaneSnapshot(lane.name, running=0 if running_ids is not None else None)
              for lane in policy.lanes_by_priority()}
     heads: dict[str, tuple[int, str, str]] = {}
+    waits = list(waits)
+    wait_by_id = {w.name: w for w in waits}
     for w in waits:
         rank = w.position if w.position >= 1 else 1 << 30  # WaitingForUpstream has no queue position
         cur = heads.get(w.cq)
@@ -88,41 +128,74 @@ def lane_snapshots(
             prev = fallback_heads.get(lane)
             if prev is None or s.submitted_at < prev[0]:
                 fallback_heads[lane] = (s.submitted_at, s.request_id, s.reason)
+            w = wait_by_id.get(s.request_id)
+            snap.waiting.append(
+                WaitingRow(
+                    position=(w.position or None) if w is not None else s.details.get("position"),
+                    request_id=s.request_id,
+                    name=s.request.name or s.request_id,
+                    owner=s.request.owner or "",
+                    team=s.request.team or "",
+                    target=s.request.target,
+                    gpus=gpus,
+                    waited_s=max(0.0, (now - s.submitted_at).total_seconds()),
+                    reason=w.message if w is not None else s.reason,
+                    eta=datetime.fromtimestamp(w.estimated_start, UTC)
+                    if w is not None and w.estimated_start is not None
+                    else None,
+                )
+            )
+    names = {s.request_id: s.request for s in states}
     for lane, snap in snaps.items():
+        snap.waiting.sort(key=lambda r: (r.position is None, r.position or 0, -r.waited_s))
         if not snap.pending:
             continue
         if lane in heads:
             _, snap.head_request, snap.head_reason = heads[lane]
         elif lane in fallback_heads:
             _, snap.head_request, snap.head_reason = fallback_heads[lane]
+        head = names.get(snap.head_request or "")
+        if head is not None:
+            snap.head_name = head.name or snap.head_request or ""
+            snap.head_owner = head.owner or ""
     return list(snaps.values())
 
 
-def observation_metadata(policy: Policy, snap: LaneSnapshot) -> dict[str, float | int | str]:
-    """Flat metadata for one lane's observation: numbers (plotted over time) under `<lane>/<measure>`.
+PLOTTED = ("pending", "gpus_pending", "gpus_in_use", "oldest_wait_s")
+"""The measures plotted per lane (one plot each on the asset's Plots tab): what a person reads the
+queue by. The rest of a lane's state is text and a table, so the Plots tab stays short."""
 
-    Per-flavor GPU counts cover every flavor the lane has quota on, zeros included, so each plot
-    is a continuous line.
-    """
+
+def observation_metadata(policy: Policy, snap: LaneSnapshot) -> dict[str, float | int | str]:
+    """One lane's observation: the plotted numbers (PLOTTED) under `<lane>/<measure>`, then
+    `<lane>/admitted` as text (`3 (2 running)`: admitted minus running are runs queued or starting)
+    and the head of the queue. Per-flavor GPU counts are `flavor_rows` (a table, not plots)."""
     p = f"{snap.lane}/"
     out: dict[str, float | int | str] = {
         p + "pending": snap.pending,
-        p + "admitted": snap.admitted,
-        p + "gpus_in_use": sum(snap.gpus_in_use.values()),
         p + "gpus_pending": sum(snap.gpus_pending.values()),
+        p + "gpus_in_use": sum(snap.gpus_in_use.values()),
         p + "oldest_wait_s": round(snap.oldest_wait_s, 1),
     }
-    if snap.running is not None:
-        out[p + "running"] = snap.running
+    running = "" if snap.running is None else f" ({snap.running} running)"
+    out[p + "admitted"] = f"{snap.admitted}{running}"
+    out[p + "head_reason"] = snap.head_reason or ("nothing waits" if not snap.pending else "")
+    if snap.head_request:
+        out[p + "head_request"] = snap.head_request
+        out[p + "head_name"] = snap.head_name
+        out[p + "head_owner"] = snap.head_owner
+    return out
+
+
+def flavor_rows(policy: Policy, snap: LaneSnapshot) -> list[dict[str, int | str]]:
+    """GPUs in use and pending per flavor: every flavor the lane has quota on (zeros included),
+    then any other flavor its requests hold."""
     lane = policy.lanes.get(snap.lane)
     flavors = list(lane.flavor_names) if lane is not None else []
     for f in sorted(set(snap.gpus_in_use) | set(snap.gpus_pending)):
         if f not in flavors:
             flavors.append(f)
-    for f in flavors:
-        out[f"{p}gpus_in_use/{f}"] = snap.gpus_in_use.get(f, 0)
-        out[f"{p}gpus_pending/{f}"] = snap.gpus_pending.get(f, 0)
-    out[p + "head_reason"] = snap.head_reason or ("nothing waits" if not snap.pending else "")
-    if snap.head_request:
-        out[p + "head_request"] = snap.head_request
-    return out
+    return [
+        {"flavor": f, "gpus_in_use": snap.gpus_in_use.get(f, 0), "gpus_pending": snap.gpus_pending.get(f, 0)}
+        for f in flavors
+    ]

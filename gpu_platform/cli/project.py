@@ -1,0 +1,169 @@
+"""The project config: where the CLI finds its state when the environment does not say.
+
+A YAML file names the home, ledger, warehouse (and optionally the policy, the evidence root and
+the Dagster home) so `gpu-platform queue` run in a project directory reads that project's state
+without exporting variables. Looked for, first found wins:
+
+1. `$GPU_PLATFORM_CONFIG` (a file; `none` turns the lookup off);
+2. `./gpu-platform.yaml` in the working directory (`make demo` writes one naming `.demo`);
+3. `$XDG_CONFIG_HOME/gpu-platform/config.yaml` (`~/.config/...` when XDG_CONFIG_HOME is unset).
+
+Precedence, highest first: a command's option (`--ledger`, `--warehouse`, `--policy`), the
+environment variable, the project config, the built-in default (`./var`). The config fills in
+only variables the environment leaves unset, for the duration of one command (and the processes
+it starts). Relative paths in the file are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpu_platform.safeload import InputError, Limits, load_document
+
+CONFIG_NAME = "gpu-platform.yaml"
+CONFIG_ENV = "GPU_PLATFORM_CONFIG"
+CONFIG_LIMITS = Limits(max_bytes=64 * 1024, max_depth=4, max_nodes=1_000)
+DEMO_MARK = "# written by `gpu-platform demo seed --project-config`"
+"""The first line of a config the demo wrote: the demo rewrites only files that start with it."""
+
+VARIABLES = {
+    "home": "GPU_PLATFORM_HOME",
+    "ledger": "GPU_PLATFORM_LEDGER_URL",
+    "warehouse": "GPU_PLATFORM_WAREHOUSE",
+    "policy": "GPU_PLATFORM_POLICY",
+    "evidence_root": "GPU_PLATFORM_EVIDENCE_ROOT",
+    "dagster_home": "DAGSTER_HOME",
+}
+"""Config key -> the environment variable it stands in for."""
+
+
+class ConfigError(ValueError):
+    """A project config that cannot be used; `errors` names each problem with its key."""
+
+    def __init__(self, source: str, errors: list[str]):
+        self.source = source
+        self.errors = errors
+        super().__init__(f"{source}: " + "; ".join(errors))
+
+
+class ProjectConfig(BaseModel):
+    """The file's keys; each optional. ledger: a SQLAlchemy URL, or a path to a SQLite file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    home: str | None = Field(default=None, min_length=1, max_length=4096)
+    ledger: str | None = Field(default=None, min_length=1, max_length=4096)
+    warehouse: str | None = Field(default=None, min_length=1, max_length=4096)
+    policy: str | None = Field(default=None, min_length=1, max_length=4096)
+    evidence_root: str | None = Field(default=None, min_length=1, max_length=4096)
+    dagster_home: str | None = Field(default=None, min_length=1, max_length=4096)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Where a command's state comes from. config: the file used (None: none found);
+    applied: variables the file set; shadowed: variables the file names but the environment
+    already set (the environment wins)."""
+
+    config: Path | None
+    applied: dict[str, str] = field(default_factory=dict)
+    shadowed: dict[str, str] = field(default_factory=dict)
+
+
+def find_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path | None:
+    """The project config to use, or None (see the module docstring for the order)."""
+    env = os.environ if env is None else env
+    explicit = env.get(CONFIG_ENV)
+    if explicit:
+        return None if explicit.lower() == "none" else Path(explicit)
+    local = (cwd or Path.cwd()) / CONFIG_NAME
+    if local.is_file():
+        return local
+    xdg = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "gpu-platform" / "config.yaml"
+    return xdg if xdg.is_file() else None
+
+
+def load_config(path: Path) -> dict[str, str]:
+    """The file's settings as environment variables (paths made absolute); ConfigError names
+    every problem (unknown keys, wrong types) with its key."""
+    try:
+        raw = load_document(path, CONFIG_LIMITS)
+    except InputError as exc:
+        raise ConfigError(exc.source, exc.errors) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), [f"<root>: expected a mapping of {', '.join(VARIABLES)}"])
+    try:
+        cfg = ProjectConfig.model_validate(raw)
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            key = ".".join(str(x) for x in err["loc"]) or "<root>"
+            msg = (
+                f"unknown key (one of: {', '.join(VARIABLES)})"
+                if err["type"] == "extra_forbidden"
+                else err["msg"].removeprefix("Value error, ")
+            )
+            errors.append(f"{key}: {msg}")
+        raise ConfigError(str(path), errors) from None
+    base = path.resolve().parent
+    out: dict[str, str] = {}
+    for key, var in VARIABLES.items():
+        value = getattr(cfg, key)
+        if value is None:
+            continue
+        if key == "ledger" and "://" in value:
+            out[var] = value
+        elif key == "ledger":
+            out[var] = f"sqlite:///{(base / Path(value).expanduser()).resolve()}"
+        else:
+            out[var] = str((base / Path(value).expanduser()).resolve())
+    return out
+
+
+def apply_config(env: MutableMapping[str, str] | None = None, cwd: Path | None = None) -> Resolution:
+    """Fill the variables `env` leaves unset from the project config; say what came from where."""
+    env = os.environ if env is None else env
+    path = find_config(env, cwd)
+    if path is None:
+        return Resolution(None)
+    if not path.is_file():
+        raise ConfigError(str(path), [f"{CONFIG_ENV} names a file that does not exist"])
+    settings = load_config(path)
+    applied, shadowed = {}, {}
+    for var, value in settings.items():
+        if env.get(var):
+            shadowed[var] = value
+        else:
+            env[var] = value
+            applied[var] = value
+    return Resolution(path, applied, shadowed)
+
+
+def demo_config_text(home: Path, dagster_home: Path | None, relative_to: Path) -> str:
+    """The project config `make demo` writes: the demo's home (and Dagster home), relative to the
+    file's directory when under it."""
+
+    def rel(p: Path) -> str:
+        try:
+            return str(p.resolve().relative_to(relative_to.resolve()))
+        except ValueError:
+            return str(p.resolve())
+
+    lines = [
+        DEMO_MARK,
+        "# so the CLI run from this directory reads the demo's state (README, Configuration);",
+        "# environment variables still win. `rm -rf .demo gpu-platform.yaml` starts over.",
+        f"home: {rel(home)}",
+    ]
+    if dagster_home is not None:
+        lines.append(f"dagster_home: {rel(dagster_home)}")
+    return "\n".join(lines) + "\n"
