@@ -39,7 +39,8 @@ def queue(
     pol = policy_or_exit(policy_path)
     now = datetime.now(UTC)
     live = ledger.states((*PENDING_STATES, "admitted"))
-    plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")))
+    on_cluster = os.environ.get("GPU_PLATFORM_ENV") == "prod"  # the gate's k8s executor (resources/build.py)
+    plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")), on_cluster=on_cluster)
     states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
     rows = queue_rows(states, plan, now, owner=owner, team=team)
     if fmt == "json":
