@@ -19,6 +19,8 @@ final as (
         sum(allocated_cost) as allocated_cost,
         sum(idle_cost) as idle_cost,
         sum(shared_cost) as shared_cost,
+        sum(tax_cost) as tax_cost,
+        sum(credit_cost) as credit_cost,
         sum(total_cost) as total_cost,
         case when sum(shared_cost) <= 0
             then string_agg(distinct shared_cost_reason, '; ' order by shared_cost_reason) end as shared_cost_reason

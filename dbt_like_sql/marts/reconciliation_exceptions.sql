@@ -75,7 +75,7 @@ problems as (
     union all
 
     select
-        day, 'bill_without_telemetry', 'unreconciled', currency, billed_cost, cast(null as double),
+        day, 'bill_without_telemetry', 'unreconciled', currency, effective_cost, cast(null as double),
         resource_id, null, null, source, source_row, 'billing',
         'GPU instance billing row (' || coalesce(charge_description, resource_id, '?')
             || ') matches no inventory node and no DCGM host'
@@ -85,7 +85,7 @@ problems as (
     union all
 
     select
-        day, 'duplicated_billing_row', 'unreconciled', currency, billed_cost, cast(null as double),
+        day, 'duplicated_billing_row', 'unreconciled', currency, effective_cost, cast(null as double),
         coalesce(hostname, resource_id), null, null, source, source_row, 'billing',
         'billing row repeats an earlier row (same account, resource, charge period, SKU and cost): not priced'
     from classes

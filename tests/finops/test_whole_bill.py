@@ -1,0 +1,205 @@
+"""A whole bill: one day of a FOCUS 1.2 export shaped like AWS's, with every row kind.
+
+Day 2026-11-28 (`tests/fixtures/finops/whole-bill/`, through `gpu-platform feeds ingest`):
+
+- three p5.48xlarge nodes (8 H100 each) billed per hour: on demand (98.32/h, 12.29 per GPU-hour),
+  spot (`PricingCategory: Dynamic`, 39.33/h -> 4.91625), and one under a Compute Savings Plan
+  (`BilledCost` 0, `EffectiveCost` 61.00/h -> 7.625);
+- the plan's daily `Purchase` row (64.00/h committed: BilledCost 1,536.00, EffectiveCost 0) and its
+  unused part (`CommitmentDiscountStatus: Unused`, EffectiveCost 72.00);
+- a gp3 volume per node (3 x 5.46 + 0.27), a CPU node (m7i.4xlarge, 24 x 0.8064), data transfer
+  out (46.80), a `Tax` row (310.25), a `Credit` row (-400.00), and a `Correction` (ChargeClass) of
+  the previous day's data transfer (-12.00, charge period 2026-11-27);
+- invoice: BilledCost 4,820.6536 = EffectiveCost 4,820.6536 (the plan's fee equals its covered and
+  unused effective cost); 4,832.6536 on the 28th, -12.00 on the 27th.
+
+Pods (`kubectl get pods -A -o json`): three dagster-k8s step pods of admitted requests (8 GPUs
+00-12 on the on-demand node, 4 GPUs all day on the spot node, 8 GPUs 00-12 on the committed node),
+the team's own pods in `team-perception` without a request id (4 GPUs 12-24 on each GPU node:
+48 x (12.29 + 4.91625 + 7.625) = 1,191.90), and a notebook in `research`, a namespace no team owns
+(1 GPU 00-06 on the spot node: 6 x 4.91625 = 29.4975).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timedelta
+from decimal import Decimal as D
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from gpu_platform.cli import main
+from gpu_platform.finops.sqlmodels import load_ledger_snapshot
+
+FIX = Path(__file__).parent.parent / "fixtures" / "finops" / "whole-bill"
+BILL = FIX / "focus-aws-2026-11-28.csv"
+DAY, PREV = "2026-11-28", "2026-11-27"
+D0 = datetime(2026, 11, 28)
+OD = "ip-10-1-0-11.us-west-2.compute.internal"
+SPOT = "ip-10-1-0-12.us-west-2.compute.internal"
+SP = "ip-10-1-0-13.us-west-2.compute.internal"
+H100 = "NVIDIA H100 80GB HBM3"
+INVOICE = D("4820.6536")
+
+REQUESTS = [
+    dict(request_id="req-train-1", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
+         workload="training_run", gpu_type="h100", gpu_count=8, state="finished", attempts=1),
+    dict(request_id="req-label-1", team="labeling", cost_center="CC-1040", lane="labeler_batch", site="sf",
+         workload="label_batch", gpu_type="h100", gpu_count=4, state="finished", attempts=1),
+    dict(request_id="req-replay-1", team="safety", cost_center="CC-1050", lane="release_eval", site="muc",
+         workload="replay", gpu_type="h100", gpu_count=8, state="finished", attempts=1),
+]
+# the ledger's placeholders: one per admitted attempt, no host (the cluster's pods replace them)
+LEDGER_PODS = [
+    dict(namespace=ns, pod=f"{rid}-a1", request_id=rid, attempt=1, flavor_name="h100-ondemand",
+         started_at=D0 + timedelta(hours=s), ended_at=D0 + timedelta(hours=e), exit_status="Succeeded")
+    for ns, rid, s, e in (("team-perception", "req-train-1", 0, 12), ("team-labeling", "req-label-1", 0, 24),
+                          ("team-safety", "req-replay-1", 0, 12))
+]
+# DCGM samples: (namespace, pod, node, gpus, start h, end h, util %)
+SAMPLED = [
+    ("team-perception", "dagster-step-1a2b3c4d5e6f-train", OD, range(8), 0, 12, 90),
+    ("team-labeling", "dagster-step-2b3c4d5e6f7a-label", SPOT, range(4), 0, 24, 60),
+    ("team-safety", "dagster-step-3c4d5e6f7a8b-replay", SP, range(8), 0, 12, 80),
+    *[("team-perception", f"perception-sweep-{i}", n, range(4, 8), 12, 24, 50) for i, n in enumerate((OD, SPOT, SP))],
+    ("research", "notebook-bob-0", SPOT, [4], 0, 6, 20),
+]
+
+
+def dcgm_history(path: Path) -> None:
+    """dcgm-exporter history of the three GPU nodes as Parquet: every GPU every 15 s, labelled with
+    the pod holding it (idle GPUs too)."""
+    con = duckdb.connect()
+    con.execute("create table assign (hostname varchar, gpu integer, namespace varchar, pod varchar, s double, "
+                "e double, util double)")
+    con.executemany("insert into assign values (?, ?, ?, ?, ?, ?, ?)",
+                    [(n, g, ns, pod, s, e, u) for ns, pod, n, gpus, s, e, u in SAMPLED for g in gpus])
+    con.execute(f"""
+        copy (
+            select $d::timestamp + to_seconds(k * 15) as ts, 'DCGM_FI_DEV_GPU_UTIL' as metric,
+                   coalesce(a.util, 0.0) as value, h.hostname, g::integer as gpu,
+                   'GPU-' || h.hostname || '-' || g as uuid, '{H100}' as model_name,
+                   cast(null as varchar) as pci_bus_id, 'nvidia' || g as device,
+                   cast(null as varchar) as gpu_instance_profile, cast(null as varchar) as gpu_instance_id,
+                   a.namespace, a.pod,
+                   case when a.pod is not null then 'main' end as container
+            from (values ('{OD}'), ('{SPOT}'), ('{SP}')) as h(hostname), range(8) as t(g), range(5760) as r(k)
+            left join assign as a on a.hostname = h.hostname and a.gpu = g and k * 15 >= a.s * 3600
+                and k * 15 < a.e * 3600
+        ) to '{path}' (format parquet)""", {"d": D0})
+
+
+def run(runner: CliRunner, env: dict, *args: str):
+    return runner.invoke(main, list(args), env=env)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    env = {"GPU_PLATFORM_HOME": str(home), "GPU_PLATFORM_WAREHOUSE": ""}
+    runner = CliRunner()
+    dcgm = home / "dcgm.parquet"
+    dcgm_history(dcgm)
+    ingest = run(runner, env, "feeds", "ingest", "--day", DAY, "--focus", str(BILL), "--dcgm", str(dcgm),
+                 "--nodes", str(FIX / "kubectl-get-nodes.json"), "--pods", str(FIX / "kubectl-get-pods.json"),
+                 "--format", "json")
+    assert ingest.exit_code == 0, ingest.output
+    # the correction's charge period is the 27th: it is loaded (and priced) under its own day
+    prev = run(runner, env, "feeds", "ingest", "--day", PREV, "--focus", str(BILL), "--format", "json")
+    assert prev.exit_code == 0, prev.output
+    wh = home / "warehouse.duckdb"
+    con = duckdb.connect(str(wh))
+    load_ledger_snapshot(con, REQUESTS, LEDGER_PODS)
+    con.close()
+    build = run(runner, env, "cost", "build", "--day", PREV, "--until", DAY)
+    reports = {}
+    for d in (PREV, DAY):
+        res = run(runner, env, "cost", "report", "--day", d, "--format", "json")
+        assert res.exit_code == 0, res.output
+        reports[d] = json.loads(res.output)
+    return {"wh": wh, "env": env, "build": build, "reports": reports, "ingest": json.loads(ingest.output),
+            "prev": json.loads(prev.output)}
+
+
+def q(wh: Path, sql: str, params=None):
+    with duckdb.connect(str(wh), read_only=True) as con:
+        return con.execute(sql, params or {}).fetchall()
+
+
+def totals(built, day=DAY) -> dict:
+    (usd,) = built["reports"][day]["totals"]
+    return usd
+
+
+def test_every_row_of_the_export_is_loaded_on_its_own_day(built):
+    (line,) = [r for r in built["ingest"]["feeds"] if r["feed"] == "focus"]
+    assert (line["rows_in"], line["accepted"], line["quarantined"], line["other_days"]) == (106, 105, 0, 1)
+    (prev,) = [r for r in built["prev"]["feeds"] if r["feed"] == "focus"]
+    assert (prev["accepted"], prev["other_days"]) == (1, 105)
+
+
+def test_billed_and_effective_totals_equal_the_invoice(built):
+    day, prev = totals(built), totals(built, PREV)
+    assert D(day["billed"]) == D("4832.6536") and D(day["effective"]) == D("4832.6536")
+    # the correction is priced on its own day: the two days' parts add up to the invoice to the cent
+    assert D(prev["billed"]) == D("-12.000000") and prev["correction_rows"] == 1
+    assert D(day["billed"]) + D(prev["billed"]) == INVOICE
+    assert D(day["effective"]) + D(prev["effective"]) == INVOICE
+    for t in (day, prev):
+        parts = sum(D(t[k]) for k in ("billed_allocated_cost", "billed_idle_cost", "shared", "tax", "credit",
+                                      "unused_commitment", "unreconciled"))
+        assert parts == D(t["effective"]) and D(t["difference"]) == 0
+        assert D(t["chargeback_total"]) == D(t["effective"]) + D(t["price_book"])
+
+
+def test_committed_gpus_cost_their_effective_rate_and_the_purchase_is_not_counted_again(built):
+    prices = {h: (c, b, p) for h, c, b, p in q(built["wh"], """
+        select hostname, node_cost, billed_node_cost, price_per_gpu_hour from int_node_hour_prices where day = $d""",
+        {"d": DAY})}
+    assert prices[SP] == (D("1464.000000"), D("0.000000"), D("7.625000"))
+    assert prices[SPOT] == (D("943.920000"), D("943.920000"), D("4.916250"))
+    assert prices[OD] == (D("2359.680000"), D("2359.680000"), D("12.290000"))
+    cost = dict(q(built["wh"], "select request_id, allocated_cost from fct_gpu_cost_by_request where day = $d",
+                  {"d": DAY}))
+    assert cost == {"req-replay-1": D("732.000000"), "req-label-1": D("471.960000"), "req-train-1": D("1179.840000")}
+    t = totals(built)
+    # the plan's fee is in the billed total, never in shared cost: storage, the CPU node and egress are
+    assert D(t["commitment_purchases"]) == D("1536.00") and D(t["billed_minus_effective"]) == 0
+    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80")
+    classes = dict(q(built["wh"], "select billing_class, sum(effective_cost) from int_billing_classes where day = $d "
+                                  "group by 1", {"d": DAY}))
+    assert classes["commitment_purchase"] == 0 and classes["unused_commitment"] == D("72.000000")
+
+
+def test_unused_commitment_is_its_own_line(built):
+    rows = q(built["wh"], "select team, unused_commitment_cost, total_cost from chargeback where day = $d "
+                          "and unused_commitment_cost <> 0", {"d": DAY})
+    assert rows == [("(unused commitment)", D("72.000000"), D("72.000000"))]
+    assert D(totals(built)["unused_commitment"]) == D("72.00")
+
+
+def test_tax_and_credits_are_distributed_like_shared_cost_in_their_own_columns(built):
+    t = totals(built)
+    assert D(t["tax"]) == D("310.25") and D(t["credit"]) == D("-400.00")
+    ((tax, credit, shared),) = q(built["wh"], """
+        select sum(tax_cost), sum(credit_cost), sum(shared_cost) from chargeback
+        where day = $d and team not like '(%'""", {"d": DAY})
+    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600"))
+    # proportional to allocated cost, like shared cost
+    by_team = {team: (a, s, x) for team, a, s, x in q(built["wh"], """
+        select team, sum(allocated_cost), sum(shared_cost), sum(tax_cost) from chargeback
+        where day = $d and team not like '(%' group by team""", {"d": DAY})}
+    alloc = sum(a for a, _, _ in by_team.values())
+    for a, s, x in by_team.values():
+        assert abs(x - D("310.25") * a / alloc) < D("0.00001") and abs(s - D("82.8036") * a / alloc) < D("0.00001")
+
+
+def test_the_correction_reprices_its_own_day(built):
+    rows = q(built["wh"], "select day, billing_class, charge_class, effective_cost from int_billing_classes "
+                          "where charge_class = 'Correction'")
+    assert rows == [(date(2026, 11, 27), "shared", "Correction", D("-12.000000"))]
+    cb = q(built["wh"], "select team, shared_cost, total_cost from chargeback where day = $d", {"d": PREV})
+    assert cb == [("(unallocated)", D("-12.000000"), D("-12.000000"))]
