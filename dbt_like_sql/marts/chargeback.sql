@@ -35,10 +35,30 @@ allocated as (
         currency,
         sum(allocated_gpu_hours) as allocated_gpu_hours,
         sum(used_gpu_hours) as used_gpu_hours,
-        sum(allocated_cost) as allocated_cost
+        sum(allocated_cost) as allocated_cost,
+        false as bypass
     from {{ ref('fct_gpu_cost_by_request') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by all
+
+    union all
+
+    -- bypass: GPU time on no admitted request in a namespace the team owns, charged to the team on
+    -- lane '(bypass)' (its busy time is not measured per pod here: used 0)
+    select
+        day,
+        team,
+        coalesce(cost_center, team) as cost_center,
+        site,
+        '(bypass)' as lane,
+        currency,
+        sum(gpu_hours) as allocated_gpu_hours,
+        0.0 as used_gpu_hours,
+        sum(cost) as allocated_cost,
+        true as bypass
+    from {{ ref('int_unattributed_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and bypass and cost is not null
+    group by day, team, cost_center, site, currency
 
 ),
 
@@ -181,7 +201,7 @@ distributed as (
 
     -- the largest row of each day and currency absorbs the rounding remainder: shares sum to the pool
     select
-        day, team, cost_center, site, lane, currency,
+        day, team, cost_center, site, lane, currency, bypass,
         allocated_gpu_hours, used_gpu_hours, allocated_cost,
         idle_raw + case when rank_in_currency = 1 and sum(w_idle) over (partition by day, currency) > 0
             then idle_pool - sum(idle_raw) over (partition by day, currency) else 0 end as idle_cost,
@@ -204,6 +224,7 @@ unallocated as (
         '(unallocated)' as site,
         '(unallocated)' as lane,
         p.currency,
+        false as bypass,
         0.0 as allocated_gpu_hours,
         0.0 as used_gpu_hours,
         cast(0 as decimal(18, 6)) as allocated_cost,
@@ -235,6 +256,7 @@ unused_commitment as (
         '(unused commitment)' as site,
         '(unused commitment)' as lane,
         p.currency,
+        false as bypass,
         0.0 as allocated_gpu_hours,
         0.0 as used_gpu_hours,
         cast(0 as decimal(18, 6)) as allocated_cost,
@@ -259,6 +281,7 @@ unreconciled as (
         '(unreconciled)' as site,
         '(unreconciled)' as lane,
         e.currency,
+        false as bypass,
         0.0 as allocated_gpu_hours,
         0.0 as used_gpu_hours,
         cast(0 as decimal(18, 6)) as allocated_cost,
@@ -302,6 +325,7 @@ final as (
         c.site,
         c.lane,
         c.currency,
+        c.bypass,
         c.allocated_gpu_hours,
         c.used_gpu_hours,
         cast(c.allocated_cost as decimal(18, 6)) as allocated_cost,

@@ -17,6 +17,8 @@ final as (
         sum(used_gpu_hours) as used_gpu_hours,
         sum(used_gpu_hours) / nullif(sum(allocated_gpu_hours), 0) as gpu_utilization,
         sum(allocated_cost) as allocated_cost,
+        coalesce(sum(allocated_gpu_hours) filter (where bypass), 0.0) as bypass_gpu_hours,
+        coalesce(sum(allocated_cost) filter (where bypass), 0) as bypass_cost,
         sum(idle_cost) as idle_cost,
         sum(shared_cost) as shared_cost,
         sum(tax_cost) as tax_cost,

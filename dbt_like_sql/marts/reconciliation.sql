@@ -49,6 +49,16 @@ shared as (
 
 ),
 
+bypass as (
+
+    -- GPU time on no admitted request in a team's namespace, on billed nodes: charged to the team
+    select day, currency, sum(cost) as bypass_cost
+    from {{ ref('int_unattributed_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and bypass and price_source = 'billing'
+    group by day, currency
+
+),
+
 exceptions as (
 
     select
@@ -103,6 +113,7 @@ final as (
         coalesce(n.billed_node_cost, 0) as billed_node_cost,
         coalesce(n.effective_node_cost, 0) as effective_node_cost,
         coalesce(n.allocated_cost, 0) as allocated_cost,
+        coalesce(bp.bypass_cost, 0) as bypass_cost,
         coalesce(n.idle_cost, 0) as idle_cost,
         coalesce(s.shared_cost, 0) as shared_cost,
         coalesce(s.tax_cost, 0) as tax_cost,
@@ -116,7 +127,8 @@ final as (
         coalesce(e.exceptions, 0) as exceptions,
         -- every effective dollar is allocated, idle, shared, tax, credit, unused commitment or held back
         coalesce(b.effective_cost, 0)
-            - (coalesce(n.allocated_cost, 0) + coalesce(n.idle_cost, 0) + coalesce(s.shared_cost, 0)
+            - (coalesce(n.allocated_cost, 0) + coalesce(bp.bypass_cost, 0) + coalesce(n.idle_cost, 0)
+               + coalesce(s.shared_cost, 0)
                + coalesce(s.tax_cost, 0) + coalesce(s.credit_cost, 0) + coalesce(s.unused_commitment_cost, 0)
                + coalesce(e.unreconciled_billed_cost, 0))
             as difference
@@ -126,6 +138,7 @@ final as (
     left join shared as s on s.day = k.day and s.currency = k.currency
     left join charged as ch on ch.day = k.day and ch.currency = k.currency
     left join exceptions as e on e.day = k.day and e.currency = k.currency
+    left join bypass as bp on bp.day = k.day and bp.currency = k.currency
 
 )
 

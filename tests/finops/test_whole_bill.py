@@ -32,7 +32,10 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.finops.sqlmodels import load_ledger_snapshot
+from gpu_platform.finops.sqlmodels import Project, default_project_path, load_ledger_snapshot
+from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot
+from gpu_platform.observe.scorecards import model_vars
+from gpu_platform.policy import load_policy
 
 FIX = Path(__file__).parent.parent / "fixtures" / "finops" / "whole-bill"
 BILL = FIX / "focus-aws-2026-11-28.csv"
@@ -52,13 +55,15 @@ REQUESTS = [
     dict(request_id="req-replay-1", team="safety", cost_center="CC-1050", lane="release_eval", site="muc",
          workload="replay", gpu_type="h100", gpu_count=8, state="finished", attempts=1),
 ]
-# the ledger's placeholders: one per admitted attempt, no host (the cluster's pods replace them)
+# the ledger's placeholders, one per admitted attempt (the cluster's pods of the request replace them)
 LEDGER_PODS = [
-    dict(namespace=ns, pod=f"{rid}-a1", request_id=rid, attempt=1, flavor_name="h100-ondemand",
+    dict(namespace=ns, pod=f"{rid}-a1", request_id=rid, attempt=1, flavor_name="h100-ondemand", hostname=node,
          started_at=D0 + timedelta(hours=s), ended_at=D0 + timedelta(hours=e), exit_status="Succeeded")
-    for ns, rid, s, e in (("team-perception", "req-train-1", 0, 12), ("team-labeling", "req-label-1", 0, 24),
-                          ("team-safety", "req-replay-1", 0, 12))
+    for ns, rid, node, s, e in (("team-perception", "req-train-1", OD, 0, 12),
+                                ("team-labeling", "req-label-1", SPOT, 0, 24),
+                                ("team-safety", "req-replay-1", SP, 0, 12))
 ]
+OWNERS = [dict(request_id=r["request_id"], owner=f"{r['team']}-lead@example.com") for r in REQUESTS]
 # DCGM samples: (namespace, pod, node, gpus, start h, end h, util %)
 SAMPLED = [
     ("team-perception", "dagster-step-1a2b3c4d5e6f-train", OD, range(8), 0, 12, 90),
@@ -113,6 +118,7 @@ def built(tmp_path_factory):
     wh = home / "warehouse.duckdb"
     con = duckdb.connect(str(wh))
     load_ledger_snapshot(con, REQUESTS, LEDGER_PODS)
+    load_scorecard_snapshot(con, [], OWNERS, [])
     con.close()
     build = run(runner, env, "cost", "build", "--day", PREV, "--until", DAY)
     reports = {}
@@ -149,8 +155,8 @@ def test_billed_and_effective_totals_equal_the_invoice(built):
     assert D(day["billed"]) + D(prev["billed"]) == INVOICE
     assert D(day["effective"]) + D(prev["effective"]) == INVOICE
     for t in (day, prev):
-        parts = sum(D(t[k]) for k in ("billed_allocated_cost", "billed_idle_cost", "shared", "tax", "credit",
-                                      "unused_commitment", "unreconciled"))
+        parts = sum(D(t[k]) for k in ("billed_allocated_cost", "billed_bypass_cost", "billed_idle_cost", "shared",
+                                      "tax", "credit", "unused_commitment", "unreconciled"))
         assert parts == D(t["effective"]) and D(t["difference"]) == 0
         assert D(t["chargeback_total"]) == D(t["effective"]) + D(t["price_book"])
 
@@ -203,3 +209,57 @@ def test_the_correction_reprices_its_own_day(built):
     assert rows == [(date(2026, 11, 27), "shared", "Correction", D("-12.000000"))]
     cb = q(built["wh"], "select team, shared_cost, total_cost from chargeback where day = $d", {"d": PREV})
     assert cb == [("(unallocated)", D("-12.000000"), D("-12.000000"))]
+
+
+def test_the_build_passes_every_data_test(built):
+    assert built["build"].exit_code == 0, built["build"].output
+
+
+def test_a_teams_bypass_pods_are_charged_to_it_and_flagged(built):
+    rows = q(built["wh"], """
+        select team, cost_center, lane, bypass, allocated_gpu_hours, allocated_cost from chargeback
+        where day = $d and bypass""", {"d": DAY})
+    assert rows == [("perception", "CC-1010", "(bypass)", True, pytest.approx(144.0), D("1191.900000"))]
+    ((bypass, hours),) = q(built["wh"], "select bypass_cost, bypass_gpu_hours from platform_cost_per_tenant "
+                                         "where day = $d and team = 'perception'", {"d": DAY})
+    assert bypass == D("1191.900000") and hours == pytest.approx(144.0)
+    t = totals(built)
+    assert D(t["bypass"]) == D("1191.900000") and t["bypass_gpu_hours"] == pytest.approx(144.0)
+    flagged = {(e["kind"], e["treatment"], e["pod"]): D(e["amount"]) for e in built["reports"][DAY]["exceptions"]
+               if e["namespace"] == "team-perception"}
+    assert flagged == {("bypass_pod_time", "charged", f"perception-sweep-{i}"): c
+                       for i, c in enumerate((D("589.92"), D("235.98"), D("366.00")))}
+    ((charged, unowned, teams, pods),) = q(built["wh"], """
+        select charged_bypass_gpu_hours, unowned_gpu_hours, bypass_teams, unattributed_pods from scorecard_bypass
+        where day = $d""", {"d": DAY})
+    assert (charged, unowned, teams, pods) == (pytest.approx(144.0), pytest.approx(6.0), "perception", 4)
+
+
+def test_only_money_no_owner_can_be_found_for_is_unreconciled(built):
+    unrec = [(e["kind"], e["namespace"], e["pod"], D(e["amount"])) for e in built["reports"][DAY]["exceptions"]
+             if e["treatment"] == "unreconciled"]
+    assert unrec == [("unattributed_pod_time", "research", "notebook-bob-0", D("29.4975"))]
+    assert D(totals(built)["unreconciled"]) == D("29.4975")
+    ((row,),) = q(built["wh"], "select total_cost from chargeback where day = $d and team = '(unreconciled)'",
+                  {"d": DAY})
+    assert row == D("29.497500")
+
+
+def test_allocation_coverage_reaches_100_percent_when_every_namespace_has_an_owner(built, tmp_path):
+    import shutil
+
+    (share,) = q(built["wh"], "select owner_share from scorecard_allocation_coverage where day = $d "
+                              "and dimension = 'all'", {"d": DAY})[0]
+    assert share < 1.0  # the research notebook has no owner
+    wh = tmp_path / "warehouse.duckdb"
+    shutil.copy(built["wh"], wh)
+    variables = model_vars(load_policy(None))
+    variables["team_namespaces"] = [*variables["team_namespaces"], "research|research|CC-9000|sf"]
+    with duckdb.connect(str(wh)) as con:
+        Project.load(default_project_path()).build(con, days=(DAY, DAY), variables=variables)
+        (share,) = con.execute("select owner_share from scorecard_allocation_coverage where day = $d "
+                               "and dimension = 'all'", {"d": DAY}).fetchone()
+        assert share == pytest.approx(1.0)
+        ((unrec,),) = con.execute("select count(*) from reconciliation_exceptions where day = $d "
+                                  "and treatment = 'unreconciled'", {"d": DAY}).fetchall()
+        assert unrec == 0

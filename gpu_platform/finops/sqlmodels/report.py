@@ -91,7 +91,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
         out["totals"] = _rows(con, """
             select r.currency, r.billed_cost as billed, r.effective_cost as effective,
                    r.billed_minus_effective, r.commitment_purchase_billed as commitment_purchases,
-                   r.allocated_cost as billed_allocated_cost,
+                   r.allocated_cost as billed_allocated_cost, r.bypass_cost as billed_bypass_cost,
                    r.idle_cost as billed_idle_cost, coalesce(i.idle, 0) as idle, r.shared_cost as shared,
                    r.tax_cost as tax, r.credit_cost as credit, r.unused_commitment_cost as unused_commitment,
                    r.unreconciled_cost as unreconciled, r.price_book_cost as price_book, r.chargeback_total,
@@ -118,6 +118,15 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
             t["allocated"] = t["allocated_cost"] = h.get("allocated_cost", Decimal(0))
             t["allocated_gpu_hours"] = h.get("allocated_gpu_hours", 0.0)
             t["used_gpu_hours"] = h.get("used_gpu_hours", 0.0)
+    if "int_unattributed_gpu_hours" in have:
+        # bypass: GPU time on no admitted request in a team's namespace, charged to that team
+        bypass = {r["currency"]: r for r in _rows(con, """
+            select currency, sum(cost) as cost, sum(gpu_hours) as gpu_hours from int_unattributed_gpu_hours
+            where day = $day and bypass and currency is not null group by currency""", {"day": d})}
+        for t in out["totals"]:
+            b = bypass.get(t["currency"], {})
+            t["bypass"] = b.get("cost", Decimal(0))
+            t["bypass_gpu_hours"] = b.get("gpu_hours", 0.0)
         out["top_requests"] = _rows(con, """
             select request_id, team, lane, workload, currency, sum(allocated_gpu_hours) as gpu_hours,
                    sum(allocated_cost) as cost
@@ -142,8 +151,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
             from unpriced_requests order by unpriced_gpu_hours desc, request_id limit $top""", {"top": top})
     if "platform_cost_per_tenant" in have:
         out["chargeback_by_team"] = _rows(con, """
-            select team, cost_center, currency, allocated_gpu_hours, allocated_cost, idle_cost, shared_cost, tax_cost,
-                   credit_cost, total_cost
+            select team, cost_center, currency, allocated_gpu_hours, allocated_cost, bypass_gpu_hours, bypass_cost,
+                   idle_cost, shared_cost, tax_cost, credit_cost, total_cost
             from platform_cost_per_tenant where day = $day order by currency, total_cost desc, team""", {"day": d})
     return out
 
