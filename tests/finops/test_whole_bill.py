@@ -32,7 +32,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.finops.sqlmodels import Project, default_project_path, load_ledger_snapshot
+from gpu_platform.finops.sqlmodels import Project, default_project_path, ensure_raw_tables, load_ledger_snapshot
 from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot
 from gpu_platform.observe.scorecards import model_vars
 from gpu_platform.policy import load_policy
@@ -263,3 +263,35 @@ def test_allocation_coverage_reaches_100_percent_when_every_namespace_has_an_own
         ((unrec,),) = con.execute("select count(*) from reconciliation_exceptions where day = $d "
                                   "and treatment = 'unreconciled'", {"d": DAY}).fetchall()
         assert unrec == 0
+
+
+def test_the_daily_load_reprices_an_earlier_day_a_new_export_corrects(tmp_path):
+    """The saved-files path (the Dagster asset): the 27th is loaded and built before the export
+    carrying its correction arrives; loading the 28th loads the correction under the 27th, which
+    is then stale until rebuilt, and a second load of the 28th changes nothing more."""
+    from gpu_platform.finops.feeds.ingest import load_focus_day
+    from gpu_platform.finops.sqlmodels.report import staleness
+
+    feeds = tmp_path / "feeds"
+    (feeds / "focus").mkdir(parents=True)
+    wh = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(wh)) as con:
+        ensure_raw_tables(con)
+        first = load_focus_day(con, feeds, date(2026, 11, 27))
+        assert (first.accepted, first.repriced) == (0, [])
+        Project.load(default_project_path()).build(con, days=(PREV, PREV), variables=model_vars(load_policy(None)))
+        assert staleness(con, PREV) is None
+        (feeds / "focus" / BILL.name).write_bytes(BILL.read_bytes())
+        report = load_focus_day(con, feeds, date(2026, 11, 28))
+        assert report.accepted == 105 and report.rows_in == 105  # the 28th's own rows
+        assert report.repriced == [(f"focus/{BILL.name}", date(2026, 11, 27), 1)]
+        assert "repriced_days" in report.metadata()
+        rows = con.execute("select day, ChargeClass, BilledCost from raw_focus_billing where day = $d",
+                           {"d": date(2026, 11, 27)}).fetchall()
+        assert rows == [(date(2026, 11, 27), "Correction", D("-12"))]
+        stale = staleness(con, PREV)
+        assert stale is not None and any("ingested" in r for r in stale["reasons"])
+        again = load_focus_day(con, feeds, date(2026, 11, 28))
+        assert again.repriced == []  # unchanged: not loaded twice
+        (n,) = con.execute("select count(*) from raw_focus_billing").fetchone()
+        assert n == 106

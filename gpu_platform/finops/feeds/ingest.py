@@ -91,6 +91,9 @@ class IngestReport:
     """(source, reason) of every file quarantined as a whole."""
     currency_flags: list[str] = field(default_factory=list)
     """FOCUS charge periods billed only in a currency the rest of their file does not use."""
+    repriced: list[tuple[str, date, int]] = field(default_factory=list)
+    """(source, day, rows): FOCUS rows of an earlier day that a file changed (a correction, a
+    re-delivered month), loaded under their own day, which is then stale until rebuilt."""
 
     def add(self, batch: FeedBatch, accepted: int, quarantined: int) -> None:
         self.rows_in += batch.rows_in
@@ -139,6 +142,9 @@ class IngestReport:
             )
         if self.errors:
             md["scrape_errors"] = "\n".join(f"- {e}" for e in self.errors)
+        if self.repriced:
+            md["repriced_days"] = "| file | day | rows |\n|---|---|---|\n" + "".join(
+                f"| {src} | {d.isoformat()} | {n} |\n" for src, d, n in self.repriced)
         return md
 
 
@@ -463,6 +469,8 @@ class FocusFileLoad:
     batches: int = 0
     first_day: date | None = None
     """The earliest day the file charges (its accepted rows' ChargePeriodStart)."""
+    earlier_days: Counter[date] = field(default_factory=Counter)
+    """Rows staged for days before the load's day (``earlier_days=True``), per day."""
     currency_periods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_PERIOD_SCHEMA))
 
     @property
@@ -472,12 +480,16 @@ class FocusFileLoad:
 
 def stream_focus_file(
     con: duckdb.DuckDBPyConnection, path: Path, source: str, day: date, batch_bytes: int = focus.FOCUS_BATCH_BYTES,
+    earlier_days: bool = False,
 ) -> FocusFileLoad:
     """Append the rows of one FOCUS file charged on `day` to the FOCUS staging tables
     (`load.create_staging`) under (`source`, `day`), batch by batch (:func:`focus.iter_focus`),
     each batch committed on its own (DuckDB writes committed appends out; a transaction's own
     appends stay in memory). The file's quarantined rows stay only when `day` is its anchor (the
     earliest day it charges; its mtime's day when no row was accepted), so they are counted once.
+    With `earlier_days`, the file's rows charged before `day` are staged too, each under its own
+    day (counted in `earlier_days`, not in `accepted`): :func:`load_focus_day` re-prices those days
+    when the file changed them (a correction delivered with a later export).
     Raises what the reader raises; the caller then deletes the partial rows."""
     if path.suffix.lower() == ".csv":
         problem = check_utf8_file(path)
@@ -495,6 +507,13 @@ def stream_focus_file(
         rows = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() == day)
         part = FeedBatch(rows=rows, quarantine=batch.quarantine, rows_in=rows.height + batch.quarantine.height)
         stats = append_batch(con, "focus", part, source=source, day=day, staging=True)
+        if earlier_days:
+            earlier = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() < day)
+            for (other,), rows_of_day in earlier.group_by(pl.col("ChargePeriodStart").dt.date()):
+                empty = batch.quarantine.clear()
+                append_batch(con, "focus", FeedBatch(rows=rows_of_day, quarantine=empty, rows_in=rows_of_day.height),
+                             source=source, day=other, staging=True)
+                out.earlier_days[other] += rows_of_day.height
         out.accepted += stats.accepted
         quarantined += stats.quarantined
         quarantine_reasons.update(_POSITION.sub("", r) for r in batch.quarantine["reason"].to_list())
@@ -504,6 +523,37 @@ def stream_focus_file(
     elif quarantined:
         con.execute(f"DELETE FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ?", [source])
     return out
+
+
+def _changed_earlier_days(con: duckdb.DuckDBPyConnection, day: date, sources: list[str]) -> list[tuple[str, date, int]]:
+    """(source, day, rows) of the staged rows of days before `day` whose (source, day) differs from
+    what `raw_focus_billing` holds (row count or the sum of a hash of every billing column), after
+    moving their repeated rows to quarantine as that day's own load would."""
+    billing = STAGING[RAW_FOCUS_BILLING]
+    earlier = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM {billing} WHERE day < ? ORDER BY day",
+                                         [day]).fetchall()]
+    for other in earlier:
+        _quarantine_duplicates(con, other, sources)
+    if not earlier:
+        return []
+    cols = ", ".join(f'"{c}"' for c in _FOCUS_KEY_COLUMNS)
+    return [(src, d, int(n)) for src, d, n in con.execute(
+        f"""
+        WITH staged AS (
+            SELECT source, day, count(*) AS n, sum(hash({cols})) AS h FROM {billing}
+            WHERE day < $day GROUP BY source, day
+        ),
+        loaded AS (
+            SELECT source, day, count(*) AS n, sum(hash({cols})) AS h FROM {RAW_FOCUS_BILLING}
+            WHERE list_contains($days, day) AND list_contains($sources, source) GROUP BY source, day
+        )
+        SELECT s.source, s.day, s.n FROM staged AS s
+        LEFT JOIN loaded AS l ON l.source = s.source AND l.day = s.day
+        WHERE l.n IS DISTINCT FROM s.n OR l.h IS DISTINCT FROM s.h
+        ORDER BY s.day, s.source
+        """,
+        {"day": day, "days": earlier, "sources": sources},
+    ).fetchall()]
 
 
 def load_focus_day(
@@ -519,7 +569,15 @@ def load_focus_day(
     rows are loaded under the earliest day it charges (the day of its file modification time
     when no row was accepted), so they are counted once. A file that cannot be read (broken
     header, not UTF-8, not Parquet, a batch that fails) loses what it had appended and is
-    quarantined whole for the day."""
+    quarantined whole for the day.
+
+    Earlier days are never silently left behind: a file's rows charged before `day` (a
+    `Correction` of the previous day in today's export, a month-to-date file re-delivered with
+    changed days) are compared per (file, day) with what is loaded (row count and a hash of every
+    billing column); a (file, day) that differs is replaced by the file's rows in the same
+    transaction, recorded as loaded now (so `cost report` calls that day stale until it is
+    rebuilt) and listed in `repriced` (asset metadata `repriced_days`). Those rows are not in
+    this day's counts."""
     report = IngestReport()
     sources: list[str] = []
     bad_files: list[tuple[str, int | None, str]] = []
@@ -529,7 +587,7 @@ def load_focus_day(
             source = path.relative_to(feeds).as_posix()
             report.files_in += 1
             loaded, size, reason = read_feed_file(
-                path, lambda p=path, s=source: stream_focus_file(con, p, s, day, batch_bytes),  # type: ignore[arg-type, return-value]
+                path, lambda p=path, s=source: stream_focus_file(con, p, s, day, batch_bytes, earlier_days=True),  # type: ignore[arg-type, return-value]
                 root=feeds,
             )
             if loaded is None:
@@ -555,12 +613,22 @@ def load_focus_day(
             report.reasons.update(dict(con.execute(
                 f"SELECT regexp_replace(reason, '^row [0-9]+: ', ''), count(*) FROM {quarantine} "
                 "WHERE reason LIKE '%: duplicate of %' GROUP BY 1").fetchall()))
+        changed = _changed_earlier_days(con, day, sources)
         # the day's FOCUS rows are replaced in one transaction: readers see the old day or the new one
         con.execute("BEGIN TRANSACTION")
         try:
             for table, staged in ((RAW_FOCUS_BILLING, billing), (RAW_FOCUS_QUARANTINE, quarantine)):
                 con.execute(f"DELETE FROM {table} WHERE day = ? AND starts_with(source, 'focus/')", [day])
-                con.execute(f"INSERT INTO {table} SELECT * FROM {staged}")
+                con.execute(f"INSERT INTO {table} SELECT * FROM {staged} WHERE day = ?", [day])
+            for source, other, rows in changed:
+                con.execute(f"DELETE FROM {RAW_FOCUS_BILLING} WHERE day = ? AND source = ?", [other, source])
+                con.execute(f"DELETE FROM {RAW_FOCUS_QUARANTINE} WHERE day = ? AND source = ? "
+                            "AND reason LIKE '%: duplicate of %'", [other, source])
+                for table, staged in ((RAW_FOCUS_BILLING, billing), (RAW_FOCUS_QUARANTINE, quarantine)):
+                    con.execute(f"INSERT INTO {table} SELECT * FROM {staged} WHERE day = ? AND source = ?",
+                                [other, source])
+                note_loaded(con, "focus", other)
+                report.repriced.append((source, other, rows))
             note_loaded(con, "focus", day)
             con.execute("COMMIT")
         except BaseException:
