@@ -295,3 +295,20 @@ def test_the_daily_load_reprices_an_earlier_day_a_new_export_corrects(tmp_path):
         assert again.repriced == []  # unchanged: not loaded twice
         (n,) = con.execute("select count(*) from raw_focus_billing").fetchone()
         assert n == 106
+
+
+def test_an_earlier_days_row_delivered_twice_is_loaded_once(tmp_path):
+    from gpu_platform.finops.feeds.ingest import load_focus_day
+
+    feeds = tmp_path / "feeds"
+    (feeds / "focus").mkdir(parents=True)
+    for name in ("a.csv", "b.csv"):  # the same export saved twice
+        (feeds / "focus" / name).write_bytes(BILL.read_bytes())
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb")) as con:
+        ensure_raw_tables(con)
+        report = load_focus_day(con, feeds, date(2026, 11, 28))
+        assert (report.accepted, report.quarantined) == (105, 105)
+        assert report.repriced == [("focus/a.csv", date(2026, 11, 27), 1)]
+        rows = con.execute("select source, ChargeClass from raw_focus_billing where day = $d",
+                           {"d": date(2026, 11, 27)}).fetchall()
+        assert rows == [("focus/a.csv", "Correction")]

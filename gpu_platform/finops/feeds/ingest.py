@@ -333,10 +333,13 @@ _FOCUS_KEY_COLUMNS = tuple(c for c in focus.FOCUS_TABLE_SCHEMA if c not in ("sou
 """Every billing column: two rows equal on all of them are one charge delivered twice."""
 
 
-def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: list[str]) -> Counter[str]:
+def _quarantine_duplicates(
+    con: duckdb.DuckDBPyConnection, day: date | list[date], sources: list[str]
+) -> Counter[str]:
     """Move the staged rows of `sources` that equal an earlier row (same file, or a file earlier
     in `sources`) on every billing column from the billing staging table to the quarantine one,
-    as `row N: duplicate of [<file>] row M`. Returns the moved rows per source.
+    as `row N: duplicate of [<file>] row M`, day by day (`day`: one day or a list of days, each
+    compared only with itself). Returns the moved rows per source.
 
     In DuckDB, not in Python: a 64-bit hash over the key columns picks the candidate rows, and
     only those are compared exactly (partitioned on every column), so memory does not grow with
@@ -346,26 +349,27 @@ def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: l
     billing, quarantine = STAGING[RAW_FOCUS_BILLING], STAGING[RAW_FOCUS_QUARANTINE]
     cols = ", ".join(f'b."{c}"' for c in _FOCUS_KEY_COLUMNS)
     raw = "json_object(" + ", ".join(f"'{c}', b.\"{c}\"" for c in _FOCUS_KEY_COLUMNS) + ")"
-    params = {"day": day, "sources": sources}
+    days = day if isinstance(day, list) else [day]
+    params = {"days": days, "sources": sources}
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _focus_duplicates AS
         WITH candidates AS (
-            SELECT hash({cols}) AS h FROM {billing} AS b
-            WHERE b.day = $day AND list_contains($sources, b.source)
-            GROUP BY h HAVING count(*) > 1
+            SELECT b.day, hash({cols}) AS h FROM {billing} AS b
+            WHERE list_contains($days, b.day) AND list_contains($sources, b.source)
+            GROUP BY b.day, h HAVING count(*) > 1
         ),
         ranked AS (
-            SELECT b.source, b.source_row,
+            SELECT b.day, b.source, b.source_row,
                    row_number() OVER w AS n,
                    first_value(b.source) OVER w AS first_source,
                    first_value(b.source_row) OVER w AS first_row
             FROM {billing} AS b
-            WHERE b.day = $day AND list_contains($sources, b.source)
-              AND hash({cols}) IN (SELECT h FROM candidates)
-            WINDOW w AS (PARTITION BY {cols} ORDER BY list_position($sources, b.source), b.source_row)
+            SEMI JOIN candidates AS c ON c.day = b.day AND c.h = hash({cols})
+            WHERE list_contains($days, b.day) AND list_contains($sources, b.source)
+            WINDOW w AS (PARTITION BY b.day, {cols} ORDER BY list_position($sources, b.source), b.source_row)
         )
-        SELECT source, source_row, first_source, first_row FROM ranked WHERE n > 1
+        SELECT day, source, source_row, first_source, first_row FROM ranked WHERE n > 1
         """,
         params,
     )
@@ -380,16 +384,14 @@ def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: l
                        'row ' || d.source_row || ': duplicate of '
                        || CASE WHEN d.first_source = d.source THEN '' ELSE d.first_source || ' ' END
                        || 'row ' || d.first_row || ' (every billing column equal)',
-                       $day
+                       d.day
                 FROM _focus_duplicates AS d
-                JOIN {billing} AS b ON b.day = $day AND b.source = d.source AND b.source_row = d.source_row
-                """,
-                {"day": day},
+                JOIN {billing} AS b ON b.day = d.day AND b.source = d.source AND b.source_row = d.source_row
+                """
             )
             con.execute(
                 f"DELETE FROM {billing} AS b USING _focus_duplicates AS d "
-                "WHERE b.day = $day AND b.source = d.source AND b.source_row = d.source_row",
-                {"day": day},
+                "WHERE b.day = d.day AND b.source = d.source AND b.source_row = d.source_row"
             )
     finally:
         con.execute("DROP TABLE IF EXISTS _focus_duplicates")
@@ -532,10 +534,9 @@ def _changed_earlier_days(con: duckdb.DuckDBPyConnection, day: date, sources: li
     billing = STAGING[RAW_FOCUS_BILLING]
     earlier = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM {billing} WHERE day < ? ORDER BY day",
                                          [day]).fetchall()]
-    for other in earlier:
-        _quarantine_duplicates(con, other, sources)
     if not earlier:
         return []
+    _quarantine_duplicates(con, earlier, sources)
     cols = ", ".join(f'"{c}"' for c in _FOCUS_KEY_COLUMNS)
     return [(src, d, int(n)) for src, d, n in con.execute(
         f"""
