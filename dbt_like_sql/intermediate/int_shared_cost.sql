@@ -2,7 +2,8 @@
 -- at its EffectiveCost (amortized): shared (control plane, storage, network, support, rounding and
 -- other adjustments, refunds of those), tax, credit, unused commitment; and the commitments' purchase
 -- fees at their BilledCost (their EffectiveCost is 0: the usage they cover carries them).
--- Repeated rows and GPU instances no node explains are exceptions, not shared cost.
+-- Repeated rows and GPU instances no node explains are exceptions, not shared cost. The part of
+-- CPU nodes' cost their pods requested (int_cpu_node_cost, a team found) is allocated, not shared.
 with billing as (
 
     select * from {{ ref('int_billing_classes') }}
@@ -19,7 +20,7 @@ sums as (
         -- a commitment purchase's EffectiveCost is 0 (FOCUS); one that is not (a provider that does not
         -- amortize it) is shared like any other charge, so no effective money is without a home
         coalesce(sum(effective_cost) filter (where billing_class in ('shared', 'commitment_purchase')), 0)
-            as shared_cost,
+            as shared_gross,
         count(*) filter (where billing_class = 'shared') as billing_rows,
         coalesce(sum(effective_cost) filter (where billing_class = 'shared' and effective_cost > 0), 0) as shared_charges,
         coalesce(sum(effective_cost) filter (where billing_class = 'shared' and effective_cost < 0), 0) as shared_credits,
@@ -31,6 +32,26 @@ sums as (
             as commitment_purchase_effective
     from billing
     group by day, currency
+
+),
+
+cpu as (
+
+    select day, currency, sum(cost) as cpu_node_allocated_cost
+    from {{ ref('int_cpu_node_cost') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and team is not null
+    group by day, currency
+
+),
+
+netted as (
+
+    select
+        s.* exclude (shared_gross),
+        s.shared_gross - coalesce(c.cpu_node_allocated_cost, 0) as shared_cost,
+        coalesce(c.cpu_node_allocated_cost, 0) as cpu_node_allocated_cost
+    from sums as s
+    left join cpu as c on c.day = s.day and c.currency = s.currency
 
 ),
 
@@ -50,7 +71,7 @@ final as (
                 then 'refunds cancel the day''s shared charges exactly: no net shared cost'
             when shared_cost = 0 then 'the day''s shared billing rows cost nothing'
         end as reason
-    from sums
+    from netted
 
 )
 

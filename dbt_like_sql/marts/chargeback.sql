@@ -24,7 +24,7 @@ with policy_check as (
 
 ),
 
-allocated as (
+allocated_parts as (
 
     select
         day,
@@ -36,7 +36,8 @@ allocated as (
         sum(allocated_gpu_hours) as allocated_gpu_hours,
         sum(used_gpu_hours) as used_gpu_hours,
         sum(allocated_cost) as allocated_cost,
-        false as bypass
+        false as bypass,
+        cast(0 as decimal(38, 6)) as cpu_cost
     from {{ ref('fct_gpu_cost_by_request') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by all
@@ -55,10 +56,39 @@ allocated as (
         sum(gpu_hours) as allocated_gpu_hours,
         0.0 as used_gpu_hours,
         sum(cost) as allocated_cost,
-        true as bypass
+        true as bypass,
+        cast(0 as decimal(38, 6)) as cpu_cost
     from {{ ref('int_unattributed_gpu_hours') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }} and bypass and cost is not null
     group by day, team, cost_center, site, currency
+
+    union all
+
+    -- CPU nodes' cost by the pods' CPU and memory requests (a request's lane, or '(namespace)')
+    select
+        day, team, cost_center, site, lane, currency,
+        0.0 as allocated_gpu_hours,
+        0.0 as used_gpu_hours,
+        cast(0 as decimal(38, 6)) as allocated_cost,
+        false as bypass,
+        sum(cost) as cpu_cost
+    from {{ ref('int_cpu_node_cost') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and team is not null
+    group by day, team, cost_center, site, lane, currency
+
+),
+
+allocated as (
+
+    select
+        day, team, cost_center, site, lane, currency,
+        sum(allocated_gpu_hours) as allocated_gpu_hours,
+        sum(used_gpu_hours) as used_gpu_hours,
+        sum(allocated_cost) as allocated_cost,
+        bool_or(bypass) as bypass,
+        sum(cpu_cost) as cpu_cost
+    from allocated_parts
+    group by day, team, cost_center, site, lane, currency
 
 ),
 
@@ -202,7 +232,7 @@ distributed as (
     -- the largest row of each day and currency absorbs the rounding remainder: shares sum to the pool
     select
         day, team, cost_center, site, lane, currency, bypass,
-        allocated_gpu_hours, used_gpu_hours, allocated_cost,
+        allocated_gpu_hours, used_gpu_hours, allocated_cost, cpu_cost,
         idle_raw + case when rank_in_currency = 1 and sum(w_idle) over (partition by day, currency) > 0
             then idle_pool - sum(idle_raw) over (partition by day, currency) else 0 end as idle_cost,
         shared_raw + case when rank_in_currency = 1 and sum(w_shared) over (partition by day, currency) > 0
@@ -329,6 +359,7 @@ final as (
         c.allocated_gpu_hours,
         c.used_gpu_hours,
         cast(c.allocated_cost as decimal(18, 6)) as allocated_cost,
+        cast(coalesce(c.cpu_cost, 0) as decimal(18, 6)) as cpu_cost,
         cast(c.idle_cost as decimal(18, 6)) as idle_cost,
         cast(c.shared_cost as decimal(18, 6)) as shared_cost,
         cast(c.tax_cost as decimal(18, 6)) as tax_cost,
@@ -336,8 +367,8 @@ final as (
         cast(c.unused_commitment_cost as decimal(18, 6)) as unused_commitment_cost,
         cast(c.unreconciled_cost as decimal(18, 6)) as unreconciled_cost,
         cast(c.unreconciled_limit as decimal(18, 6)) as unreconciled_limit,
-        cast(c.allocated_cost + c.idle_cost + c.shared_cost + c.tax_cost + c.credit_cost + c.unused_commitment_cost
-             + c.unreconciled_cost as decimal(18, 6)) as total_cost,
+        cast(c.allocated_cost + coalesce(c.cpu_cost, 0) + c.idle_cost + c.shared_cost + c.tax_cost + c.credit_cost
+             + c.unused_commitment_cost + c.unreconciled_cost as decimal(18, 6)) as total_cost,
         {{ var('idle_policy') }} as idle_policy,
         {{ var('shared_policy') }} as shared_policy,
         -- why the row's shared cost is negative or zero (NULL when positive)

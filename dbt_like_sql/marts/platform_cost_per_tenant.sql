@@ -19,6 +19,7 @@ final as (
         sum(allocated_cost) as allocated_cost,
         coalesce(sum(allocated_gpu_hours) filter (where bypass), 0.0) as bypass_gpu_hours,
         coalesce(sum(allocated_cost) filter (where bypass), 0) as bypass_cost,
+        sum(cpu_cost) as cpu_cost,
         sum(idle_cost) as idle_cost,
         sum(shared_cost) as shared_cost,
         sum(tax_cost) as tax_cost,

@@ -39,6 +39,7 @@ shared as (
         day,
         currency,
         sum(shared_cost) as shared_cost,
+        sum(cpu_node_allocated_cost) as cpu_node_cost,
         sum(tax_cost) as tax_cost,
         sum(credit_cost) as credit_cost,
         sum(unused_commitment_cost) as unused_commitment_cost,
@@ -116,6 +117,7 @@ final as (
         coalesce(bp.bypass_cost, 0) as bypass_cost,
         coalesce(n.idle_cost, 0) as idle_cost,
         coalesce(s.shared_cost, 0) as shared_cost,
+        coalesce(s.cpu_node_cost, 0) as cpu_node_cost,
         coalesce(s.tax_cost, 0) as tax_cost,
         coalesce(s.credit_cost, 0) as credit_cost,
         coalesce(s.unused_commitment_cost, 0) as unused_commitment_cost,
@@ -128,7 +130,7 @@ final as (
         -- every effective dollar is allocated, idle, shared, tax, credit, unused commitment or held back
         coalesce(b.effective_cost, 0)
             - (coalesce(n.allocated_cost, 0) + coalesce(bp.bypass_cost, 0) + coalesce(n.idle_cost, 0)
-               + coalesce(s.shared_cost, 0)
+               + coalesce(s.shared_cost, 0) + coalesce(s.cpu_node_cost, 0)
                + coalesce(s.tax_cost, 0) + coalesce(s.credit_cost, 0) + coalesce(s.unused_commitment_cost, 0)
                + coalesce(e.unreconciled_billed_cost, 0))
             as difference

@@ -32,7 +32,12 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_platform.cli import main
-from gpu_platform.finops.sqlmodels import Project, default_project_path, ensure_raw_tables, load_ledger_snapshot
+from gpu_platform.finops.sqlmodels import (
+    Project,
+    default_project_path,
+    ensure_raw_tables,
+    load_ledger_snapshot,
+)
 from gpu_platform.finops.sqlmodels.raw import load_scorecard_snapshot
 from gpu_platform.observe.scorecards import model_vars
 from gpu_platform.policy import load_policy
@@ -46,6 +51,20 @@ SPOT = "ip-10-1-0-12.us-west-2.compute.internal"
 SP = "ip-10-1-0-13.us-west-2.compute.internal"
 H100 = "NVIDIA H100 80GB HBM3"
 INVOICE = D("4820.6536")
+CPU_NODE = "ip-10-1-0-20.us-west-2.compute.internal"
+GIB = 1 << 30
+
+
+def cpu_node_cost(cores: float, gib: float, hours: float) -> D:
+    """The m7i.4xlarge (16 cores, 65049908Ki, 24 x 0.8064) split by OpenCost's default CPU : RAM
+    prices (0.031611 per core-hour, 0.004237 per GiB-hour) and priced per unit-hour of capacity."""
+    node_gib = 65049908 * 1024 / GIB
+    cpu_part = 16 * 0.031611 / (16 * 0.031611 + node_gib * 0.004237)
+    cost = 19.3536 * cpu_part * cores * hours / (16 * 24) + 19.3536 * (1 - cpu_part) * gib * hours / (node_gib * 24)
+    return D(str(round(cost, 6)))
+
+
+MAPPING_CPU = cpu_node_cost(8, 32, 24)
 
 REQUESTS = [
     dict(request_id="req-train-1", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
@@ -156,7 +175,7 @@ def test_billed_and_effective_totals_equal_the_invoice(built):
     assert D(day["effective"]) + D(prev["effective"]) == INVOICE
     for t in (day, prev):
         parts = sum(D(t[k]) for k in ("billed_allocated_cost", "billed_bypass_cost", "billed_idle_cost", "shared",
-                                      "tax", "credit", "unused_commitment", "unreconciled"))
+                                      "cpu_nodes", "tax", "credit", "unused_commitment", "unreconciled"))
         assert parts == D(t["effective"]) and D(t["difference"]) == 0
         assert D(t["chargeback_total"]) == D(t["effective"]) + D(t["price_book"])
 
@@ -172,9 +191,10 @@ def test_committed_gpus_cost_their_effective_rate_and_the_purchase_is_not_counte
                   {"d": DAY}))
     assert cost == {"req-replay-1": D("732.000000"), "req-label-1": D("471.960000"), "req-train-1": D("1179.840000")}
     t = totals(built)
-    # the plan's fee is in the billed total, never in shared cost: storage, the CPU node and egress are
+    # the plan's fee is in the billed total, never in shared cost: storage, egress and the CPU node's
+    # part its pods did not request are
     assert D(t["commitment_purchases"]) == D("1536.00") and D(t["billed_minus_effective"]) == 0
-    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80")
+    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80") - MAPPING_CPU
     classes = dict(q(built["wh"], "select billing_class, sum(effective_cost) from int_billing_classes where day = $d "
                                   "group by 1", {"d": DAY}))
     assert classes["commitment_purchase"] == 0 and classes["unused_commitment"] == D("72.000000")
@@ -193,14 +213,15 @@ def test_tax_and_credits_are_distributed_like_shared_cost_in_their_own_columns(b
     ((tax, credit, shared),) = q(built["wh"], """
         select sum(tax_cost), sum(credit_cost), sum(shared_cost) from chargeback
         where day = $d and team not like '(%'""", {"d": DAY})
-    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600"))
+    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600") - MAPPING_CPU)
     # proportional to allocated cost, like shared cost
     by_team = {team: (a, s, x) for team, a, s, x in q(built["wh"], """
         select team, sum(allocated_cost), sum(shared_cost), sum(tax_cost) from chargeback
         where day = $d and team not like '(%' group by team""", {"d": DAY})}
     alloc = sum(a for a, _, _ in by_team.values())
     for a, s, x in by_team.values():
-        assert abs(x - D("310.25") * a / alloc) < D("0.00001") and abs(s - D("82.8036") * a / alloc) < D("0.00001")
+        assert abs(x - D("310.25") * a / alloc) < D("0.00001")
+        assert abs(s - (D("82.8036") - MAPPING_CPU) * a / alloc) < D("0.00001")
 
 
 def test_the_correction_reprices_its_own_day(built):
@@ -312,3 +333,17 @@ def test_an_earlier_days_row_delivered_twice_is_loaded_once(tmp_path):
         rows = con.execute("select source, ChargeClass from raw_focus_billing where day = $d",
                            {"d": date(2026, 11, 27)}).fetchall()
         assert rows == [("focus/a.csv", "Correction")]
+
+
+def test_cpu_node_cost_is_allocated_by_the_pods_cpu_and_memory_requests(built):
+    rows = q(built["wh"], """
+        select namespace, pod, team, lane, owner_rule, cpu_core_hours, memory_gib_hours, cost
+        from int_cpu_node_cost where day = $d order by pod""", {"d": DAY})
+    assert [r[:5] for r in rows] == [("kube-system", "coredns-7db6d8ff4d-9xk2w", None, None, None),
+                                     ("team-mapping", "map-tiles-preprocess-0", "mapping", "(namespace)", "namespace")]
+    coredns, mapping = rows
+    assert mapping[5:] == (pytest.approx(8 * 24), pytest.approx(32 * 24), MAPPING_CPU)
+    assert coredns[7] == cpu_node_cost(0.1, 70 / 1024, 24)  # nobody owns kube-system: stays shared
+    ((cpu,),) = q(built["wh"], "select sum(cpu_cost) from chargeback where day = $d and team = 'mapping'", {"d": DAY})
+    assert cpu == MAPPING_CPU
+    assert D(totals(built)["cpu_nodes"]) == MAPPING_CPU
