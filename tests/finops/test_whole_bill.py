@@ -347,3 +347,10 @@ def test_cpu_node_cost_is_allocated_by_the_pods_cpu_and_memory_requests(built):
     ((cpu,),) = q(built["wh"], "select sum(cpu_cost) from chargeback where day = $d and team = 'mapping'", {"d": DAY})
     assert cpu == MAPPING_CPU
     assert D(totals(built)["cpu_nodes"]) == MAPPING_CPU
+
+
+def test_the_table_report_shows_every_home(built):
+    res = CliRunner().invoke(main, ["cost", "report", "--day", DAY], env={**built["env"], "COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    for column in ("effective", "bypass", "cpu_nodes", "tax", "credit", "unused_commitment", "bypass_cost", "cpu_cost"):
+        assert column in res.output, column
