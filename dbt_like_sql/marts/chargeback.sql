@@ -7,7 +7,8 @@
 --   even:         equal share per team, split inside a team by allocated cost
 --   none:         not distributed; shown on an '(unallocated)' row
 -- Only matched money is distributed: the money of reconciliation_exceptions with treatment
--- 'unreconciled' (a billed node without telemetry, GPU time on no admitted request, repeated
+-- 'unreconciled' (a billed node without telemetry, GPU time on no admitted request in a namespace
+-- nobody owns, repeated
 -- billing rows, GPU instances no node explains) stays on an '(unreconciled)' row, whose
 -- unreconciled_limit (unreconciled_threshold x the day's billed + price-book cost) a blocking
 -- check compares it with.
