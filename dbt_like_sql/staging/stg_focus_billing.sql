@@ -67,9 +67,11 @@ costed as (
         case when period_s > 0 then day_s / period_s else 1.0 end as day_share,
         cast(case when period_s > 0 then round(cast(BilledCost as double) * day_s / period_s, 6)
                   else cast(BilledCost as double) end as decimal(18, 6)) as rounded_piece,
-        cast(EffectiveCost as decimal(18, 6)) as row_effective_cost,
-        cast(case when period_s > 0 then round(cast(EffectiveCost as double) * day_s / period_s, 6)
-                  else cast(EffectiveCost as double) end as decimal(18, 6)) as rounded_effective_piece
+        -- EffectiveCost is Mandatory and never NULL in FOCUS (the loader quarantines a NULL); a raw
+        -- table another writer filled without it falls back to BilledCost, never to 0
+        coalesce(cast(EffectiveCost as decimal(18, 6)), cast(BilledCost as decimal(18, 6))) as row_effective_cost,
+        cast(case when period_s > 0 then round(cast(coalesce(EffectiveCost, BilledCost) as double) * day_s / period_s, 6)
+                  else cast(coalesce(EffectiveCost, BilledCost) as double) end as decimal(18, 6)) as rounded_effective_piece
     from pieces
 
 ),
@@ -82,11 +84,11 @@ settled as (
         case when is_last
             then row_billed_cost - coalesce(sum(rounded_piece) over (partition by source, source_row) - rounded_piece, 0)
             else rounded_piece end as billed_piece,
-        -- EffectiveCost likewise (NULL, which FOCUS does not allow, counts as 0)
+        -- EffectiveCost likewise
         case when is_last
-            then coalesce(row_effective_cost, 0)
+            then row_effective_cost
                 - coalesce(sum(rounded_effective_piece) over (partition by source, source_row) - rounded_effective_piece, 0)
-            else coalesce(rounded_effective_piece, 0) end as effective_piece
+            else rounded_effective_piece end as effective_piece
     from costed
 
 ),

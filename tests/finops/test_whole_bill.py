@@ -354,3 +354,18 @@ def test_the_table_report_shows_every_home(built):
     assert res.exit_code == 0, res.output
     for column in ("effective", "bypass", "cpu_nodes", "tax", "credit", "unused_commitment", "bypass_cost", "cpu_cost"):
         assert column in res.output, column
+
+
+def test_a_raw_table_without_effective_cost_is_priced_at_billed_cost():
+    """A raw table another writer filled with the agreed columns only (no EffectiveCost) is priced
+    at BilledCost, never at 0."""
+    from tests.sqlmodels.finops_scenario import load_scenario
+
+    con = duckdb.connect()
+    load_scenario(con)
+    con.execute("update raw_focus_billing set EffectiveCost = null")
+    Project.load(default_project_path()).build(con, days=("2026-11-28", "2026-11-28"))
+    ((cost, billed, effective),) = con.execute("""
+        select p.node_cost, r.billed_cost, r.effective_cost from int_node_hour_prices as p, reconciliation as r
+        where p.hostname = 'gpu-a'""").fetchall()
+    assert cost == D("777.600000") and billed == effective == D("837.600000")
