@@ -61,6 +61,8 @@ final as (
         *,
         -- why the day's shared cost is negative or zero (NULL when positive)
         case
+            when shared_cost < 0 and shared_credits = 0
+                then 'CPU nodes'' cost allocated by requests rounds above the day''s shared charges'
             when shared_cost < 0
                 then 'refunds (' || cast(shared_credits as varchar) || ' ' || currency
                     || ') exceed the day''s shared charges (' || cast(shared_charges as varchar) || ' ' || currency
@@ -69,6 +71,8 @@ final as (
                 then 'no shared billing rows on the day (only tax, credits or commitments)'
             when shared_cost = 0 and shared_credits < 0
                 then 'refunds cancel the day''s shared charges exactly: no net shared cost'
+            when shared_cost = 0 and cpu_node_allocated_cost <> 0
+                then 'all of the day''s shared charges were CPU node cost charged to the pods that requested it'
             when shared_cost = 0 then 'the day''s shared billing rows cost nothing'
         end as reason
     from netted

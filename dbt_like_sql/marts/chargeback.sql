@@ -8,10 +8,10 @@
 --   none:         not distributed; shown on an '(unallocated)' row
 -- Only matched money is distributed: the money of reconciliation_exceptions with treatment
 -- 'unreconciled' (a billed node without telemetry, GPU time on no admitted request in a namespace
--- nobody owns, repeated
--- billing rows, GPU instances no node explains) stays on an '(unreconciled)' row, whose
--- unreconciled_limit (unreconciled_threshold x the day's billed + price-book cost) a blocking
--- check compares it with.
+-- nobody owns, repeated billing rows, GPU instances no node explains) stays on an '(unreconciled)'
+-- row, whose unreconciled_limit (unreconciled_threshold x the day's effective + price-book cost) a
+-- blocking check compares it with. A team's own pods without an admitted request (bypass) and CPU
+-- nodes' cost by the pods' requests are charged to the team.
 with policy_check as (
 
     select
