@@ -64,7 +64,9 @@ def cpu_node_cost(cores: float, gib: float, hours: float) -> D:
     return D(str(round(cost, 6)))
 
 
-MAPPING_CPU = cpu_node_cost(8, 32, 24)
+MAPPING_CPU = cpu_node_cost(8, 32, 24)  # the mapping team's preprocessing pod, all day
+TRAIN_CPU = cpu_node_cost(4, 8, 2)  # req-train-1's CPU step, 00-02
+CPU_ALLOCATED = MAPPING_CPU + TRAIN_CPU
 
 REQUESTS = [
     dict(request_id="req-train-1", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
@@ -194,7 +196,7 @@ def test_committed_gpus_cost_their_effective_rate_and_the_purchase_is_not_counte
     # the plan's fee is in the billed total, never in shared cost: storage, egress and the CPU node's
     # part its pods did not request are
     assert D(t["commitment_purchases"]) == D("1536.00") and D(t["billed_minus_effective"]) == 0
-    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80") - MAPPING_CPU
+    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80") - CPU_ALLOCATED
     classes = dict(q(built["wh"], "select billing_class, sum(effective_cost) from int_billing_classes where day = $d "
                                   "group by 1", {"d": DAY}))
     assert classes["commitment_purchase"] == 0 and classes["unused_commitment"] == D("72.000000")
@@ -213,7 +215,7 @@ def test_tax_and_credits_are_distributed_like_shared_cost_in_their_own_columns(b
     ((tax, credit, shared),) = q(built["wh"], """
         select sum(tax_cost), sum(credit_cost), sum(shared_cost) from chargeback
         where day = $d and team not like '(%'""", {"d": DAY})
-    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600") - MAPPING_CPU)
+    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600") - CPU_ALLOCATED)
     # proportional to allocated cost, like shared cost
     by_team = {team: (a, s, x) for team, a, s, x in q(built["wh"], """
         select team, sum(allocated_cost), sum(shared_cost), sum(tax_cost) from chargeback
@@ -221,7 +223,7 @@ def test_tax_and_credits_are_distributed_like_shared_cost_in_their_own_columns(b
     alloc = sum(a for a, _, _ in by_team.values())
     for a, s, x in by_team.values():
         assert abs(x - D("310.25") * a / alloc) < D("0.00001")
-        assert abs(s - (D("82.8036") - MAPPING_CPU) * a / alloc) < D("0.00001")
+        assert abs(s - (D("82.8036") - CPU_ALLOCATED) * a / alloc) < D("0.00001")
 
 
 def test_the_correction_reprices_its_own_day(built):
@@ -339,14 +341,29 @@ def test_cpu_node_cost_is_allocated_by_the_pods_cpu_and_memory_requests(built):
     rows = q(built["wh"], """
         select namespace, pod, team, lane, owner_rule, cpu_core_hours, memory_gib_hours, cost
         from int_cpu_node_cost where day = $d order by pod""", {"d": DAY})
-    assert [r[:5] for r in rows] == [("kube-system", "coredns-7db6d8ff4d-9xk2w", None, None, None),
-                                     ("team-mapping", "map-tiles-preprocess-0", "mapping", "(namespace)", "namespace")]
-    coredns, mapping = rows
+    assert [r[:5] for r in rows] == [
+        ("kube-system", "coredns-7db6d8ff4d-9xk2w", None, None, None),
+        ("team-perception", "dagster-step-1a2b3c4d5e6f-prep", "perception", "candidate_train", "request"),
+        ("team-mapping", "map-tiles-preprocess-0", "mapping", "(namespace)", "namespace")]
+    coredns, prep, mapping = rows
+    assert prep[5:] == (pytest.approx(4 * 2), pytest.approx(8 * 2), TRAIN_CPU)
     assert mapping[5:] == (pytest.approx(8 * 24), pytest.approx(32 * 24), MAPPING_CPU)
     assert coredns[7] == cpu_node_cost(0.1, 70 / 1024, 24)  # nobody owns kube-system: stays shared
     ((cpu,),) = q(built["wh"], "select sum(cpu_cost) from chargeback where day = $d and team = 'mapping'", {"d": DAY})
     assert cpu == MAPPING_CPU
-    assert D(totals(built)["cpu_nodes"]) == MAPPING_CPU
+    assert D(totals(built)["cpu_nodes"]) == CPU_ALLOCATED
+
+
+def test_a_training_runs_cpu_step_is_in_its_unit_cost_and_holds_no_gpu(built):
+    # the CPU pod of req-train-1 is not one of its GPU pods: its GPU cost is the GPU pod's alone
+    pods = q(built["wh"], "select pod from int_pods where request_id = 'req-train-1'")
+    assert pods == [("dagster-step-1a2b3c4d5e6f-train",)]
+    ((gpu, cpu, cost),) = q(built["wh"], "select gpu_cost, cpu_cost, cost_per_training_run from unit_cost_training_run "
+                                         "where request_id = 'req-train-1'")
+    assert (gpu, cpu, cost) == (D("1179.840000"), TRAIN_CPU, D("1179.840000") + TRAIN_CPU)
+    ((row,),) = q(built["wh"], "select cpu_cost from chargeback where day = $d and team = 'perception' "
+                               "and lane = 'candidate_train'", {"d": DAY})
+    assert row == TRAIN_CPU
 
 
 def test_the_table_report_shows_every_home(built):
