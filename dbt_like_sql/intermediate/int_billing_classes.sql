@@ -1,5 +1,8 @@
 -- Every billing piece of the day with what it pays for: a GPU node's price (gpu_node), a repeated
--- row (duplicate), a GPU instance no node explains (gpu_instance_without_node) or shared cost.
+-- row (duplicate), a commitment's purchase (commitment_purchase: its fee, amortized into the usage
+-- rows it covers, so it adds nothing to the effective cost) or unused part (unused_commitment: its
+-- own chargeback line), tax, credit, a GPU instance no node explains (gpu_instance_without_node) or
+-- shared cost (control plane, storage, network, support, rounding and other adjustments).
 with billing as (
 
     select * from {{ ref('stg_focus_billing') }}
@@ -27,8 +30,9 @@ looks_like_gpu as (
     inner join gpu_types as t
         on regexp_matches(
             lower(concat_ws(' ', b.charge_description, b.sku_id, b.resource_name, b.resource_type)), t.pattern)
-    where lower(coalesce(b.service_category, '')) = 'compute' or lower(coalesce(b.resource_type, '')) like '%instance%'
-       or lower(coalesce(b.resource_type, '')) like '%virtual machine%'
+    where b.charge_kind = 'usage'
+      and (lower(coalesce(b.service_category, '')) = 'compute' or lower(coalesce(b.resource_type, '')) like '%instance%'
+           or lower(coalesce(b.resource_type, '')) like '%virtual machine%')
 
 ),
 
@@ -39,14 +43,23 @@ final as (
         b.source,
         b.source_row,
         b.resource_id,
+        b.resource_key,
         b.resource_name,
+        b.day_period_start,
+        b.day_period_end,
         b.charge_description,
         b.currency,
         b.billed_cost,
+        b.effective_cost,
+        b.charge_category,
+        b.charge_class,
+        b.charge_kind,
+        b.commitment_discount_id,
         m.hostname,
         m.match_rule,
         case
             when b.is_duplicate then 'duplicate'
+            when b.charge_kind <> 'usage' then b.charge_kind
             when m.hostname is not null then 'gpu_node'
             when g.source is not null then 'gpu_instance_without_node'
             else 'shared'

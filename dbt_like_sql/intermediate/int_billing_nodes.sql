@@ -1,11 +1,13 @@
 -- Billing pieces of GPU nodes: a FOCUS row belongs to a node when its provider identity matches
 -- the node's providerID (AWS instance id / ARN, Azure VM id, GCP self link / id, OCI OCID), else
 -- when its ResourceId, else its ResourceName, equals the node name. The best rule wins; a row
--- matching two nodes by the same rule goes to the first name.
+-- matching two nodes by the same rule goes to the first name. Only usage rows price a node: a
+-- commitment's purchase and unused part, tax and credits have their own lines (int_billing_classes)
+-- even when they name the instance.
 with billing as (
 
     select * from {{ ref('stg_focus_billing') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and charge_kind = 'usage'
 
 ),
 
@@ -57,6 +59,9 @@ final as (
         b.day_period_start,
         b.day_period_end,
         b.billed_cost,
+        b.effective_cost,
+        b.pricing_category,
+        b.commitment_discount_id,
         b.currency,
         b.is_duplicate
     from billing as b

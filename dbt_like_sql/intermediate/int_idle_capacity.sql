@@ -63,6 +63,7 @@ final as (
         price_source,
         has_telemetry,
         node_cost,
+        billed_node_cost,
         allocated_cost,
         unattributed_cost,
         -- exact in decimals: allocated + unattributed + idle + unreconciled = node cost

@@ -1,4 +1,6 @@
--- Price per GPU-hour per node and day: billed node cost / (GPUs x billed hours), or the price book.
+-- Price per GPU-hour per node and day: the node's amortized cost (EffectiveCost) / (GPUs x billed
+-- hours), or the price book. billed_node_cost keeps what the invoice says (0 for hours a
+-- commitment covered).
 with nodes as (
 
     select * from {{ ref('int_gpu_nodes') }}
@@ -16,7 +18,7 @@ billing as (
 
 node_cost as (
 
-    select day, hostname, currency, sum(billed_cost) as node_cost
+    select day, hostname, currency, sum(effective_cost) as node_cost, sum(billed_cost) as billed_node_cost
     from billing
     group by day, hostname, currency
 
@@ -72,6 +74,7 @@ billed as (
         n.in_inventory,
         h.billed_hours as node_hours,
         c.node_cost,
+        c.billed_node_cost,
         c.currency,
         'billing' as price_source,
         cast(null as varchar) as price_book_source,
@@ -121,6 +124,7 @@ fallback as (
         in_inventory,
         cast({{ var('fallback_node_hours') }} as double) as node_hours,
         cast(book_price * gpus * cast({{ var('fallback_node_hours') }} as integer) as decimal(18, 6)) as node_cost,
+        cast(null as decimal(38, 6)) as billed_node_cost,
         currency,
         'price_book' as price_source,
         source as price_book_source,
@@ -150,6 +154,7 @@ final as (
         node_hours,
         gpus * node_hours as capacity_gpu_hours,
         node_cost,
+        billed_node_cost,
         currency,
         cast(round(cast(node_cost as double) / nullif(gpus * node_hours, 0), 6) as decimal(18, 6))
             as price_per_gpu_hour,

@@ -4,6 +4,9 @@
 -- its ledger pods, each taking the attempt whose ledger window contains the pod's start. (A
 -- placeholder may carry a host, e.g. the local executor's machine filled in for pods recorded
 -- without one: kept beside the cluster's pods it would count the same GPU time twice, unpriced.)
+-- A cluster pod of the request that asks for no GPU or MIG device while the request holds whole GPUs
+-- or MIG slices (a CPU step of the request) holds no GPU: it is not a pod here; its CPU node time is
+-- the request's in int_cpu_node_cost.
 with ledger as (
 
     select *, 'ledger' as origin from {{ ref('stg_pod_requests') }}
@@ -12,7 +15,9 @@ with ledger as (
 
 admitted as (
 
-    select distinct request_id from ledger
+    select request_id, bool_or(gpu_resource = 'nvidia.com/gpu' or gpu_resource like 'nvidia.com/mig-%') as device_counted
+    from ledger
+    group by request_id
 
 ),
 
@@ -20,8 +25,9 @@ k8s as (
 
     select p.*
     from {{ ref('stg_pods') }} as p
-    semi join admitted as a on a.request_id = p.request_id
+    inner join admitted as a on a.request_id = p.request_id
     where p.started_at is not null
+      and (coalesce(p.gpu_requests, 0) > 0 or coalesce(p.mig_requests, 0) > 0 or not a.device_counted)
 
 ),
 

@@ -1,7 +1,8 @@
 -- GPU time on no admitted request (the bypass signal), per pod and day, priced at its node's price:
 -- Kubernetes pods requesting GPUs without an admitted request's id, and pods DCGM saw on a GPU that
--- no inventory or ledger pod explains. This money is never charged to a team: it is held on the
--- (unreconciled) chargeback row and listed on reconciliation_exceptions.
+-- no inventory or ledger pod explains. A pod in a namespace a team owns (var team_namespaces, from
+-- the policy's teams.<team>.namespace) is that team's bypass: charged to it, flagged bypass. Only
+-- the time of pods nobody owns is held on the (unreconciled) chargeback row.
 with days as (
 
     select * from {{ ref('int_build_days') }}
@@ -77,6 +78,17 @@ pods as (
 
 ),
 
+owners as (
+
+    select
+        split_part(t, '|', 1) as team,
+        split_part(t, '|', 2) as namespace,
+        nullif(split_part(t, '|', 3), '') as cost_center,
+        nullif(split_part(t, '|', 4), '') as site
+    from unnest(cast({{ var('team_namespaces') }} as varchar[])) as u(t)
+
+),
+
 prices as (
 
     select * from {{ ref('int_node_hour_prices') }}
@@ -96,9 +108,14 @@ final as (
         u.gpu_hours,
         p.currency,
         p.price_source,
-        cast(round(u.gpu_hours * cast(p.node_cost as double) / p.capacity_gpu_hours, 6) as decimal(18, 6)) as cost
+        cast(round(u.gpu_hours * cast(p.node_cost as double) / p.capacity_gpu_hours, 6) as decimal(18, 6)) as cost,
+        o.team,
+        o.cost_center,
+        coalesce(o.site, 'unknown') as site,
+        o.team is not null as bypass
     from pods as u
     left join prices as p on p.day = u.day and p.hostname = u.hostname
+    left join owners as o on o.namespace = u.namespace
 
 )
 

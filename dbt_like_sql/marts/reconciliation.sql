@@ -1,7 +1,15 @@
--- Billed cost vs what the models distributed or held back, per day and currency.
+-- Billed and effective (amortized) cost vs what the models distributed or held back, per day and
+-- currency. Allocation is at EffectiveCost, so the effective cost is what adds up to the parts; the
+-- billed cost differs from it by the commitments' purchase fees against the amortized cost of the
+-- usage they covered (billed_minus_effective).
 with billing as (
 
-    select day, currency, sum(billed_cost) as billed_cost
+    select
+        day,
+        currency,
+        sum(billed_cost) as billed_cost,
+        sum(effective_cost) as effective_cost,
+        count(*) filter (where charge_class ilike 'correction') as correction_rows
     from {{ ref('stg_focus_billing') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by day, currency
@@ -13,7 +21,8 @@ nodes as (
     select
         day,
         currency,
-        coalesce(sum(node_cost) filter (where price_source = 'billing'), 0) as billed_node_cost,
+        coalesce(sum(billed_node_cost) filter (where price_source = 'billing'), 0) as billed_node_cost,
+        coalesce(sum(node_cost) filter (where price_source = 'billing'), 0) as effective_node_cost,
         coalesce(sum(allocated_cost) filter (where price_source = 'billing'), 0) as allocated_cost,
         coalesce(sum(idle_cost) filter (where price_source = 'billing'), 0) as idle_cost,
         coalesce(sum(unattributed_cost) filter (where price_source = 'billing'), 0) as unattributed_cost,
@@ -26,9 +35,27 @@ nodes as (
 
 shared as (
 
-    select day, currency, sum(shared_cost) as shared_cost
+    select
+        day,
+        currency,
+        sum(shared_cost) as shared_cost,
+        sum(cpu_node_allocated_cost) as cpu_node_cost,
+        sum(tax_cost) as tax_cost,
+        sum(credit_cost) as credit_cost,
+        sum(unused_commitment_cost) as unused_commitment_cost,
+        sum(commitment_purchase_billed) as commitment_purchase_billed
     from {{ ref('int_shared_cost') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, currency
+
+),
+
+bypass as (
+
+    -- GPU time on no admitted request in a team's namespace, on billed nodes: charged to the team
+    select day, currency, sum(cost) as bypass_cost
+    from {{ ref('int_unattributed_gpu_hours') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and bypass and price_source = 'billing'
     group by day, currency
 
 ),
@@ -56,7 +83,8 @@ charged as (
         day,
         currency,
         sum(total_cost) as chargeback_total,
-        coalesce(sum(total_cost) filter (where team <> '(unreconciled)'), 0) as charged_to_teams
+        coalesce(sum(total_cost) filter (where team not in ('(unreconciled)', '(unused commitment)')), 0)
+            as charged_to_teams
     from {{ ref('chargeback') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by day, currency
@@ -79,19 +107,31 @@ final as (
         k.day,
         k.currency,
         coalesce(b.billed_cost, 0) as billed_cost,
+        coalesce(b.effective_cost, 0) as effective_cost,
+        coalesce(b.billed_cost, 0) - coalesce(b.effective_cost, 0) as billed_minus_effective,
+        coalesce(s.commitment_purchase_billed, 0) as commitment_purchase_billed,
+        coalesce(b.correction_rows, 0) as correction_rows,
         coalesce(n.billed_node_cost, 0) as billed_node_cost,
+        coalesce(n.effective_node_cost, 0) as effective_node_cost,
         coalesce(n.allocated_cost, 0) as allocated_cost,
+        coalesce(bp.bypass_cost, 0) as bypass_cost,
         coalesce(n.idle_cost, 0) as idle_cost,
         coalesce(s.shared_cost, 0) as shared_cost,
+        coalesce(s.cpu_node_cost, 0) as cpu_node_cost,
+        coalesce(s.tax_cost, 0) as tax_cost,
+        coalesce(s.credit_cost, 0) as credit_cost,
+        coalesce(s.unused_commitment_cost, 0) as unused_commitment_cost,
         coalesce(e.unreconciled_billed_cost, 0) as unreconciled_billed_cost,
         coalesce(e.unreconciled_cost, 0) as unreconciled_cost,
         coalesce(n.price_book_cost, 0) as price_book_cost,
         coalesce(ch.chargeback_total, 0) as chargeback_total,
         coalesce(ch.charged_to_teams, 0) as charged_to_teams,
         coalesce(e.exceptions, 0) as exceptions,
-        -- every billed dollar is allocated, idle, shared or held back on an exception
-        coalesce(b.billed_cost, 0)
-            - (coalesce(n.allocated_cost, 0) + coalesce(n.idle_cost, 0) + coalesce(s.shared_cost, 0)
+        -- every effective dollar is allocated, idle, shared, tax, credit, unused commitment or held back
+        coalesce(b.effective_cost, 0)
+            - (coalesce(n.allocated_cost, 0) + coalesce(bp.bypass_cost, 0) + coalesce(n.idle_cost, 0)
+               + coalesce(s.shared_cost, 0) + coalesce(s.cpu_node_cost, 0)
+               + coalesce(s.tax_cost, 0) + coalesce(s.credit_cost, 0) + coalesce(s.unused_commitment_cost, 0)
                + coalesce(e.unreconciled_billed_cost, 0))
             as difference
     from keys as k
@@ -100,6 +140,7 @@ final as (
     left join shared as s on s.day = k.day and s.currency = k.currency
     left join charged as ch on ch.day = k.day and ch.currency = k.currency
     left join exceptions as e on e.day = k.day and e.currency = k.currency
+    left join bypass as bp on bp.day = k.day and bp.currency = k.currency
 
 )
 

@@ -75,7 +75,7 @@ problems as (
     union all
 
     select
-        day, 'bill_without_telemetry', 'unreconciled', currency, billed_cost, cast(null as double),
+        day, 'bill_without_telemetry', 'unreconciled', currency, effective_cost, cast(null as double),
         resource_id, null, null, source, source_row, 'billing',
         'GPU instance billing row (' || coalesce(charge_description, resource_id, '?')
             || ') matches no inventory node and no DCGM host'
@@ -85,7 +85,7 @@ problems as (
     union all
 
     select
-        day, 'duplicated_billing_row', 'unreconciled', currency, billed_cost, cast(null as double),
+        day, 'duplicated_billing_row', 'unreconciled', currency, effective_cost, cast(null as double),
         coalesce(hostname, resource_id), null, null, source, source_row, 'billing',
         'billing row repeats an earlier row (same account, resource, charge period, SKU and cost): not priced'
     from classes
@@ -159,8 +159,22 @@ problems as (
         day, 'unattributed_pod_time', case when cost is null then 'unpriced' else 'unreconciled' end, currency,
         coalesce(cost, 0), gpu_hours,
         hostname, namespace, pod, null, null, price_source,
-        reason || ': ' || cast(round(gpu_hours, 3) as varchar) || ' GPU-hours on no admitted request'
+        reason || ': ' || cast(round(gpu_hours, 3) as varchar) || ' GPU-hours on no admitted request, in namespace '
+            || namespace || ', which no team owns (policy teams.<team>.namespace)'
     from unattributed
+    where not bypass
+
+    union all
+
+    -- GPU time of a team's own namespace on no admitted request: charged to the team, flagged
+    select
+        day, 'bypass_pod_time', case when cost is null then 'unpriced' else 'charged' end, currency,
+        coalesce(cost, 0), gpu_hours,
+        hostname, namespace, pod, null, null, price_source,
+        reason || ': ' || cast(round(gpu_hours, 3) as varchar) || ' GPU-hours on no admitted request, charged to team '
+            || team || ' (owner of namespace ' || namespace || ') as bypass'
+    from unattributed
+    where bypass
 
 ),
 

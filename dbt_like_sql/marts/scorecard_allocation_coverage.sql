@@ -21,8 +21,9 @@ spend as (
     left join {{ ref('stg_request_metadata') }} as m on m.request_id = p.request_id
     where p.day between {{ var('day_from') }} and {{ var('day_to') }} and p.currency is not null
     union all
-    -- GPU time on no admitted request has no owner, site or artifact
-    select day, currency, 'unknown', false, false, false, cost
+    -- GPU time on no admitted request has no artifact; its owner is the team owning the namespace
+    -- (bypass), else nobody
+    select day, currency, site, bypass, site <> 'unknown', false, cost
     from {{ ref('int_unattributed_gpu_hours') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }} and currency is not null
 

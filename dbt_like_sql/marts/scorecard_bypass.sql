@@ -1,5 +1,6 @@
--- Bypass rate per day: GPU time on no admitted request against GPU time of admitted requests, the
--- Jobs on the cluster the ledger cannot match (seen by the read-back that day), and the approved
+-- Bypass rate per day: GPU time on no admitted request against GPU time of admitted requests (how
+-- much of it was charged to the team owning the pod's namespace, how much nobody owns), the Jobs
+-- on the cluster the ledger cannot match (seen by the read-back that day), and the approved
 -- policy exceptions (safety approvals, cost exceptions) the ledger recorded that day.
 with days as (
 
@@ -18,7 +19,14 @@ attributed as (
 
 unattributed as (
 
-    select day, sum(gpu_hours) as gpu_hours, count(*) as pods from {{ ref('int_unattributed_gpu_hours') }}
+    select
+        day,
+        sum(gpu_hours) as gpu_hours,
+        count(*) as pods,
+        coalesce(sum(gpu_hours) filter (where bypass), 0.0) as owned_gpu_hours,
+        coalesce(sum(gpu_hours) filter (where not bypass), 0.0) as unowned_gpu_hours,
+        string_agg(distinct team, ',' order by team) filter (where bypass) as bypass_teams
+    from {{ ref('int_unattributed_gpu_hours') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by day
 
@@ -59,6 +67,9 @@ final as (
         coalesce(a.gpu_hours, 0.0) as attributed_gpu_hours,
         coalesce(u.gpu_hours, 0.0) as unattributed_gpu_hours,
         coalesce(u.pods, 0) as unattributed_pods,
+        coalesce(u.owned_gpu_hours, 0.0) as charged_bypass_gpu_hours,
+        coalesce(u.unowned_gpu_hours, 0.0) as unowned_gpu_hours,
+        u.bypass_teams,
         coalesce(u.gpu_hours, 0.0) / nullif(coalesce(a.gpu_hours, 0.0) + coalesce(u.gpu_hours, 0.0), 0) as bypass_share,
         coalesce(m.unmatched_jobs, 0) as unmatched_jobs,
         coalesce(m.unmatched_unknown_request_jobs, 0) as unmatched_unknown_request_jobs,

@@ -29,6 +29,8 @@ final as (
         c.allocated_gpu_hours,
         c.used_gpu_hours,
         c.failed_attempt_cost,
+        c.gpu_cost,
+        c.cpu_cost,
         c.cost as cost_per_training_run
     from requests as r
     inner join cost as c on c.request_id = r.request_id

@@ -1,7 +1,15 @@
 -- FOCUS billing rows prorated to the UTC days their charge period covers, FOCUS names snake_case.
--- A row's BilledCost is split by the share of its [ChargePeriodStart, ChargePeriodEnd) on each day
--- (23:00-01:00 is half on each day); every piece but the last day's is rounded to 1e-6 and the
--- last day takes the remainder, so the pieces add up to the row exactly whichever days are built.
+-- A row's BilledCost and EffectiveCost are each split by the share of its [ChargePeriodStart,
+-- ChargePeriodEnd) on each day (23:00-01:00 is half on each day); every piece but the last day's is
+-- rounded to 1e-6 and the last day takes the remainder, so the pieces add up to the row exactly
+-- whichever days are built.
+-- charge_kind says what the row is, from the FOCUS columns alone (no provider special case):
+--   commitment_purchase: ChargeCategory Purchase of a commitment (CommitmentDiscountId set): its
+--                        BilledCost is the fee, its EffectiveCost 0 (FOCUS: amortized into the
+--                        usage the commitment covers), so it is never counted beside that usage
+--   unused_commitment:   CommitmentDiscountStatus Unused: the commitment's unused part
+--   tax / credit:        ChargeCategory Tax / Credit
+--   usage:               everything else (Usage, Adjustment, other purchases such as support)
 -- A row whose period is empty or inverted is charged to the day it starts.
 -- Rows repeated in content (the same charge in two exports) keep the first by (source, source_row);
 -- the others are flagged is_duplicate and end on reconciliation_exceptions, never in a price.
@@ -58,7 +66,12 @@ costed as (
         cast(BilledCost as decimal(18, 6)) as row_billed_cost,
         case when period_s > 0 then day_s / period_s else 1.0 end as day_share,
         cast(case when period_s > 0 then round(cast(BilledCost as double) * day_s / period_s, 6)
-                  else cast(BilledCost as double) end as decimal(18, 6)) as rounded_piece
+                  else cast(BilledCost as double) end as decimal(18, 6)) as rounded_piece,
+        -- EffectiveCost is Mandatory and never NULL in FOCUS (the loader quarantines a NULL); a raw
+        -- table another writer filled without it falls back to BilledCost, never to 0
+        coalesce(cast(EffectiveCost as decimal(18, 6)), cast(BilledCost as decimal(18, 6))) as row_effective_cost,
+        cast(case when period_s > 0 then round(cast(coalesce(EffectiveCost, BilledCost) as double) * day_s / period_s, 6)
+                  else cast(coalesce(EffectiveCost, BilledCost) as double) end as decimal(18, 6)) as rounded_effective_piece
     from pieces
 
 ),
@@ -71,8 +84,11 @@ settled as (
         case when is_last
             then row_billed_cost - coalesce(sum(rounded_piece) over (partition by source, source_row) - rounded_piece, 0)
             else rounded_piece end as billed_piece,
-        cast(EffectiveCost as decimal(18, 6))
-            * cast(case when period_s > 0 then day_s / period_s else 1.0 end as decimal(18, 6)) as effective_piece
+        -- EffectiveCost likewise
+        case when is_last
+            then row_effective_cost
+                - coalesce(sum(rounded_effective_piece) over (partition by source, source_row) - rounded_effective_piece, 0)
+            else rounded_effective_piece end as effective_piece
     from costed
 
 ),
@@ -110,12 +126,25 @@ final as (
         ChargeCategory as charge_category,
         ChargeClass as charge_class,
         ChargeDescription as charge_description,
+        PricingCategory as pricing_category,
+        CommitmentDiscountId as commitment_discount_id,
+        CommitmentDiscountType as commitment_discount_type,
+        CommitmentDiscountCategory as commitment_discount_category,
+        CommitmentDiscountStatus as commitment_discount_status,
+        case
+            when lower(ChargeCategory) = 'purchase' and CommitmentDiscountId is not null then 'commitment_purchase'
+            when lower(CommitmentDiscountStatus) = 'unused' then 'unused_commitment'
+            when lower(ChargeCategory) = 'tax' then 'tax'
+            when lower(ChargeCategory) = 'credit' then 'credit'
+            else 'usage'
+        end as charge_kind,
         SkuId as sku_id,
         RegionId as region_id,
         ProviderName as provider_name,
         BillingAccountId as billing_account_id,
         SubAccountId as sub_account_id,
         row_billed_cost,
+        row_effective_cost,
         cast(billed_piece as decimal(18, 6)) as billed_cost,
         cast(effective_piece as decimal(18, 6)) as effective_cost,
         upper(BillingCurrency) as currency,

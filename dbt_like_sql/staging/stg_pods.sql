@@ -31,6 +31,8 @@ final as (
         run_id,
         gpu_requests,
         mig_requests,
+        cpu_requests,
+        memory_requests,
         started_at,
         ended_at,
         lower(coalesce(phase, 'unknown')) = 'failed' as failed,

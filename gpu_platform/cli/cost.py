@@ -223,9 +223,15 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             [
                 "currency",
                 "billed",
+                "effective",
                 "allocated",
+                "bypass",
                 "idle",
                 "shared",
+                "cpu_nodes",
+                "tax",
+                "credit",
+                "unused_commitment",
                 "unreconciled",
                 "price_book",
                 "chargeback_total",
@@ -250,7 +256,8 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
         (
             "Chargeback by team",
             data["chargeback_by_team"],
-            ["team", "cost_center", "currency", "allocated_cost", "idle_cost", "shared_cost", "total_cost"],
+            ["team", "cost_center", "currency", "allocated_cost", "bypass_cost", "cpu_cost", "idle_cost", "shared_cost",
+             "tax_cost", "credit_cost", "total_cost"],
         ),
     )
     for title, rows, cols in sections:

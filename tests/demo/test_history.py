@@ -215,8 +215,11 @@ def test_every_unit_cost_row_has_a_currency_and_every_gap_a_reason(priced):
     # a cell with replays and no evidence pack says why it has no cost per approval
     (reason,) = con.execute("select reason from unit_cost_odd_cell_approval where approvals = 0 limit 1").fetchone()
     assert reason.startswith("no evidence pack for this cell yet")
-    # the history's last day has a credit larger than its shared charges: negative shared cost, explained
-    negative = con.execute("select reason from int_shared_cost where shared_cost < 0").fetchall()
-    assert negative and all("credits" in r[0] for r in negative)
+    # the history's last day has a credit (ChargeCategory Credit, -250 USD): its own column, shared out like
+    # shared cost, never netted into it
+    credits = con.execute("select credit_cost from int_shared_cost where credit_cost <> 0").fetchall()
+    assert [float(c) for (c,) in credits] == [-250.0]
+    assert float(con.execute("select sum(credit_cost) from chargeback").fetchone()[0]) == pytest.approx(-250.0)
+    assert con.execute("select count(*) from int_shared_cost where shared_cost < 0").fetchone()[0] == 0
     assert con.execute("select count(*) from chargeback where shared_cost < 0 and shared_cost_reason is null"
                        ).fetchone()[0] == 0

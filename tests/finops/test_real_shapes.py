@@ -226,11 +226,15 @@ def test_exceptions_name_every_problem(built):
     assert ("duplicated_billing_row", A10G, "") in kinds
     assert ("gpu_count_disagreement", AKS, "") in kinds
     assert ("unattributed_pod_time", A10G, "notebook-alice-0") in kinds
-    assert ("unattributed_pod_time", OKE, "replay-manual-7b9d") in kinds
+    # a pod in team-safety's namespace claiming a request never admitted: charged to safety as bypass
+    assert ("bypass_pod_time", OKE, "replay-manual-7b9d") in kinds
     amount = {(k, host, pod): (t, a) for k, t, host, pod, a in rows}
     assert amount[("bill_without_telemetry", GKE, None)] == ("unreconciled", D("2111.280000"))
     assert amount[("unattributed_pod_time", A10G, "notebook-alice-0")] == ("unreconciled", D("19.488000"))
     assert amount[("duplicated_billing_row", A10G, None)] == ("unreconciled", D("1.624000"))
+    assert amount[("bypass_pod_time", OKE, "replay-manual-7b9d")][0] == "charged"
+    assert q(built["wh"], "select team, lane, bypass from chargeback where day = $d and bypass", {"d": DAY}) == [
+        ("safety", "(bypass)", True)]
     assert q(built["wh"], "select count(*) from raw_dcgm_samples where hostname = 'dgx-02'") == [(0,)]
     assert q(built["wh"], "select count(*) from reconciliation_exceptions where kind = 'sample_outside_day'") == [(0,)]
     assert q(built["wh"], "select count(*) from int_node_hour_prices where hostname = 'dgx-02'") == [(0,)]

@@ -20,8 +20,11 @@ def test_cost_build_then_scorecard_json_and_table(tmp_path):
     res = CliRunner().invoke(main, ["scorecard", "--day", scenario.DAY, "--warehouse", path, "--format", "json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
+    # the pod without a request id is in team-platform's namespace: charged to platform as bypass
     assert data["scorecard_bypass"] == [{"attributed_gpu_hours": 60.5, "unattributed_gpu_hours": 0.5,
-                                         "unattributed_pods": 1, "bypass_share": 0.5 / 61, "unmatched_jobs": 2,
+                                         "unattributed_pods": 1, "charged_bypass_gpu_hours": 0.5,
+                                         "unowned_gpu_hours": 0.0, "bypass_teams": "platform",
+                                         "bypass_share": 0.5 / 61, "unmatched_jobs": 2,
                                          "unmatched_unknown_request_jobs": 1, "unmatched_ended_request_jobs": 1,
                                          "approved_exceptions": 2,
                                          "safety_approvals": 1, "cost_exceptions": 1, "approvers": 2}]

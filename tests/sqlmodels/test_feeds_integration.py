@@ -54,6 +54,9 @@ def test_models_build_on_feed_loaded_tables():
     assert alloc == 2.0 and cost == Decimal("24.580000")
     # one scrape: engine-active 0.812345 for one 15 s interval (GPU_UTIL 87 is ignored)
     assert used == pytest.approx(0.812345 * 15 / 3600)
-    # the FOCUS sample's rows of that day are all shared cost (no ResourceId is a GPU node)
-    diff, billed, shared = con.execute("select difference, billed_cost, shared_cost from reconciliation").fetchall()[0]
-    assert diff == 0 and billed == shared
+    # the FOCUS sample's rows of that day are all shared cost, tax or credits (no ResourceId is a GPU node),
+    # at EffectiveCost, the allocation basis (the sample's AWS EffectiveCost differs from its BilledCost)
+    diff, effective, homes = con.execute(
+        "select difference, effective_cost, shared_cost + tax_cost + credit_cost + unused_commitment_cost "
+        "from reconciliation").fetchall()[0]
+    assert diff == 0 and effective == homes

@@ -284,14 +284,14 @@ def test_unpriced_gpu_time_is_in_no_unit_cost_and_listed_with_its_reason(project
 def test_zero_and_negative_shared_cost_carry_a_reason(project):
     con = duckdb.connect()
     load_scenario(con)
-    # a credit larger than the day's shared charges (60.00): net shared cost -40.00
+    # a refund (a negative Usage row) larger than the day's shared charges (60.00): net shared cost -40.00
     insert_billing(con, [(-100.00, "USD", D0, D0 + timedelta(days=1), None, "AWS Credits", 9)], source="credit.csv")
     failures = build(project, con)
     assert {k: v for k, v in failures.items() if v} == {}
     (shared, reason), = con.execute("select shared_cost, reason from int_shared_cost").fetchall()
-    assert shared == D("-40.000000") and reason.startswith("credits (-100.000000 USD) exceed the day's shared charges")
+    assert shared == D("-40.000000") and reason.startswith("refunds (-100.000000 USD) exceed the day's shared charges")
     cb = con.execute("select team, shared_cost, shared_cost_reason from chargeback").fetchall()
-    assert cb and all(s < 0 and "credits exceed its shared charges" in r for _, s, r in cb)
+    assert cb and all(s < 0 and "refunds exceed its shared charges" in r for _, s, r in cb)
     # shared_policy none: the teams pay no shared cost, and say why
     con = duckdb.connect()
     load_scenario(con)

@@ -93,6 +93,9 @@ class IngestReport:
     """(source, reason) of every file quarantined as a whole."""
     currency_flags: list[str] = field(default_factory=list)
     """FOCUS charge periods billed only in a currency the rest of their file does not use."""
+    repriced: list[tuple[str, date, int]] = field(default_factory=list)
+    """(source, day, rows): FOCUS rows of an earlier day that a file changed (a correction, a
+    re-delivered month), loaded under their own day, which is then stale until rebuilt."""
 
     def add(self, batch: FeedBatch, accepted: int, quarantined: int) -> None:
         self.rows_in += batch.rows_in
@@ -141,6 +144,9 @@ class IngestReport:
             )
         if self.errors:
             md["scrape_errors"] = "\n".join(f"- {e}" for e in self.errors)
+        if self.repriced:
+            md["repriced_days"] = "| file | day | rows |\n|---|---|---|\n" + "".join(
+                f"| {src} | {d.isoformat()} | {n} |\n" for src, d, n in self.repriced)
         return md
 
 
@@ -323,10 +329,13 @@ _FOCUS_KEY_COLUMNS = tuple(c for c in focus.FOCUS_TABLE_SCHEMA if c not in ("sou
 """Every billing column: two rows equal on all of them are one charge delivered twice."""
 
 
-def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: list[str]) -> Counter[str]:
+def _quarantine_duplicates(
+    con: duckdb.DuckDBPyConnection, day: date | list[date], sources: list[str]
+) -> Counter[str]:
     """Move the staged rows of `sources` that equal an earlier row (same file, or a file earlier
     in `sources`) on every billing column from the billing staging table to the quarantine one,
-    as `row N: duplicate of [<file>] row M`. Returns the moved rows per source.
+    as `row N: duplicate of [<file>] row M`, day by day (`day`: one day or a list of days, each
+    compared only with itself). Returns the moved rows per source.
 
     In DuckDB, not in Python: a 64-bit hash over the key columns picks the candidate rows, and
     only those are compared exactly (partitioned on every column), so memory does not grow with
@@ -336,26 +345,27 @@ def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: l
     billing, quarantine = STAGING[RAW_FOCUS_BILLING], STAGING[RAW_FOCUS_QUARANTINE]
     cols = ", ".join(f'b."{c}"' for c in _FOCUS_KEY_COLUMNS)
     raw = "json_object(" + ", ".join(f"'{c}', b.\"{c}\"" for c in _FOCUS_KEY_COLUMNS) + ")"
-    params = {"day": day, "sources": sources}
+    days = day if isinstance(day, list) else [day]
+    params = {"days": days, "sources": sources}
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _focus_duplicates AS
         WITH candidates AS (
-            SELECT hash({cols}) AS h FROM {billing} AS b
-            WHERE b.day = $day AND list_contains($sources, b.source)
-            GROUP BY h HAVING count(*) > 1
+            SELECT b.day, hash({cols}) AS h FROM {billing} AS b
+            WHERE list_contains($days, b.day) AND list_contains($sources, b.source)
+            GROUP BY b.day, h HAVING count(*) > 1
         ),
         ranked AS (
-            SELECT b.source, b.source_row,
+            SELECT b.day, b.source, b.source_row,
                    row_number() OVER w AS n,
                    first_value(b.source) OVER w AS first_source,
                    first_value(b.source_row) OVER w AS first_row
             FROM {billing} AS b
-            WHERE b.day = $day AND list_contains($sources, b.source)
-              AND hash({cols}) IN (SELECT h FROM candidates)
-            WINDOW w AS (PARTITION BY {cols} ORDER BY list_position($sources, b.source), b.source_row)
+            SEMI JOIN candidates AS c ON c.day = b.day AND c.h = hash({cols})
+            WHERE list_contains($days, b.day) AND list_contains($sources, b.source)
+            WINDOW w AS (PARTITION BY b.day, {cols} ORDER BY list_position($sources, b.source), b.source_row)
         )
-        SELECT source, source_row, first_source, first_row FROM ranked WHERE n > 1
+        SELECT day, source, source_row, first_source, first_row FROM ranked WHERE n > 1
         """,
         params,
     )
@@ -370,16 +380,14 @@ def _quarantine_duplicates(con: duckdb.DuckDBPyConnection, day: date, sources: l
                        'row ' || d.source_row || ': duplicate of '
                        || CASE WHEN d.first_source = d.source THEN '' ELSE d.first_source || ' ' END
                        || 'row ' || d.first_row || ' (every billing column equal)',
-                       $day
+                       d.day
                 FROM _focus_duplicates AS d
-                JOIN {billing} AS b ON b.day = $day AND b.source = d.source AND b.source_row = d.source_row
-                """,
-                {"day": day},
+                JOIN {billing} AS b ON b.day = d.day AND b.source = d.source AND b.source_row = d.source_row
+                """
             )
             con.execute(
                 f"DELETE FROM {billing} AS b USING _focus_duplicates AS d "
-                "WHERE b.day = $day AND b.source = d.source AND b.source_row = d.source_row",
-                {"day": day},
+                "WHERE b.day = d.day AND b.source = d.source AND b.source_row = d.source_row"
             )
     finally:
         con.execute("DROP TABLE IF EXISTS _focus_duplicates")
@@ -459,6 +467,8 @@ class FocusFileLoad:
     batches: int = 0
     first_day: date | None = None
     """The earliest day the file charges (its accepted rows' ChargePeriodStart)."""
+    earlier_days: Counter[date] = field(default_factory=Counter)
+    """Rows staged for days before the load's day (``earlier_days=True``), per day."""
     currency_periods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_PERIOD_SCHEMA))
     other_days: Counter[date] = field(default_factory=Counter)
     """Rows of the file that belong to other days (charged on them, or quarantined rows of a
@@ -477,12 +487,16 @@ class FocusFileLoad:
 
 def stream_focus_file(
     con: duckdb.DuckDBPyConnection, path: Path, source: str, day: date, batch_bytes: int = focus.FOCUS_BATCH_BYTES,
+    earlier_days: bool = False,
 ) -> FocusFileLoad:
     """Append the rows of one FOCUS file charged on `day` to the FOCUS staging tables
     (`load.create_staging`) under (`source`, `day`), batch by batch (:func:`focus.iter_focus`),
     each batch committed on its own (DuckDB writes committed appends out; a transaction's own
     appends stay in memory). The file's quarantined rows stay only when `day` is its anchor (the
     earliest day it charges; its mtime's day when no row was accepted), so they are counted once.
+    With `earlier_days`, the file's rows charged before `day` are staged too, each under its own
+    day (counted in `earlier_days`, not in `accepted`): :func:`load_focus_day` re-prices those days
+    when the file changed them (a correction delivered with a later export).
     Raises what the reader raises; the caller then deletes the partial rows."""
     if path.suffix.lower() == ".csv":
         problem = check_utf8_file(path)
@@ -503,6 +517,13 @@ def stream_focus_file(
             batch.rows.filter(charged != day).group_by(charged.alias("d")).len().iter_rows()))
         part = FeedBatch(rows=rows, quarantine=batch.quarantine, rows_in=rows.height + batch.quarantine.height)
         stats = append_batch(con, "focus", part, source=source, day=day, staging=True)
+        if earlier_days:
+            earlier = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() < day)
+            for (other,), rows_of_day in earlier.group_by(pl.col("ChargePeriodStart").dt.date()):
+                empty = batch.quarantine.clear()
+                append_batch(con, "focus", FeedBatch(rows=rows_of_day, quarantine=empty, rows_in=rows_of_day.height),
+                             source=source, day=other, staging=True)
+                out.earlier_days[other] += rows_of_day.height
         out.accepted += stats.accepted
         quarantined += stats.quarantined
         quarantine_reasons.update(_POSITION.sub("", r) for r in batch.quarantine["reason"].to_list())
@@ -548,6 +569,36 @@ def load_focus_file(
     return loaded
 
 
+def _changed_earlier_days(con: duckdb.DuckDBPyConnection, day: date, sources: list[str]) -> list[tuple[str, date, int]]:
+    """(source, day, rows) of the staged rows of days before `day` whose (source, day) differs from
+    what `raw_focus_billing` holds (row count or the sum of a hash of every billing column), after
+    moving their repeated rows to quarantine as that day's own load would."""
+    billing = STAGING[RAW_FOCUS_BILLING]
+    earlier = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM {billing} WHERE day < ? ORDER BY day",
+                                         [day]).fetchall()]
+    if not earlier:
+        return []
+    _quarantine_duplicates(con, earlier, sources)
+    cols = ", ".join(f'"{c}"' for c in _FOCUS_KEY_COLUMNS)
+    return [(src, d, int(n)) for src, d, n in con.execute(
+        f"""
+        WITH staged AS (
+            SELECT source, day, count(*) AS n, sum(hash({cols})) AS h FROM {billing}
+            WHERE day < $day GROUP BY source, day
+        ),
+        loaded AS (
+            SELECT source, day, count(*) AS n, sum(hash({cols})) AS h FROM {RAW_FOCUS_BILLING}
+            WHERE list_contains($days, day) AND list_contains($sources, source) GROUP BY source, day
+        )
+        SELECT s.source, s.day, s.n FROM staged AS s
+        LEFT JOIN loaded AS l ON l.source = s.source AND l.day = s.day
+        WHERE l.n IS DISTINCT FROM s.n OR l.h IS DISTINCT FROM s.h
+        ORDER BY s.day, s.source
+        """,
+        {"day": day, "days": earlier, "sources": sources},
+    ).fetchall()]
+
+
 def load_focus_day(
     con: duckdb.DuckDBPyConnection, feeds: Path, day: date, batch_bytes: int = focus.FOCUS_BATCH_BYTES
 ) -> IngestReport:
@@ -561,7 +612,15 @@ def load_focus_day(
     rows are loaded under the earliest day it charges (the day of its file modification time
     when no row was accepted), so they are counted once. A file that cannot be read (broken
     header, not UTF-8, not Parquet, a batch that fails) loses what it had appended and is
-    quarantined whole for the day."""
+    quarantined whole for the day.
+
+    Earlier days are never silently left behind: a file's rows charged before `day` (a
+    `Correction` of the previous day in today's export, a month-to-date file re-delivered with
+    changed days) are compared per (file, day) with what is loaded (row count and a hash of every
+    billing column); a (file, day) that differs is replaced by the file's rows in the same
+    transaction, recorded as loaded now (so `cost report` calls that day stale until it is
+    rebuilt) and listed in `repriced` (asset metadata `repriced_days`). Those rows are not in
+    this day's counts."""
     report = IngestReport()
     sources: list[str] = []
     bad_files: list[tuple[str, int | None, str]] = []
@@ -571,7 +630,7 @@ def load_focus_day(
             source = path.relative_to(feeds).as_posix()
             report.files_in += 1
             loaded, size, reason = read_feed_file(
-                path, lambda p=path, s=source: stream_focus_file(con, p, s, day, batch_bytes),  # type: ignore[arg-type, return-value]
+                path, lambda p=path, s=source: stream_focus_file(con, p, s, day, batch_bytes, earlier_days=True),  # type: ignore[arg-type, return-value]
                 root=feeds,
             )
             if loaded is None:
@@ -597,12 +656,22 @@ def load_focus_day(
             report.reasons.update(dict(con.execute(
                 f"SELECT regexp_replace(reason, '^row [0-9]+: ', ''), count(*) FROM {quarantine} "
                 "WHERE reason LIKE '%: duplicate of %' GROUP BY 1").fetchall()))
+        changed = _changed_earlier_days(con, day, sources)
         # the day's FOCUS rows are replaced in one transaction: readers see the old day or the new one
         con.execute("BEGIN TRANSACTION")
         try:
             for table, staged in ((RAW_FOCUS_BILLING, billing), (RAW_FOCUS_QUARANTINE, quarantine)):
                 con.execute(f"DELETE FROM {table} WHERE day = ? AND starts_with(source, 'focus/')", [day])
-                con.execute(f"INSERT INTO {table} SELECT * FROM {staged}")
+                con.execute(f"INSERT INTO {table} SELECT * FROM {staged} WHERE day = ?", [day])
+            for source, other, rows in changed:
+                con.execute(f"DELETE FROM {RAW_FOCUS_BILLING} WHERE day = ? AND source = ?", [other, source])
+                con.execute(f"DELETE FROM {RAW_FOCUS_QUARANTINE} WHERE day = ? AND source = ? "
+                            "AND reason LIKE '%: duplicate of %'", [other, source])
+                for table, staged in ((RAW_FOCUS_BILLING, billing), (RAW_FOCUS_QUARANTINE, quarantine)):
+                    con.execute(f"INSERT INTO {table} SELECT * FROM {staged} WHERE day = ? AND source = ?",
+                                [other, source])
+                note_loaded(con, "focus", other)
+                report.repriced.append((source, other, rows))
             note_loaded(con, "focus", day)
             con.execute("COMMIT")
         except BaseException:

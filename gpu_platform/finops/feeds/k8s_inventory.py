@@ -55,12 +55,15 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "gpu_count_label": pl.Int32(),
     "mig_devices": pl.Int32(),
     "mig_capacity": pl.String(),
+    "cpu_capacity": pl.Float64(),
+    "memory_capacity": pl.Float64(),
     "taints": pl.String(),
     "labels": pl.String(),
     "source": pl.String(),
     "source_row": pl.Int32(),
 }
-"""Columns of `raw_nodes`. `mig_capacity`, `taints`, `labels`: JSON text (sorted keys)."""
+"""Columns of `raw_nodes`. `mig_capacity`, `taints`, `labels`: JSON text (sorted keys).
+`cpu_capacity` (cores) and `memory_capacity` (bytes): `status.capacity.cpu` / `.memory`."""
 
 POD_SCHEMA: dict[str, pl.DataType] = {
     "snapshot_at": UTC_TS,
@@ -75,13 +78,18 @@ POD_SCHEMA: dict[str, pl.DataType] = {
     "run_id": pl.String(),
     "gpu_requests": pl.Int32(),
     "mig_requests": pl.Int32(),
+    "cpu_requests": pl.Float64(),
+    "memory_requests": pl.Float64(),
     "started_at": UTC_TS,
     "ended_at": UTC_TS,
     "labels": pl.String(),
     "source": pl.String(),
     "source_row": pl.Int32(),
 }
-"""Columns of `raw_pods`; `labels` is JSON text (sorted keys)."""
+"""Columns of `raw_pods`; `labels` is JSON text (sorted keys). `cpu_requests` (cores) and
+`memory_requests` (bytes): the pod's effective requests as the scheduler counts them (the sum over
+containers, or the largest init container's when larger; a container's limit when it sets no
+request), NULL when no container asks for any."""
 
 QUARANTINE_SCHEMA = FOCUS_QUARANTINE_SCHEMA
 """`raw_nodes_quarantine` / `raw_pods_quarantine`: source, source_row (item number), raw, reason."""
@@ -274,9 +282,48 @@ def _node_row(item: Any) -> dict[str, Any]:
         "gpu_count_label": count_label,
         "mig_devices": sum(mig.values()) if mig else None,
         "mig_capacity": _json(mig),
+        "cpu_capacity": _resource(capacity.get("cpu"), "status.capacity.cpu"),
+        "memory_capacity": _resource(capacity.get("memory"), "status.capacity.memory"),
         "taints": _json(taints),
         "labels": _json(labels),
     }
+
+
+def _resource(value: Any, where: str) -> float | None:
+    """A Kubernetes quantity (`500m`, `16Gi`, `4`) as a number (cores, bytes), by the kubernetes
+    client's own parser; None when absent."""
+    if value is None:
+        return None
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return float(parse_quantity(value))
+    except (ValueError, TypeError) as e:
+        raise _Bad(f"{where}: {str(value)[:40]!r} is not a Kubernetes quantity") from e
+
+
+def _cpu_memory_requests(spec: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """The pod's effective CPU (cores) and memory (bytes) requests: max(sum over containers, the
+    largest init container), a container's limit standing for a missing request."""
+    out: list[float | None] = []
+    for resource in ("cpu", "memory"):
+        total: float | None = None
+        init_max: float | None = None
+        for kind in ("containers", "initContainers"):
+            for i, c in enumerate(spec.get(kind) or []):
+                res = (c or {}).get("resources") or {}
+                if not isinstance(res, Mapping):
+                    continue  # _container_requests reports it
+                value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+                q = _resource(value, f"spec.{kind}[{i}].resources.{resource}")
+                if q is None:
+                    continue
+                if kind == "containers":
+                    total = (total or 0.0) + q
+                else:
+                    init_max = q if init_max is None else max(init_max, q)
+        out.append(None if total is None and init_max is None else max(total or 0.0, init_max or 0.0))
+    return out[0], out[1]
 
 
 def _container_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
@@ -303,6 +350,7 @@ def _pod_row(item: Any) -> dict[str, Any]:
     if not isinstance(namespace, str) or not namespace:
         raise _Bad("metadata.namespace: missing")
     gpus, mig = _container_requests(spec)
+    cpu, memory = _cpu_memory_requests(spec)
     phase = status.get("phase")
     started = _ts(status.get("startTime"), "status.startTime")
     ended = None
@@ -329,6 +377,8 @@ def _pod_row(item: Any) -> dict[str, Any]:
         "run_id": labels.get(LABEL_RUN_ID),
         "gpu_requests": gpus,
         "mig_requests": mig,
+        "cpu_requests": cpu,
+        "memory_requests": memory,
         "started_at": started,
         "ended_at": ended,
         "labels": _json(labels),

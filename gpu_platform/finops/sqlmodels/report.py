@@ -84,14 +84,19 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     out: dict[str, Any] = {"day": d.isoformat(), "stale": staleness(con, d), "totals": [], "exceptions": [],
                            "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": []}
     if "reconciliation" in have:
-        # billed: every FOCUS piece of the day; allocated / idle: all priced GPU nodes (billed and
-        # price book); shared: billed non-node cost; unreconciled: exception money charged to no team
+        # billed: BilledCost of every FOCUS piece of the day (the invoice); effective: their
+        # EffectiveCost (amortized), which chargeback distributes; allocated / idle: all priced GPU
+        # nodes (billed and price book); shared / tax / credit / unused_commitment: the day's other
+        # homes (docs/finops.md); unreconciled: exception money charged to no team
         out["totals"] = _rows(con, """
-            select r.currency, r.billed_cost as billed, r.allocated_cost as billed_allocated_cost,
+            select r.currency, r.billed_cost as billed, r.effective_cost as effective,
+                   r.billed_minus_effective, r.commitment_purchase_billed as commitment_purchases,
+                   r.allocated_cost as billed_allocated_cost, r.bypass_cost as billed_bypass_cost,
                    r.idle_cost as billed_idle_cost, coalesce(i.idle, 0) as idle, r.shared_cost as shared,
+                   r.cpu_node_cost as cpu_nodes, r.tax_cost as tax, r.credit_cost as credit, r.unused_commitment_cost as unused_commitment,
                    r.unreconciled_cost as unreconciled, r.price_book_cost as price_book, r.chargeback_total,
-                   r.charged_to_teams, r.exceptions, r.difference,
-                   r.billed_cost, r.shared_cost, r.price_book_cost
+                   r.charged_to_teams, r.exceptions, r.correction_rows, r.difference,
+                   r.billed_cost, r.effective_cost, r.shared_cost, r.price_book_cost
             from reconciliation as r
             left join (select currency, sum(idle_cost) as idle from int_idle_capacity where day = $day
                        group by currency) as i on i.currency = r.currency
@@ -113,6 +118,15 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
             t["allocated"] = t["allocated_cost"] = h.get("allocated_cost", Decimal(0))
             t["allocated_gpu_hours"] = h.get("allocated_gpu_hours", 0.0)
             t["used_gpu_hours"] = h.get("used_gpu_hours", 0.0)
+    if "int_unattributed_gpu_hours" in have:
+        # bypass: GPU time on no admitted request in a team's namespace, charged to that team
+        bypass = {r["currency"]: r for r in _rows(con, """
+            select currency, sum(cost) as cost, sum(gpu_hours) as gpu_hours from int_unattributed_gpu_hours
+            where day = $day and bypass and currency is not null group by currency""", {"day": d})}
+        for t in out["totals"]:
+            b = bypass.get(t["currency"], {})
+            t["bypass"] = b.get("cost", Decimal(0))
+            t["bypass_gpu_hours"] = b.get("gpu_hours", 0.0)
         out["top_requests"] = _rows(con, """
             select request_id, team, lane, workload, currency, sum(allocated_gpu_hours) as gpu_hours,
                    sum(allocated_cost) as cost
@@ -137,7 +151,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
             from unpriced_requests order by unpriced_gpu_hours desc, request_id limit $top""", {"top": top})
     if "platform_cost_per_tenant" in have:
         out["chargeback_by_team"] = _rows(con, """
-            select team, cost_center, currency, allocated_gpu_hours, allocated_cost, idle_cost, shared_cost, total_cost
+            select team, cost_center, currency, allocated_gpu_hours, allocated_cost, bypass_gpu_hours, bypass_cost,
+                   cpu_cost, idle_cost, shared_cost, tax_cost, credit_cost, total_cost
             from platform_cost_per_tenant where day = $day order by currency, total_cost desc, team""", {"day": d})
     return out
 
@@ -192,7 +207,8 @@ def model_metrics(
         if used is not None:
             out["used_gpu_hours"] = float(used)
             out["utilization"] = float(used) / float(alloc) if alloc else 0.0
-    money_cols = [c for c in ("billed_cost", "allocated_cost", "idle_cost", "shared_cost", "price_book_cost",
+    money_cols = [c for c in ("billed_cost", "effective_cost", "allocated_cost", "idle_cost", "shared_cost",
+                              "tax_cost", "credit_cost", "unused_commitment_cost", "price_book_cost",
                               "chargeback_total", "difference") if c in cols] if model == "reconciliation" else [
         next((c for c in ("total_cost", "allocated_cost", "billed_cost", "node_cost", "shared_cost", "cost")
               if c in cols), None)]

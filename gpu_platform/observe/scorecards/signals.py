@@ -54,9 +54,17 @@ def flavor_catalog(policy: Any) -> list[str]:
     return [f"{f.name}|{f.node_pool}|{f.sharing.mode}|{'true' if f.spot else 'false'}" for f in policy.flavors]
 
 
+def team_namespaces(policy: Any) -> list[str]:
+    """`team|namespace|cost_center|site` per team (`teams.<team>.namespace`; site '' when unset):
+    who owns each namespace, so the cost models charge a namespace's pods without a request id
+    (bypass) to its team. One bound list, like :func:`flavor_catalog`."""
+    return [f"{name}|{t.namespace}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())]
+
+
 def model_vars(policy: Any) -> dict[str, Any]:
     """The bound vars of the scorecard and capacity-signal models, from the policy: every
-    threshold as `cs_<key>`, the scale's rows / signals / ERROR lanes and signals, the flavors."""
+    threshold as `cs_<key>`, the scale's rows / signals / ERROR lanes and signals, the flavors, and
+    which team owns which namespace (`team_namespaces`)."""
     cs = policy.capacity_signals
     out: dict[str, Any] = {f"cs_{k}": getattr(cs, k) for k in type(cs).model_fields}  # every threshold and lane
     out.update(
@@ -65,6 +73,7 @@ def model_vars(policy: Any) -> dict[str, Any]:
         error_lanes=list(error_lanes(policy.scale, policy)),
         error_signals=list(error_signals(policy.scale)),
         flavor_catalog=flavor_catalog(policy),
+        team_namespaces=team_namespaces(policy),
     )
     return out
 

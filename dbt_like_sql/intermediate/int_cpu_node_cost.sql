@@ -1,0 +1,170 @@
+-- The billed cost of CPU nodes (inventory nodes without GPUs) allocated to the pods that ran on them,
+-- by their CPU and memory requests over time (OpenCost's rule): the node's day cost is split between
+-- its cores and its memory in the ratio of the weights cpu_core_hour_weight : memory_gib_hour_weight
+-- (per core-hour, per GiB-hour), each part priced per unit-hour of the node's capacity over its billed
+-- hours, and a pod pays requested units x hours. A pod of a known request belongs to the request's
+-- team and lane; another pod to the team owning its namespace (lane '(namespace)'); else to nobody,
+-- and what nobody requested (the node's idle part) stays shared cost.
+with days as (
+
+    select * from {{ ref('int_build_days') }}
+
+),
+
+source as (
+
+    select *, coalesce(day, cast(snapshot_at as date)) as snapshot_day
+    from {{ source('raw_nodes') }}
+    where coalesce(day, cast(snapshot_at as date))
+        between {{ var('day_from') }}::date - cast({{ var('node_snapshot_max_age_days') }} as integer)
+        and {{ var('day_to') }}::date
+
+),
+
+chosen as (
+
+    -- the snapshot day each built day uses (the rule of stg_nodes)
+    select d.day, max(s.snapshot_day) as snapshot_day
+    from days as d
+    inner join (select distinct snapshot_day from source) as s
+        on s.snapshot_day <= d.day
+        and s.snapshot_day >= d.day - cast({{ var('node_snapshot_max_age_days') }} as integer)
+    group by d.day
+
+),
+
+nodes as (
+
+    select c.day, s.node as hostname, s.provider_key, s.alt_provider_key, s.cpu_capacity,
+           s.memory_capacity / 1073741824.0 as memory_gib
+    from chosen as c
+    inner join source as s on s.snapshot_day = c.snapshot_day
+    where coalesce(nullif(s.gpu_capacity, 0), s.gpu_count_label, 0) = 0 and coalesce(s.mig_devices, 0) = 0
+      and s.cpu_capacity > 0 and s.memory_capacity > 0
+    qualify row_number() over (partition by c.day, s.node order by s.snapshot_at desc, s.source, s.source_row) = 1
+
+),
+
+billing as (
+
+    select * from {{ ref('int_billing_classes') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and billing_class = 'shared'
+
+),
+
+candidates as (
+
+    -- the rules of int_billing_nodes: provider identity, then ResourceId, then ResourceName = node name
+    select b.day, b.source, b.source_row, n.hostname, 1 as rule_rank
+    from billing as b
+    inner join nodes as n on n.day = b.day and b.resource_key is not null
+        and (n.provider_key = b.resource_key or n.alt_provider_key = b.resource_key)
+    union all
+    select b.day, b.source, b.source_row, n.hostname, 2
+    from billing as b inner join nodes as n on n.day = b.day and n.hostname = b.resource_id
+    union all
+    select b.day, b.source, b.source_row, n.hostname, 3
+    from billing as b inner join nodes as n on n.day = b.day and n.hostname = lower(b.resource_name)
+
+),
+
+matched as (
+
+    select b.*, c.hostname as node
+    from billing as b
+    inner join (
+        select * from candidates
+        qualify row_number() over (partition by day, source, source_row order by rule_rank, hostname) = 1
+    ) as c on c.day = b.day and c.source = b.source and c.source_row = b.source_row
+
+),
+
+node_cost as (
+
+    -- billed hours: from the first to the last billed moment of the day (a gap is counted)
+    select
+        m.day,
+        m.node as hostname,
+        m.currency,
+        sum(m.effective_cost) as node_cost,
+        min(m.day_period_start) as billed_from,
+        max(m.day_period_end) as billed_to,
+        any_value(n.cpu_capacity) as cpu_capacity,
+        any_value(n.memory_gib) as memory_gib
+    from matched as m
+    inner join nodes as n on n.day = m.day and n.hostname = m.node
+    group by m.day, m.node, m.currency
+
+),
+
+rates as (
+
+    select
+        *,
+        epoch(billed_to - billed_from) / 3600.0 as node_hours,
+        cpu_capacity * cast({{ var('cpu_core_hour_weight') }} as double)
+            / (cpu_capacity * cast({{ var('cpu_core_hour_weight') }} as double)
+               + memory_gib * cast({{ var('memory_gib_hour_weight') }} as double)) as cpu_part
+    from node_cost
+    where billed_to > billed_from
+
+),
+
+pods as (
+
+    select
+        r.day,
+        r.hostname,
+        r.currency,
+        p.namespace,
+        p.pod,
+        p.request_id,
+        coalesce(p.cpu_requests, 0.0) as cpu_requests,
+        coalesce(p.memory_requests, 0.0) / 1073741824.0 as memory_gib_requests,
+        greatest(epoch(least(coalesce(p.ended_at, r.billed_to), r.billed_to) - greatest(p.started_at, r.billed_from))
+                 / 3600.0, 0.0) as hours,
+        cast(r.node_cost as double) * r.cpu_part / (r.cpu_capacity * r.node_hours) as core_hour_price,
+        cast(r.node_cost as double) * (1 - r.cpu_part) / (r.memory_gib * r.node_hours) as gib_hour_price
+    from rates as r
+    inner join {{ ref('stg_pods') }} as p
+        on p.node = r.hostname and p.started_at < r.billed_to and coalesce(p.ended_at, r.billed_to) > r.billed_from
+    where coalesce(p.cpu_requests, 0) > 0 or coalesce(p.memory_requests, 0) > 0
+
+),
+
+owners as (
+
+    select
+        split_part(t, '|', 1) as team,
+        split_part(t, '|', 2) as namespace,
+        nullif(split_part(t, '|', 3), '') as cost_center,
+        nullif(split_part(t, '|', 4), '') as site
+    from unnest(cast({{ var('team_namespaces') }} as varchar[])) as u(t)
+
+),
+
+final as (
+
+    select
+        p.day,
+        p.hostname,
+        p.namespace,
+        p.pod,
+        p.request_id,
+        coalesce(r.team, o.team) as team,
+        coalesce(r.cost_center, o.cost_center, o.team) as cost_center,
+        coalesce(r.site, o.site, 'unknown') as site,
+        case when r.request_id is not null then r.lane when o.team is not null then '(namespace)' end as lane,
+        case when r.request_id is not null then 'request' when o.team is not null then 'namespace' end as owner_rule,
+        p.currency,
+        p.cpu_requests * p.hours as cpu_core_hours,
+        p.memory_gib_requests * p.hours as memory_gib_hours,
+        cast(round(p.cpu_requests * p.hours * p.core_hour_price + p.memory_gib_requests * p.hours * p.gib_hour_price, 6)
+             as decimal(18, 6)) as cost
+    from pods as p
+    left join {{ ref('stg_requests') }} as r on r.request_id = p.request_id
+    left join owners as o on o.namespace = p.namespace
+
+)
+
+select * from final
