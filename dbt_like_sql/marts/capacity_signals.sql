@@ -198,6 +198,31 @@ image_pull as (
 
 ),
 
+lane_targets as (
+
+    select split_part(t, '|', 1) as lane, cast(split_part(t, '|', 2) as double) as wait_p95_s
+    from unnest(cast({{ var('lane_wait_targets') }} as varchar[])) as u(t)
+
+),
+
+wait_target as (
+
+    select
+        q.day, 'lane_wait_target_missed', q.subject, q.subject,
+        q.wait_p95_s,
+        t.wait_p95_s,
+        q.admissions >= {{ var('cs_min_attempts') }} and q.wait_p95_s > t.wait_p95_s,
+        printf('Lane %s: p95 wait %.0f s over %d admission(s) against its target of %.0f s (lanes.%s.targets.wait_p95). '
+               || 'Raise its nominal_quota, let it reclaim or preempt more (reclaim_within_cohort, borrow_within_cohort), '
+               || 'keep a warm pool for it, and check a change with gpu-platform simulate --fail-on-missed on a recent trace.',
+               q.subject, q.wait_p95_s, q.admissions, t.wait_p95_s, q.subject)
+    from {{ ref('scorecard_queue_wait') }} as q
+    inner join lane_targets as t on t.lane = q.subject
+    where q.day between {{ var('day_from') }} and {{ var('day_to') }}
+      and q.dimension = 'lane' and q.wait_p95_s is not null
+
+),
+
 whole_gpu_pods as (
 
     select p.day, p.request_id, p.namespace, p.pod, p.allocated_gpu_hours, p.used_gpu_hours
@@ -260,6 +285,7 @@ signals as (
     union all select * from site
     union all select * from image_pull
     union all select * from slice
+    union all select * from wait_target
 
 ),
 

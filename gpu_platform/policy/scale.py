@@ -50,6 +50,7 @@ SIGNAL_ROWS: dict[str, str] = {
     "site_dominating_spend": "allocation_coverage",
     "image_pull_dominating_runtime": "cache_efficiency",
     "whole_gpu_fits_slice": "sharing_utilization",
+    "lane_wait_target_missed": "queue_wait",
 }
 """Each capacity signal and the scorecard row it is computed from: a signal is computed at a
 scale only when its row is."""

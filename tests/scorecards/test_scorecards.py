@@ -204,6 +204,10 @@ EXPECTED = {  # (signal, subject): (fired, severity, value)
     ("image_pull_dominating_runtime", IMAGE_A): (False, "WARN", 360 / 21600),
     ("whole_gpu_fits_slice", "T6"): (True, "WARN", 6000 / 1024),
     ("whole_gpu_fits_slice", "T1"): (False, "WARN", 70000 / 1024),
+    # the lanes' own targets (lanes.<lane>.targets.wait_p95): incident 60 s, release 15 min, candidate 24 h
+    ("lane_wait_target_missed", "incident_response"): (True, "ERROR", 240),
+    ("lane_wait_target_missed", "release_eval"): (True, "ERROR", 3600),
+    ("lane_wait_target_missed", "candidate_train"): (False, "WARN", 570),
 }
 
 
@@ -232,6 +236,19 @@ def test_thresholds_come_from_the_policy(tmp_path):
     con.close()
 
 
+def test_lane_wait_targets_come_from_the_policy(tmp_path):
+    lanes = load_document(default_policy_path(), POLICY_LIMITS)["lanes"]
+    lanes["candidate_train"]["targets"] = {"wait_p95": "5m"}
+    lanes["labeler_batch"]["targets"] = {"wait_p95": "3h"}
+    del lanes["release_eval"]["targets"]
+    con, _ = _build(str(tmp_path / "t.duckdb"), _policy(lanes=lanes))
+    got = {r.subject: (r.fired, r.threshold, r.value) for r in signal_rows(con, DAY, DAY)
+           if r.signal == "lane_wait_target_missed"}
+    assert got == {"incident_response": (True, 60, 240), "candidate_train": (True, 300, 570),
+                   "labeler_batch": (False, 10800, 7020)}  # release_eval has no target now: no row
+    con.close()
+
+
 def test_scale_decides_rows_signals_and_severity(tmp_path):
     con, _ = _build(str(tmp_path / "s0.duckdb"), _policy(scale="S0"))
     counts = {m: con.execute(f"select count(*) from {m}").fetchone()[0] for m in (
@@ -245,7 +262,8 @@ def test_scale_decides_rows_signals_and_severity(tmp_path):
         "node_pool", "flavor", "lane", "team", "site"}
     sig = signal_rows(con, DAY, DAY)
     assert {r.signal for r in sig} == {"queue_wait_exceeds_training_time", "pool_utilization_low",
-                                        "release_replay_delayed_by_research", "incident_waiting_for_capacity"}
+                                        "release_replay_delayed_by_research", "incident_waiting_for_capacity",
+                                        "lane_wait_target_missed"}
     assert {r.severity for r in sig} == {"WARN"}  # below S3 nothing is ERROR
     con.close()
     con, _ = _build(str(tmp_path / "s5.duckdb"), _policy(scale="S5"))

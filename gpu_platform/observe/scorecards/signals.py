@@ -42,6 +42,8 @@ SIGNALS: tuple[Signal, ...] = (
            "one site's share of the day's allocated cost > threshold"),
     Signal("image_pull_dominating_runtime", "image", "image_pull_share_max",
            "image pull + setup seconds / run seconds of an image > threshold"),
+    Signal("lane_wait_target_missed", "lane", "lanes.<lane>.targets.wait_p95",
+           "lane p95 queue wait of the day's admissions (s) > the lane's own target (only lanes with one)"),
     Signal("whole_gpu_fits_slice", "request", "slice_memory_gib",
            "a whole-GPU request's peak FB_USED (GiB) <= threshold and mean engine activity <= slice_engine_active_max"),
 )
@@ -61,6 +63,15 @@ def team_namespaces(policy: Any) -> list[str]:
     return [f"{name}|{t.namespace}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())]
 
 
+def lane_wait_targets(policy: Any) -> list[str]:
+    """`lane|seconds` per lane with a `targets.wait_p95` (bound as one list, never formatted into SQL)."""
+    return [
+        f"{lane.name}|{lane.targets.wait_p95.total_seconds():g}"
+        for lane in policy.lanes_by_priority()
+        if lane.targets is not None and lane.targets.wait_p95 is not None
+    ]
+
+
 def model_vars(policy: Any) -> dict[str, Any]:
     """The bound vars of the scorecard and capacity-signal models, from the policy: every
     threshold as `cs_<key>`, the scale's rows / signals / ERROR lanes and signals, the flavors, and
@@ -74,6 +85,7 @@ def model_vars(policy: Any) -> dict[str, Any]:
         error_signals=list(error_signals(policy.scale)),
         flavor_catalog=flavor_catalog(policy),
         team_namespaces=team_namespaces(policy),
+        lane_wait_targets=lane_wait_targets(policy),
     )
     return out
 
