@@ -90,6 +90,10 @@ class Trace:
         }
 
 
+LANE_MAPS_DIR = Path(__file__).parent / "lane_maps"
+"""The lane maps shipped with the simulator (`--lane-map NAME`)."""
+
+
 def share_of(job_id: str, salt: str) -> float:
     """A stable number in [0, 1) for a job: the first 8 bytes of SHA-256(salt, job_id)."""
     digest = hashlib.sha256(f"{salt}\x00{job_id}".encode()).digest()
@@ -243,7 +247,15 @@ def load_trace(
         if column is not None and lane_map is None:
             missing.append("--lane-map FILE (needed with --lane-from)")
         if missing:
-            raise TraceError([f"missing column {c}" for c in missing], src)
+            problems = [f"missing column {c}" for c in missing]
+            if any(c in REQUIRED for c in missing):
+                shipped = sorted(p.stem for p in LANE_MAPS_DIR.glob("*.yaml"))
+                problems.append(
+                    f"the trace's columns are {', '.join(raw_header) or '(none)'}: map them to "
+                    f"{', '.join(REQUIRED)} with a lane map's `columns:` (`--lane-map FILE`, or a shipped one: "
+                    f"{', '.join(shipped)}; docs/simulator.md, Lane maps)"
+                )
+            raise TraceError(problems, src)
         reader.fieldnames = header
         lane_col = renames.get(column, column) if column else None
         jobs: list[TraceJob] = []

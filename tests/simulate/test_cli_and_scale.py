@@ -163,3 +163,15 @@ def test_a_burst_larger_than_the_window_is_admitted_at_its_instant():
     key = lambda res: {r.job.job_id: (r.first_admit, r.flavor, r.end) for r in res.runs}  # noqa: E731
     assert key(fast) == key(full)
     assert sum(1 for r in fast.runs if r.first_admit == 0) > 16
+
+
+def test_a_trace_with_its_own_column_names_is_pointed_at_the_lane_maps(tmp_path):
+    p = tmp_path / "ef.csv"
+    p.write_text("job_id,submission_time,duration,num_gpu\na,0,10,1\n")
+    res = CliRunner().invoke(main, ["simulate", "--trace", str(p)])
+    assert res.exit_code == 2
+    assert "missing column submit_ts" in res.stderr
+    assert "the trace's columns are job_id, submission_time, duration, num_gpu" in res.stderr
+    assert "--lane-map FILE`, or a shipped one: elasticflow, elasticflow-fleet" in res.stderr
+    ok = CliRunner().invoke(main, ["simulate", "--trace", str(p), "--lane-map", "elasticflow", "--quiet"])
+    assert ok.exit_code == 0, ok.output  # the hint works as printed

@@ -15,7 +15,8 @@ def test_missing_column_is_named(tmp_path):
     p.write_text("job_id,submit_ts,gpus,lane\na,0,1,low\n")
     with pytest.raises(TraceError) as exc:
         load_trace(p)
-    assert exc.value.errors == ["missing column duration_s"]
+    assert exc.value.errors[0] == "missing column duration_s"
+    assert exc.value.errors[1].startswith("the trace's columns are job_id, submit_ts, gpus, lane: map them")
 
 
 def test_bad_rows_are_quarantined_with_line_and_reason(tmp_path):
