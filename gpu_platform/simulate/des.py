@@ -167,6 +167,9 @@ class _Sim:
                 elif q.borrowing_limit is not None:
                     self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal + q.borrowing_limit
         self.cq_usage: dict[tuple[str, str, str], float] = {}
+        self.nominal: dict[tuple[str, str], float] = {
+            (c.name, q.flavor): q.nominal for c in scenario.base.cluster_queues for q in c.quotas if q.resource == GPU
+        }
         self.cq_prios: dict[str, dict[int, int]] = {}
         self.fits_cache: dict[tuple, str | None] = {}
 
@@ -350,6 +353,11 @@ class _Sim:
                     victim = True
                     break
                 if pco is not None and self.root.get(pco, pco) == cohort[cq]:
+                    # Kueue takes another queue's workloads only from a queue above its nominal
+                    # quota on the flavor (preemption.py `_collect_subtree` / `_valid`:
+                    # `within_nominal`); a queue within its nominal there is never a victim.
+                    if self.cq_usage.get((cq, flavor, GPU), 0.0) <= self.nominal.get((cq, flavor), 0.0) + 1e-9:
+                        continue
                     if reclaim == ANY or (reclaim != NEVER and prio <= pprio) or (borrow != NEVER and prio < pprio):
                         victim = True
                         break
