@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 from rich.table import Table
 from rich.tree import Tree
@@ -126,3 +128,159 @@ def scale_table(pol) -> Table:
     for what, value in describe(pol.scale, pol):
         table.add_row(what, value)
     return table
+
+
+@policy.command("tune")
+@click.option("--trace", "trace_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Job trace CSV (columns: docs/simulator.md).")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), envvar="GPU_PLATFORM_POLICY", default=None,
+              help="The policy to start from (default: $GPU_PLATFORM_POLICY or the packaged default.yaml).")
+@click.option("--lane-from", "lane_from", default=None, help="Trace column the lane comes from (with --lane-map).")
+@click.option("--lane-map", "lane_map", default=None, help="Lane map YAML, or a shipped one by name.")
+@click.option("--capacity", type=float, default=None, help="Resize the pool to N GPUs (quotas scale with it).")
+@click.option("--trials", type=int, default=40, show_default=True, help="Candidate policies to simulate.")
+@click.option("--sample-jobs", type=int, default=4000, show_default=True,
+              help="Search on the first N jobs of the trace (0: all of it).")
+@click.option("--max-utilization-gap", type=float, default=0.02, show_default=True,
+              help="Utilization may be at most this far below FIFO with backfill (0.02: 2 points).")
+@click.option("--validate", type=click.Choice(["full", "sample"]), default="full", show_default=True,
+              help="Compare the input and the tuned policy with the baselines on the whole trace or on the sample.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The sampler's seed (the same seed, the same search).")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Stop searching after S seconds.")
+@click.option("--checkpoint-interval", type=float, default=1800.0, show_default=True,
+              help="Seconds between checkpoints of checkpoint_requeue jobs.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Write tuned-policy.yaml, policy.diff, pareto.json, pareto.png and the comparison report here.")
+@click.option("--fail-on-missed", is_flag=True, help="Exit 1 when the tuned policy misses a target on validation.")
+def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, sample_jobs, max_utilization_gap,
+                validate, seed, timeout_s, checkpoint_interval, out_dir, fail_on_missed) -> None:
+    """Search the policy's quotas, limits and preemption knobs against its lane targets on a trace."""
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpu_platform.cli.common import fail
+    from gpu_platform.cli.simulate import _lane_map_path, print_table, print_targets
+    from gpu_platform.policy import PolicyError, load_policy
+    from gpu_platform.policy.loading import default_policy_path
+    from gpu_platform.safeload import POLICY_LIMITS, InputError, load_document
+    from gpu_platform.simulate import tune
+    from gpu_platform.simulate.des import simulate
+    from gpu_platform.simulate.html import write_trace_report
+    from gpu_platform.simulate.report import lane_report
+    from gpu_platform.simulate.scenarios import SCENARIOS
+    from gpu_platform.simulate.targets import BASELINE, judge
+    from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
+
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    problems = []
+    if trials < 2:
+        problems.append("--trials: must be at least 2 (the input policy and the lend-idle seed)")
+    if capacity is not None and capacity <= 0:
+        problems.append("--capacity: must be > 0")
+    if sample_jobs < 0:
+        problems.append("--sample-jobs: must be >= 0")
+    if not 0 <= max_utilization_gap < 1:
+        problems.append("--max-utilization-gap: must be in [0, 1)")
+    if lane_from is not None and lane_map is None:
+        problems.append("--lane-from: needs --lane-map FILE")
+    if problems:
+        fail("policy tune", problems)
+    src = Path(policy_path) if policy_path else default_policy_path()
+    pol = policy_or_exit(str(src))
+    try:
+        raw = load_document(src, POLICY_LIMITS)
+    except InputError as exc:
+        fail(f"policy invalid: {src}", exc.errors)
+    try:
+        lm = load_lane_map(_lane_map_path(lane_map)) if lane_map else None
+        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes))
+    except TraceError as exc:
+        fail(f"trace invalid: {exc.source}", exc.errors)
+    if not trace.jobs:
+        fail("policy tune", [f"{trace_path}: no usable job (rows {trace.rows}, quarantined {len(trace.quarantined)})"])
+    jobs = sorted(trace.jobs, key=lambda j: (j.submit_ts, j.job_id))
+    sample = jobs[:sample_jobs] if sample_jobs else jobs
+    knobs = tune.discover(raw, {j.lane for j in sample})
+    if not knobs:
+        fail("policy tune", ["the policy has no whole-GPU quota the trace's lanes could use: nothing to tune"])
+    err.print(f"tuning {len(knobs)} knobs on {len(sample):,} of {len(jobs):,} jobs, {trials} candidates "
+              f"(FIFO with backfill on the sample first)")
+    problem = tune.Problem(raw, sample, capacity, max_utilization_gap, checkpoint_interval)
+    fifo_util = problem.baseline["total"]["gpu_utilization"]
+    best = {"feasible": 0}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("simulating candidates", total=trials)
+
+        def on_trial(i: int, ev: tune.Evaluation) -> None:
+            best["feasible"] += ev.feasible
+            util = f"invalid ({ev.error})" if ev.error else (
+                f"utilization {100 * ev.utilization:.1f}%, {ev.lost_gpu_hours:,.1f} GPU-h lost, "
+                + ("meets every target" if ev.feasible else f"misses by {ev.violation:.2f}"))
+            bar.update(task, advance=1, description=f"candidate {i}: {util}")
+            if not err.is_terminal:  # a log, not a live bar: one line per candidate
+                err.print(f"candidate {i}/{trials}: {util} ({best['feasible']} so far meet every target)")
+
+        evals = tune.search(problem, knobs, trials, seed=seed, timeout_s=timeout_s, on_trial=on_trial)
+    chosen = tune.choose(evals)
+    front = tune.pareto(evals)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    before = src.read_text(encoding="utf-8")
+    after = tune.tuned_text(before, knobs, chosen.values)
+    (out / "tuned-policy.yaml").write_text(after, encoding="utf-8")
+    try:  # the file as written is what is validated and compared
+        tuned_pol = load_policy(out / "tuned-policy.yaml")
+    except PolicyError as exc:
+        fail(f"policy tune: the tuned policy does not load ({exc.source})", exc.errors, code=1)
+    (out / "policy.diff").write_text(tune.diff(before, after, src.name), encoding="utf-8")
+    tune.write_pareto_plot(out / "pareto.png", evals, front, chosen, evals[0] if evals else None, fifo_util)
+
+    def row(e: tune.Evaluation) -> dict:
+        return {"values": e.values, "utilization": e.utilization, "lost_gpu_hours": e.lost_gpu_hours,
+                "feasible": e.feasible, "violations": e.violations, "error": e.error}
+
+    pareto_doc = {
+        "sample_jobs": len(sample), "knobs": [k.name for k in knobs], "fifo_backfill_utilization": fifo_util,
+        "max_utilization_gap": max_utilization_gap, "trials": [row(e) for e in evals],
+        "pareto_front": [evals.index(e) for e in front], "chosen": evals.index(chosen),
+    }
+    (out / "pareto.json").write_text(json.dumps(pareto_doc, indent=1), encoding="utf-8")
+    # the comparison: input policy vs tuned vs the FIFO baselines, on the validation jobs
+    vjobs = jobs if validate == "full" else sample
+    err.print(f"validating on {len(vjobs):,} jobs: input policy, tuned policy, fifo, {BASELINE}")
+    scen: dict = {}
+    results: dict = {}
+    for name, p, kind in (("policy", pol, "policy"), ("tuned", tuned_pol, "policy"), ("fifo", pol, "fifo"),
+                          (BASELINE, pol, BASELINE)):
+        res = simulate(SCENARIOS[kind](p, capacity), vjobs, checkpoint_interval_s=checkpoint_interval)
+        results[name] = res
+        scen[name] = lane_report(res)
+    scen["tuned"]["description"] = "the tuned policy (" + scen["tuned"]["description"] + ")"
+    targets_in = judge(pol, scen)
+    targets_tuned = judge(tuned_pol, {"policy": scen["tuned"], BASELINE: scen[BASELINE]})
+    gap_points = 100 * ((scen[BASELINE]["total"]["gpu_utilization"] or 0) - (scen["tuned"]["total"]["gpu_utilization"] or 0))
+    doc = {
+        "trace": trace.summary(), "capacity_gpus": scen["policy"]["capacity_gpus"], "validated_on": validate,
+        "checkpoint_interval_s": checkpoint_interval, "tick_s": 0.0, "scenarios": scen, "targets": targets_tuned,
+        "targets_input_policy": targets_in,
+        "utilization_gap_points": round(gap_points, 2), "max_utilization_gap_points": 100 * max_utilization_gap,
+        "search": {k: v for k, v in pareto_doc.items() if k != "trials"},
+    }
+    write_trace_report(out, doc, results)
+    print_table(doc, err)
+    err.print("tuned policy:")
+    print_targets(targets_tuned, err)
+    err.print(f"utilization: tuned {100 * (scen['tuned']['total']['gpu_utilization'] or 0):.1f}%, {BASELINE} "
+              f"{100 * (scen[BASELINE]['total']['gpu_utilization'] or 0):.1f}% ({gap_points:.1f} points below; "
+              f"allowed {100 * max_utilization_gap:.1f})")
+    err.print(f"wrote tuned-policy.yaml, policy.diff, pareto.json, pareto.png, report.html to {out}")
+    click.echo(json.dumps({"tuned_policy": str(out / "tuned-policy.yaml"), "targets_met": targets_tuned["met"],
+                           "targets_missed": targets_tuned["missed"], "utilization_gap_points": round(gap_points, 2),
+                           "candidates": len(evals), "feasible_on_sample": sum(e.feasible for e in evals)}, indent=1))
+    missed = targets_tuned["missed"] or gap_points > 100 * max_utilization_gap + 1e-9
+    if fail_on_missed and missed:
+        sys.exit(1)

@@ -102,7 +102,7 @@ def test_request_becomes_workload_with_lane_rules(pol: Policy) -> None:
     assert not r1.safety_approval and r1.cost_approval
     assert r2.safety_approval and not r2.cost_approval and r2.team == "perception"
     assert r1.created_at == 7 and r1.requests == {GPU: 2.0}
-    assert r2.allowed_flavors == ("h100-ondemand", "a100-spot") and r2.expected_duration_s == 7200
+    assert r2.allowed_flavors == ("h100-ondemand", "a100-spot", "l4-inference") and r2.expected_duration_s == 7200
     res = schedule_cycle(state)
     assert {a.name: a.flavor for a in res.admitted} == {"r1": "l4-inference", "r2": "h100-ondemand"}
 

@@ -38,7 +38,7 @@ def test_one_teams_sweep_is_capped_and_another_team_still_runs(env, policy):
     capped = ledger.state(sweep[3])
     assert capped.state == "waiting" and capped.details["reason_code"] == "TeamLimit"
     assert capped.reason.startswith(
-        "TeamLimit: team perception in lane research_best_effort uses 24 of 24 GPUs (this job needs 8)"
+        "TeamLimit: team perception in lane research_best_effort uses 24 of 30 GPUs (this job needs 8)"
     )
     out = CliRunner().invoke(
         main, ["queue", "--format", "json", "--ledger", ledger.url], env={"GPU_PLATFORM_HOME": str(home)},
@@ -47,7 +47,7 @@ def test_one_teams_sweep_is_capped_and_another_team_still_runs(env, policy):
     assert out.exit_code == 0, out.output
     rows = {r["request_id"]: r for r in json.loads(out.output)}
     assert rows[sweep[3]]["reason_code"] == "TeamLimit"
-    assert "team perception in lane research_best_effort uses 24 of 24 GPUs" in rows[sweep[3]]["reason"]
+    assert "team perception in lane research_best_effort uses 24 of 30 GPUs" in rows[sweep[3]]["reason"]
     assert rows[other]["state"] == "admitted"
     table = CliRunner().invoke(
         main, ["queue", "--ledger", ledger.url], env={"GPU_PLATFORM_HOME": str(home)}, catch_exceptions=False

@@ -111,14 +111,14 @@ def test_any_gpu_type_accepts_every_lane_flavor_including_spot(k8s_policy, resea
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
     pools = [next(e["values"][0] for e in t["matchExpressions"] if e["key"] == LABEL_NODE_POOL) for t in terms]
-    assert pools == ["training", "spot"]
+    assert pools == ["training", "spot", "inference"]  # idle L4s are lent to any-GPU work
     assert spot["metadata"]["annotations"][ANNOTATION_GATE_FLAVOR] == "a100-spot"
 
 
 def test_flavor_outside_lane_quota_is_refused(k8s_policy, research) -> None:
     req = research
     with pytest.raises(ValueError, match="does not fit request"):
-        k8s_config_for(req, "l4-inference", k8s_policy)
+        k8s_config_for(req, "l4-shared", k8s_policy)  # time-sliced: not a whole-GPU flavor of the lane
     with pytest.raises(ValueError, match="unknown flavor"):
         k8s_config_for(req, "tpu-v5", k8s_policy)
 

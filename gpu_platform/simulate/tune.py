@@ -1,0 +1,463 @@
+"""The policy tuner: search a policy's numeric knobs against its lane targets on a job trace.
+
+`gpu-platform policy tune` (docs/simulator.md, "Tuning a policy") runs the real engine through
+the simulator for every candidate policy, on a sample of the trace, and lets Optuna's TPE sampler
+(multi-objective, with constraints) choose the next candidate:
+
+- objectives: maximize the pool's utilization, minimize the GPU-hours lost to preemption;
+- constraints (each must be <= 0): every lane target of the policy (`lanes.<lane>.targets`,
+  judged as `simulate` judges them), utilization at most `max_utilization_gap` below FIFO with
+  backfill on the same sample, and no more jobs never admitted than FIFO with backfill leaves.
+
+The knobs (`discover`), all read from the policy itself, in the policy's own units (before any
+`--capacity` scaling):
+- per lane that has jobs in the trace, per whole-GPU quota row: `nominal_quota`,
+  `borrowing_limit` and `lending_limit` (a limit at the flavor's capacity is written as no limit);
+- per such lane and whole-GPU flavor it has no row for: a borrow-only row (`nominal_quota: 0`)
+  with a borrowing limit, or no row (0); a job that names a GPU type still only gets that type;
+- per lane with jobs: `reclaim_within_cohort` (Never, LowerPriority, Any) and, where the lane has
+  `borrow_within_cohort`, its `max_priority_threshold`;
+- per lane without jobs and per cohort, the `lending_limit` of its whole-GPU rows (what the
+  trace's lanes may borrow from it).
+A candidate that fails policy validation is infeasible, with its first error recorded. The
+search is seeded with the input policy and with "lend idle" (every borrowing limit open,
+borrow-only rows open, reclaim `Any` for lanes with quota to take back), so the tuner can only
+improve on the input and starts from the structure that usually wins; TPE explores from there.
+The tuned policy is written by editing the input file in place (comments and order kept), so
+`policy.diff` shows exactly the knobs that moved.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import io
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpu_platform.policy import GPU, Policy, PolicyError
+from gpu_platform.policy.loading import parse_policy_document
+from gpu_platform.simulate.des import simulate
+from gpu_platform.simulate.report import lane_report
+from gpu_platform.simulate.scenarios import SCENARIOS
+from gpu_platform.simulate.targets import BASELINE, judge
+from gpu_platform.simulate.trace import TraceJob
+
+RECLAIM = ("Never", "LowerPriority", "Any")
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One searched value. kind: `int` (low..high), `limit` (0..high; high = no limit), `row`
+    (0 = no row, 1..high-1 = a borrow-only row with that borrowing limit, high = no limit),
+    `choice` (one of `choices`)."""
+
+    name: str
+    kind: str
+    scope: str  # lanes | cohorts
+    owner: str
+    field: str
+    flavor: str | None = None
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+    step: int = 1
+
+
+def _gpu_capacity(raw: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in raw.get("flavors") or []:
+        cap = (f.get("capacity") or {}).get(GPU)
+        if cap is None or (f.get("sharing") or {}).get("mode") not in (None, "exclusive"):
+            continue  # MIG slices and shared GPUs are not whole GPUs
+        out[f["name"]] = int(cap)
+    return out
+
+
+def _rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    return [q for q in entry.get("quotas") or [] if q.get("resource", GPU) == GPU]
+
+
+def discover(raw: dict[str, Any], trace_lanes: Iterable[str]) -> list[Knob]:
+    """The knobs of a policy document for a trace whose jobs are in `trace_lanes`."""
+    caps = _gpu_capacity(raw)
+    busy = set(trace_lanes)
+    knobs: list[Knob] = []
+    for lane, entry in (raw.get("lanes") or {}).items():
+        rows = {q.get("flavor_name"): q for q in _rows(entry) if q.get("flavor_name") in caps}
+        if lane not in busy:
+            for fl in rows:
+                knobs.append(Knob(f"lanes.{lane}.{fl}.lending_limit", "limit", "lanes", lane, "lending_limit", fl, 0, caps[fl]))
+            continue
+        if entry.get("protected"):
+            continue  # never a victim, never lent to: its rows stay as written
+        for fl in rows:
+            cap = caps[fl]
+            knobs.append(Knob(f"lanes.{lane}.{fl}.nominal_quota", "int", "lanes", lane, "nominal_quota", fl, 0, cap))
+            knobs.append(Knob(f"lanes.{lane}.{fl}.borrowing_limit", "limit", "lanes", lane, "borrowing_limit", fl, 0, cap))
+            knobs.append(Knob(f"lanes.{lane}.{fl}.lending_limit", "limit", "lanes", lane, "lending_limit", fl, 0, cap))
+        for fl, cap in caps.items():
+            if fl not in rows:
+                knobs.append(Knob(f"lanes.{lane}.{fl}.borrow_only", "row", "lanes", lane, "borrow_only", fl, 0, cap))
+        if entry.get("cohort_name") is not None:
+            knobs.append(Knob(f"lanes.{lane}.reclaim_within_cohort", "choice", "lanes", lane, "reclaim_within_cohort",
+                              choices=RECLAIM))
+            bwc = (entry.get("preemption") or {}).get("borrow_within_cohort")
+            if isinstance(bwc, dict) and bwc.get("policy", "Never") != "Never":
+                knobs.append(Knob(f"lanes.{lane}.max_priority_threshold", "int", "lanes", lane,
+                                  "max_priority_threshold", None, 0, 1000, step=50))
+    for co in raw.get("cohorts") or []:
+        for q in _rows(co):
+            fl = q.get("flavor_name")
+            if fl in caps:
+                knobs.append(Knob(f"cohorts.{co['name']}.{fl}.lending_limit", "limit", "cohorts", co["name"],
+                                  "lending_limit", fl, 0, 2 * caps[fl]))
+    return knobs
+
+
+def _owner(doc: Any, k: Knob) -> Any:
+    if k.scope == "lanes":
+        return doc["lanes"][k.owner]
+    for co in doc["cohorts"]:
+        if co["name"] == k.owner:
+            return co
+    raise KeyError(k.owner)
+
+
+def _row_of(entry: Any, flavor: str) -> Any | None:
+    for q in entry.get("quotas") or []:
+        if q.get("flavor_name") == flavor and q.get("resource", GPU) == GPU:
+            return q
+    return None
+
+
+def current(raw: dict[str, Any], knobs: list[Knob]) -> dict[str, Any]:
+    """The knobs' values in a policy document (the search's first candidate)."""
+    out: dict[str, Any] = {}
+    for k in knobs:
+        entry = _owner(raw, k)
+        if k.kind == "choice":
+            out[k.name] = (entry.get("preemption") or {}).get(k.field, "Never")
+        elif k.field == "max_priority_threshold":
+            bwc = (entry.get("preemption") or {}).get("borrow_within_cohort") or {}
+            v = bwc.get("max_priority_threshold")
+            out[k.name] = k.high if v is None else min(k.high, int(v))
+        elif k.kind == "row":
+            out[k.name] = 0
+        else:
+            q = _row_of(entry, k.flavor)  # type: ignore[arg-type]
+            v = None if q is None else q.get(k.field)
+            if k.kind == "limit":
+                out[k.name] = k.high if v is None else min(k.high, int(v))
+            else:
+                out[k.name] = 0 if v is None else min(k.high, int(v))
+    return out
+
+
+def lend_idle(raw: dict[str, Any], knobs: list[Knob]) -> dict[str, Any]:
+    """The "lend idle" seed: the input's nominal quotas, every borrowing limit open, every
+    borrow-only row open, lending limits as written, reclaim `Any` where a lane has quota."""
+    out = current(raw, knobs)
+    for k in knobs:
+        if k.field == "borrowing_limit" or k.kind == "row":
+            out[k.name] = k.high
+        elif k.kind == "choice":
+            has_quota = any(out.get(f"lanes.{k.owner}.{fl}.nominal_quota", 0) > 0 for fl in _gpu_capacity(raw))
+            out[k.name] = "Any" if has_quota else out[k.name]
+    return out
+
+
+def apply(doc: Any, knobs: list[Knob], values: dict[str, Any], new_map: Callable[[dict], Any] = dict) -> Any:
+    """Write `values` into `doc` (a plain or a round-trip YAML mapping) in place; returns doc."""
+    for k in knobs:
+        if k.name not in values:
+            continue
+        v = values[k.name]
+        entry = _owner(doc, k)
+        if k.kind == "choice":
+            pre = entry.get("preemption")
+            if pre is None:
+                entry["preemption"] = pre = new_map({})
+            pre[k.field] = v
+        elif k.field == "max_priority_threshold":
+            entry["preemption"]["borrow_within_cohort"]["max_priority_threshold"] = int(v)
+        elif k.kind == "row":
+            quotas = entry.setdefault("quotas", [])
+            q = _row_of(entry, k.flavor)  # type: ignore[arg-type]
+            if int(v) <= 0:
+                if q is not None and q.get("nominal_quota", 0) == 0:
+                    quotas.remove(q)
+                continue
+            row: dict[str, Any] = {"flavor_name": k.flavor, "resource": GPU, "nominal_quota": 0}
+            if int(v) < k.high:
+                row["borrowing_limit"] = int(v)
+            if q is None:
+                # after the lane's other whole-GPU rows, so flavors are tried in the file's order
+                at = max((i + 1 for i, r in enumerate(quotas) if r.get("resource", GPU) == GPU), default=0)
+                quotas.insert(at, new_map(row))
+            else:
+                q.pop("borrowing_limit", None)
+                q.update(row)
+        else:
+            q = _row_of(entry, k.flavor)  # type: ignore[arg-type]
+            if q is None:
+                continue
+            if k.kind == "limit" and int(v) >= k.high:
+                q.pop(k.field, None)
+            else:
+                q[k.field] = int(v)
+    # a lane may not lend more than its nominal quota: clip the lending limit to it
+    for lane in (doc.get("lanes") or {}).values():
+        for q in lane.get("quotas") or []:
+            lend, nom = q.get("lending_limit"), q.get("nominal_quota")
+            if isinstance(lend, int | float) and isinstance(nom, int | float) and lend > nom:
+                q["lending_limit"] = nom
+    return doc
+
+
+def repair(raw: dict[str, Any], knobs: list[Knob], values: dict[str, Any]) -> dict[str, Any]:
+    """`values` made valid where the policy's rules tie knobs together: per flavor, the nominal
+    quotas of lanes and cohorts fit its capacity (the largest searched ones give way first) and a
+    lane lends at most its nominal quota."""
+    out = dict(values)
+    caps = _gpu_capacity(raw)
+    nominal_knobs = {k.name: k for k in knobs if k.field == "nominal_quota"}
+    for fl, cap in caps.items():
+        fixed = 0
+        for lane, entry in (raw.get("lanes") or {}).items():
+            q = _row_of(entry, fl)
+            if q is not None and f"lanes.{lane}.{fl}.nominal_quota" not in nominal_knobs:
+                fixed += q.get("nominal_quota", 0) or 0
+        for co in raw.get("cohorts") or []:
+            q = _row_of(co, fl)
+            if q is not None:
+                fixed += q.get("nominal_quota", 0) or 0
+        mine = sorted((n for n, k in nominal_knobs.items() if k.flavor == fl and n in out))
+        while mine and fixed + sum(out[n] for n in mine) > cap:
+            top = max(mine, key=lambda n: (out[n], n))
+            if out[top] <= 0:
+                break
+            out[top] -= 1
+    for k in knobs:
+        if k.field == "lending_limit" and k.scope == "lanes" and k.name in out:
+            nom = out.get(f"lanes.{k.owner}.{k.flavor}.nominal_quota")
+            if nom is None:
+                q = _row_of(raw["lanes"][k.owner], k.flavor)  # type: ignore[arg-type]
+                nom = None if q is None else q.get("nominal_quota")
+            if nom is not None and out[k.name] < k.high and out[k.name] > nom:
+                out[k.name] = int(nom)
+    return out
+
+
+@dataclass(slots=True)
+class Evaluation:
+    values: dict[str, Any]
+    utilization: float | None = None
+    lost_gpu_hours: float | None = None
+    violations: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    report: dict[str, Any] | None = None
+    targets: dict[str, Any] | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.error is None and all(v <= 0 for v in self.violations.values())
+
+    @property
+    def violation(self) -> float:
+        return math.inf if self.error else sum(max(0.0, v) for v in self.violations.values())
+
+
+@dataclass(slots=True)
+class Problem:
+    """What every candidate is judged against: the sample, the pool and the baseline."""
+
+    raw: dict[str, Any]
+    jobs: list[TraceJob]
+    capacity: float | None
+    max_utilization_gap: float
+    checkpoint_interval_s: float = 1800.0
+    tick: float = 0.0
+    baseline: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.baseline:
+            pol = parse_policy_document(copy.deepcopy(self.raw), "policy")
+            self.baseline = lane_report(simulate(SCENARIOS[BASELINE](pol, self.capacity), self.jobs))
+
+    def policy(self, knobs: list[Knob], values: dict[str, Any]) -> Policy:
+        return parse_policy_document(apply(copy.deepcopy(self.raw), knobs, values), "tuned policy")
+
+    def evaluate(self, knobs: list[Knob], values: dict[str, Any]) -> Evaluation:
+        values = repair(self.raw, knobs, values)
+        ev = Evaluation(dict(values))
+        try:
+            pol = self.policy(knobs, values)
+        except PolicyError as exc:
+            ev.error = exc.errors[0] if exc.errors else "invalid"
+            return ev
+        rep = lane_report(
+            simulate(SCENARIOS["policy"](pol, self.capacity), self.jobs, tick=self.tick,
+                     checkpoint_interval_s=self.checkpoint_interval_s)
+        )
+        ev.report = rep
+        ev.utilization = rep["total"]["gpu_utilization"] or 0.0
+        ev.lost_gpu_hours = rep["total"]["gpu_hours_lost_to_preemption"]
+        ev.targets = judge(pol, {"policy": rep, BASELINE: self.baseline})
+        ev.violations = violations(rep, ev.targets, self.baseline, self.max_utilization_gap)
+        return ev
+
+
+def violations(rep: dict[str, Any], targets: dict[str, Any], baseline: dict[str, Any], gap: float) -> dict[str, float]:
+    """Each constraint's excess, normalized (<= 0: met): waits per minute of their limit (at least
+    one), shares per share of their limit, utilization per point, never-admitted per job."""
+    out: dict[str, float] = {}
+    for lane, rows in targets["lanes"].items():
+        for r in rows:
+            if r["met"] is None:
+                continue
+            limit, value = r["limit"], r["value"]
+            scale = max(60.0, limit) if r["unit"] == "s" else max(1e-3, limit)
+            out[f"{lane}.{r['target']}"] = (value - limit) / scale
+    fifo = baseline["total"]["gpu_utilization"] or 0.0
+    out["utilization"] = 100 * ((fifo - gap) - (rep["total"]["gpu_utilization"] or 0.0))
+    out["never_admitted"] = float(rep["total"]["never_admitted"] - baseline["total"]["never_admitted"])
+    return out
+
+
+def pareto(evals: list[Evaluation]) -> list[Evaluation]:
+    """The non-dominated evaluations on (utilization up, lost GPU-hours down), among the feasible
+    ones (all evaluated ones when none is feasible), best utilization first."""
+    pool = [e for e in evals if e.feasible] or [e for e in evals if e.error is None]
+    front = []
+    for e in pool:
+        dominated = any(
+            (o.utilization >= e.utilization and o.lost_gpu_hours <= e.lost_gpu_hours)  # type: ignore[operator]
+            and (o.utilization > e.utilization or o.lost_gpu_hours < e.lost_gpu_hours)  # type: ignore[operator]
+            for o in pool
+        )
+        if not dominated:
+            front.append(e)
+    front.sort(key=lambda e: (-(e.utilization or 0.0), e.lost_gpu_hours))
+    return front
+
+
+def choose(evals: list[Evaluation]) -> Evaluation:
+    """The tuned candidate: the feasible one with the best utilization (then the least lost work);
+    when none is feasible, the one with the smallest total violation."""
+    feasible = [e for e in evals if e.feasible]
+    if feasible:
+        return min(feasible, key=lambda e: (-(e.utilization or 0.0), e.lost_gpu_hours))
+    return min(evals, key=lambda e: (e.violation, -(e.utilization or 0.0)))
+
+
+def search(
+    problem: Problem,
+    knobs: list[Knob],
+    trials: int,
+    seed: int = 0,
+    timeout_s: float | None = None,
+    on_trial: Callable[[int, Evaluation], None] | None = None,
+) -> list[Evaluation]:
+    """Run the search; returns every evaluation in trial order (the two seeds first)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    evals: list[Evaluation] = []
+
+    sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(10, max(2, trials // 4)))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    raw = problem.raw
+    for values in (current(raw, knobs), lend_idle(raw, knobs)):
+        study.enqueue_trial(values, skip_if_exists=True)
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        values: dict[str, Any] = {}
+        for k in knobs:
+            if k.kind == "choice":
+                values[k.name] = trial.suggest_categorical(k.name, list(k.choices))
+            else:
+                values[k.name] = trial.suggest_int(k.name, k.low, k.high, step=k.step)
+        ev = problem.evaluate(knobs, values)
+        evals.append(ev)
+        # one constraint: the summed excess when something is missed, else the tightest margin
+        if ev.error:
+            c = 1e9
+        elif ev.feasible:
+            c = max(ev.violations.values(), default=0.0)
+        else:
+            c = ev.violation
+        trial.set_constraint("targets", c)  # Optuna's constrained optimization: feasible when <= 0
+        if on_trial is not None:
+            on_trial(len(evals), ev)
+        if ev.error:
+            return 0.0, 1e12
+        return ev.utilization or 0.0, ev.lost_gpu_hours or 0.0
+
+    study.optimize(objective, n_trials=trials, timeout=timeout_s, gc_after_trial=False)
+    return evals
+
+
+def tuned_text(source_text: str, knobs: list[Knob], values: dict[str, Any]) -> str:
+    """The input policy file with `values` written in, comments and order kept."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)  # the packaged policy's style: "  - name: ..."
+    doc = yaml.load(source_text)
+
+    def flow(d: dict) -> CommentedMap:
+        m = CommentedMap(d)
+        m.fa.set_flow_style()
+        return m
+
+    apply(doc, knobs, values, new_map=flow)
+    buf = io.StringIO()
+    yaml.dump(doc, buf)
+    return buf.getvalue()
+
+
+def diff(before: str, after: str, name: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{name}", f"b/{name}"))
+
+
+def write_pareto_plot(path: Path, evals: list[Evaluation], front: list[Evaluation], chosen: Evaluation,
+                      seed_input: Evaluation | None, fifo_util: float | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ok = [e for e in evals if e.error is None]
+    feas = [e for e in ok if e.feasible]
+    infeas = [e for e in ok if not e.feasible]
+    if infeas:
+        ax.scatter([100 * e.utilization for e in infeas], [e.lost_gpu_hours for e in infeas], s=14, c="#bbbbbb",
+                   label="misses a target")
+    if feas:
+        ax.scatter([100 * e.utilization for e in feas], [e.lost_gpu_hours for e in feas], s=18, c="#2ca02c",
+                   label="meets every target")
+    if front:
+        ax.plot([100 * e.utilization for e in front], [e.lost_gpu_hours for e in front], "-", c="#2ca02c", lw=1,
+                label="Pareto front")
+    ax.scatter([100 * chosen.utilization], [chosen.lost_gpu_hours], marker="*", s=180, c="#1f77b4", label="tuned",
+               zorder=5)
+    if seed_input is not None and seed_input.error is None:
+        ax.scatter([100 * seed_input.utilization], [seed_input.lost_gpu_hours], marker="X", s=90, c="#d62728",
+                   label="input policy", zorder=5)
+    if fifo_util is not None:
+        ax.axvline(100 * fifo_util, color="#7f7f7f", ls="--", lw=0.8, label="FIFO with backfill")
+    ax.set_xlabel("pool utilization on the sample (%)")
+    ax.set_ylabel("GPU-hours lost to preemption")
+    ax.set_title(f"policy tune: {len(ok)} candidates simulated, {len(feas)} meet every target")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,154 @@
+"""`gpu-platform policy tune`: the knobs it finds, the candidates it writes (valid, comments kept,
+a diff of only what moved), and a search that turns the tight example policy into a better one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpu_platform.cli import main
+from gpu_platform.policy import load_policy
+from gpu_platform.policy.loading import parse_policy_document
+from gpu_platform.safeload import POLICY_LIMITS, load_document
+from gpu_platform.simulate import load_lane_map, load_trace, tune
+from gpu_platform.simulate.trace import TraceJob
+
+ROOT = Path(__file__).parents[2]
+TIGHT = ROOT / "examples" / "tune" / "tight-policy.yaml"
+SLICE = ROOT / "tests" / "fixtures" / "simulate" / "elasticflow-cluster04-head2000.csv"
+FLEET = ROOT / "gpu_platform" / "simulate" / "lane_maps" / "elasticflow-fleet.yaml"
+TRACE_LANES = {"research_best_effort", "baseline_rebuild", "candidate_train", "incident_response", "release_eval"}
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return load_document(TIGHT, POLICY_LIMITS)
+
+
+def test_the_tight_example_is_valid_and_tight():
+    pol = load_policy(TIGHT)
+    cand = {q.flavor_name: q for q in pol.lanes["candidate_train"].quotas}
+    assert cand["h100-ondemand"].borrowing_limit == 12
+    assert "l4-inference" not in cand
+
+
+def test_knobs_come_from_the_policy(raw):
+    knobs = {k.name: k for k in tune.discover(raw, TRACE_LANES)}
+    # a lane with jobs: its whole-GPU rows' three numbers, borrow-only rows for flavors it lacks
+    assert {"lanes.candidate_train.h100-ondemand.nominal_quota", "lanes.candidate_train.h100-ondemand.borrowing_limit",
+            "lanes.candidate_train.h100-ondemand.lending_limit"} <= set(knobs)
+    assert knobs["lanes.candidate_train.l4-inference.borrow_only"].kind == "row"
+    assert knobs["lanes.candidate_train.l4-inference.borrow_only"].high == 16  # the L4s' capacity
+    assert knobs["lanes.candidate_train.reclaim_within_cohort"].choices == ("Never", "LowerPriority", "Any")
+    assert "lanes.candidate_train.max_priority_threshold" in knobs
+    # MIG slices and shared GPUs are not whole GPUs: never a knob
+    assert not [n for n in knobs if "h100-mig" in n or "l4-shared" in n]
+    # a lane without jobs in the trace only lends: its lending limits are knobs, nothing else
+    assert {n for n in knobs if n.startswith("lanes.labeler_batch.")} == {
+        "lanes.labeler_batch.l4-inference.lending_limit", "lanes.labeler_batch.a100-spot.lending_limit"}
+    # the protected lane is left as written
+    assert not [n for n in knobs if n.startswith("lanes.platform_maintenance.")] or \
+        all(k.field == "lending_limit" for n, k in knobs.items() if n.startswith("lanes.platform_maintenance."))
+    assert "cohorts.assurance.h100-ondemand.lending_limit" in knobs
+
+
+def test_the_input_values_round_trip_to_the_same_file(raw):
+    knobs = tune.discover(raw, TRACE_LANES)
+    text = TIGHT.read_text()
+    same = tune.tuned_text(text, knobs, tune.current(raw, knobs))
+    assert tune.diff(text, same, "p") == ""
+
+
+def test_lend_idle_is_written_as_a_small_valid_diff(raw, tmp_path):
+    knobs = tune.discover(raw, TRACE_LANES)
+    text = TIGHT.read_text()
+    values = tune.repair(raw, knobs, tune.lend_idle(raw, knobs))
+    after = tune.tuned_text(text, knobs, values)
+    out = tmp_path / "tuned.yaml"
+    out.write_text(after)
+    pol = load_policy(out)
+    cand = {q.flavor_name: q for q in pol.lanes["candidate_train"].quotas}
+    assert cand["h100-ondemand"].borrowing_limit is None  # opened
+    assert cand["l4-inference"].nominal_quota == 0 and cand["l4-inference"].borrowing_limit is None  # borrow only
+    d = tune.diff(text, after, "p")
+    changed = [ln for ln in d.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    assert changed and all("quota" in ln or "reclaim_within_cohort" in ln for ln in changed), changed
+    # comments and layout are kept
+    assert after.splitlines()[0] == text.splitlines()[0]
+    assert "  - name: h100-ondemand" in after
+
+
+def test_repair_keeps_nominal_quotas_within_each_flavor(raw):
+    knobs = tune.discover(raw, TRACE_LANES)
+    values = tune.current(raw, knobs)
+    for k in knobs:
+        if k.field == "nominal_quota":
+            values[k.name] = k.high  # every lane asks for the whole flavor: invalid as written
+    with pytest.raises(Exception, match="nominal quotas sum"):
+        parse_policy_document(tune.apply(copy.deepcopy(raw), knobs, values), "p")
+    fixed = tune.repair(raw, knobs, values)
+    parse_policy_document(tune.apply(copy.deepcopy(raw), knobs, fixed), "p")  # valid now
+    assert any(fixed[n] < values[n] for n in values if n.endswith("nominal_quota"))
+
+
+def _sample(n: int) -> list[TraceJob]:
+    trace = load_trace(SLICE, lane_map=load_lane_map(FLEET))
+    return sorted(trace.jobs, key=lambda j: (j.submit_ts, j.job_id))[:n]
+
+
+def test_violations_are_normalized_and_signed():
+    rep = {"total": {"gpu_utilization": 0.70, "never_admitted": 2}}
+    base = {"total": {"gpu_utilization": 0.80, "never_admitted": 0}}
+    targets = {"lanes": {"a": [{"target": "wait_p95", "limit": 600.0, "value": 1200.0, "unit": "s", "met": False}],
+                         "b": [{"target": "max_lost_gpu_hours_share", "limit": 0.1, "value": 0.05, "unit": "share",
+                                "met": True}]}}
+    v = tune.violations(rep, targets, base, 0.02)
+    assert v["a.wait_p95"] == pytest.approx(1.0)  # one limit over
+    assert v["b.max_lost_gpu_hours_share"] == pytest.approx(-0.5)
+    assert v["utilization"] == pytest.approx(8.0)  # 8 points short of 80 - 2
+    assert v["never_admitted"] == 2
+
+
+def test_the_search_improves_on_the_tight_policy(raw):
+    jobs = _sample(400)
+    problem = tune.Problem(raw, jobs, 800, 0.02)
+    knobs = tune.discover(raw, {j.lane for j in jobs})
+    evals = tune.search(problem, knobs, trials=3, seed=1)
+    assert len(evals) == 3
+    first, chosen = evals[0], tune.choose(evals)
+    assert first.values == tune.repair(raw, knobs, tune.current(raw, knobs))  # the input is candidate 0
+    assert first.error is None and chosen.error is None
+    # the tuner never returns something worse than its input
+    assert (chosen.feasible, chosen.utilization) >= (first.feasible, first.utilization) or \
+        chosen.violation <= first.violation
+    front = tune.pareto(evals)
+    assert chosen in front or not chosen.feasible
+
+
+def test_cli_refuses_bad_options_listing_every_problem(tmp_path):
+    r = CliRunner().invoke(main, ["policy", "tune", "--trace", str(SLICE), "--trials", "1", "--capacity", "-3",
+                                  "--lane-from", "num_gpu", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    assert "--trials" in r.output and "--capacity" in r.output and "--lane-from" in r.output
+
+
+def test_cli_writes_the_tuned_policy_diff_front_and_report(tmp_path):
+    out = tmp_path / "tuned"
+    r = CliRunner().invoke(main, ["policy", "tune", "--trace", str(SLICE), "--lane-map", "elasticflow-fleet",
+                                  "--policy", str(TIGHT), "--capacity", "800", "--trials", "2", "--sample-jobs", "300",
+                                  "--validate", "sample", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    assert summary["candidates"] == 2
+    load_policy(out / "tuned-policy.yaml")  # valid as written
+    assert (out / "policy.diff").read_text().startswith("--- a/tight-policy.yaml")
+    front = json.loads((out / "pareto.json").read_text())
+    assert len(front["trials"]) == 2 and front["chosen"] in range(2)
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["scenarios"]) == {"policy", "tuned", "fifo", "fifo-backfill"}
+    for f in ("pareto.png", "report.html", "usage_tuned.png"):
+        assert (out / f).stat().st_size > 0
