@@ -151,6 +151,9 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         placement=None
         if raw.get("placement") is None
         else {str(k): float(v) for k, v in raw["placement"].items()},
+        evicted=bool(raw.get("evicted", False)),
+        uid=None if raw.get("uid") is None else str(raw["uid"]),
+        evicted_finish=None if raw.get("evicted_finish") is None else bool(raw["evicted_finish"]),
     )
 
 

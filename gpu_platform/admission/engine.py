@@ -1012,6 +1012,7 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
         prev_queues = frozenset((w.cq, w.name, "active") for w in state.pending)
         res: CycleResult | None = None
         cur = state
+        stable = False
         for _ in range(max_cycles):
             eng = _Engine(cur, last_tried=carry.last_tried, parked=carry.parked, sticky=carry.sticky)
             eng.cycle()
@@ -1021,6 +1022,7 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
             preempted_all.extend(res.preempted)
             queues = frozenset((p.cq, p.name, p.queue) for p in res.pending)
             if not res.admitted and not res.preempted and queues == prev_queues:
+                stable = True
                 break
             prev_queues = queues
             carry.parked = set(eng.parked)
@@ -1028,6 +1030,11 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
             cur = _advance(cur, eng, res, evicted_finish, carry)
         if res is None:
             res = _Engine(cur).result()
+        elif not stable and res.preempted:
+            # The run ran out of cycles right after one that preempted: its victims have finished
+            # their eviction like any other cycle's, so the final queues are read after it (a
+            # requeued victim is pending, not finished) and nothing is tried again.
+            res = _Engine(cur, last_tried=carry.last_tried, parked=carry.parked, sticky=carry.sticky).result()
         return CycleResult(admitted_all, preempted_all, res.pending, res.rejected, len(logs), logs)
 
 
@@ -1045,9 +1052,9 @@ def _advance(state: ClusterState, eng: _Engine, res: CycleResult, evicted_finish
     by_name = {a.name: a for a in res.admitted}
     admitted = [w for w in state.admitted if w.name not in victims]
     requeued = [
-        replace(w, flavor=None, admitted_at=0.0, resource_flavors=None)
+        replace(w, flavor=None, admitted_at=0.0, resource_flavors=None, evicted=False)
         for w in state.admitted
-        if w.name in victims and not evicted_finish
+        if w.name in victims and not (evicted_finish if w.evicted_finish is None else w.evicted_finish)
     ]
     pending = []
     book = eng.snap.nodes

@@ -169,6 +169,12 @@ class Workload:
     are the whole job's, one pod asks for requests / pods, one pod per node where nodes are known.
     placement: the nodes an admitted workload's pods hold ({node: GPUs}); None: placed by the
     engine (best fit) when the state has nodes.
+    evicted: an admitted workload whose eviction is under way (Kueue's `Evicted` condition): it
+    still holds its quota, and Kueue takes such workloads first when it picks victims.
+    uid: Kueue's last tie-breaker between victims equal in everything else (`metadata.uid`);
+    None: the name stands for it.
+    evicted_finish: what happens to it once evicted between cycles of `schedule_until_stable`:
+    True finishes it for good, False requeues it; None: the run's own setting.
     """
 
     name: str
@@ -189,6 +195,9 @@ class Workload:
     team: str | None = None
     pods: int = 1
     placement: Mapping[str, float] | None = None
+    evicted: bool = False
+    uid: str | None = None
+    evicted_finish: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

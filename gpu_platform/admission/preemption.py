@@ -102,12 +102,28 @@ def satisfies_policy(preemptor: Workload, cand: Workload, policy: str) -> bool:
 
 
 def order_key(cq_name: str):
-    """CandidatesOrdering: other queues first, lower priority, most recently admitted, name."""
+    """Kueue's CandidatesOrdering (preemption/common/ordering.go): workloads whose eviction is
+    already under way first, then other queues before the preemptor's own, lower priority first,
+    most recently admitted (quota reserved) first, and the UID (here: `uid`, else the name)."""
 
     def key(w: Workload):
-        return (w.cq == cq_name, w.priority, -w.admitted_at, w.name)
+        return (not w.evicted, w.cq == cq_name, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
 
     return key
+
+
+def _evicted_first(*groups: list[_Cand]) -> list[_Cand]:
+    """classical/candidate_generator.go NewCandidateIterator: each group sorted, then the evicted
+    prefix of every group (hierarchical, priority, same queue) before the rest of any group."""
+    head: list[_Cand] = []
+    tail: list[_Cand] = []
+    for g in groups:
+        i = 0
+        while i < len(g) and g[i].wl.evicted:
+            i += 1
+        head += g[:i]
+        tail += g[i:]
+    return head + tail
 
 
 class _Ctx:
@@ -274,7 +290,7 @@ def classical_targets(ctx: _Ctx) -> tuple[list[tuple[Workload, str]], int]:
     key = order_key(cq.name)
     for lst in (same, prio, hier):
         lst.sort(key=lambda c: key(c.wl))
-    cands = hier + prio + same
+    cands = _evicted_first(hier, prio, same)
     n = len(cands)
     if not cands:
         return [], 0
