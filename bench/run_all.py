@@ -33,6 +33,12 @@ BENCHES = [
         "issue 20: the node-aware admission cycle at 10k pending and 1,000 nodes (a tenth gangs of 2 x 8) "
         "within 2x of the quota-only cycle on the same state",
     ),
+    (
+        "admission_fair_sharing",
+        [PY, "bench/bench_admission_fair_sharing.py", *(["--repeat", "3"] if QUICK else [])],
+        "Admission Fair Sharing on every lane (8 teams): the one cycle at 10k pending and the 5,000 drain, "
+        "beside the same states without it (no target; what the LocalQueue ordering costs)",
+    ),
     ("sensor_tick", [PY, "bench/bench_gate.py", "--runs", "5"], "sensor tick with 5,000 pending and 500 active runs: median < 2 s"),
     ("metrics_scrape", [PY, "bench/bench_metrics.py"], "a /metrics scrape with 10,000 pending (+500 admitted): median < 50 ms"),
     ("dcgm_parse", [PY, "bench/bench_dcgm_parse.py"], ">= 1M samples/s and >= 20x prometheus_client's parser"),

@@ -245,3 +245,49 @@ def test_topology_levels_follow_kueues_rules():
     raw["flavors"][0]["topology_levels"] = ["kubernetes.io/hostname", "x.io/rack"]
     with pytest.raises(PolicyError, match=r"flavors\[0\].topology_levels\[0\]"):
         parse_policy(raw)
+
+
+def _with_afs(raw: dict, lane: dict | None = None, top: dict | None = None) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(raw))
+    if lane is not None:
+        data["lanes"]["research_best_effort"]["admission_fair_sharing"] = lane
+    if top is not None:
+        data["admission_fair_sharing"] = top
+    return data
+
+
+def test_admission_fair_sharing_is_opt_in_per_lane(raw_default):
+    assert all(lane.admission_fair_sharing is None for lane in parse_policy(raw_default).lanes.values())
+    p = parse_policy(_with_afs(raw_default, {"team_weights": {"perception": 2}}, {"usage_half_life": "24h"}))
+    afs = p.lanes["research_best_effort"].admission_fair_sharing
+    assert afs is not None and afs.team_weights == {"perception": 2}
+    assert p.admission_fair_sharing.usage_half_life.total_seconds() == 24 * 3600
+    assert p.admission_fair_sharing.usage_sampling_interval.total_seconds() == 300  # Kueue's default 5m
+
+
+def test_admission_fair_sharing_errors_are_named_all_at_once(raw_default):
+    bad = _with_afs(
+        raw_default,
+        {"team_weights": {"nobody": 1, "planning": 0}},
+        {"usage_half_life": "0s", "usage_sampling_interval": "soon", "resource_weights": {"nvidia.com/gpu": -1}},
+    )
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(bad)
+    text = "\n".join(exc.value.errors)
+    for fragment in (
+        "lanes.research_best_effort.admission_fair_sharing.team_weights.nobody: unknown team 'nobody'",
+        "lanes.research_best_effort.admission_fair_sharing.team_weights: team weights must be > 0 (got planning=0",
+        "admission_fair_sharing.usage_half_life: must be longer than 0",
+        "admission_fair_sharing.usage_sampling_interval: not a duration: 'soon'",
+        "admission_fair_sharing.resource_weights: resource weights must be >= 0",
+    ):
+        assert fragment in text, (fragment, exc.value.errors)
+
+
+def test_policy_check_cli_exits_2_on_a_bad_admission_fair_sharing_block(raw_default, tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(_with_afs(raw_default, {"team_weights": {"nobody": 1}})))
+    result = CliRunner().invoke(main, ["policy", "check", str(path)])
+    assert result.exit_code == 2
+    assert "admission_fair_sharing.team_weights.nobody: unknown team 'nobody'" in result.output
+    assert "Traceback" not in result.output

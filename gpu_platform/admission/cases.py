@@ -20,6 +20,7 @@ from gpu_platform.admission.engine import (
 )
 from gpu_platform.admission.model import (
     INADMISSIBLE,
+    AdmissionFairSharing,
     ClusterQueueSpec,
     ClusterState,
     CohortSpec,
@@ -97,6 +98,21 @@ def _team_limits(raw: Any) -> TeamLimits | None:
     return TeamLimits(_team_limit(raw.get("default")), {k: v for k, v in teams.items() if v is not None})
 
 
+def _afs(raw: Any) -> AdmissionFairSharing | None:
+    """`admission_fair_sharing: {consumed: {team: {resource: amount}}, weights: {team: w},
+    resource_weights: {resource: w}, entry_penalty_rate}` (a workload's `team` is its LocalQueue)."""
+    if raw is None:
+        return None
+    if raw is True:
+        return AdmissionFairSharing()
+    return AdmissionFairSharing(
+        consumed={str(t): {str(r): float(v) for r, v in (u or {}).items()} for t, u in (raw.get("consumed") or {}).items()},
+        weights={str(t): float(w) for t, w in (raw.get("weights") or {}).items()},
+        resource_weights={str(r): float(w) for r, w in (raw.get("resource_weights") or {}).items()},
+        entry_penalty_rate=float(raw.get("entry_penalty_rate", 0.0)),
+    )
+
+
 def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
     pre = raw.get("preemption") or {}
     bwc = pre.get("borrowWithinCohort") or {}
@@ -118,6 +134,7 @@ def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
         budget_total=raw.get("budget_total"),
         flavor_fungibility=_fungibility(raw.get("flavor_fungibility")),
         team_limits=_team_limits(raw.get("team_limits")),
+        admission_fair_sharing=_afs(raw.get("admission_fair_sharing")),
     )
 
 
@@ -151,6 +168,9 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         placement=None
         if raw.get("placement") is None
         else {str(k): float(v) for k, v in raw["placement"].items()},
+        evicted=bool(raw.get("evicted", False)),
+        uid=None if raw.get("uid") is None else str(raw["uid"]),
+        evicted_finish=None if raw.get("evicted_finish") is None else bool(raw["evicted_finish"]),
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import heapq
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,7 @@ from gpu_platform.admission.model import (
     STRICT_FIFO,
     TEAM_LIMIT,
     Admission,
+    AdmissionFairSharing,
     ClusterState,
     CycleLog,
     CycleResult,
@@ -228,8 +230,16 @@ class _Engine:
             self.queues[w.cq].append(w)
         for w in unknown:
             self.rejected.append(Rejection(w.name, w.cq, INADMISSIBLE, f"unknown cluster queue {w.cq!r}"))
-        for q in self.queues.values():
-            q.sort(key=queue_key)
+        # Admission Fair Sharing: cluster queue -> its LocalQueues' usage, entry penalties of this
+        # run's admissions included.
+        self.afs: dict[str, AdmissionFairSharing] = {
+            n: c.spec.admission_fair_sharing for n, c in self.snap.cqs.items() if c.spec.admission_fair_sharing
+        }
+        for name, q in self.queues.items():
+            if name in self.afs:
+                q.sort(key=self._afs_key(name))
+            else:
+                q.sort(key=queue_key)
         self.cursor = dict.fromkeys(self.queues, 0)
         self.nofit: dict[str, list[Workload]] = {name: [] for name in self.queues}
         self.admitted: list[Admission] = []
@@ -248,6 +258,20 @@ class _Engine:
         self.node_blocked: set[str] = set()
         # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
         self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
+
+    def _afs_key(self, name: str):
+        """Kueue's queue order under Admission Fair Sharing: the LocalQueue's usage, then priority,
+        creation time and name."""
+        afs = self.afs[name]
+        shares: dict[str | None, float] = {}
+
+        def key(w: Workload):
+            share = shares.get(w.team)
+            if share is None:
+                share = shares[w.team] = afs.usage(w.team)
+            return (share, -w.priority, w.created_at, w.name)
+
+        return key
 
     def _team_cap(self, cq: CQNode, team: str | None) -> tuple[float | None, int | None] | None:
         """(max GPUs, max running) for `team` in `cq`, the share resolved; None: not limited."""
@@ -806,6 +830,17 @@ class _Engine:
         self.snap.add_usage(cq, usage)
         if self.snap.nodes is not None:
             self.snap.nodes.place(held)
+        afs = self.afs.get(cq.name)
+        if afs is not None and afs.entry_penalty_rate > 0:
+            # The entry penalty reorders the rest of the queue for the cycles that follow.
+            self.afs[cq.name] = afs.after_admission(wl.team, wl.requests)
+            # Only the admitted team's usage moved, by the same amount for all of its workloads:
+            # its run and everyone else's stay sorted, so one merge restores the order.
+            q, i = self.queues[cq.name], self.cursor[cq.name]
+            mine = [w for w in q[i:] if w.team == wl.team]
+            if mine:
+                rest = [w for w in q[i:] if w.team != wl.team]
+                q[i:] = heapq.merge(rest, mine, key=self._afs_key(cq.name))
         if cq.name in self.team_caps and wl.team is not None:
             use = self.team_use.setdefault((cq.name, wl.team), [0.0, 0.0])
             use[0] += gpu_units(wl)
@@ -1012,6 +1047,7 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
         prev_queues = frozenset((w.cq, w.name, "active") for w in state.pending)
         res: CycleResult | None = None
         cur = state
+        stable = False
         for _ in range(max_cycles):
             eng = _Engine(cur, last_tried=carry.last_tried, parked=carry.parked, sticky=carry.sticky)
             eng.cycle()
@@ -1021,6 +1057,7 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
             preempted_all.extend(res.preempted)
             queues = frozenset((p.cq, p.name, p.queue) for p in res.pending)
             if not res.admitted and not res.preempted and queues == prev_queues:
+                stable = True
                 break
             prev_queues = queues
             carry.parked = set(eng.parked)
@@ -1028,6 +1065,11 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
             cur = _advance(cur, eng, res, evicted_finish, carry)
         if res is None:
             res = _Engine(cur).result()
+        elif not stable and res.preempted:
+            # The run ran out of cycles right after one that preempted: its victims have finished
+            # their eviction like any other cycle's, so the final queues are read after it (a
+            # requeued victim is pending, not finished) and nothing is tried again.
+            res = _Engine(cur, last_tried=carry.last_tried, parked=carry.parked, sticky=carry.sticky).result()
         return CycleResult(admitted_all, preempted_all, res.pending, res.rejected, len(logs), logs)
 
 
@@ -1045,9 +1087,9 @@ def _advance(state: ClusterState, eng: _Engine, res: CycleResult, evicted_finish
     by_name = {a.name: a for a in res.admitted}
     admitted = [w for w in state.admitted if w.name not in victims]
     requeued = [
-        replace(w, flavor=None, admitted_at=0.0, resource_flavors=None)
+        replace(w, flavor=None, admitted_at=0.0, resource_flavors=None, evicted=False)
         for w in state.admitted
-        if w.name in victims and not evicted_finish
+        if w.name in victims and not (evicted_finish if w.evicted_finish is None else w.evicted_finish)
     ]
     pending = []
     book = eng.snap.nodes
@@ -1081,7 +1123,12 @@ def _advance(state: ClusterState, eng: _Engine, res: CycleResult, evicted_finish
         for w in pending:
             if w.cq in released:
                 carry.parked.discard(w.name)
-    return replace(state, admitted=tuple(admitted), pending=tuple(pending + requeued), now=state.now + 1.0)
+    cqs = state.cluster_queues
+    if eng.afs:
+        cqs = tuple(replace(c, admission_fair_sharing=eng.afs[c.name]) if c.name in eng.afs else c for c in cqs)
+    return replace(
+        state, cluster_queues=cqs, admitted=tuple(admitted), pending=tuple(pending + requeued), now=state.now + 1.0
+    )
 
 
 def preemption_targets(state: ClusterState, preemptor: Workload, flavor: str) -> list[Preemption]:

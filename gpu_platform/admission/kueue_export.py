@@ -28,7 +28,7 @@ from gpu_platform.cluster.names import (
 )
 from gpu_platform.cluster.names import LABEL_GPU_PRODUCT as PRODUCT_LABEL
 from gpu_platform.cluster.names import LABEL_NODE_POOL as POOL_LABEL
-from gpu_platform.policy import GPU, Lane, Policy
+from gpu_platform.policy import GPU, Lane, Policy, Team
 
 API = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
 _MANAGED = {"app.kubernetes.io/managed-by": "gpu-platform"}
@@ -114,6 +114,9 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
         spec["cohortName"] = lane.cohort_name
     if policy.fair_sharing.enabled:
         spec["fairSharing"] = {"weight": quantity("weight", lane.fair_sharing_weight)}
+    if lane.admission_fair_sharing is not None:
+        # Kueue orders the lane's LocalQueues (one per team) by their decayed usage.
+        spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
     annotations = {
         "gpu-platform.io/lane": lane.name,
         "gpu-platform.io/priority": str(lane.priority),
@@ -210,15 +213,46 @@ def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
     out += [cluster_queue(policy, lane) for lane in lanes]
     for team in policy.teams.values():
         for lane in lanes:
-            out.append(
-                {
-                    "apiVersion": API,
-                    "kind": "LocalQueue",
-                    "metadata": _meta(local_queue_name(lane.name), namespace=team.namespace),
-                    "spec": {"clusterQueue": cluster_queue_name(lane.name)},
-                }
-            )
+            out.append(local_queue(lane, team))
     return out
+
+
+def local_queue(lane: Lane, team: Team) -> dict[str, Any]:
+    """The team's LocalQueue for the lane, in the team's namespace. Under the lane's Admission
+    Fair Sharing it carries the team's weight (`spec.fairSharing.weight`; 1 unless the policy
+    says otherwise), and the team's own usage decides its place against the other teams."""
+    spec: dict[str, Any] = {"clusterQueue": cluster_queue_name(lane.name)}
+    afs = lane.admission_fair_sharing
+    if afs is not None:
+        spec["fairSharing"] = {"weight": quantity("weight", afs.team_weights.get(team.name, 1.0))}
+    meta = _meta(local_queue_name(lane.name), namespace=team.namespace)
+    return {"apiVersion": API, "kind": "LocalQueue", "metadata": meta, "spec": spec}
+
+
+def kueue_configuration(policy: Policy) -> dict[str, Any] | None:
+    """The part of Kueue's manager Configuration (config.kueue.x-k8s.io, the `kueue-manager-config`
+    ConfigMap) that Admission Fair Sharing needs: how LocalQueue usage is sampled and decays and
+    what each resource weighs. None: no lane uses Admission Fair Sharing."""
+    if not any(lane.admission_fair_sharing is not None for lane in policy.lanes.values()):
+        return None
+    cfg = policy.admission_fair_sharing
+    block: dict[str, Any] = {
+        "usageHalfLifeTime": _duration(cfg.usage_half_life.total_seconds()),
+        "usageSamplingInterval": _duration(cfg.usage_sampling_interval.total_seconds()),
+    }
+    if cfg.resource_weights:
+        block["resourceWeights"] = {r: w for r, w in sorted(cfg.resource_weights.items())}
+    return {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "admissionFairSharing": block}
+
+
+def _duration(seconds: float) -> str:
+    """A Go duration (`168h`, `5m`, `90s`) as Kueue's Configuration parses it."""
+    s = int(round(seconds))
+    if s % 3600 == 0:
+        return f"{s // 3600}h"
+    if s % 60 == 0:
+        return f"{s // 60}m"
+    return f"{s}s"
 
 
 def manifest_filename(m: dict[str, Any]) -> str:

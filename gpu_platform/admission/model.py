@@ -7,7 +7,7 @@ Amounts are plain numbers in the resource's unit (`nvidia.com/gpu` in GPUs, `cpu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
@@ -117,6 +117,44 @@ class FlavorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionFairSharing:
+    """Kueue's Admission Fair Sharing on one cluster queue (`admissionScope:
+    UsageBasedAdmissionFairSharing`): its LocalQueues, one per team here, are ordered by their
+    usage, lowest first, before priority (cache/queue/cluster_queue.go `queueOrderingFunc`).
+
+    A LocalQueue's usage (workload/info.go `CalcLocalQueueFSUsage`, admissionfairsharing
+    `CalculateUsage`): the sum over resources of resource weight x (decayed consumed amount +
+    entry penalty), divided by the LocalQueue's weight.
+    consumed: team -> {resource: decayed consumed amount} (the LocalQueue's
+    `status.fairSharing.admissionFairSharingStatus.consumedResources`); a team absent has none.
+    weights: team -> LocalQueue weight (absent: 1). resource_weights: absent resources weigh 1.
+    entry_penalty_rate: what each admission adds to its LocalQueue's consumed amounts, as a share
+    of its requests (`CalculateEntryPenalty`: 1 - 0.5^(sampling interval / half-life)).
+    """
+
+    consumed: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    weights: Mapping[str, float] = field(default_factory=dict)
+    resource_weights: Mapping[str, float] = field(default_factory=dict)
+    entry_penalty_rate: float = 0.0
+
+    def usage(self, team: str | None) -> float:
+        rw = self.resource_weights
+        total = sum(rw.get(r, 1.0) * v for r, v in self.consumed.get(team or "", {}).items())
+        return total / self.weights.get(team or "", 1.0)
+
+    def after_admission(self, team: str | None, requests: Mapping[str, float]) -> AdmissionFairSharing:
+        """The same, with the entry penalty of one admission of `requests` for `team` added."""
+        if self.entry_penalty_rate <= 0:
+            return self
+        key = team or ""
+        mine = dict(self.consumed.get(key, {}))
+        for r, v in requests.items():
+            if v > 0:
+                mine[r] = mine.get(r, 0.0) + v * self.entry_penalty_rate
+        return replace(self, consumed={**self.consumed, key: mine})
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterQueueSpec:
     """A Kueue ClusterQueue plus the platform's lane rules.
 
@@ -127,6 +165,7 @@ class ClusterQueueSpec:
     protected: this queue's workloads are never preemption victims.
     budget_remaining=None: no budget cap; budget_total=None: no lifetime cap (nothing is rejected).
     team_limits=None: no team is limited in this queue.
+    admission_fair_sharing=None: one priority/age order for every team (`AdmissionFairSharing`).
     flavor_fungibility=None: the state's (cluster-wide default) fungibility applies.
     """
 
@@ -145,6 +184,7 @@ class ClusterQueueSpec:
     budget_total: float | None = None
     flavor_fungibility: FlavorFungibility | None = None
     team_limits: TeamLimits | None = None
+    admission_fair_sharing: AdmissionFairSharing | None = None
 
     @property
     def flavors(self) -> tuple[str, ...]:
@@ -169,6 +209,12 @@ class Workload:
     are the whole job's, one pod asks for requests / pods, one pod per node where nodes are known.
     placement: the nodes an admitted workload's pods hold ({node: GPUs}); None: placed by the
     engine (best fit) when the state has nodes.
+    evicted: an admitted workload whose eviction is under way (Kueue's `Evicted` condition): it
+    still holds its quota, and Kueue takes such workloads first when it picks victims.
+    uid: Kueue's last tie-breaker between victims equal in everything else (`metadata.uid`);
+    None: the name stands for it.
+    evicted_finish: what happens to it once evicted between cycles of `schedule_until_stable`:
+    True finishes it for good, False requeues it; None: the run's own setting.
     """
 
     name: str
@@ -189,6 +235,9 @@ class Workload:
     team: str | None = None
     pods: int = 1
     placement: Mapping[str, float] | None = None
+    evicted: bool = False
+    uid: str | None = None
+    evicted_finish: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

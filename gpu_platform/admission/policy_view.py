@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gpu_platform.admission.model import (
+    AdmissionFairSharing,
     ClusterQueueSpec,
     ClusterState,
     CohortSpec,
@@ -67,7 +68,27 @@ def team_limits_for(lane: Lane) -> TeamLimits | None:
     return TeamLimits(cap(tl.default), {t: c for t, c in ((t, cap(v)) for t, v in tl.teams.items()) if c is not None})
 
 
-def cluster_queue_for(lane: Lane, spent: float = 0.0) -> ClusterQueueSpec:
+def admission_fair_sharing_for(
+    policy: Policy, lane: Lane, consumed: Mapping[str, Mapping[str, float]] | None = None
+) -> AdmissionFairSharing | None:
+    """The lane's Admission Fair Sharing in the engine's words (None: the lane has none).
+    consumed: team -> {resource: decayed usage} as Kueue reports it on the team's LocalQueue."""
+    afs = lane.admission_fair_sharing
+    if afs is None:
+        return None
+    cfg = policy.admission_fair_sharing
+    rate = 1.0 - 0.5 ** (cfg.usage_sampling_interval.total_seconds() / cfg.usage_half_life.total_seconds())
+    return AdmissionFairSharing(
+        consumed={t: dict(v) for t, v in (consumed or {}).items()},
+        weights=dict(afs.team_weights),
+        resource_weights=dict(cfg.resource_weights),
+        entry_penalty_rate=rate,
+    )
+
+
+def cluster_queue_for(
+    lane: Lane, spent: float = 0.0, admission_fair_sharing: AdmissionFairSharing | None = None
+) -> ClusterQueueSpec:
     pre = lane.preemption
     return ClusterQueueSpec(
         name=lane.name,
@@ -87,6 +108,7 @@ def cluster_queue_for(lane: Lane, spent: float = 0.0) -> ClusterQueueSpec:
         budget_remaining=float(lane.budget) - spent,
         budget_total=float(lane.budget),
         team_limits=team_limits_for(lane),
+        admission_fair_sharing=admission_fair_sharing,
     )
 
 
@@ -154,15 +176,25 @@ def from_policy(
     budget_spent: Mapping[str, Decimal | float] | None = None,
     now: float = 0.0,
     node_model: bool = True,
+    team_usage: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
 ) -> ClusterState:
     """The engine's view of the policy plus running and waiting requests.
+
+    team_usage: lane -> team -> {resource: decayed usage}, for lanes with Admission Fair Sharing
+    (what Kueue reports on each team's LocalQueue); absent: every team has used nothing yet.
 
     budget_spent: spend so far this budget period per lane (absent lane = 0). A bare JobRequest in
     `pending` is created at its index (submission order); names default to request_id.
     node_model: place GPUs on the nodes of the policy's node shapes (`nodes_for`); False: quota only.
     """
     spent = {k: float(v) for k, v in (budget_spent or {}).items()}
-    cqs = tuple(cluster_queue_for(lane, spent.get(lane.name, 0.0)) for lane in policy.lanes_by_priority())
+    usage = team_usage or {}
+    cqs = tuple(
+        cluster_queue_for(
+            lane, spent.get(lane.name, 0.0), admission_fair_sharing_for(policy, lane, usage.get(lane.name))
+        )
+        for lane in policy.lanes_by_priority()
+    )
     flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.offered)) for f in policy.flavors)
     adm: list[Workload] = []
     for i, a in enumerate(admitted):

@@ -35,6 +35,7 @@ from gpu_platform.admission.model import (
     LOWER_OR_NEWER_EQUAL,
     LOWER_PRIORITY,
     NEVER,
+    AdmissionFairSharing,
     Workload,
 )
 from gpu_platform.admission.quota import (
@@ -101,13 +102,43 @@ def satisfies_policy(preemptor: Workload, cand: Workload, policy: str) -> bool:
     return policy == ANY
 
 
-def order_key(cq_name: str):
-    """CandidatesOrdering: other queues first, lower priority, most recently admitted, name."""
+def order_key(cq_name: str, afs: AdmissionFairSharing | None = None):
+    """Kueue's CandidatesOrdering (preemption/common/ordering.go): workloads whose eviction is
+    already under way first, then other queues before the preemptor's own, (Admission Fair
+    Sharing on the preemptor's queue) its LocalQueues with the higher usage first, lower priority
+    first, most recently admitted (quota reserved) first, and the UID (here: `uid`, else the name)."""
+    if afs is not None:
+        shares: dict[str | None, float] = {}
+
+        def afs_key(w: Workload):
+            same = w.cq == cq_name
+            share = 0.0
+            if same:
+                share = shares.get(w.team)
+                if share is None:
+                    share = shares[w.team] = afs.usage(w.team)
+            return (not w.evicted, same, -share, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
+
+        return afs_key
 
     def key(w: Workload):
-        return (w.cq == cq_name, w.priority, -w.admitted_at, w.name)
+        return (not w.evicted, w.cq == cq_name, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
 
     return key
+
+
+def _evicted_first(*groups: list[_Cand]) -> list[_Cand]:
+    """classical/candidate_generator.go NewCandidateIterator: each group sorted, then the evicted
+    prefix of every group (hierarchical, priority, same queue) before the rest of any group."""
+    head: list[_Cand] = []
+    tail: list[_Cand] = []
+    for g in groups:
+        i = 0
+        while i < len(g) and g[i].wl.evicted:
+            i += 1
+        head += g[:i]
+        tail += g[i:]
+    return head + tail
 
 
 class _Ctx:
@@ -271,10 +302,10 @@ def classical_targets(ctx: _Ctx) -> tuple[list[tuple[Workload, str]], int]:
     if cq.spec.within_cluster_queue != NEVER:
         _from_cq(ctx, cq, None, False, same)
     hier, prio = _hierarchical(ctx)
-    key = order_key(cq.name)
+    key = order_key(cq.name, cq.spec.admission_fair_sharing)
     for lst in (same, prio, hier):
         lst.sort(key=lambda c: key(c.wl))
-    cands = hier + prio + same
+    cands = _evicted_first(hier, prio, same)
     n = len(cands)
     if not cands:
         return [], 0
@@ -432,7 +463,7 @@ def fair_targets(ctx: _Ctx) -> tuple[list[tuple[Workload, str]], int]:
     cands = _find_candidates_flat(ctx)
     if not cands:
         return [], 0
-    cands.sort(key=order_key(ctx.cq.name))
+    cands.sort(key=order_key(ctx.cq.name, ctx.cq.spec.admission_fair_sharing))
     snap, cq = ctx.snap, ctx.cq
     snap.add_usage(cq, ctx.usage)
     targets: list[tuple[Workload, str]] = []

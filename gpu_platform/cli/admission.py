@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 
 import click
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -92,7 +94,7 @@ def kueue() -> None:
 )
 def export(policy_file: str | None, out_dir: str) -> None:
     """Write Topology, ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests."""
-    from gpu_platform.admission.kueue_export import write_manifests
+    from gpu_platform.admission.kueue_export import kueue_configuration, write_manifests
     from gpu_platform.cli.common import policy_or_exit
 
     policy = policy_or_exit(policy_file)
@@ -103,3 +105,14 @@ def export(policy_file: str | None, out_dir: str) -> None:
         + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         + ")"
     )
+    config = kueue_configuration(policy)
+    if config is not None:
+        # Not an object to apply: a block to merge into Kueue's manager Configuration. A
+        # subfolder, so `kubectl apply -f DIR` (not recursive) leaves it alone.
+        path = Path(out_dir) / "kueue-manager-config" / "admission-fair-sharing.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        click.echo(
+            f"wrote {path}: merge its admissionFairSharing block into Kueue's Configuration "
+            "(ConfigMap kueue-manager-config) and restart Kueue"
+        )

@@ -196,6 +196,7 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
             errors.append(f"lanes: priority {prio} is shared by {', '.join(names)}; lane priorities must be distinct")
     teams = raw.get("teams") or {}
     errors.extend(_team_limit_errors(lanes, teams))
+    errors.extend(_admission_fair_sharing_errors(lanes, teams))
     errors.extend(_requires_approval_errors(lanes, raw.get("approvers")))
     if isinstance(teams, dict):
         namespaces = Counter(t.get("namespace") for t in teams.values() if isinstance(t, dict))
@@ -238,6 +239,23 @@ def _team_limit_errors(lanes: dict[str, Any], teams: Any) -> list[str]:
                 errors.append(f"{path}: unknown team {team!r} (known: {', '.join(sorted(teams))})")
             if isinstance(cap, dict) and all(cap.get(k) is None for k in ("max_gpus", "max_share", "max_running")):
                 errors.append(f"{path}: set at least one of max_gpus, max_share, max_running")
+    return errors
+
+
+def _admission_fair_sharing_errors(lanes: dict[str, Any], teams: Any) -> list[str]:
+    """`lanes.*.admission_fair_sharing.team_weights`: every team named is a known team."""
+    errors: list[str] = []
+    for lane_name, lane in lanes.items():
+        afs = lane.get("admission_fair_sharing") if isinstance(lane, dict) else None
+        weights = afs.get("team_weights") if isinstance(afs, dict) else None
+        if not isinstance(weights, dict) or not isinstance(teams, dict):
+            continue
+        for team in weights:
+            if team not in teams:
+                errors.append(
+                    f"lanes.{lane_name}.admission_fair_sharing.team_weights.{team}: unknown team {team!r} "
+                    f"(known: {', '.join(sorted(teams))})"
+                )
     return errors
 
 

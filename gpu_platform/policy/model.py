@@ -230,6 +230,54 @@ class ApproverRole(_Frozen):
     members: tuple[str, ...] = Field(min_length=1)
 
 
+class LaneAdmissionFairSharing(_Frozen):
+    """`lanes.<lane>.admission_fair_sharing`: the lane's ClusterQueue orders its teams' LocalQueues
+    by their decayed historical usage (Kueue's Admission Fair Sharing, `admissionScope:
+    UsageBasedAdmissionFairSharing`). team_weights: a team's LocalQueue weight (its usage counts
+    divided by it); a team not listed weighs 1."""
+
+    team_weights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("team_weights")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [f"{t}={w}" for t, w in v.items() if not w > 0]
+        if bad:
+            raise ValueError(f"team weights must be > 0 (got {', '.join(bad)})")
+        return v
+
+
+class AdmissionFairSharingConfig(_Frozen):
+    """`admission_fair_sharing`: how Kueue keeps each LocalQueue's usage (its manager
+    Configuration's `admissionFairSharing`). usage_half_life: after this long, past usage counts
+    half; usage_sampling_interval: how often usage is sampled; resource_weights: what one unit of
+    a resource counts (absent resources count 1)."""
+
+    usage_half_life: timedelta = timedelta(hours=168)
+    usage_sampling_interval: timedelta = timedelta(minutes=5)
+    resource_weights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("usage_half_life", "usage_sampling_interval", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> timedelta:
+        return parse_duration(v)
+
+    @field_validator("usage_half_life", "usage_sampling_interval")
+    @classmethod
+    def _positive_duration(cls, v: timedelta) -> timedelta:
+        if v <= timedelta(0):
+            raise ValueError("must be longer than 0")
+        return v
+
+    @field_validator("resource_weights")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [f"{r}={w}" for r, w in v.items() if w < 0]
+        if bad:
+            raise ValueError(f"resource weights must be >= 0 (got {', '.join(bad)})")
+        return v
+
+
 class Lane(_Frozen):
     """One workload class: a Kueue ClusterQueue plus the platform's lane rules.
 
@@ -261,6 +309,9 @@ class Lane(_Frozen):
     default_retention: timedelta
     fair_sharing_weight: float = Field(default=1.0, gt=0)
     team_limits: TeamLimits | None = None
+    admission_fair_sharing: LaneAdmissionFairSharing | None = None
+    """Set: Kueue itself orders the lane's teams by decayed usage (`LaneAdmissionFairSharing`);
+    None: the lane's queue is one priority/age order for every team."""
     targets: LaneTargets | None = None
     """Service targets (`LaneTargets`): what `simulate` and the scorecards judge the lane by."""
     requires_approval: ApprovalKind | None = None
@@ -389,6 +440,7 @@ class Policy(_Frozen):
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     budget_period: BudgetPeriod = "month"
     fair_sharing: FairSharing = FairSharing()
+    admission_fair_sharing: AdmissionFairSharingConfig = AdmissionFairSharingConfig()
     flavors: tuple[Flavor, ...]
     cohorts: tuple[Cohort, ...] = ()
     common_required_fields: tuple[str, ...] = ()

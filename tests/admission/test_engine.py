@@ -304,3 +304,36 @@ def test_assurance_reserve_is_never_lent_to_research(pol: Policy) -> None:
     )
     out = schedule_cycle(state)
     assert [a.name for a in out.admitted] == ["inc"] and out.preempted == []
+
+
+def _afs_pol(weights: dict | None = None) -> Policy:
+    import yaml
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["research_best_effort"]["admission_fair_sharing"] = {"team_weights": weights or {}}
+    return parse_policy(raw)
+
+
+def _two_teams() -> list[PendingRequest]:
+    return [
+        PendingRequest(req("perception-1", "research_best_effort", 1, team="perception"), created_at=1),
+        PendingRequest(req("planning-1", "research_best_effort", 1, team="planning"), created_at=2),
+    ]
+
+
+def test_admission_fair_sharing_from_the_policy_puts_the_team_using_less_first(pol: Policy) -> None:
+    usage = {"research_best_effort": {"perception": {GPU: 10.0}, "planning": {GPU: 1.0}}}
+    # Without it, the lane's one head is its oldest job, whatever its team has used.
+    assert [a.name for a in schedule_cycle(from_policy(pol, pending=_two_teams(), team_usage=usage)).admitted] == [
+        "perception-1"
+    ]
+    afs = _afs_pol()
+    state = from_policy(afs, pending=_two_teams(), team_usage=usage)
+    spec = next(c for c in state.cluster_queues if c.name == "research_best_effort").admission_fair_sharing
+    assert spec is not None and spec.entry_penalty_rate == pytest.approx(1 - 0.5 ** (300 / (168 * 3600)))
+    assert [a.name for a in schedule_cycle(state).admitted] == ["planning-1"]
+    # A LocalQueue weight divides its team's usage: perception at weight 20 counts 0.5 < 1.
+    heavy = from_policy(_afs_pol({"perception": 20}), pending=_two_teams(), team_usage=usage)
+    assert [a.name for a in schedule_cycle(heavy).admitted] == ["perception-1"]
+    # Team caps stay the gate's rule beside it: research's max_share still applies.
+    assert next(c for c in state.cluster_queues if c.name == "research_best_effort").team_limits is not None

@@ -250,3 +250,74 @@ def test_flavor_levels_of_its_own_get_their_own_topology() -> None:
         if m["kind"] == "Topology":
             _validate(m)
             _topology_cel(m)
+
+
+def _afs_policy(weights: dict | None = None, top: dict | None = None):
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["research_best_effort"]["admission_fair_sharing"] = {"team_weights": weights or {}}
+    if top is not None:
+        raw["admission_fair_sharing"] = top
+    return parse_policy(raw)
+
+
+def test_admission_fair_sharing_lane_orders_its_team_local_queues_in_kueue() -> None:
+    policy = _afs_policy({"perception": 2, "planning": 0.5})
+    ms = kueue_manifests(policy)
+    for m in ms:
+        _validate(m)
+    cqs = {m["metadata"]["name"]: m for m in ms if m["kind"] == "ClusterQueue"}
+    research = cqs[k8s_name("research_best_effort")]
+    _cel_rules(research)
+    assert research["spec"]["admissionScope"] == {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    assert all("admissionScope" not in cq["spec"] for name, cq in cqs.items() if cq is not research)
+    lqs = [m for m in ms if m["kind"] == "LocalQueue" and m["spec"]["clusterQueue"] == research["metadata"]["name"]]
+    # one LocalQueue per team, each in its team's namespace, each with its weight
+    by_ns = {m["metadata"]["namespace"]: m["spec"]["fairSharing"]["weight"] for m in lqs}
+    assert by_ns == {
+        t.namespace: {"perception": 2, "planning": "0.5"}.get(t.name, 1) for t in policy.teams.values()
+    }
+    others = [m for m in ms if m["kind"] == "LocalQueue" and m not in lqs]
+    assert others and all("fairSharing" not in m["spec"] for m in others)
+
+
+def test_no_lane_with_admission_fair_sharing_exports_none(manifests: list[dict]) -> None:
+    from gpu_platform.admission.kueue_export import kueue_configuration
+
+    assert kueue_configuration(load_policy()) is None
+    assert all("admissionScope" not in m["spec"] for m in manifests if m["kind"] == "ClusterQueue")
+    assert all("fairSharing" not in m["spec"] for m in manifests if m["kind"] == "LocalQueue")
+
+
+def test_kueue_configuration_carries_usage_decay_and_resource_weights() -> None:
+    from gpu_platform.admission.kueue_export import kueue_configuration
+
+    cfg = kueue_configuration(
+        _afs_policy(top={"usage_half_life": "3d", "usage_sampling_interval": "90s", "resource_weights": {GPU: 1, "cpu": 0}})
+    )
+    assert cfg == {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "admissionFairSharing": {
+            "usageHalfLifeTime": "72h",
+            "usageSamplingInterval": "90s",
+            "resourceWeights": {"cpu": 0, GPU: 1},
+        },
+    }
+    assert kueue_configuration(_afs_policy())["admissionFairSharing"] == {  # type: ignore[index]
+        "usageHalfLifeTime": "168h",
+        "usageSamplingInterval": "5m",
+    }
+
+
+def test_cli_export_writes_the_configuration_beside_not_among_the_objects(tmp_path: Path) -> None:
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["research_best_effort"]["admission_fair_sharing"] = {"team_weights": {"perception": 2}}
+    pfile = tmp_path / "policy.yaml"
+    pfile.write_text(yaml.safe_dump(raw))
+    res = CliRunner().invoke(kueue, ["export", "--policy", str(pfile), "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    top = sorted((tmp_path / "k").glob("*.yaml"))
+    assert len(top) == len(kueue_manifests(parse_policy(raw)))  # `kubectl apply -f DIR` sees only objects
+    cfg = yaml.safe_load((tmp_path / "k" / "kueue-manager-config" / "admission-fair-sharing.yaml").read_text())
+    assert cfg["admissionFairSharing"]["usageHalfLifeTime"] == "168h"
+    assert "kueue-manager-config" in res.output
