@@ -55,6 +55,7 @@ from gpu_platform.workloads.stages import (
     ReleaseRefused,
     StageFailed,
     assemble,
+    keep_rank_logs,
     prepare_program,
     program_metadata,
     read_result,
@@ -227,14 +228,18 @@ def run_program_stage(
         invocation = executor.run(context, stage.run_request, stage.ckpt_dir, extras)
     except BaseException as exc:  # a failure, a timeout, or the run being terminated (preemption)
         try:
+            keep_rank_logs(stage)
             record_program_failure(stage, _exit_code(exc), interrupted=not isinstance(exc, Exception))
         except Exception as record_exc:  # never mask why the program failed
             context.log.warning(f"{kind} {stage.request_id}: could not record the failed attempt: {record_exc}")
         raise
+    rank_logs = keep_rank_logs(stage)  # a multi-node run's processes, one log each
     try:
         _, md = record_program_success(stage)
     except StageFailed as exc:
         raise dg.Failure(description=exc.description) from exc
+    if rank_logs:
+        md = {**md, "rank_logs": rank_logs}
     try:
         reported = invocation.get_materialize_result().metadata
     except Exception:  # no pipes materialization arrived: the program's result.json says the same

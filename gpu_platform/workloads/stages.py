@@ -360,6 +360,25 @@ def record_gang_success(stage: ProgramStage, pod_logs: Mapping[str, str]) -> tup
     return run, stage_metadata(stage.req, run, stage.parents, None)
 
 
+RANK_LOGS = "ranks"
+"""Where the local executor writes each process's output of a multi-node run, under the stage's output directory."""
+
+
+def keep_rank_logs(stage: ProgramStage) -> dict[str, str]:
+    """Store the output of every process of a local multi-node run (`<out>/ranks/rank-<i>.log`) as
+    evidence of the request; returns file name -> digest (empty for a run of one process)."""
+    kept: dict[str, str] = {}
+    directory = stage.out_dir / RANK_LOGS
+    if not directory.is_dir() or directory.is_symlink():
+        return kept
+    for path in sorted(directory.glob("rank-*.log")):
+        try:
+            kept[path.name] = _put_confined(stage, "rank_log", str(path), "log").digest
+        except PathRefused:
+            continue
+    return kept
+
+
 def record_gang_failure(
     stage: ProgramStage, exit_code: int | None, interrupted: bool, pod_log: str | None
 ) -> WorkloadRun:
