@@ -354,7 +354,6 @@ def _admission_sensor(
         holding=holding,
         # gangs wait for whole free nodes of the policy's node shapes only in front of a cluster
         node_model=settings.executor == "k8s",
-        launch_gangs=settings.executor != "k8s",
         preempted=preemptions_of(led, states),
         checkpoint_of=lambda rid: latest_checkpoint(checkpoints_under(work_root, rid)),
     )

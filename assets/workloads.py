@@ -28,10 +28,11 @@ import duckdb
 from pydantic import Field
 
 from assets.partitions import WORKLOAD_PARTITIONS
-from gpu_platform.cluster.jobs import RUN_STEPS, namespace_for
+from gpu_platform.cluster.jobs import ENV_CHECKPOINT_DIR, RUN_STEPS, is_gang, namespace_for, resolve_flavor
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.gate.instance_config import RELEASE_CHECK_PRIORITY, WAREHOUSE_POOL
+from gpu_platform.gate.tick import TAG_ATTEMPT, TAG_FLAVOR
 from gpu_platform.lineage.evidence import EvidenceStore
 from gpu_platform.lineage.graph import (
     Block,
@@ -50,12 +51,16 @@ from gpu_platform.workloads import PROGRAMS
 from gpu_platform.workloads.stages import (
     MARKDOWN_KEYS,
     URL_KEYS,
+    ProgramStage,
     ReleaseRefused,
     StageFailed,
     assemble,
+    keep_rank_logs,
     prepare_program,
     program_metadata,
     read_result,
+    record_gang_failure,
+    record_gang_success,
     record_program_failure,
     record_program_success,
 )
@@ -63,6 +68,7 @@ from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor
 from resources.policy import PolicyResource
+from resources.settings import PlatformSettings
 from resources.warehouse import Warehouse
 
 GROUP = "workloads"
@@ -202,12 +208,17 @@ def run_program_stage(
     executor: LocalGpuExecutor,
     evidence: EvidenceStoreResource,
     policy: PolicyResource,
+    settings: PlatformSettings | None = None,
 ) -> dg.MaterializeResult:
-    """Run the request's command (or the demo program), keep its log as evidence, record lineage."""
+    """Run the request's command (or the demo program), keep its log as evidence, record lineage.
+    On a cluster (`settings.executor == "k8s"`) a multi-node request's step launches and watches
+    its Indexed Job instead (`run_gang_stage`)."""
     led, lineage, store = _stores(ledger, evidence)
     req = _request(context, kind, led)
     work = evidence.work_dir(req.request_id or "")
     stage = prepare_program(req, kind, work, context.run_id, led, lineage, store, policy.load())
+    if settings is not None and settings.executor == "k8s" and is_gang(req):
+        return run_gang_stage(context, stage, policy, settings)
     try:
         # the pod's namespace labels the run's NVML samples, as dcgm-exporter's k8s mapping would
         try:
@@ -217,19 +228,74 @@ def run_program_stage(
         invocation = executor.run(context, stage.run_request, stage.ckpt_dir, extras)
     except BaseException as exc:  # a failure, a timeout, or the run being terminated (preemption)
         try:
+            keep_rank_logs(stage)
             record_program_failure(stage, _exit_code(exc), interrupted=not isinstance(exc, Exception))
         except Exception as record_exc:  # never mask why the program failed
             context.log.warning(f"{kind} {stage.request_id}: could not record the failed attempt: {record_exc}")
         raise
+    rank_logs = keep_rank_logs(stage)  # a multi-node run's processes, one log each
     try:
         _, md = record_program_success(stage)
     except StageFailed as exc:
         raise dg.Failure(description=exc.description) from exc
+    if rank_logs:
+        md = {**md, "rank_logs": rank_logs}
     try:
         reported = invocation.get_materialize_result().metadata
     except Exception:  # no pipes materialization arrived: the program's result.json says the same
         reported = {k: v for k, v in (read_result(stage.out_dir) or {}).items() if v is not None}
     return dg.MaterializeResult(metadata={**program_metadata(reported), **_dagster_metadata(md, kind)})
+
+
+def run_gang_stage(
+    context: dg.AssetExecutionContext, stage: ProgramStage, policy: PolicyResource, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """A multi-node request's workload step on a cluster: create its headless Service and Indexed
+    Job, watch every pod, keep every pod's log as evidence, fail naming the pod and exit code."""
+    from gpu_platform.cluster.gang import GangFailed
+    from resources.k8s import kubernetes_client, launch_gang
+
+    tags = context.run.tags if context.run is not None else {}
+    attempt = int(tags.get(TAG_ATTEMPT) or 1)
+    pol = policy.load()
+    flavor = tags.get(TAG_FLAVOR) or resolve_flavor(stage.run_request, pol).name
+    pod_logs: dict[str, str] = {}
+
+    def keep(end, text: str) -> None:
+        ref = stage.store.put(text, stage.request_id, "log", stage.until, stage.hold, name=f"{end.name}.log")
+        pod_logs[end.name] = ref.digest
+        context.log.info(f"pod {end.name} (index {end.index}) {end.phase}, exit code {end.exit_code}: "
+                         f"log {ref.digest}\n{text[-4000:]}")
+
+    try:
+        outcome = launch_gang(
+            stage.run_request, flavor, pol, attempt=attempt, client=kubernetes_client(settings.kubeconfig),
+            on_pod_log=keep, log=context.log.info, work_volume=settings.work_volume(),
+            env={ENV_CHECKPOINT_DIR: str(stage.ckpt_dir)}, poll_seconds=settings.gang_poll_seconds,
+        )
+    except BaseException as exc:
+        code = exc.exit_code if isinstance(exc, GangFailed) else None
+        failed_log = pod_logs.get(exc.pod or "") if isinstance(exc, GangFailed) else None
+        try:
+            record_gang_failure(stage, code, not isinstance(exc, Exception), failed_log or next(iter(pod_logs.values()), None))
+        except Exception as record_exc:  # never mask why the gang failed
+            context.log.warning(f"{stage.kind} {stage.request_id}: could not record the failed attempt: {record_exc}")
+        if isinstance(exc, GangFailed):
+            raise dg.Failure(
+                description=f"{stage.kind} {stage.request_id}: {exc}",
+                metadata={"pod": exc.pod or "", "exit_code": code if code is not None else -1,
+                          "reason": exc.reason, "pod_logs": pod_logs},
+            ) from exc
+        raise
+    try:
+        _, md = record_gang_success(stage, pod_logs)
+    except StageFailed as exc:
+        raise dg.Failure(description=exc.description) from exc
+    reported = {k: v for k, v in (read_result(stage.out_dir) or {}).items() if v is not None}
+    return dg.MaterializeResult(metadata={
+        **program_metadata(reported), **_dagster_metadata(md, stage.kind),
+        "gang_job": outcome.job_name, "pods": len(outcome.pods), "pod_logs": pod_logs,
+    })
 
 
 # assembled stages: evidence_pack, released_model, released_map -------------------------------
@@ -289,8 +355,9 @@ def _program_asset(kind: str) -> dg.AssetsDefinition:
         executor: LocalGpuExecutor,
         evidence: EvidenceStoreResource,
         policy: PolicyResource,
+        settings: PlatformSettings,
     ) -> dg.MaterializeResult:
-        return run_program_stage(context, kind, ledger, executor, evidence, policy)
+        return run_program_stage(context, kind, ledger, executor, evidence, policy, settings)
 
     return _asset
 

@@ -11,8 +11,12 @@ config) and the run id (random per run, so per attempt).
 from __future__ import annotations
 
 import json
+import logging
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from dagster_k8s.client import DagsterKubernetesClient
 from dagster_k8s.container_context import K8sContainerContext
 from dagster_k8s.job import (
     USER_DEFINED_K8S_CONFIG_KEY,
@@ -21,8 +25,10 @@ from dagster_k8s.job import (
     construct_dagster_k8s_job,
     get_k8s_job_name,
 )
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 
+from gpu_platform.cluster.client import api_client
+from gpu_platform.cluster.gang import GangOutcome, PodEnd, run_gang
 from gpu_platform.cluster.jobs import (
     WorkVolume,
     executor_config_for,
@@ -73,6 +79,14 @@ def step_job_name(run_id: str, step_key: str) -> str:
     return f"dagster-step-{get_k8s_job_name(run_id, step_key)}"
 
 
+def _job_config(request: JobRequest, image_pull_policy: str, service_account_name: str | None) -> DagsterK8sJobConfig:
+    return DagsterK8sJobConfig(
+        job_image=request.image_ref,
+        image_pull_policy=image_pull_policy,
+        service_account_name=service_account_name,
+    )
+
+
 def render_step_job(
     request: JobRequest,
     flavor_name: str,
@@ -95,14 +109,9 @@ def render_step_job(
     run_id = run_id or run_id_for(request.request_id or "", attempt)
     executor_config = executor_config_for(request, flavor_name, policy, attempt, work_volume)
     context = step_container_context(executor_config, step_key)
-    job_config = DagsterK8sJobConfig(
-        job_image=request.image_ref,
-        image_pull_policy=image_pull_policy,
-        service_account_name=service_account_name,
-    )
     name = step_job_name(run_id, step_key)
     return construct_dagster_k8s_job(
-        job_config=job_config,
+        job_config=_job_config(request, image_pull_policy, service_account_name),
         args=list(STEP_ARGS_PLACEHOLDER),
         job_name=name,
         pod_name=name,
@@ -137,18 +146,16 @@ def render_gang_job(
     work_volume: WorkVolume | None = None,
     image_pull_policy: str = "IfNotPresent",
     service_account_name: str | None = None,
+    env: Mapping[str, str] | None = None,
 ):
     """The Indexed Job (`kubernetes.client.V1Job`) of a multi-node request, built by the same
     dagster-k8s builder as every step Job: one pod per node running the request's `command`, the
-    rendezvous env, Kueue's labels and TAS annotations (`gang_job_config_for`)."""
-    config = gang_job_config_for(request, flavor_name, policy, attempt, work_volume)
+    rendezvous env, Kueue's labels and TAS annotations (`gang_job_config_for`; `env`: more
+    container env, what the launching step adds)."""
+    config = gang_job_config_for(request, flavor_name, policy, attempt, work_volume, env)
     name = gang_job_name(request.request_id or "", attempt)
     return construct_dagster_k8s_job(
-        job_config=DagsterK8sJobConfig(
-            job_image=request.image_ref,
-            image_pull_policy=image_pull_policy,
-            service_account_name=service_account_name,
-        ),
+        job_config=_job_config(request, image_pull_policy, service_account_name),
         args=list(request.command) or None,
         job_name=name,
         pod_name=name,
@@ -170,3 +177,35 @@ def render_workload_manifests(
         request, flavor_name, policy, attempt=attempt, work_volume=kwargs.get("work_volume")
     )
     return [rendezvous_service_for(request, policy, attempt), ApiClient().sanitize_for_serialization(job)]
+
+
+def kubernetes_client(kubeconfig: str = "", api: Any = None) -> DagsterKubernetesClient:
+    """dagster-k8s's `DagsterKubernetesClient` (what `k8s_job_executor` creates and watches step
+    Jobs with) on the platform's one API client (`gpu_platform.cluster.client.api_client`:
+    kubeconfig, else in-cluster service account). api: an existing `ApiClient`."""
+    api = api or api_client(kubeconfig)
+    return DagsterKubernetesClient(
+        batch_api=BatchV1Api(api), core_api=CoreV1Api(api), logger=logging.info, sleeper=time.sleep, timer=time.time
+    )
+
+
+def launch_gang(
+    request: JobRequest,
+    flavor_name: str,
+    policy: Policy,
+    *,
+    attempt: int,
+    client: Any,
+    on_pod_log: Callable[[PodEnd, str], None],
+    log: Callable[[str], None] = lambda _m: None,
+    work_volume: WorkVolume | None = None,
+    env: Mapping[str, str] | None = None,
+    poll_seconds: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> GangOutcome:
+    """Create a multi-node request's headless Service and Indexed Job (`render_gang_job`, the
+    same builder as the executor's step Jobs) through `client` and watch them to the end
+    (`gpu_platform.cluster.gang.run_gang`: raises `GangFailed` when a pod fails)."""
+    job = render_gang_job(request, flavor_name, policy, attempt=attempt, work_volume=work_volume, env=env)
+    service = rendezvous_service_for(request, policy, attempt)
+    return run_gang(client, service, job, on_pod_log=on_pod_log, log=log, poll_seconds=poll_seconds, sleep=sleep)

@@ -23,6 +23,7 @@ from typing import Any
 import dagster as dg
 
 from gpu_platform.cluster.jobs import ENV_CHECKPOINT_DIR, ENV_REQUEST_ID
+from gpu_platform.devices.gang import GroupFailed, free_port, gpu_groups, rendezvous_env, run_group
 from gpu_platform.devices.gpus import ENV_LOCAL_GPUS, GpusBusy, Inventory, LocalGpuAllocator, local_inventory
 from gpu_platform.requests.model import JobRequest
 from gpu_platform.units import format_duration
@@ -148,6 +149,57 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
         return dg.PipesClientCompletedInvocation(session)
 
 
+    def run_group_with_deadline(self, **kwargs: Any) -> dg.PipesClientCompletedInvocation:
+        """Run one process per GPU group in a pipes session (arguments: `_run_group_with_deadline`)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=self._PIPES_PREVIEW, category=dg.PreviewWarning)
+            return self._run_group_with_deadline(**kwargs)
+
+    def _run_group_with_deadline(
+        self,
+        *,
+        context: dg.OpExecutionContext | dg.AssetExecutionContext,
+        command: Sequence[str],
+        rank_envs: Sequence[Mapping[str, str]],
+        log_dir: Path,
+        timeout_seconds: float,
+        kill_grace_seconds: float = 10.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        extras: dict[str, Any] | None = None,
+        description: str = "command",
+        pass_env: Sequence[str] = (),
+    ) -> dg.PipesClientCompletedInvocation:
+        """Rank 0 reports through the pipes session (its materialization is the step's); every
+        rank's output goes to `log_dir/rank-<i>.log`. One failure stops the others."""
+        with dg.open_pipes_session(
+            context=context,
+            context_injector=self.context_injector,
+            message_reader=self.message_reader,
+            extras=extras,
+        ) as session:
+            base = {**workload_environment(pass_env), **(self.env or {}), **(env or {})}
+            envs = [
+                {**base, **rank_env, **(session.get_bootstrap_env_vars() if i == 0 else {})}
+                for i, rank_env in enumerate(rank_envs)
+            ]
+            try:
+                run_group(command, envs, log_dir, timeout_seconds, cwd=cwd or self.cwd,
+                          grace_seconds=kill_grace_seconds)
+            except GroupFailed as exc:
+                context.log.error(f"{description}: {exc}; logs of every rank in {log_dir}")
+                metadata: dict[str, Any] = {"log_dir": str(log_dir)}
+                if exc.rank is not None:
+                    metadata.update({"rank": exc.rank, "exit_code": exc.exit_code})
+                raise dg.Failure(
+                    description=(f"{description} exceeded its timeout of {_human(timeout_seconds)}; every process "
+                                 "was stopped" if exc.timed_out else f"{description}: {exc}"),
+                    metadata=metadata,
+                    allow_retries=not exc.timed_out,
+                ) from None
+        return dg.PipesClientCompletedInvocation(session)
+
+
 def _human(seconds: float) -> str:
     if seconds >= 60 and seconds == int(seconds):
         return f"{format_duration(timedelta(seconds=seconds))} ({seconds:g}s)"
@@ -255,6 +307,10 @@ class LocalGpuExecutor(dg.ConfigurableResource):
                     else None  # MIG devices are sampled by DCGM on clusters; NVML sampling here is per GPU
                 )
                 try:
+                    nodes = request.nodes or 1
+                    if nodes > 1 and resource == "nvidia.com/gpu":
+                        return self._run_gang(context, request, request_id, list(devices), env, timeout, extras,
+                                              ckpt, nodes)
                     return DeadlinePipesSubprocessClient(cwd=self.cwd).run_with_deadline(
                         context=context,
                         command=request.command,
@@ -285,3 +341,32 @@ class LocalGpuExecutor(dg.ConfigurableResource):
             raise dg.Failure(
                 description=f"request {request_id}: cannot get {gpu_count} GPU(s): {exc}{hint}"
             ) from exc
+
+    def _run_gang(self, context: Any, request: JobRequest, request_id: str, devices: list[int], env: dict[str, str],
+                  timeout: float, extras: Mapping[str, Any] | None, ckpt: Path, nodes: int
+                  ) -> dg.PipesClientCompletedInvocation:
+        """A multi-node request here: one process per group of `gpus_per_node` GPUs, with the
+        rendezvous env of `gpu_platform.devices.gang` (MASTER_ADDR=127.0.0.1, a free port)."""
+        per = request.gpus_per_pod
+        port = free_port()
+        rank_envs = [rendezvous_env(nodes, per, i, port, group)
+                     for i, group in enumerate(gpu_groups(devices, nodes, per))]
+        log_dir = Path((extras or {}).get("out_dir") or ckpt.parent) / "ranks"
+        context.log.info(
+            f"request {request_id}: {nodes} processes x {per} GPUs, rendezvous 127.0.0.1:{port}; "
+            + "; ".join(f"rank {i}: CUDA_VISIBLE_DEVICES={e['CUDA_VISIBLE_DEVICES']}" for i, e in enumerate(rank_envs))
+            + f"; logs in {log_dir}"
+        )
+        return DeadlinePipesSubprocessClient(cwd=self.cwd).run_group_with_deadline(
+            context=context,
+            command=request.command,
+            rank_envs=rank_envs,
+            log_dir=log_dir,
+            timeout_seconds=timeout,
+            kill_grace_seconds=self.kill_grace_seconds,
+            env=env,
+            extras={**(extras or {}), "request_id": request_id, "gpu_indices": devices, "checkpoint_dir": str(ckpt),
+                    "nodes": nodes, "gpus_per_node": per, "master_port": port},
+            description=f"request {request_id}",
+            pass_env=self.pass_env,
+        )

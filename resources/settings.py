@@ -29,6 +29,8 @@ class PlatformSettings(dg.ConfigurableResource):
     filesystem, lost with the pod: evidence jobs are never preemptible and a requeued job restarts).
     kubeconfig: kubeconfig file the gate reads Kueue's Workloads with; "" = the pod's in-cluster
     service account.
+    gang_poll_seconds: how often the workload step of a multi-node request polls its Indexed
+    Job and pods on the cluster.
     run_start_timeout_seconds: how long a workload run may stay NOT_STARTED or STARTING before the
     gate cancels it and relaunches the request under its next attempt.
     """
@@ -40,6 +42,7 @@ class PlatformSettings(dg.ConfigurableResource):
     work_claim: str = ""
     kubeconfig: str = ""
     run_start_timeout_seconds: float = 600.0
+    gang_poll_seconds: float = 10.0
 
     def home_path(self) -> Path:
         path = Path(self.home)

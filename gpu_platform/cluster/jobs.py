@@ -20,6 +20,7 @@ request's timeout.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,25 +252,34 @@ def gang_job_config_for(
     policy: Policy,
     attempt: int = 1,
     work_volume: WorkVolume | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The `dagster-k8s/config`-shaped mapping of a multi-node request's Indexed Job: the GPU
     step's config (`k8s_config_for`: Kueue labels, flavor affinity, suspend, deadline) with
     `completionMode: Indexed`, `parallelism = completions = nodes`, one pod per node asking for
     `gpus_per_node`, the rendezvous env, the pods under the headless Service (`subdomain`) and the
-    TAS annotations. Kueue admits it as one Workload with one PodSet of `nodes` pods."""
+    TAS annotations. Kueue admits it as one Workload with one PodSet of `nodes` pods.
+
+    Its pods run the request's `command` themselves (no Dagster step wraps them), so the request's
+    own `env` and `env` (what the launching step adds: output and checkpoint directories) are set
+    on the container. The Job's name is the builder's (`gang_job_name`, `resources.k8s.render_gang_job`)."""
     if not is_gang(request):
         raise ValueError(f"request {request.request_id} is one pod (nodes: {request.nodes or 1}); render its step Job")
     cfg = k8s_config_for(request, flavor_name, policy, attempt, work_volume)
-    name = gang_job_name(_request_id(request), attempt)
     nodes = request.nodes or 1
-    cfg["container_config"]["env"] += rendezvous_env(request, attempt)
-    cfg["container_config"]["ports"] = [{"name": "rendezvous", "container_port": RENDEZVOUS_PORT}]
+    container = cfg["container_config"]
+    given = {**request.env, **(env or {})}
+    container["env"] = [
+        *container["env"],
+        *({"name": k, "value": str(v)} for k, v in given.items()),
+        *rendezvous_env(request, attempt),
+    ]
+    container["ports"] = [{"name": "rendezvous", "container_port": RENDEZVOUS_PORT}]
     if request.command:
-        cfg["container_config"]["args"] = list(request.command)
+        container["args"] = list(request.command)
     meta = cfg["pod_template_spec_metadata"]
     meta["annotations"] = {**meta["annotations"], **topology_annotations(request)}
-    cfg["pod_spec_config"]["subdomain"] = name
-    cfg["job_metadata"]["name"] = name
+    cfg["pod_spec_config"]["subdomain"] = gang_job_name(_request_id(request), attempt)
     cfg["job_spec_config"].update(
         {"completion_mode": "Indexed", "completions": nodes, "parallelism": nodes}
     )
@@ -355,6 +365,40 @@ def _work_volume_config(work_volume: WorkVolume | None) -> tuple[dict[str, Any],
     return container, pod, [{"name": ENV_WORK_ROOT, "value": work_volume.mount_path}]
 
 
+def _step_config(
+    request: JobRequest,
+    policy: Policy,
+    attempt: int,
+    work_volume: WorkVolume | None,
+    *,
+    step: str | None = None,
+    annotations: dict[str, str] | None = None,
+    job_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """What every Job of a request's run carries, built once for the CPU steps, the GPU step and
+    the gang's Indexed Job: the request id in the env, the work volume, the request's labels and
+    annotations on pod and Job, the team's namespace, `backoffLimit: 0`. job_labels: added to the
+    Job's labels only (Kueue's)."""
+    request_id = _request_id(request)
+    labels = pod_labels(request, attempt, step)
+    annotations = {ANNOTATION_REQUEST_ID: request_id, **(annotations or {})}
+    container_volume, pod_volume, volume_env = _work_volume_config(work_volume)
+    return {
+        "container_config": {
+            "env": [{"name": ENV_REQUEST_ID, "value": request_id}, *volume_env],
+            **container_volume,
+        },
+        "pod_template_spec_metadata": {"labels": labels, "annotations": dict(annotations)},
+        "pod_spec_config": dict(pod_volume),
+        "job_metadata": {
+            "namespace": namespace_for(request, policy),
+            "labels": {**labels, **(job_labels or {})},
+            "annotations": dict(annotations),
+        },
+        "job_spec_config": {"backoff_limit": JOB_BACKOFF_LIMIT},
+    }
+
+
 def cpu_step_config_for(
     request: JobRequest, policy: Policy, attempt: int = 1, work_volume: WorkVolume | None = None
 ) -> dict[str, Any]:
@@ -363,26 +407,13 @@ def cpu_step_config_for(
     Checks and bookkeeping steps (the evidence pack and its blocking checks) ask for no GPU, carry
     no Kueue label (Kueue's default `manageJobsWithoutQueueName: false` leaves them alone) and no
     flavor affinity; they run in the team's namespace with the request's labels, so the cluster
-    still attributes them to the request.
+    still attributes them to the request. The workload step of a multi-node request is such a
+    step too: it launches and watches the gang's Indexed Job (`gang_step_config_for`).
     """
-    request_id = _request_id(request)
-    labels = pod_labels(request, attempt)
-    annotations = {ANNOTATION_REQUEST_ID: request_id}
-    container_volume, pod_volume, volume_env = _work_volume_config(work_volume)
-    return {
-        "container_config": {
-            "env": [{"name": ENV_REQUEST_ID, "value": request_id}, *volume_env],
-            **container_volume,
-        },
-        "pod_template_spec_metadata": {"labels": labels, "annotations": annotations},
-        **({"pod_spec_config": pod_volume} if pod_volume else {}),
-        "job_metadata": {
-            "namespace": namespace_for(request, policy),
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "job_spec_config": {"backoff_limit": JOB_BACKOFF_LIMIT},
-    }
+    cfg = _step_config(request, policy, attempt, work_volume)
+    if not cfg["pod_spec_config"]:
+        del cfg["pod_spec_config"]
+    return cfg
 
 
 def k8s_config_for(
@@ -403,33 +434,24 @@ def k8s_config_for(
     gpu_count, workload, a known lane and team) or the flavor does not fit it.
     """
     flavor = resolve_flavor(request, policy, flavor_name)
-    request_id = _request_id(request)
+    _request_id(request)
     if not request.container_digest:
         raise ValueError("container_digest: required to pin the image by digest")
-    step = workload_step(request)
-    labels = pod_labels(request, attempt, step)
-    annotations = {ANNOTATION_REQUEST_ID: request_id, ANNOTATION_GATE_FLAVOR: flavor.name}
-    container_volume, pod_volume, volume_env = _work_volume_config(work_volume)
-    return {
-        "container_config": {
-            "image": request.image_ref,
-            "resources": resources_for(request),
-            "env": [{"name": ENV_REQUEST_ID, "value": request_id}, *volume_env],
-            **container_volume,
-        },
-        "pod_template_spec_metadata": {"labels": labels, "annotations": annotations},
-        "pod_spec_config": {"affinity": flavor_affinity(request, policy), **pod_volume},
-        "job_metadata": {
-            "namespace": namespace_for(request, policy),
-            "labels": {**labels, **kueue_labels(request)},
-            "annotations": annotations,
-        },
-        "job_spec_config": {
-            "suspend": True,
-            "active_deadline_seconds": timeout_seconds(request, policy),
-            "backoff_limit": JOB_BACKOFF_LIMIT,
-        },
-    }
+    cfg = _step_config(
+        request,
+        policy,
+        attempt,
+        work_volume,
+        step=workload_step(request),
+        annotations={ANNOTATION_GATE_FLAVOR: flavor.name},
+        job_labels=kueue_labels(request),
+    )
+    cfg["container_config"].update({"image": request.image_ref, "resources": resources_for(request)})
+    cfg["pod_spec_config"] = {"affinity": flavor_affinity(request, policy), **cfg["pod_spec_config"]}
+    cfg["job_spec_config"].update(
+        {"suspend": True, "active_deadline_seconds": timeout_seconds(request, policy)}
+    )
+    return cfg
 
 
 def executor_config_for(
@@ -448,12 +470,16 @@ def executor_config_for(
     tags cannot vary per request, so the gate passes this as the run's `execution.config`.
     """
     if is_gang(request):
-        raise ValueError(
-            f"request {request.request_id} is {request.nodes} nodes x {request.gpus_per_node} GPUs: it runs as one "
-            "Indexed Job plus a headless Service (gang_job_config_for, `gpu-platform k8s render`); a Dagster step "
-            "pod cannot be that Job, and the step that launches and watches it is not built yet "
-            "(docs/distributed-training.md)"
-        )
+        # the workload step only launches and watches the gang's Indexed Job (the GPUs are its
+        # pods'): a CPU step pod like the others, without Kueue's labels
+        workload = cpu_step_config_for(request, policy, attempt, work_volume)
+        workload["pod_template_spec_metadata"]["labels"][LABEL_STEP] = label_value(workload_step(request))
+        workload["job_metadata"]["annotations"][ANNOTATION_GATE_FLAVOR] = resolve_flavor(request, policy, flavor_name).name
+        return {
+            "job_namespace": namespace_for(request, policy),
+            "step_k8s_config": cpu_step_config_for(request, policy, attempt, work_volume),
+            "per_step_k8s_config": {workload_step(request): workload},
+        }
     return {
         "job_namespace": namespace_for(request, policy),
         "step_k8s_config": cpu_step_config_for(request, policy, attempt, work_volume),

@@ -217,27 +217,6 @@ def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[st
     return held
 
 
-GANG_NOT_LAUNCHABLE = "GangNotLaunchable"
-
-
-def gangs_held(states: Iterable[RequestState]) -> dict[str, PendingInfo]:
-    """Pending multi-node requests, for a gate that cannot launch them yet (the k8s executor: the
-    step that creates and watches the Indexed Job is not built, docs/distributed-training.md).
-    They wait with reason `GangNotLaunchable` and take no quota, instead of being admitted onto a
-    launch that would fail."""
-    held: dict[str, PendingInfo] = {}
-    for s in states:
-        nodes = s.request.nodes or 1
-        if s.state in PENDING_STATES and nodes > 1:
-            held[s.request_id] = _held(
-                s,
-                GANG_NOT_LAUNCHABLE,
-                f"{nodes} nodes x {s.request.gpus_per_node} GPUs: this gate cannot launch a multi-node Job on the "
-                "cluster yet (`gpu-platform k8s render` shows the Indexed Job it would be)",
-            )
-    return held
-
-
 def plan_tick(
     policy: Policy,
     states: list[RequestState],
@@ -248,7 +227,6 @@ def plan_tick(
     spent: Mapping[str, Decimal] | None = None,
     holding: Mapping[str, str] | None = None,
     node_model: bool = False,
-    launch_gangs: bool = True,
     preempted: Mapping[str, PreemptedBy] | None = None,
     checkpoint_of: Callable[[str], Path | None] = lambda _rid: None,
 ) -> TickPlan:
@@ -264,7 +242,6 @@ def plan_tick(
     quota until the run is gone, and the requests that preempted them wait
     (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
     node_model: see `build_state` (True for the gate with the k8s executor).
-    launch_gangs=False: multi-node requests wait `GangNotLaunchable` (`gangs_held`).
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
     everyone = list(states)
@@ -273,8 +250,6 @@ def plan_tick(
     unapproved = awaiting_approval(policy, states)
     upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
     held = {k: v for k, v in held_preemptors(states, holding).items() if k not in unapproved}
-    if not launch_gangs:
-        held.update({k: v for k, v in gangs_held(states).items() if k not in unapproved and k not in upstream})
     states = [
         s
         for s in states

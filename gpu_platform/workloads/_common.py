@@ -24,6 +24,18 @@ EXIT_PREEMPTED = 143
 """Exit status after a SIGTERM that was answered with a checkpoint (128 + SIGTERM)."""
 
 
+def gang_rank(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """(node rank, nodes) when this process is one of a multi-node gang's (`NNODES` > 1, from the
+    rendezvous env a gang's pods and local processes get; torchrun's `PET_*` names too), else None."""
+    env = os.environ if environ is None else environ
+    try:
+        nodes = int(env.get("NNODES") or env.get("PET_NNODES") or 1)
+        rank = int(env.get("NODE_RANK") or env.get("PET_NODE_RANK") or 0)
+    except ValueError:
+        return None
+    return (rank, nodes) if nodes > 1 and 0 <= rank < nodes else None
+
+
 def base_parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--out-dir", default=None, help=f"outputs and logs (default ${OUTPUT_ENV}, else ./workload-out)")
@@ -58,13 +70,18 @@ def file_digest(path: Path) -> str:
 class Session:
     """One program run: an append-only log file sealed read-only at the end, and the report."""
 
-    def __init__(self, program: str, out_dir: Path, request_id: str | None, pipes: Any | None):
+    def __init__(self, program: str, out_dir: Path, request_id: str | None, pipes: Any | None,
+                 rank: int | None = None):
         self.program = program
         self.out_dir = out_dir
         self.request_id = request_id
         self.pipes = pipes
+        self.rank = rank
+        """Node rank in a gang (None: not one). Only rank 0 writes `result.json`; rank i writes
+        `result-rank<i>.json`, so the ranks of one output directory never overwrite each other."""
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        self.log_path = out_dir / "logs" / f"{program}-{stamp}-{os.getpid()}.log"
+        tag = f"-rank{rank}" if rank is not None else ""
+        self.log_path = out_dir / "logs" / f"{program}{tag}-{stamp}-{os.getpid()}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "x", encoding="utf-8")  # noqa: SIM115 - closed by seal()
         self.log(f"start {program} request={request_id or '-'} pid={os.getpid()} argv={sys.argv[1:]}")
@@ -97,7 +114,8 @@ class Session:
             "log_digest": digest,
             **metadata,
         }
-        write_atomic(self.out_dir / RESULT_FILE, json.dumps(result, indent=2, sort_keys=True, default=str).encode())
+        name = RESULT_FILE if not self.rank else f"result-rank{self.rank}.json"
+        write_atomic(self.out_dir / name, json.dumps(result, indent=2, sort_keys=True, default=str).encode())
         if self.pipes is not None and exit_status == 0:
             self.pipes.report_asset_materialization(metadata={k: _pipes_value(v) for k, v in result.items()})
         elif self.pipes is None:
@@ -122,7 +140,8 @@ def session(program: str, args: argparse.Namespace) -> Iterator[Session]:
             from dagster_pipes import open_dagster_pipes
 
             pipes = stack.enter_context(open_dagster_pipes())
-        s = Session(program, out_dir, request_id, pipes)
+        gang = gang_rank()
+        s = Session(program, out_dir, request_id, pipes, rank=gang[0] if gang else None)
         try:
             yield s
         finally:

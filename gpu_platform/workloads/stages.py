@@ -345,6 +345,53 @@ def record_program_success(stage: ProgramStage) -> tuple[WorkloadRun, dict[str, 
     return run, stage_metadata(stage.req, run, stage.parents, primary_uri)
 
 
+def record_gang_success(stage: ProgramStage, pod_logs: Mapping[str, str]) -> tuple[WorkloadRun, dict[str, Any]]:
+    """Record a completed multi-node attempt. pod_logs: pod name -> digest of its log, already in
+    the evidence store. With a `result.json` (the pods write the stage's output directory on the
+    shared work volume) it is recorded as any program (`record_program_success`); without one (no
+    work volume, or a program that writes none) the first pod's log is the stage's log, and the
+    others stay referenced from the request in the store."""
+    result, problem = load_result(stage.out_dir)
+    if result is not None or problem:
+        return record_program_success(stage)
+    first = next(iter(pod_logs.values()), None)
+    log_ref = EvidenceRef(digest=first, uri=stage.store.uri(first), size=0) if first else None
+    run = stage.record(SUCCEEDED, {"pod_logs": dict(pod_logs)}, log_ref, exit_status=0)
+    return run, stage_metadata(stage.req, run, stage.parents, None)
+
+
+RANK_LOGS = "ranks"
+"""Where the local executor writes each process's output of a multi-node run, under the stage's output directory."""
+
+
+def keep_rank_logs(stage: ProgramStage) -> dict[str, str]:
+    """Store the output of every process of a local multi-node run (`<out>/ranks/rank-<i>.log`) as
+    evidence of the request; returns file name -> digest (empty for a run of one process)."""
+    kept: dict[str, str] = {}
+    directory = stage.out_dir / RANK_LOGS
+    if not directory.is_dir() or directory.is_symlink():
+        return kept
+    for path in sorted(directory.glob("rank-*.log")):
+        try:
+            kept[path.name] = _put_confined(stage, "rank_log", str(path), "log").digest
+        except PathRefused:
+            continue
+    return kept
+
+
+def record_gang_failure(
+    stage: ProgramStage, exit_code: int | None, interrupted: bool, pod_log: str | None
+) -> WorkloadRun:
+    """Record a failed multi-node attempt. pod_log: digest of the failed pod's log (already in the
+    evidence store), the stage's log when the pods left none in the output directory."""
+    result, _ = load_result(stage.out_dir)
+    if result is not None or newest_log(stage.out_dir) is not None or not pod_log:
+        return record_program_failure(stage, exit_code, interrupted)
+    status = "preempted" if exit_code == EXIT_PREEMPTED or interrupted else "failed"
+    ref = EvidenceRef(digest=pod_log, uri=stage.store.uri(pod_log), size=0)
+    return stage.record(status, None, ref, exit_status=exit_code)
+
+
 PROGRAM_METADATA_DROPPED = ("log_path", "outputs", "output_digests", "program", "request_id", "exit_status", "log_digest")
 """Keys of a program's own reported metadata that the stage's metadata replaces or omits."""
 

@@ -90,9 +90,27 @@ def test_required_topology_becomes_the_required_annotation(gang, k8s_policy) -> 
     assert annotations[TAS_REQUIRED] == "topology.kubernetes.io/zone" and TAS_PREFERRED not in annotations
 
 
-def test_a_gang_is_not_a_dagster_step_job(gang, k8s_policy) -> None:
-    with pytest.raises(ValueError, match=r"2 nodes x 8 GPUs: it runs as one Indexed Job"):
-        executor_config_for(gang, "h100-ondemand", k8s_policy)
+def test_a_gangs_workload_step_is_a_cpu_pod_that_launches_the_indexed_job(gang, k8s_policy) -> None:
+    """The step Job of a gang's workload step asks for no GPU and joins no Kueue queue (its pods,
+    the Indexed Job's, do): Kueue must not reserve a second set of GPUs for the watcher."""
+    from resources.k8s import render_job_manifest
+
+    cfg = executor_config_for(gang, "h100-ondemand", k8s_policy)
+    assert set(cfg["per_step_k8s_config"]) == {"training_run"}
+    job = render_job_manifest(gang, "h100-ondemand", k8s_policy)
+    _validate(job)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in ((container.get("resources") or {}).get("limits") or {})
+    assert KUEUE_QUEUE_NAME not in job["metadata"]["labels"] and not job["spec"].get("suspend")
+    assert job["metadata"]["labels"][LABEL_REQUEST_ID] == gang.request_id
+
+
+def test_gang_pods_get_the_requests_env_and_the_steps_env(gang, k8s_policy) -> None:
+    req = gang.model_copy(update={"env": {"DEMO_STEPS": "40"}})
+    cfg = gang_job_config_for(req, "h100-ondemand", k8s_policy, env={"GPU_PLATFORM_OUTPUT_DIR": "/work/out"})
+    env = {e["name"]: e.get("value") for e in cfg["container_config"]["env"]}
+    assert env["DEMO_STEPS"] == "40" and env["GPU_PLATFORM_OUTPUT_DIR"] == "/work/out"
+    assert "name" not in cfg["job_metadata"]  # one name, the builder's (gang_job_name)
 
 
 def test_one_node_request_still_renders_its_step_job(example_request, k8s_policy) -> None:

@@ -20,6 +20,7 @@ from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor
 from resources.policy import PolicyResource
+from resources.settings import PlatformSettings
 from resources.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,7 @@ def platform(tmp_path: Path) -> Platform:
         "evidence": EvidenceStoreResource(root=str(tmp_path / "evidence"), work_root=str(tmp_path / "work")),
         "executor": LocalGpuExecutor(use_nvml=False, local_gpus="8", state_dir=str(tmp_path / "gpus")),
         "warehouse": Warehouse(path=str(tmp_path / "warehouse.duckdb")),
+        "settings": PlatformSettings(home=str(tmp_path)),
     }
     return Platform(tmp_path, Ledger(url), resources)
 

@@ -35,6 +35,7 @@ from resources.evidence import EvidenceStoreResource
 from resources.ledger import LedgerResource
 from resources.local_executor import LocalGpuExecutor
 from resources.policy import PolicyResource
+from resources.settings import PlatformSettings
 from resources.warehouse import Warehouse
 
 from .conftest import CHAIN, EXAMPLES, Platform, priced_warehouse
@@ -74,6 +75,7 @@ def chain(tmp_path_factory):
         "evidence": EvidenceStoreResource(root=str(tmp / "evidence"), work_root=str(tmp / "work")),
         "executor": LocalGpuExecutor(use_nvml=False, local_gpus="8", state_dir=str(tmp / "gpus")),
         "warehouse": Warehouse(path=str(tmp / "warehouse.duckdb")),
+        "settings": PlatformSettings(home=str(tmp)),
     }
     p = Platform(tmp, Ledger(url), resources)
     ids = {

@@ -75,14 +75,13 @@ def dry_run(
     policy: Policy, ledger: Ledger, states: list[RequestState], now: datetime, home: Path, on_cluster: bool = False
 ) -> TickPlan:
     """The next gate tick's decisions on the current ledger, recorded nowhere. on_cluster: the
-    gate runs with the k8s executor, so it places gangs on the policy's nodes (node model) and
-    holds multi-node requests it cannot launch yet, as `assets/gate.py` does."""
+    gate runs with the k8s executor, so it places gangs on the policy's nodes (node model), as
+    `assets/gate.py` does."""
     return plan_tick(
         policy,
         states,
         now,
         node_model=on_cluster,
-        launch_gangs=not on_cluster,
         checkpointed=lambda rid: has_checkpoint(checkpoint_dir(home, rid)),
         spent=ledger.reserved_by_lane(budget_period_start(policy.budget_period, now)),
         preempted=preemptions_of(ledger, states),
