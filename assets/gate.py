@@ -2,9 +2,10 @@
 
 Thin by design: decisions come from `gpu_platform.gate.tick` (pure), this module only reads the
 ledger and the instance's runs, records, launches and terminates, and reports the queue as
-observations of the `gpu_queue` asset (numbers from `gpu_platform.observe.queueview`).
+materializations of the `gpu_queue` asset (numbers from `gpu_platform.observe.queueview`).
 """
 
+import json
 import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,8 +43,10 @@ from gpu_platform.gate.tick import (
 from gpu_platform.observe.queueview import (
     LaneSnapshot,
     flavor_rows,
+    lane_row,
     lane_snapshots,
-    observation_metadata,
+    plotted_metadata,
+    queue_digest,
     write_gate_snapshot,
 )
 from gpu_platform.policy import Policy
@@ -61,17 +64,18 @@ gpu_queue = dg.AssetSpec(
     group_name="admission",
     kinds={"python"},
     description=(
-        "The live GPU queue, observed by `admission_sensor` on every tick (one observation per lane). "
-        "Each observation leads with `<lane>/waiting`: the lane's waiting requests in queue order with "
-        "name, owner, team, target, how long each waited, the reason (naming what holds its GPUs) and "
-        "the estimated start. Open **Plots**: four per lane, `<lane>/pending` (requests waiting), "
-        "`<lane>/gpus_pending`, `<lane>/gpus_in_use` and `<lane>/oldest_wait_s` (seconds the oldest "
-        "pending request has waited). A pending line that climbs while `gpus_in_use` is flat means the "
-        "lane is at its quota; a growing `oldest_wait_s` with few pending means the head is blocked. "
-        "Each observation also says `<lane>/admitted` (`3 (2 running)`: the rest are runs queued or "
-        "starting), `<lane>/by_flavor` (GPUs in use and pending per flavor; pending GPUs count on the "
-        "first flavor the request may use) and `<lane>/head_reason` (why the head of the lane waits). "
-        "Not materialized: nothing to run. "
+        "The live GPU queue, materialized by `admission_sensor` whenever the queue changed (and at "
+        "least every 5 minutes while it waits unchanged). Each materialization leads with `waiting`: "
+        "every waiting request, lane by lane in priority order and in queue order within its lane, with "
+        "name, owner, team, target, how long it waited, the reason (naming what holds its GPUs) and the "
+        "estimated start; filter it by owner or name to find your request. Then `lanes` (per lane: "
+        "pending, GPUs pending / in use, admitted, running, oldest wait, head of the queue and its "
+        "head_reason) and `by_flavor`. Open **Plots**: two per lane, `<lane>/gpus_pending` (GPUs the "
+        "lane waits for) and `<lane>/oldest_wait_s` (seconds its oldest pending request has waited). "
+        "Pending GPUs that climb mean the lane is at its quota; a growing oldest wait with few GPUs "
+        "pending means the head is blocked (read its reason). "
+        "Nothing to run by hand: the sensor reports it. "
+        "`gpu-platform queue --owner ME` says the same on the command line; "
         "`gpu-platform explain REQUEST_ID` shows one request's decisions."
     ),
 )
@@ -227,10 +231,22 @@ def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg
     )
 
 
-def _queue_observations(
-    pol: Policy, led: Ledger, states: list[RequestState], plan: TickPlan, runs: list[RunInfo], now: datetime
-) -> list[dg.AssetObservation]:
-    """One `gpu_queue` observation per lane, and the per-lane view `/metrics` reads."""
+QUEUE_REFRESH_S = 300
+"""`gpu_queue` is materialized when the queue changed, and at least this often while it does not
+(so the oldest-wait plots keep growing)."""
+
+WAITING_ROWS_PER_LANE = 200
+"""Rows per lane in the `waiting` table; the rest are counted in `waiting_not_shown`
+(`gpu-platform queue --all` lists every one)."""
+
+
+def _queue_materialization(
+    pol: Policy, led: Ledger, states: list[RequestState], plan: TickPlan, runs: list[RunInfo], now: datetime,
+    cursor: str | None,
+) -> tuple[list[dg.AssetMaterialization], str | None]:
+    """The `gpu_queue` materialization when the queue changed since the last one (or it is
+    QUEUE_REFRESH_S old), and the sensor's next cursor; writes the per-lane view `/metrics` reads
+    on every tick."""
     current = {s.request_id: s.attempts for s in states}
     running = {r.request_id for r in runs if r.status == "active" and current.get(r.request_id) == r.attempt}
     snaps = lane_snapshots(
@@ -244,32 +260,73 @@ def _queue_observations(
         running_ids=running,
     )
     write_gate_snapshot(led.engine, snaps, now)
-    return [
-        dg.AssetObservation(
-            GPU_QUEUE,
-            metadata={
-                f"{snap.lane}/waiting": _waiting_table(snap),
-                **observation_metadata(pol, snap),
-                f"{snap.lane}/by_flavor": dg.MetadataValue.table(
-                    [dg.TableRecord(r) for r in flavor_rows(pol, snap)], schema=_FLAVOR_SCHEMA
-                ),
-            },
+    digest = queue_digest(snaps)
+    last = _last_materialized(cursor)
+    if last is not None and last[0] == digest and now.timestamp() - last[1] < QUEUE_REFRESH_S:
+        return [], cursor
+    waiting = [(snap.lane, w) for snap in snaps for w in snap.waiting[:WAITING_ROWS_PER_LANE]]
+    not_shown = sum(max(0, len(snap.waiting) - WAITING_ROWS_PER_LANE) for snap in snaps)
+    metadata: dict[str, Any] = {
+        "waiting": dg.MetadataValue.table(
+            [dg.TableRecord(_waiting_record(lane, w)) for lane, w in waiting], schema=_WAITING_SCHEMA
+        ),
+        "lanes": dg.MetadataValue.table([dg.TableRecord(lane_row(s)) for s in snaps], schema=_LANES_SCHEMA),
+        **plotted_metadata(snaps),
+        "by_flavor": dg.MetadataValue.table(
+            [dg.TableRecord({"lane": s.lane, **r}) for s in snaps for r in flavor_rows(pol, s)], schema=_FLAVOR_SCHEMA
+        ),
+    }
+    if not_shown:
+        metadata["waiting_not_shown"] = dg.MetadataValue.text(
+            f"{not_shown} more waiting request(s): gpu-platform queue --all lists every one"
         )
-        for snap in snaps
-    ]
+    event = dg.AssetMaterialization(GPU_QUEUE, description=_summary(snaps), metadata=metadata)
+    return [event], json.dumps({"digest": digest, "at": now.timestamp()})
+
+
+def _last_materialized(cursor: str | None) -> tuple[str, float] | None:
+    try:
+        doc = json.loads(cursor or "")
+        return str(doc["digest"]), float(doc["at"])
+    except (ValueError, KeyError, TypeError):  # no cursor yet, or one an older version wrote
+        return None
+
+
+def _summary(snaps: list[LaneSnapshot]) -> str:
+    waiting = sum(s.pending for s in snaps)
+    if not waiting:
+        return "nothing waits"
+    return f"{waiting} request(s) wait: " + ", ".join(f"{s.lane} {s.pending}" for s in snaps if s.pending)
 
 
 _FLAVOR_SCHEMA = dg.TableSchema(
     columns=[
+        dg.TableColumn("lane", "string"),
         dg.TableColumn("flavor", "string"),
         dg.TableColumn("gpus_in_use", "int", description="held by admitted requests"),
         dg.TableColumn("gpus_pending", "int", description="asked for by pending requests (first flavor each may use)"),
     ]
 )
 
+_LANES_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("lane", "string", description="in priority order"),
+        dg.TableColumn("pending", "int", description="requests waiting (submitted, waiting, requeued)"),
+        dg.TableColumn("gpus_pending", "int"),
+        dg.TableColumn("gpus_in_use", "int", description="held by admitted requests"),
+        dg.TableColumn("admitted", "int", description="holding quota, running or not"),
+        dg.TableColumn("running", "int", description="admitted with a live run; the rest are queued or starting"),
+        dg.TableColumn("oldest_wait_s", "float", description="seconds the oldest pending request has waited"),
+        dg.TableColumn("head_name", "string", description="the request at position 1"),
+        dg.TableColumn("head_owner", "string"),
+        dg.TableColumn("head_reason", "string", description="why the head of the lane waits"),
+    ]
+)
+
 
 _WAITING_COLUMNS = (
-    ("position", "int", "queue position (empty: held before admission, e.g. WaitingForUpstream)"),
+    ("lane", "string", "lanes in priority order"),
+    ("position", "int", "queue position in its lane (empty: held before admission, e.g. WaitingForUpstream)"),
     ("name", "string", "the request's name (its `name:` or file name)"),
     ("owner", "string", ""),
     ("team", "string", ""),
@@ -281,30 +338,25 @@ _WAITING_COLUMNS = (
     ("request_id", "string", "`gpu-platform explain REQUEST_ID` for its history"),
 )
 
+_WAITING_SCHEMA = dg.TableSchema(
+    columns=[dg.TableColumn(n, t, description=d or None) for n, t, d in _WAITING_COLUMNS]
+)
 
-def _waiting_table(snap: LaneSnapshot) -> dg.MetadataValue:
-    """The lane's waiting requests as a table, first thing on the observation."""
-    records = [
-        dg.TableRecord(
-            {
-                "position": w.position,
-                "name": w.name,
-                "owner": w.owner,
-                "team": w.team,
-                "target": w.target,
-                "gpus": w.gpus,
-                "waited": format_duration(timedelta(seconds=round(w.waited_s))),
-                "reason": w.reason,
-                "eta": w.eta.strftime("%Y-%m-%d %H:%M") if w.eta else "",
-                "request_id": w.request_id,
-            }
-        )
-        for w in snap.waiting
-    ]
-    schema = dg.TableSchema(
-        columns=[dg.TableColumn(n, t, description=d or None) for n, t, d in _WAITING_COLUMNS]
-    )
-    return dg.MetadataValue.table(records, schema=schema)
+
+def _waiting_record(lane: str, w) -> dict[str, Any]:
+    return {
+        "lane": lane,
+        "position": w.position,
+        "name": w.name,
+        "owner": w.owner,
+        "team": w.team,
+        "target": w.target,
+        "gpus": w.gpus,
+        "waited": format_duration(timedelta(seconds=round(w.waited_s))),
+        "reason": w.reason,
+        "eta": w.eta.strftime("%Y-%m-%d %H:%M") if w.eta else "",
+        "request_id": w.request_id,
+    }
 
 
 def _partition_requests(launches: list[Launch]) -> list[Any]:
@@ -373,11 +425,12 @@ def _admission_sensor(
     _cancel_failed_victims(context.instance, runs)
 
     launches = settled.relaunch + plan.launches
-    observations = _queue_observations(pol, led, states, plan, runs, now)
+    queue_events, cursor = _queue_materialization(pol, led, states, plan, runs, now, context.cursor)
     if not launches and not plan.preemptions and not settled.events:
         waiting = len(plan.waits)
         return dg.SensorResult(
-            asset_events=observations,
+            asset_events=queue_events,
+            cursor=cursor,
             skip_reason="nothing to admit: no pending requests"
             if not waiting
             else f"{waiting} request(s) wait; head of queue: {plan.waits[0].message}",
@@ -394,7 +447,8 @@ def _admission_sensor(
         run_requests = [_run_request(x) for x in launches]
     return dg.SensorResult(
         run_requests=run_requests,
-        asset_events=observations,
+        asset_events=queue_events,
+        cursor=cursor,
         dynamic_partitions_requests=_partition_requests(launches),
     )
 

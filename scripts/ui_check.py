@@ -11,7 +11,24 @@ then opens in Debian's chromium (headless, through Debian's chromedriver and sel
 4. the blocked release's run                               -> 04-blocked-release-run.png
 5. the `chargeback` cost asset's plots                     -> 05-chargeback-plots.png
 
-and asserts what each page says (asset names, lanes, the check that blocked the release), and
+and plays three users:
+
+- a researcher (ana@example.com) finds a waiting request of hers, by owner, in the `gpu_queue`
+  materialization's `waiting` table with a reason naming its blocker (the request holding its
+  GPUs or the one that preempted it, with lane and owner)   -> 06-researcher-queue.png
+  and the same request and reason in `gpu-platform queue --owner ana@example.com`; then opens a
+  preempted run and reads it as Canceled, naming its preemptor -> 07-preempted-run.png
+- a user opens `submit_request`'s Launchpad (its template filled in), clicks Launch Run, and
+  follows the run to Success                                  -> 08-launchpad.png, 09-submit-run.png
+  and the request it recorded in `gpu-platform explain`;
+- a release manager reads the blocked release's missing suite and the fix on its run page (4).
+
+Each of these asserts what it saw (the page's text, and the same through GraphQL). The README's
+CLI lines are run as printed, from the repository root with no GPU_PLATFORM_* or DAGSTER_HOME
+variable: the seed writes `./gpu-platform.yaml` naming this check's home (a `gpu-platform.yaml`
+already there is put aside under the output folder and put back afterwards), so they must find the
+demo through the project config, say nothing about creating a new home, and show the demo's
+requests. It also asserts what each page says (asset names, lanes, the check that blocked the release), and
 through GraphQL that every lane is observed on `gpu_queue`, the workload and cost assets exist, the
 blocked release's check names what is missing, its run's tags name the check, the suite and the fix,
 and the cost asset has plotted (numeric) metadata; and that the numbers
@@ -26,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,8 +75,17 @@ RUNS = """query Runs($job: String!) { runsOrError(filter: {pipelineName: $job}) 
 CHECKS = """query Checks($key: AssetKeyInput!, $name: String!) { assetCheckExecutions(assetKey: $key,
   checkName: $name, limit: 20) { runId evaluation { success description
   metadataEntries { label ... on TextMetadataEntry { text } } } } }"""
-QUEUE = """{ assetOrError(assetKey: {path: ["gpu_queue"]}) { ... on Asset { assetObservations(limit: 50) {
-  metadataEntries { label } } } } }"""
+QUEUE = """{ assetOrError(assetKey: {path: ["gpu_queue"]}) { ... on Asset { assetMaterializations(limit: 40) {
+  timestamp metadataEntries { label ... on TableMetadataEntry { table { records } } } } } } }"""
+PREEMPTED = """{ runsOrError(filter: {statuses: [CANCELED, FAILURE, CANCELING]}) { ... on Runs { results {
+  runId status jobName tags { key value } } } } }"""
+INSTIGATORS = """{ repositoriesOrError { ... on RepositoryConnection { nodes {
+  sensors { name sensorState { status } } schedules { name scheduleState { status } } } } } }"""
+RUN = """query Run($id: ID!) { runOrError(runId: $id) { ... on Run { runId status jobName tags { key value } } } }"""
+RESEARCHER = "ana@example.com"
+"""The owner of the demo's research sweep (examples/demo/research_sweep_h100_*.yaml)."""
+BLOCKER = re.compile(r"(preempted|held) by [^;]+? \([a-z_]+, [^,)]+@[^,)]+")
+"""A reason that names its blocker: `preempted by NAME (lane, owner)` or `held by NAME (lane, owner, ...)`."""
 NODES = "{ assetNodes { assetKey { path } groupName isPartitioned } }"
 COST = """{ assetOrError(assetKey: {path: ["chargeback"]}) { ... on Asset { assetMaterializations(limit: 5) {
   partition metadataEntries { label __typename } } } } }"""
@@ -107,52 +134,223 @@ def dismiss(driver) -> None:
         time.sleep(1)
 
 
-def browse(url: str, out: Path, blocked_run: str, checks: Checks) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+class Browser:
+    """One headless Chromium for the whole check: `visit` opens a page, clicks, waits for the
+    needles (case-insensitive: the UI upper-cases some labels), saves a screenshot and checks
+    that each needle is on the page."""
+
+    def __init__(self, url: str, out: Path, checks: Checks) -> None:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = CHROMIUM
+        for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                     "--disable-dev-shm-usage", "--window-size=1600,1400"):
+            opts.add_argument(flag)
+        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+        self.url, self.out, self.checks = url, out, checks
+
+    def quit(self) -> None:
+        self.driver.quit()
+
+    def wait_for(self, needles, timeout: float = 30) -> str:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        want = [n.lower() for n in needles]
+        try:
+            WebDriverWait(self.driver, timeout).until(lambda d: all(x in _page_text(d).lower() for x in want))
+        except Exception:  # the screenshot shows what was there instead
+            pass
+        return _page_text(self.driver)
+
+    def visit(self, name: str, path: str, needles, clicks=(), settle: float = 3, timeout: float = 30) -> str:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        driver = self.driver
+        driver.get(self.url + path)
+        time.sleep(4)
+        dismiss(driver)
+        for label in clicks:
+            try:
+                button = WebDriverWait(driver, 30).until(lambda d, t=label: _button(d, t))
+                button.click()
+                if label == "Plots":  # the plots are below the fold: bring them up
+                    driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", button)
+            except Exception:
+                self.checks.that(False, f"{path}: no {label!r} button")
+        self.wait_for(needles, timeout)
+        time.sleep(settle)  # let plots and the graph layout settle
+        return self.shot(name, path, needles)
+
+    def shot(self, name: str, what: str, needles) -> str:
+        self.driver.save_screenshot(str(self.out / name))
+        text = _page_text(self.driver)
+        for needle in needles:
+            self.checks.that(needle.lower() in text.lower(), f"{what} shows {needle!r} ({name})")
+        return text
+
+
+def browse(browser: Browser, blocked_run: str) -> None:
+    pages = [
+        ("01-asset-graph.png", "/asset-groups", (), ("admission", "workloads", "finops_raw", "finops")),
+        ("02-workloads-lineage.png", "/locations/gpu_platform/asset-groups/workloads/lineage", (),
+         ("label_batch", "training_run", "model_evidence_pack", "released_model", "released_map")),
+        ("03-gpu-queue-plots.png", "/assets/gpu_queue", ("Plots",),
+         ("research_best_effort/gpus_pending", "incident_response/oldest_wait_s")),
+        # the release manager: which check, which suite is missing and what to run, on the run page
+        ("04-blocked-release-run.png", f"/runs/{blocked_run}", (),
+         ("model_evidence_pack_replay_coverage", "blocked by model_evidence_pack.replay_coverage",
+          "missing eval-night-rain-v3", "to fix")),
+        ("05-chargeback-plots.png", "/assets/chargeback", ("Plots",), ("total_cost_USD", "gpu_hours")),
+    ]
+    for name, path, clicks, needles in pages:
+        browser.visit(name, path, needles, clicks)
+
+
+ROOT_CLI = ".venv/bin/gpu-platform"
+"""The CLI as the README prints it, run from the repository root."""
+
+
+def bare_env() -> dict[str, str]:
+    """The caller's environment without the variables that name the platform's state, so the
+    CLI has to find the demo through `./gpu-platform.yaml`."""
+    return {k: v for k, v in os.environ.items()
+            if not (k.startswith("GPU_PLATFORM_") or k.startswith("DAGSTER_"))}
+
+
+def readme_line(line: str, checks: Checks, expect: tuple[str, ...] = (), what: str = "") -> str:
+    """Run one README CLI line as printed (bash, repository root, no state variables); exit 0, no
+    new home created, and each of `expect` in its output. Returns stdout."""
+    created = (ROOT / "var" / "ledger.db").exists()
+    proc = subprocess.run(["bash", "-c", line], cwd=ROOT, env=bare_env(), capture_output=True, text=True,
+                          timeout=120)
+    out = proc.stdout + proc.stderr
+    ok = proc.returncode == 0 and "created a new home" not in proc.stderr and "queue is empty" not in out
+    ok = ok and (created or not (ROOT / "var" / "ledger.db").exists())
+    missing = [e for e in expect if e not in out]
+    checks.that(ok and not missing, f"README line `{line}` works as printed{what}"
+                + (f" (exit {proc.returncode}; missing {missing}; {out.strip()[-300:]!r})" if not ok or missing else ""))
+    return proc.stdout
+
+
+def _records(mat: dict, label: str) -> list[dict]:
+    for e in mat["metadataEntries"]:
+        if e["label"] == label and e.get("table"):
+            return [json.loads(r) for r in e["table"]["records"]]
+    return []
+
+
+def researcher(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
+    """A researcher finds her waiting request by owner in the queue view, with a reason that names
+    what blocks it: in the `gpu_queue` table (UI) and in `gpu-platform queue --owner` (CLI)."""
+    deadline, found = time.monotonic() + timeout, None
+    while found is None and time.monotonic() < deadline:
+        mats = graphql(url, QUEUE)["assetOrError"]["assetMaterializations"]
+        for mat in mats[:1]:  # the latest: what the asset page shows first
+            for row in _records(mat, "waiting"):
+                if row.get("owner") == RESEARCHER and BLOCKER.search(row.get("reason") or ""):
+                    found = (mat["timestamp"], row)
+                    break
+        if found is None:
+            time.sleep(2)
+    if found is None:
+        checks.that(False, f"within {timeout:.0f} s, no gpu_queue materialization had a request of {RESEARCHER} "
+                           "waiting with a reason naming its blocker")
+        return
+    ts, row = found
+    blocker = BLOCKER.search(row["reason"]).group(0)
+    checks.that(True, f"gpu_queue's waiting table: {row['name']} ({row['owner']}, {row['lane']} position "
+                      f"{row['position']}) waits: {row['reason'][:160]}")
+    doc = readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER} --format json", checks, (row["request_id"],))
+    try:
+        mine = {r["request_id"]: r for r in json.loads(doc or "[]")}
+    except ValueError:
+        mine = {}
+    cli = mine.get(row["request_id"])
+    checks.that(bool(mine) and all(r["owner"] == RESEARCHER for r in mine.values()),
+                f"queue --owner {RESEARCHER} lists only hers ({len(mine)} request(s))")
+    checks.that(cli is not None and bool(BLOCKER.search(cli.get("reason") or "")),
+                f"queue --owner names the same request's blocker: {(cli or {}).get('reason', '')[:160]!r}")
+    readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER}", checks, (row["name"][:20],))
+    browser.visit("06-researcher-queue.png", f"/assets/gpu_queue?view=events&time={ts}",
+                  (row["name"], RESEARCHER, blocker, "waiting"))
+
+
+def preempted_run(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
+    """A preempted run reads Canceled, never Failure, and names its preemptor and resume point."""
+    deadline, victims = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        runs = graphql(url, PREEMPTED)["runsOrError"]["results"]
+        victims = [r for r in runs if any(t["key"] == "gpu-platform/preempted-by" for t in r["tags"])]
+        if victims and all(r["status"] != "CANCELING" for r in victims):
+            break
+        time.sleep(3)
+    checks.that(bool(victims), f"a preempted run exists ({len(victims)})")
+    if not victims:
+        return
+    statuses = sorted({r["status"] for r in victims})
+    checks.that(statuses == ["CANCELED"], f"every preempted run ended CANCELED, never FAILURE ({statuses})")
+    run = next((r for r in victims if r["status"] == "CANCELED"), victims[0])
+    tags = {t["key"]: t["value"] for t in run["tags"]}
+    name = tags.get("gpu-platform/preempted-by-name", "")
+    checks.that(bool(name) and bool(tags.get("gpu-platform/resume-from")),
+                f"its tags name the preemptor ({name}) and the resume point ({tags.get('gpu-platform/resume-from')})")
+    browser.visit("07-preempted-run.png", f"/runs/{run['runId']}", ("canceled", "preempted", name, "canceled, not failed"))
+
+
+LAUNCHED_NAME = "occupancy lr sweep (Launchpad example)"
+"""The name in `submit_request`'s Launchpad template (assets/submit.py EXAMPLE)."""
+
+
+def launchpad(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
+    """A user opens submit_request's Launchpad, finds the template filled in, clicks Launch Run, and
+    follows the run to Success; the request it recorded is in `gpu-platform explain`."""
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-dev-shm-usage", "--window-size=1600,1400"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    browser.visit("08-launchpad.png", "/locations/gpu_platform/jobs/submit_request/playground",
+                  ("submit_request_op", "ana@example.com", "research_best_effort", "Launch Run"))
+    driver = browser.driver
     try:
-        pages = [
-            ("01-asset-graph.png", "/asset-groups", (), ("admission", "workloads", "finops_raw", "finops")),
-            ("02-workloads-lineage.png", "/locations/gpu_platform/asset-groups/workloads/lineage", (),
-             ("label_batch", "training_run", "model_evidence_pack", "released_model", "released_map")),
-            ("03-gpu-queue-plots.png", "/assets/gpu_queue", ("Plots",),
-             ("research_best_effort/pending", "incident_response/gpus_in_use")),
-            ("04-blocked-release-run.png", f"/runs/{blocked_run}", (),
-             ("model_evidence_pack_replay_coverage", "blocked by model_evidence_pack.replay_coverage")),
-            ("05-chargeback-plots.png", "/assets/chargeback", ("Plots",), ("total_cost_USD", "gpu_hours")),
-        ]
-        for name, path, clicks, needles in pages:
-            driver.get(url + path)
-            time.sleep(4)
-            dismiss(driver)
-            for label in clicks:
-                try:
-                    button = WebDriverWait(driver, 30).until(lambda d, t=label: _button(d, t))
-                    button.click()
-                    if label == "Plots":  # the plots are below the fold: bring them up
-                        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", button)
-                except Exception:
-                    checks.that(False, f"{path}: no {label!r} button")
-            try:
-                WebDriverWait(driver, 30).until(
-                    lambda d, n=needles: all(x in _page_text(d) for x in n))
-            except Exception:  # the screenshot shows what was there instead
-                pass
-            time.sleep(3)  # let plots and the graph layout settle
-            driver.save_screenshot(str(out / name))
-            text = _page_text(driver)
-            for needle in needles:
-                checks.that(needle in text, f"{path} shows {needle!r} ({name})")
-    finally:
-        driver.quit()
+        button = WebDriverWait(driver, 30).until(
+            lambda d: next((b for b in d.find_elements("xpath", "//button[contains(normalize-space(), 'Launch Run')]")
+                            if b.is_displayed() and b.is_enabled()), None))
+        button.click()
+        WebDriverWait(driver, 60).until(lambda d: "/runs/" in d.current_url)
+    except Exception as exc:
+        browser.shot("08-launchpad.png", "the Launchpad after Launch Run", ())
+        checks.that(False, f"Launch Run did not open a run ({type(exc).__name__}; at {driver.current_url})")
+        return
+    run_id = driver.current_url.split("/runs/", 1)[1].split("?")[0].split("/")[0]
+    checks.that(True, f"Launch Run started run {run_id}")
+    deadline, status = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        status = (graphql(url, RUN, {"id": run_id})["runOrError"] or {}).get("status")
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            break
+        time.sleep(3)
+    checks.that(status == "SUCCESS", f"the submit_request run ended {status}")
+    driver.refresh()
+    text = browser.wait_for(("success", f"recorded {LAUNCHED_NAME}"))
+    text = browser.shot("09-submit-run.png", f"/runs/{run_id}", ("success", f"recorded {LAUNCHED_NAME}"))
+    m = re.search(re.escape(f"recorded {LAUNCHED_NAME} (") + r"([^)\s]+)\) in lane", text)
+    checks.that(m is not None, "the run's log names the recorded request id")
+    if m:
+        readme_line(f"{ROOT_CLI} explain {m.group(1)}", checks, (LAUNCHED_NAME, RESEARCHER))
+
+
+def readme_checks(checks: Checks, blocked_release: str) -> None:
+    """The README's CLI lines against the running demo, as printed."""
+    yesterday = demo_days(1)[-1].isoformat()
+    readme_line(f"{ROOT_CLI} policy check", checks)
+    readme_line(f"{ROOT_CLI} queue", checks, ("research_best_effort",))
+    readme_line(f"{ROOT_CLI} queue --all --team perception", checks, ("perception",))
+    readme_line(f"{ROOT_CLI} lineage {blocked_release}", checks, ("blocked by",))
+    readme_line(f"{ROOT_CLI} autoscale plan", checks, ("desired",))
+    readme_line(f"{ROOT_CLI} retention sweep --dry-run", checks)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    readme_line(f"{ROOT_CLI} cost report --day $(date -u +%F)", checks, (today,))
+    readme_line(f"{ROOT_CLI} scorecard --day {yesterday}", checks, (yesterday,))
 
 
 LATEST = """query Latest($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
@@ -221,10 +419,22 @@ def api_checks(url: str, checks: Checks, blocked_run: str) -> None:
     for key in ("label_batch", "training_run", "replay", "model_evidence_pack", "released_model", "released_map",
                 "gpu_queue", "chargeback", "raw_dcgm_samples"):
         checks.that(key in keys, f"asset {key} is defined")
-    observed = {e["label"] for o in graphql(url, QUEUE)["assetOrError"]["assetObservations"]
-                for e in o["metadataEntries"]}
+    repos = graphql(url, INSTIGATORS)["repositoriesOrError"]["nodes"]
+    states = {f"sensor {x['name']}": x["sensorState"]["status"] for r in repos for x in r["sensors"]}
+    states.update({f"schedule {x['name']}": x["scheduleState"]["status"] for r in repos for x in r["schedules"]})
+    off = sorted(k for k, v in states.items() if v != "RUNNING")
+    checks.that(bool(states) and not off and "schedule retention_sweep_daily" in states,
+                f"every schedule and sensor of the demo is on ({len(states)}; off: {off})")
+    mats = graphql(url, QUEUE)["assetOrError"]["assetMaterializations"]
+    checks.that(bool(mats), f"gpu_queue is materialized ({len(mats)} of the latest materializations read)")
+    latest = mats[0] if mats else {"metadataEntries": []}
+    labels = [e["label"] for e in latest["metadataEntries"]]
+    checks.that(labels[:1] == ["waiting"], f"gpu_queue's metadata leads with the waiting table ({labels[:3]})")
+    lanes = [r["lane"] for r in _records(latest, "lanes")]
+    checks.that(lanes == list(LANES), f"its lanes table has every lane in priority order ({lanes})")
     for lane in LANES:
-        checks.that(f"{lane}/pending" in observed, f"gpu_queue observes {lane}/pending")
+        checks.that(f"{lane}/gpus_pending" in labels and f"{lane}/oldest_wait_s" in labels,
+                    f"gpu_queue plots {lane}/gpus_pending and {lane}/oldest_wait_s")
     evals = graphql(url, CHECKS, {"key": {"path": ["model_evidence_pack"]}, "name": "replay_coverage"})
     failing = [e for e in evals["assetCheckExecutions"] if e["evaluation"] and not e["evaluation"]["success"]]
     blocked = [e["evaluation"] for e in failing if e["runId"] == blocked_run]
@@ -264,30 +474,51 @@ def main(argv: list[str]) -> int:
                 "GPU_PLATFORM_FIRST_DAY"):
         env.pop(var, None)
     cli = str(Path(sys.executable).parent / "gpu-platform")
+    config, saved = ROOT / "gpu-platform.yaml", out / "gpu-platform.yaml.saved"
+    if config.exists() and not saved.exists():  # a config left by an interrupted check is not the user's
+        config.replace(saved)
+    config.unlink(missing_ok=True)
     t0 = time.monotonic()
-    subprocess.run([cli, "demo", "seed", "--days", str(args.days), "--price-days", str(args.days)], env=env,
-                   check=True, cwd=ROOT)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    demo = subprocess.Popen([cli, "demo", "run", "--port", str(port), "--incident-after", "5"], env=env, cwd=ROOT)
     checks = Checks()
+    demo = None
     try:
+        subprocess.run([cli, "demo", "seed", "--days", str(args.days), "--price-days", str(args.days),
+                        "--project-config", str(config)], env=env, check=True, cwd=ROOT)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        demo = subprocess.Popen([cli, "demo", "run", "--port", str(port), "--incident-after", "5"], env=env,
+                                cwd=ROOT)
         if not wait_for_webserver(url, timeout=300):
             raise AssertionError(f"the Dagster UI did not come up on {url}")
-        print(f"ui-check: UI up {time.monotonic() - t0:.0f} s after the seed started; waiting for the releases")
-        blocked, _passed = wait_for_releases(url, args.timeout)
-        print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
-        browse(url, out, blocked, checks)
-        api_checks(url, checks, blocked)
-        number_checks(url, env, [d.isoformat() for d in demo_days(args.days)], checks)
-    except AssertionError as exc:
-        checks.that(False, str(exc))
-    finally:
-        demo.send_signal(signal.SIGINT)
+        print(f"ui-check: UI up {time.monotonic() - t0:.0f} s after the seed started; the researcher looks")
+        browser = Browser(url, out, checks)
         try:
-            demo.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            demo.kill()
+            researcher(browser, url, checks, timeout=420)
+            preempted_run(browser, url, checks, timeout=300)
+            launchpad(browser, url, checks, timeout=300)
+            blocked, _passed = wait_for_releases(url, args.timeout)
+            print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
+            browse(browser, blocked)
+        finally:
+            browser.quit()
+        api_checks(url, checks, blocked)
+        runs = graphql(url, RUNS, {"job": "release_model_job"})["runsOrError"]["results"]
+        partition = next(t["value"] for r in runs if r["runId"] == blocked for t in r["tags"]
+                         if t["key"] == "dagster/partition")
+        readme_checks(checks, partition)
+        number_checks(url, env, [d.isoformat() for d in demo_days(args.days)], checks)
+    except Exception as exc:  # a check that could not go on fails with what stopped it; the demo still stops
+        checks.that(False, f"{type(exc).__name__}: {exc}")
+    finally:
+        if demo is not None:
+            demo.send_signal(signal.SIGINT)
+            try:
+                demo.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+        config.unlink(missing_ok=True)
+        if saved.exists():
+            saved.replace(config)
     shots = sorted(x.name for x in out.glob("*.png"))
     print(f"ui-check: screenshots in {out}: {', '.join(shots) or 'none'}")
     if checks.failures:

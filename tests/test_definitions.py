@@ -75,3 +75,14 @@ def test_the_retention_schedule_is_stopped_unless_the_demo_turns_it_on(monkeypat
     monkeypatch.setenv("GPU_PLATFORM_RETENTION_SCHEDULE", "yes")
     with pytest.raises(ValueError, match="GPU_PLATFORM_RETENTION_SCHEDULE='yes'"):
         build_definitions("test")
+
+
+def test_under_the_demo_every_schedule_and_sensor_starts_running(monkeypatch):
+    """The README says the demo's schedules and sensors are on: each one, none forgotten."""
+    monkeypatch.setenv("GPU_PLATFORM_RETENTION_SCHEDULE", "on")  # what `gpu-platform demo run` sets
+    defs = build_definitions("test")
+    schedules = {s.name: s.default_status for s in defs.schedules or []}
+    sensors = {s.name: s.default_status for s in defs.sensors or []}
+    assert {"retention_sweep_daily", "finops_daily_schedule"} <= set(schedules)
+    assert {"admission_sensor", "finops_today_sensor"} <= set(sensors)
+    assert {n: st.value for n, st in {**schedules, **sensors}.items() if st.value != "RUNNING"} == {}

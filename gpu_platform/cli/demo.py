@@ -149,7 +149,7 @@ def seed_cmd(days: int, price_days: int | None, project_config: Path | None) -> 
 
 
 def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
-    from gpu_platform.demo.supervisor import launch_backfill, wait_for_webserver
+    from gpu_platform.demo.supervisor import follow_backfill, launch_backfill, wait_for_webserver
 
     plan = home / BACKFILL_FILE
     if not plan.exists() or not wait_for_webserver(url, stop=stop):
@@ -161,6 +161,7 @@ def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
                                tags=BACKFILL_PRIORITY)
     plan.rename(plan.with_suffix(".launched.json"))
     log(f"demo: backfill {backfill} prices {doc['partitions'][0]} .. {doc['partitions'][-1]} (UI: Runs > Backfills)")
+    follow_backfill(url, backfill, stop, log)
 
 
 def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: float, timeout_s: float = 600) -> None:

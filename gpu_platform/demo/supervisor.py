@@ -206,6 +206,52 @@ def launch_backfill(url: str, asset_keys: Sequence[str], partitions: Sequence[st
     return result["backfillId"]
 
 
+BACKFILL_PROGRESS = """
+query Progress($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
+  ... on PartitionBackfill { status assetBackfillData { assetBackfillStatuses { __typename
+    ... on AssetPartitionsStatusCounts { numPartitionsTargeted numPartitionsMaterialized numPartitionsFailed }
+    ... on UnpartitionedAssetStatus { materialized failed } } } } } }
+"""
+
+
+def backfill_progress(url: str, backfill_id: str, query: Callable[..., dict] | None = None) -> tuple[str, int, int, int]:
+    """(status, asset partitions done, failed, targeted) of an asset backfill; an unpartitioned
+    asset counts as one."""
+    doc = (query or graphql)(url, BACKFILL_PROGRESS, {"id": backfill_id})["partitionBackfillOrError"]
+    statuses = ((doc.get("assetBackfillData") or {}).get("assetBackfillStatuses")) or []
+    done = failed = total = 0
+    for st in statuses:
+        if st["__typename"] == "AssetPartitionsStatusCounts":
+            done += st["numPartitionsMaterialized"]
+            failed += st["numPartitionsFailed"]
+            total += st["numPartitionsTargeted"]
+        else:
+            done, failed, total = done + bool(st["materialized"]), failed + bool(st["failed"]), total + 1
+    return doc.get("status") or doc["__typename"], done, failed, total
+
+
+def follow_backfill(url: str, backfill_id: str, stop: threading.Event, log: Callable[[str], None],
+                    every: float = 30.0, query: Callable[..., dict] | None = None) -> None:
+    """Log the backfill's progress (`12/46 asset partitions priced`) when it moved, at most once
+    per `every` seconds, and once more when it ends; returns when it ends or `stop` is set."""
+    t0, last, last_at = time.monotonic(), None, 0.0
+    while not stop.is_set():
+        try:
+            status, done, failed, total = backfill_progress(url, backfill_id, query)
+        except (OSError, urllib.error.URLError, RuntimeError, KeyError, ValueError):
+            stop.wait(every)
+            continue
+        ended = status not in ("REQUESTED", "CANCELING")
+        if ended or ((done, failed) != last and time.monotonic() - last_at >= every):
+            note = f", {failed} failed" if failed else ""
+            log(f"demo: history backfill {done}/{total} asset partitions priced{note} "
+                f"({time.monotonic() - t0:.0f} s){'' if not ended else f'; {status.lower()}'}")
+            last, last_at = (done, failed), time.monotonic()
+        if ended:
+            return
+        stop.wait(min(every, 5.0))
+
+
 IN_FLIGHT_RUNS = """
 { runsOrError(filter: {statuses: [QUEUED, NOT_STARTED, STARTING, STARTED]}) {
     ... on Runs { results { runId tags { key value } } } } }

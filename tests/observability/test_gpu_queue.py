@@ -1,42 +1,58 @@
-"""The admission sensor reports the queue as `gpu_queue` observations, one per lane, every tick."""
+"""The admission sensor materializes `gpu_queue` when the queue changed: one materialization led by
+the table of waiting requests, then the lanes table and two plots per lane."""
 
 from __future__ import annotations
+
+import json
 
 import dagster as dg
 
 from assets.definitions import build_definitions
-from assets.gate import GPU_QUEUE
+from assets.gate import GPU_QUEUE, QUEUE_REFRESH_S, admission_sensor
 from gpu_platform.observe.queueview import read_gate_snapshot
 from tests.gate.helpers import add_run, submit, tick
 
 
+def _materialization(result) -> dg.AssetMaterialization:
+    (event,) = result.asset_events
+    assert isinstance(event, dg.AssetMaterialization) and event.asset_key == GPU_QUEUE
+    return event
+
+
 def _by_lane(result) -> dict[str, dict]:
-    """lane -> its observation's metadata values; per-flavor counts as `<lane>/<measure>/<flavor>`
-    from its `by_flavor` table."""
-    out = {}
-    for ev in result.asset_events:
-        assert isinstance(ev, dg.AssetObservation) and ev.asset_key == GPU_QUEUE
-        meta = {k: v.value for k, v in ev.metadata.items()}
-        lane = next(k for k in meta if k.endswith("/pending")).split("/")[0]
-        for row in ev.metadata[f"{lane}/by_flavor"].records:
-            for measure in ("gpus_in_use", "gpus_pending"):
-                meta[f"{lane}/{measure}/{row.data['flavor']}"] = row.data[measure]
-        out[lane] = meta
+    """lane -> its row of the `lanes` table, its plotted numbers as `<lane>/<measure>` and its
+    per-flavor counts as `<lane>/<measure>/<flavor>` from the `by_flavor` table."""
+    meta = _materialization(result).metadata
+    out: dict[str, dict] = {}
+    for row in meta["lanes"].records:
+        lane = row.data["lane"]
+        out[lane] = {f"{lane}/{k}": v for k, v in row.data.items()}
+        for measure in ("gpus_pending", "oldest_wait_s"):
+            out[lane][f"plot:{lane}/{measure}"] = meta[f"{lane}/{measure}"].value
+    for row in meta["by_flavor"].records:
+        for measure in ("gpus_in_use", "gpus_pending"):
+            out[row.data["lane"]][f"{row.data['lane']}/{measure}/{row.data['flavor']}"] = row.data[measure]
     return out
 
 
-def test_empty_queue_still_observes_every_lane(env, policy):
+def _tick_with(instance, resources, cursor):
+    return admission_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor))
+
+
+def test_empty_queue_still_materializes_every_lane(env, policy):
     instance, _, resources, _ = env
     result = tick(instance, resources)
     lanes = _by_lane(result)
-    assert set(lanes) == set(policy.lanes)
+    assert list(lanes) == [lane.name for lane in policy.lanes_by_priority()]
     assert result.skip_reason is not None  # nothing launched; the tick still reports
     research = lanes["research_best_effort"]
     assert research["research_best_effort/pending"] == 0
     assert research["research_best_effort/head_reason"] == "nothing waits"
-    # one series per flavor the lane has quota on, zeros included
+    assert research["plot:research_best_effort/gpus_pending"] == 0
+    # one row per flavor the lane has quota on, zeros included
     assert research["research_best_effort/gpus_in_use/h100-ondemand"] == 0
     assert research["research_best_effort/gpus_pending/a100-spot"] == 0
+    assert _materialization(result).description == "nothing waits"
 
 
 def test_counts_follow_the_ticks_decisions_and_live_runs(env, policy):
@@ -48,19 +64,20 @@ def test_counts_follow_the_ticks_decisions_and_live_runs(env, policy):
     admitted = [r for r in ids if ledger.state(r).state == "admitted"]
     waiting = [r for r in ids if ledger.state(r).state == "waiting"]
     assert admitted and waiting
-    assert first["candidate_train/admitted"] == f"{len(admitted)} (0 running)"  # launched this tick: no run yet
+    assert (first["candidate_train/admitted"], first["candidate_train/running"]) == (len(admitted), 0)
     assert first["candidate_train/pending"] == len(waiting)
     assert first["candidate_train/gpus_in_use"] == 8 * len(admitted)
     assert first["candidate_train/gpus_in_use/h100-ondemand"] == 8 * len(admitted)
     assert first["candidate_train/gpus_pending/h100-ondemand"] == 8 * len(waiting)
+    assert first["plot:candidate_train/gpus_pending"] == 8 * len(waiting)
     head = min(waiting, key=lambda r: ledger.state(r).details["position"])
-    assert first["candidate_train/head_request"] == head
+    assert first["candidate_train/head_name"] == ledger.get(head).name or head
     assert first["candidate_train/head_reason"] == ledger.state(head).reason
-    assert first["candidate_train/oldest_wait_s"] >= 0
+    assert first["plot:candidate_train/oldest_wait_s"] >= 0
 
     add_run(instance, admitted[0], 1, lane="candidate_train")
     second = _by_lane(tick(instance, resources))["candidate_train"]
-    assert second["candidate_train/admitted"] == f"{len(admitted)} (1 running)"
+    assert second["candidate_train/running"] == 1
     stored = read_gate_snapshot(ledger.engine)["candidate_train"]
     assert (stored.pending, stored.admitted, stored.running) == (len(waiting), len(admitted), 1)
 
@@ -73,25 +90,38 @@ def test_preemption_victim_counts_as_pending_again(preempted):
     assert research["research_best_effort/gpus_pending/h100-ondemand"] >= ledger.get(victim).gpu_count
 
 
-def test_observations_are_numeric_on_a_real_instance_and_the_asset_says_how_to_read_it(env, policy):
+def test_materialized_only_when_the_queue_changed_or_it_is_old(env, policy):
+    instance, ledger, resources, _ = env
+    first = tick(instance, resources)
+    assert len(first.asset_events) == 1 and first.cursor
+    same = _tick_with(instance, resources, first.cursor)
+    assert same.asset_events == [] and same.cursor == first.cursor  # nothing changed: no new event
+    submit(ledger, policy, "labeler_batch")
+    changed = _tick_with(instance, resources, same.cursor)
+    assert len(changed.asset_events) == 1 and changed.cursor != first.cursor
+    # unchanged but old: materialized again, so the oldest-wait plots keep a point every few minutes
+    doc = json.loads(changed.cursor)
+    stale = json.dumps({**doc, "at": doc["at"] - QUEUE_REFRESH_S - 1})
+    assert len(_tick_with(instance, resources, stale).asset_events) == 1
+    assert len(_tick_with(instance, resources, "not json").asset_events) == 1  # a cursor it cannot read
+
+
+def test_materializations_on_a_real_instance_plot_two_numbers_per_lane(env, policy):
     instance, ledger, resources, _ = env
     submit(ledger, policy, "labeler_batch")
     for _ in range(2):
         for ev in tick(instance, resources).asset_events:
             instance.report_runless_asset_event(ev)  # what the daemon does with a sensor's asset_events
-    records = instance.fetch_observations(GPU_QUEUE, limit=100).records
-    assert len(records) == 2 * len(policy.lanes)
-    labeler = [
-        r.asset_observation.metadata for r in records if "labeler_batch/pending" in r.asset_observation.metadata
-    ]
-    assert len(labeler) == 2
-    for meta in labeler:
-        # four plots per lane, the rest text and tables (the Plots tab stays short)
+    records = instance.fetch_materializations(GPU_QUEUE, limit=100).records
+    assert len(records) == 2
+    assert instance.get_latest_materialization_event(GPU_QUEUE) is not None  # not "Never materialized"
+    for record in records:
+        meta = record.asset_materialization.metadata
+        assert next(iter(meta)) == "waiting"
         plotted = sorted(k for k, v in meta.items() if isinstance(v, dg.IntMetadataValue | dg.FloatMetadataValue))
-        assert plotted == sorted(f"labeler_batch/{m}" for m in ("pending", "gpus_pending", "gpus_in_use", "oldest_wait_s"))
+        assert plotted == sorted(f"{lane}/{m}" for lane in policy.lanes for m in ("gpus_pending", "oldest_wait_s"))
         assert isinstance(meta["labeler_batch/oldest_wait_s"], dg.FloatMetadataValue)
-        assert meta["labeler_batch/admitted"].value.startswith("1 (")
-        assert isinstance(meta["labeler_batch/by_flavor"], dg.TableMetadataValue)
-        assert next(iter(meta)) == "labeler_batch/waiting"
+        assert isinstance(meta["lanes"], dg.TableMetadataValue)
+        assert isinstance(meta["by_flavor"], dg.TableMetadataValue)
     spec = next(s for s in build_definitions("test").resolve_all_asset_specs() if s.key == GPU_QUEUE)
     assert "Plots" in spec.description and "head_reason" in spec.description

@@ -162,3 +162,43 @@ def test_wait_p95_is_each_lanes_own_and_a_batch_admitted_in_one_tick_shares_it(e
     assert len({got[lane] for lane in own_waits}) == len(own_waits)  # distinct lanes, distinct values
     assert got["release_eval"] == got["map_semantic_batch"] == pytest.approx(314.598095)
     assert got["incident_response"] == 0.0  # nothing admitted in the window
+
+
+def test_every_per_lane_series_is_that_lanes_own(env, policy):
+    """Each lane gets its own number of pending requests, its own oldest wait, one admission with
+    its own wait and GPUs: every per-lane series carries exactly that lane's value, and no two
+    lanes show the same one (a value copied across lanes would fail here)."""
+    from gpu_platform.requests.model import validate_request
+    from tests.gate.helpers import raw_request
+
+    _, ledger, _, _ = env
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    want = {}
+    for i, lane in enumerate(policy.lanes):
+        n = i + 1
+        for k in range(n):
+            raw = raw_request(lane, output_artifact_ids=[f"{lane}-pending-{k}"])
+            ledger.submit(validate_request(raw, policy), at=now - timedelta(minutes=10 * n + k))
+        req = validate_request(raw_request(lane, output_artifact_ids=[f"{lane}-admitted"]), policy)
+        submitted = now - timedelta(minutes=50)
+        rid = ledger.submit(req, at=submitted)
+        flavor = policy.lane(lane).flavor_names[0]
+        ledger.record(rid, "admitted", "test", flavor=flavor, at=submitted + timedelta(seconds=60 * n))
+        want[lane] = {"pending": n, "oldest": (10 * n + n - 1) * 60.0, "p95": 60.0 * n,
+                      "flavor": flavor, "gpus": req.gpu_count}
+    collector = QueueCollector(ledger, policy, wait_window=timedelta(hours=1), clock=lambda: now)
+    got: dict[str, dict] = {}
+    for fam in collector.collect():
+        for s in fam.samples:
+            if "lane" in s.labels:
+                got.setdefault(fam.name, {})[(s.labels["lane"], s.labels.get("flavor"))] = s.value
+    for lane, w in want.items():
+        assert got["gpu_platform_requests_pending"][(lane, None)] == w["pending"], lane
+        assert got["gpu_platform_requests_admitted"][(lane, None)] == 1, lane
+        assert got["gpu_platform_queue_oldest_wait_seconds"][(lane, None)] == pytest.approx(w["oldest"]), lane
+        assert got["gpu_platform_queue_wait_p95_seconds"][(lane, None)] == pytest.approx(w["p95"]), lane
+        assert got["gpu_platform_gpus_in_use"][(lane, w["flavor"])] == w["gpus"], lane
+    for name in ("gpu_platform_requests_pending", "gpu_platform_queue_oldest_wait_seconds",
+                 "gpu_platform_queue_wait_p95_seconds"):
+        values = [got[name][(lane, None)] for lane in want]
+        assert len(set(values)) == len(want), (name, values)

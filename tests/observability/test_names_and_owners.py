@@ -1,5 +1,5 @@
 """A request has a human name (its `name:` or file name), shown with owner, team and target in
-`queue`, `explain`, the runs' tags and the `gpu_queue` observations; `queue --owner/--team` filter."""
+`queue`, `explain`, the runs' tags and the `gpu_queue` materializations; `queue --owner/--team` filter."""
 
 from __future__ import annotations
 
@@ -110,26 +110,27 @@ def test_runs_carry_name_owner_and_target_tags(env, policy):
     assert tags[unnamed][TAG_NAME] == unnamed  # no name: the id stands in
 
 
-def test_gpu_queue_observation_leads_with_a_table_of_waiting_requests(env, policy):
+def test_gpu_queue_materialization_leads_with_a_table_of_waiting_requests(env, policy):
     instance, ledger, resources, _ = env
     ids = _three_teams(ledger, policy)
     result = tick(instance, resources)
-    (obs,) = [
-        ev for ev in result.asset_events
-        if isinstance(ev, dg.AssetObservation) and ev.asset_key == GPU_QUEUE and "candidate_train/pending" in ev.metadata
-    ]
-    assert next(iter(obs.metadata)) == "candidate_train/waiting"
-    table = obs.metadata["candidate_train/waiting"]
+    (mat,) = result.asset_events
+    assert isinstance(mat, dg.AssetMaterialization) and mat.asset_key == GPU_QUEUE
+    assert next(iter(mat.metadata)) == "waiting"
+    table = mat.metadata["waiting"]
     assert isinstance(table, dg.TableMetadataValue)
-    rows = [r.data for r in table.records]
+    assert [c.name for c in table.schema.columns][:8] == [
+        "lane", "position", "name", "owner", "team", "target", "gpus", "waited"
+    ]
+    rows = [r.data for r in table.records if r.data["lane"] == "candidate_train"]
     waiting = {rid for rid in ids.values() if ledger.state(rid).state == "waiting"}
     assert {r["request_id"] for r in rows} == waiting and waiting
     assert [r["position"] for r in rows] == list(range(1, len(rows) + 1))
     head = rows[0]
     assert head["name"].startswith("cand rc") and head["owner"].endswith("@example.com")
     assert head["reason"] == ledger.state(head["request_id"]).reason
-    assert obs.metadata["candidate_train/head_name"].value == head["name"]
-    assert obs.metadata["candidate_train/head_owner"].value == head["owner"]
+    (lane,) = [r.data for r in mat.metadata["lanes"].records if r.data["lane"] == "candidate_train"]
+    assert (lane["head_name"], lane["head_owner"]) == (head["name"], head["owner"])
     # the instance accepts it as the daemon would record it
-    instance.report_runless_asset_event(obs)
-    assert instance.fetch_observations(GPU_QUEUE, limit=5).records
+    instance.report_runless_asset_event(mat)
+    assert instance.fetch_materializations(GPU_QUEUE, limit=5).records

@@ -14,8 +14,10 @@ from gpu_platform.observe.queueview.snapshot import (
     LaneSnapshot,
     WaitingRow,
     flavor_rows,
+    lane_row,
     lane_snapshots,
-    observation_metadata,
+    plotted_metadata,
+    queue_digest,
 )
 from gpu_platform.observe.queueview.store import read_gate_snapshot, write_gate_snapshot
 
@@ -33,7 +35,9 @@ __all__ = [
     "flavor_rows",
     "lane_snapshots",
     "load_demand",
-    "observation_metadata",
+    "lane_row",
+    "plotted_metadata",
+    "queue_digest",
     "queue_rows",
     "read_gate_snapshot",
     "rule_for",

@@ -1,4 +1,4 @@
-"""Per-lane state of the queue after one gate tick: what the `gpu_queue` asset's observations carry.
+"""Per-lane state of the queue after one gate tick: what the `gpu_queue` asset's materializations carry.
 
 A snapshot counts the ledger's requests as they stand once the tick's decisions are applied:
 requests admitted this tick count as admitted (not pending), preemption victims as pending again,
@@ -7,6 +7,8 @@ rejected requests not at all.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -161,30 +163,56 @@ def lane_snapshots(
     return list(snaps.values())
 
 
-PLOTTED = ("pending", "gpus_pending", "gpus_in_use", "oldest_wait_s")
-"""The measures plotted per lane (one plot each on the asset's Plots tab): what a person reads the
-queue by. The rest of a lane's state is text and a table, so the Plots tab stays short."""
+PLOTTED = ("gpus_pending", "oldest_wait_s")
+"""The measures plotted per lane (one plot each on the asset's Plots tab, `<lane>/<measure>`): the
+GPUs a lane waits for and how long its oldest request has waited. Everything else is a table."""
 
 
-def observation_metadata(policy: Policy, snap: LaneSnapshot) -> dict[str, float | int | str]:
-    """One lane's observation: the plotted numbers (PLOTTED) under `<lane>/<measure>`, then
-    `<lane>/admitted` as text (`3 (2 running)`: admitted minus running are runs queued or starting)
-    and the head of the queue. Per-flavor GPU counts are `flavor_rows` (a table, not plots)."""
-    p = f"{snap.lane}/"
-    out: dict[str, float | int | str] = {
-        p + "pending": snap.pending,
-        p + "gpus_pending": sum(snap.gpus_pending.values()),
-        p + "gpus_in_use": sum(snap.gpus_in_use.values()),
-        p + "oldest_wait_s": round(snap.oldest_wait_s, 1),
+def lane_row(snap: LaneSnapshot) -> dict[str, int | float | str]:
+    """One lane's line of the `gpu_queue` lanes table: counts, the oldest wait and the head of
+    the queue (`nothing waits` when the lane is empty). running is empty when the caller does
+    not know the runs."""
+    return {
+        "lane": snap.lane,
+        "pending": snap.pending,
+        "gpus_pending": sum(snap.gpus_pending.values()),
+        "gpus_in_use": sum(snap.gpus_in_use.values()),
+        "admitted": snap.admitted,
+        "running": "" if snap.running is None else snap.running,
+        "oldest_wait_s": round(snap.oldest_wait_s, 1),
+        "head_name": snap.head_name,
+        "head_owner": snap.head_owner,
+        "head_reason": snap.head_reason or ("nothing waits" if not snap.pending else ""),
     }
-    running = "" if snap.running is None else f" ({snap.running} running)"
-    out[p + "admitted"] = f"{snap.admitted}{running}"
-    out[p + "head_reason"] = snap.head_reason or ("nothing waits" if not snap.pending else "")
-    if snap.head_request:
-        out[p + "head_request"] = snap.head_request
-        out[p + "head_name"] = snap.head_name
-        out[p + "head_owner"] = snap.head_owner
+
+
+def plotted_metadata(snaps: Iterable[LaneSnapshot]) -> dict[str, int | float]:
+    """The numbers the asset's Plots tab draws: PLOTTED per lane, zeros included (each plot a line)."""
+    out: dict[str, int | float] = {}
+    for snap in snaps:
+        row = lane_row(snap)
+        for measure in PLOTTED:
+            out[f"{snap.lane}/{measure}"] = row[measure]
     return out
+
+
+def queue_digest(snaps: Iterable[LaneSnapshot]) -> str:
+    """A digest of what a person reads in the queue, without the clock: per lane the counts and
+    GPUs per flavor, and each waiting request's position and reason. Equal digests: nothing
+    changed but the waits growing."""
+    doc = [
+        [
+            snap.lane,
+            snap.pending,
+            snap.admitted,
+            snap.running,
+            sorted(snap.gpus_in_use.items()),
+            sorted(snap.gpus_pending.items()),
+            [[w.request_id, w.position, w.reason] for w in snap.waiting],
+        ]
+        for snap in snaps
+    ]
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def flavor_rows(policy: Policy, snap: LaneSnapshot) -> list[dict[str, int | str]]:
