@@ -381,6 +381,9 @@ class WarmPool(_Frozen):
     gpus: int = Field(gt=0)
 
 
+CHECK_CAPACITY_CLASS = "check-capacity.autoscaling.x-k8s.io"
+
+
 class ProvisioningRetry(_Frozen):
     """Kueue's ProvisioningRequestConfig `retryStrategy`: how often a failed or expired
     ProvisioningRequest is retried (backoff_limit_count=0: never), base and cap of the exponential
@@ -397,8 +400,9 @@ class Provisioning(_Frozen):
     ProvisioningRequestConfig; the ClusterQueues of the lanes with quota in these pools list the
     check on those pools' flavors only). Left out: no check, the plan's nodes are advisory.
 
-    provisioning_class_name: cluster-autoscaler's class (`check-capacity.autoscaling.x-k8s.io`
-    waits for room, `best-effort-atomic-scale-up.autoscaling.x-k8s.io` scales up all or nothing,
+    provisioning_class_name: cluster-autoscaler's class (`best-effort-atomic-scale-up.autoscaling.x-k8s.io`,
+    the default: scales up all of a Workload's nodes or none; `check-capacity.autoscaling.x-k8s.io`
+    only checks that the nodes exist, scaling nothing, so the plan keeps that demand;
     `queued-provisioning.gke.io` on GKE). node_pools=None: every pool of `node_pools` with
     `min_nodes: 0` (the pools that scale from zero). managed_resources=None: the GPU resources of
     those pools' flavors (a pod set asking for none of them is ready without a request).
@@ -406,7 +410,7 @@ class Provisioning(_Frozen):
     """
 
     provisioning_class_name: str = Field(
-        default="check-capacity.autoscaling.x-k8s.io",
+        default="best-effort-atomic-scale-up.autoscaling.x-k8s.io",
         max_length=253,
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     )
@@ -414,6 +418,11 @@ class Provisioning(_Frozen):
     managed_resources: tuple[str, ...] | None = None
     parameters: dict[str, str] = Field(default_factory=dict)
     retry: ProvisioningRetry = ProvisioningRetry()
+
+    @property
+    def scales_up(self) -> bool:
+        """Whether cluster-autoscaler adds nodes for these requests (every class but check-capacity)."""
+        return self.provisioning_class_name != CHECK_CAPACITY_CLASS
 
 
 class Autoscaling(_Frozen):
