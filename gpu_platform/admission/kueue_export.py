@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from gpu_platform.admission.kueue_checks import check_manifests, cluster_queue_checks
 from gpu_platform.cluster.jobs import node_selector_for, tolerations_for
 from gpu_platform.cluster.names import (
     KUEUE_API_GROUP,
@@ -117,6 +118,7 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
     if lane.admission_fair_sharing is not None:
         # Kueue orders the lane's LocalQueues (one per team) by their decayed usage.
         spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    spec.update(cluster_queue_checks(policy, lane))  # ProvisioningRequest / MultiKueue (kueue_checks.py)
     annotations = {
         "gpu-platform.io/lane": lane.name,
         "gpu-platform.io/priority": str(lane.priority),
@@ -193,8 +195,8 @@ def cohort(policy: Policy, c: Any) -> dict[str, Any]:
 
 
 def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
-    """Every manifest, in apply order: topologies, flavors, cohorts, priority classes, cluster
-    queues, local queues."""
+    """Every manifest, in apply order: topologies, flavors, cohorts, priority classes, admission
+    checks with their configs (`kueue_checks.py`, when the policy opts in), cluster queues, local queues."""
     out: list[dict[str, Any]] = topologies(policy)
     out += [resource_flavor(policy, f.name) for f in policy.flavors]
     for c in policy.cohorts:
@@ -210,6 +212,7 @@ def kueue_manifests(policy: Policy) -> list[dict[str, Any]]:
                 "description": f"gpu-platform lane {lane.name}",
             }
         )
+    out += check_manifests(policy)
     out += [cluster_queue(policy, lane) for lane in lanes]
     for team in policy.teams.values():
         for lane in lanes:

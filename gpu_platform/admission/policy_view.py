@@ -135,7 +135,7 @@ def workload_for(
         requests["cpu"] = float(req.cpu)
     if req.memory_gib is not None and "memory" in resources:
         requests["memory"] = float(req.memory_gib)
-    allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource))
+    allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource, req.site))
     if req.gpu_resource == "nvidia.com/gpu" and req.gpu_count:
         # a gang keeps to the flavors whose nodes fit its recorded shape
         allowed = tuple(shaped_flavors(policy, req, list(allowed)))

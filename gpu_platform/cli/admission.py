@@ -93,7 +93,9 @@ def kueue() -> None:
     "--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory to write into."
 )
 def export(policy_file: str | None, out_dir: str) -> None:
-    """Write Topology, ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests."""
+    """Write Topology, ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests,
+    plus AdmissionCheck, ProvisioningRequestConfig, MultiKueueCluster and MultiKueueConfig when the
+    policy has `autoscaling.provisioning` or `sites:` (docs/kueue-native.md)."""
     from gpu_platform.admission.kueue_export import kueue_configuration, write_manifests
     from gpu_platform.cli.common import policy_or_exit
 

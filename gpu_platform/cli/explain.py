@@ -68,3 +68,10 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
         )
     if not ex.approvals:
         console.print("approvals: none recorded", markup=False)
+    for c in ex.admission_checks:
+        message = f": {c['message']}" if c.get("message") else ""
+        console.print(
+            f"admission check {c.get('name')} (Kueue, last read back): {c.get('state')}{message} [{c.get('rule')}]",
+            markup=False,
+            highlight=False,
+        )

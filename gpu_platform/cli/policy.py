@@ -94,7 +94,24 @@ def policy_check(file: str | None) -> None:
     console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
     console.print(cohort_tree(pol))
     _print_team_limits_and_approvers(pol)
+    _print_admission_checks(pol)
     console.print(scale_table(pol))
+
+
+def _print_admission_checks(pol) -> None:
+    """Sites (MultiKueue worker clusters) and the ProvisioningRequest check (docs/kueue-native.md)."""
+    from gpu_platform.admission.kueue_checks import lane_check_rules
+
+    for site in pol.sites.values():
+        console.print(
+            f"site {site.name}: worker cluster via Secret {site.kubeconfig_secret}; flavors {', '.join(pol.site_flavors(site.name))}",
+            markup=False,
+            highlight=False,
+        )
+    for lane in pol.lanes_by_priority():
+        for rule in lane_check_rules(pol, lane):
+            on = f" on {', '.join(rule['onFlavors'])}" if rule.get("onFlavors") else ""
+            console.print(f"admission check in {lane.name}: {rule['name']}{on}", markup=False, highlight=False)
 
 
 def _print_team_limits_and_approvers(pol) -> None:

@@ -186,7 +186,7 @@ def simulate_cmd(
         fail("simulate", problems)
     try:
         lm = load_lane_map(_lane_map_path(lane_map)) if lane_map else None
-        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes))  # type: ignore[arg-type]
+        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes), sites=frozenset(pol.sites))  # type: ignore[arg-type]
     except TraceError as exc:
         fail(f"trace invalid: {exc.source}", exc.errors)
     if trace.quarantined:

@@ -138,7 +138,7 @@ def resolve_flavor(request: JobRequest, policy: Policy, flavor_name: str | None 
     """The flavor a request runs on: `flavor_name` (admission's choice) checked against the lane's
     quota and the request's gpu_type, or, when None, the first flavor that matches."""
     lane, _ = _lane_and_team(request, policy)
-    candidates = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource)
+    candidates = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource, request.site)
     if flavor_name is None:
         if not candidates:
             raise ValueError(f"lane {lane} has no quota on a flavor matching gpu_type {request.gpu_type!r}")
@@ -314,7 +314,7 @@ def node_selector_for(flavor: Flavor) -> dict[str, str]:
 def accepted_flavors(request: JobRequest, policy: Policy) -> list[Flavor]:
     """The flavors a request may run on: its lane's flavors (quota order) matching its gpu_type."""
     lane, _ = _lane_and_team(request, policy)
-    names = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource)
+    names = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource, request.site)
     if not names:
         raise ValueError(
             f"lane {lane} has no quota of {request.gpu_resource} on a flavor matching gpu_type {request.gpu_type!r}"

@@ -15,6 +15,8 @@ import hashlib
 import re
 import uuid
 
+from gpu_platform.policy.model import SITE_LABEL
+
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 """RFC 1123 label: what a Job, LocalQueue or ClusterQueue name must match (at most 63 characters)."""
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -42,6 +44,10 @@ LABEL_GPU_SHARING = "gpu-platform.io/gpu-sharing"
 """Node label of a fractional-GPU pool (`mig` or `shared`); absent on whole-GPU nodes. Two flavors
 of one GPU product in one node pool differ by it (the GPU operator's MIG / time-slicing config
 is per node)."""
+
+LABEL_SITE = SITE_LABEL
+"""Node label naming the site (MultiKueue worker cluster) of a flavor's nodes; set on every flavor
+that a policy's `sites:` block places, so the Job's flavor affinity keeps it to that site."""
 
 # Kueue's own labels.
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
@@ -116,3 +122,15 @@ def gang_job_name(request_id: str, attempt: int) -> str:
 def topology_name(name: str) -> str:
     """The Kueue Topology of a node pool (or of a flavor whose levels differ from its pool's)."""
     return f"{PRIORITY_CLASS_PREFIX}{k8s_name(name)}"
+
+
+def multikueue_cluster_name(site: str) -> str:
+    """The MultiKueueCluster (cluster-scoped) of a site's worker cluster (`gpu-platform-sfo-depot`)."""
+    return f"{PRIORITY_CLASS_PREFIX}{k8s_name(site)}"
+
+
+def site_of_cluster(cluster: str | None) -> str | None:
+    """The site of a MultiKueueCluster name (a Workload's `status.clusterName`); None: not one of ours."""
+    if not cluster or not cluster.startswith(PRIORITY_CLASS_PREFIX):
+        return None
+    return cluster.removeprefix(PRIORITY_CLASS_PREFIX)

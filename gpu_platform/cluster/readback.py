@@ -13,6 +13,13 @@ current condition into a ledger `cluster` event carrying Kueue's own reason and 
 | `Evicted` (+ `Preempted`: `InClusterQueue`, `InCohortReclamation`, ...) | evicted by Kueue |
 | `Finished` (`Succeeded`, `Failed`) | finished |
 
+Admission checks (`status.admissionChecks[]`: a ProvisioningRequest check waiting for nodes, a
+MultiKueue check dispatching to a site's worker cluster) are recorded with the observation, each
+as its name, state (`Pending`, `Ready`, `Retry`, `Rejected`) and message; a change of any check's
+state or message is a new `cluster` event, and the summary names the checks that are not `Ready`
+yet (or were rejected). `status.clusterName` (the MultiKueue worker the Workload runs on) is
+recorded as `cluster_name`.
+
 A Job Kueue never made a Workload for is read from the Job's Warning events (Kueue reports,
 for example, `WorkloadPriorityClassNotFound` there and creates nothing). A Job the ledger cannot
 match to a pending or running request's current attempt is recorded as such (`read_back` /
@@ -69,17 +76,59 @@ class Observation:
     gate_flavor: str | None = None
     cluster_queue: str | None = None
     at: str | None = None
+    admission_checks: tuple[dict[str, Any], ...] | None = None
+    """The Workload's admission checks, each `{name, state, message}` (+ `retry_count`); None: none."""
+    cluster_name: str | None = None
+    """The MultiKueue worker cluster the Workload was dispatched to (`status.clusterName`)."""
 
     @property
     def summary(self) -> str:
         text = f"Kueue {self.condition}={self.status} ({self.kueue_reason}): {self.message}".rstrip(": ")
         if self.flavor and self.gate_flavor and self.flavor != self.gate_flavor:
             text += f" [Kueue assigned {self.flavor}; the gate had chosen {self.gate_flavor}]"
+        checks = [c for c in self.admission_checks or () if c.get("state") != "Ready"]
+        if checks:
+            text += "; admission check " + "; ".join(
+                f"{c['name']} {c['state']}" + (f" ({c['message']})" if c.get("message") else "") for c in checks
+            )
+        elif self.admission_checks:
+            text += "; admission checks Ready: " + ", ".join(c["name"] for c in self.admission_checks)
+        if self.cluster_name:
+            text += f"; runs on worker cluster {self.cluster_name}"
         return text
 
     def key(self) -> tuple[Any, ...]:
-        """What makes an observation new (a changed message counts: Kueue's numbers change)."""
-        return (self.attempt, self.condition, self.status, self.kueue_reason, self.message, self.flavor)
+        """What makes an observation new (a changed message counts: Kueue's numbers change; so
+        does an admission check's state or message, and the worker cluster)."""
+        return (
+            self.attempt, self.condition, self.status, self.kueue_reason, self.message, self.flavor,
+            checks_key(self.admission_checks), self.cluster_name,
+        )
+
+
+CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
+"""Kueue's AdmissionCheckState values (`status.admissionChecks[].state`)."""
+
+
+def checks_key(checks: Any) -> tuple[tuple[str, str, str], ...] | None:
+    """Admission checks as a comparable value (from an observation or a recorded ledger row)."""
+    if not checks:
+        return None
+    return tuple(sorted((str(c.get("name", "")), str(c.get("state", "")), str(c.get("message", ""))) for c in checks))
+
+
+def admission_checks_of(workload: Mapping[str, Any]) -> tuple[dict[str, Any], ...] | None:
+    """`status.admissionChecks` as `{name, state, message[, retry_count]}` in name order; None: none."""
+    out = []
+    for c in (workload.get("status") or {}).get("admissionChecks") or []:
+        if not isinstance(c, Mapping) or not c.get("name"):
+            continue
+        state = str(c.get("state") or "Pending")
+        entry: dict[str, Any] = {"name": str(c["name"]), "state": state, "message": str(c.get("message") or "")}
+        if c.get("retryCount"):
+            entry["retry_count"] = int(c["retryCount"])
+        out.append(entry)
+    return tuple(sorted(out, key=lambda c: c["name"])) or None
 
 
 def _request_of(job: Mapping[str, Any]) -> tuple[str | None, int]:
@@ -124,6 +173,9 @@ def observe_workload(workload: Mapping[str, Any], job: Mapping[str, Any]) -> Obs
     else:
         cond = {"type": "QuotaReserved", "status": "Unknown", "reason": "Created", "message": "Workload created, not yet considered"}
     admission = status.get("admission") or {}
+    checks = admission_checks_of(workload)
+    # a check changes state without a condition transition: the observation is as new as either
+    check_times = [str(c.get("lastTransitionTime")) for c in status.get("admissionChecks") or [] if isinstance(c, Mapping) and c.get("lastTransitionTime")]
     job_ann = (job.get("metadata") or {}).get("annotations") or {}
     flavor = assigned_flavor(workload) if cond["type"] in ("QuotaReserved", "Admitted", "Finished") else None
     return Observation(
@@ -139,7 +191,9 @@ def observe_workload(workload: Mapping[str, Any], job: Mapping[str, Any]) -> Obs
         flavor=flavor,
         gate_flavor=job_ann.get(ANNOTATION_GATE_FLAVOR),
         cluster_queue=admission.get("clusterQueue"),
-        at=cond.get("lastTransitionTime"),
+        at=max([t for t in (cond.get("lastTransitionTime"), *check_times) if t], default=None),
+        admission_checks=checks,
+        cluster_name=status.get("clusterName") or None,
     )
 
 
@@ -212,11 +266,20 @@ def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> l
     rows = []
     for rid, obs in latest.items():
         last = by_id[rid].cluster
-        if last is not None and tuple(last.get(k) for k in ("attempt", "condition", "status", "kueue_reason", "message", "flavor")) == obs.key():
+        if last is not None and _recorded_key(last) == obs.key():
             continue
         details = {k: v for k, v in asdict(obs).items() if k not in ("request_id",) and v is not None}
         rows.append((rid, "cluster", obs.summary, obs.flavor, None, details))
     return rows
+
+
+def _recorded_key(last: Mapping[str, Any]) -> tuple[Any, ...]:
+    """`Observation.key()` of the last recorded `cluster` event's details."""
+    return (
+        *(last.get(k) for k in ("attempt", "condition", "status", "kueue_reason", "message", "flavor")),
+        checks_key(last.get("admission_checks")),
+        last.get("cluster_name"),
+    )
 
 
 def unmatched(

@@ -188,7 +188,7 @@ def name_blockers(
     by_id = {s.request_id: s for s in states}
     held = holders(policy, states, holding, admitted_now, now)
     preempted = preempted or {}
-    flavors_of: dict[tuple[str, str | None, str], list[str]] = {}
+    flavors_of: dict[tuple[str, str | None, str, str | None], list[str]] = {}
     out = []
     for w in waits:
         s = by_id.get(w.name)
@@ -200,7 +200,7 @@ def name_blockers(
         if w.name in preempted:
             extra.append(preemption_text(req, preempted[w.name], checkpoint_of(w.name)))
         if w.reason_code not in NOT_BLOCKED_BY_HOLDERS:
-            key = (req.lane or "", req.gpu_type, req.gpu_resource or GPU)
+            key = (req.lane or "", req.gpu_type, req.gpu_resource or GPU, req.site)
             if key not in flavors_of:
                 flavors_of[key] = matching_flavors(policy, *key)
             text = holder_text(flavors_of[key], held, w.name)

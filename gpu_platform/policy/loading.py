@@ -22,6 +22,7 @@ from gpu_platform.devices.sharing import (
 from gpu_platform.policy.capacity import capacity_signal_errors
 from gpu_platform.policy.model import (
     GPU,
+    SITE_LABEL,
     Policy,
     PolicyError,
     Sharing,
@@ -96,6 +97,121 @@ def _autoscaling_errors(raw: dict[str, Any]) -> list[str]:
         elif isinstance(gpus, int | float) and gpus > limit:
             errors.append(f"{base}.gpus: {gpus} exceeds the {limit:g} GPUs lane {lane!r} may hold in node pool {pool!r}")
     return errors
+
+
+MAX_SITES = 20
+"""A MultiKueueConfig lists at most 20 clusters (Kueue's CRD)."""
+
+
+def _site_members(raw: dict[str, Any]) -> dict[str, list[str]]:
+    """flavor name -> the sites that list it (by name or by node pool), from the raw mapping."""
+    sites = raw.get("sites")
+    flavors = [f for f in raw.get("flavors") or [] if isinstance(f, dict)]
+    out: dict[str, list[str]] = {}
+    if not isinstance(sites, dict):
+        return out
+    for name, site in sites.items():
+        if not isinstance(site, dict):
+            continue
+        named = site.get("flavors") if isinstance(site.get("flavors"), list) else []
+        pools = site.get("node_pools") if isinstance(site.get("node_pools"), list) else []
+        for f in flavors:
+            if f.get("name") in named or f.get("node_pool") in pools:
+                out.setdefault(str(f.get("name")), []).append(str(name))
+    return out
+
+
+def _site_errors(raw: dict[str, Any]) -> list[str]:
+    """The `sites:` block: known flavors and node pools, each flavor on one site at most, every
+    site holding a flavor, lanes wholly on sites or wholly off them (a ClusterQueue's MultiKueue
+    check covers all its flavors), teams naming known sites, at most MAX_SITES sites."""
+    sites = raw.get("sites")
+    if sites is None:
+        return []
+    if not isinstance(sites, dict):
+        return []  # the schema reports the type
+    errors: list[str] = []
+    flavors = [f for f in raw.get("flavors") or [] if isinstance(f, dict)]
+    names = [f.get("name") for f in flavors]
+    pools = {f.get("node_pool") for f in flavors}
+    if len(sites) > MAX_SITES:
+        errors.append(f"sites: {len(sites)} sites; a MultiKueueConfig lists at most {MAX_SITES} worker clusters")
+    members = _site_members(raw)
+    for name, site in sites.items():
+        if not isinstance(site, dict):
+            continue
+        base = f"sites.{name}"
+        for i, f in enumerate(site.get("flavors") or []):
+            if f not in names:
+                errors.append(f"{base}.flavors[{i}]: unknown flavor {f!r} (known: {', '.join(map(str, names))})")
+        for i, pool in enumerate(site.get("node_pools") or []):
+            if pool not in pools:
+                errors.append(f"{base}.node_pools[{i}]: no flavor is in node pool {pool!r}")
+        if not any(name in held for held in members.values()):
+            errors.append(f"{base}: holds no flavor (list its flavors and/or node_pools)")
+    for flavor, held in sorted(members.items()):
+        if len(held) > 1:
+            errors.append(f"sites: flavor {flavor!r} is on sites {', '.join(held)}; a flavor lives on one site")
+        labels = next((f.get("node_labels") for f in flavors if f.get("name") == flavor), None)
+        if isinstance(labels, dict) and SITE_LABEL in labels and labels[SITE_LABEL] != held[0]:
+            errors.append(
+                f"flavors.{flavor}.node_labels.{SITE_LABEL}: {labels[SITE_LABEL]!r}, but sites: puts the flavor on {held[0]!r}"
+            )
+    lanes = raw.get("lanes") if isinstance(raw.get("lanes"), dict) else {}
+    for lane_name, lane in lanes.items():
+        quotas = [q for q in (lane or {}).get("quotas") or [] if isinstance(q, dict)] if isinstance(lane, dict) else []
+        on = sorted({members[q["flavor_name"]][0] for q in quotas if q.get("flavor_name") in members})
+        if not on:
+            continue
+        for i, q in enumerate(quotas):
+            if q.get("flavor_name") in names and q.get("flavor_name") not in members:
+                errors.append(
+                    f"lanes.{lane_name}.quotas[{i}].flavor_name: flavor {q.get('flavor_name')!r} is on no site while the "
+                    f"lane's other flavors are on {', '.join(on)}; Kueue's MultiKueue check covers every flavor of a "
+                    "ClusterQueue, so a lane runs wholly on sites or wholly on the manager cluster"
+                )
+    teams = raw.get("teams") if isinstance(raw.get("teams"), dict) else {}
+    for team_name, team in teams.items():
+        site = team.get("site") if isinstance(team, dict) else None
+        if site is not None and site not in sites:
+            errors.append(f"teams.{team_name}.site: unknown site {site!r} (sites: {', '.join(map(str, sites))})")
+    return errors
+
+
+def _provisioning_errors(raw: dict[str, Any]) -> list[str]:
+    """`autoscaling.provisioning`: its pools have an entry in `autoscaling.node_pools`."""
+    block = raw.get("autoscaling")
+    prov = block.get("provisioning") if isinstance(block, dict) else None
+    if not isinstance(prov, dict):
+        return []
+    pools = block.get("node_pools") if isinstance(block.get("node_pools"), dict) else {}
+    errors = []
+    for i, pool in enumerate(prov.get("node_pools") or []):
+        if pool not in pools:
+            errors.append(f"autoscaling.provisioning.node_pools[{i}]: {pool!r} has no entry in autoscaling.node_pools")
+    if prov.get("node_pools") is None and pools and not any(
+        isinstance(c, dict) and c.get("min_nodes", 0) == 0 for c in pools.values()
+    ):
+        errors.append(
+            "autoscaling.provisioning.node_pools: no node pool has min_nodes 0 (none scales from zero); name the pools"
+        )
+    return errors
+
+
+def _with_site_labels(data: dict[str, Any]) -> dict[str, Any]:
+    """The flavors of a site carry its node label (SITE_LABEL), so a Job's flavor affinity keeps
+    it to that site's nodes and the manager's ResourceFlavors match only that site's workers."""
+    members = _site_members(data)
+    if not members or not isinstance(data.get("flavors"), list):
+        return data
+    flavors = []
+    for f in data["flavors"]:
+        held = members.get(str(f.get("name"))) if isinstance(f, dict) else None
+        labels = f.get("node_labels") if held else None
+        if held and (labels is None or isinstance(labels, dict)):
+            f = {**f, "node_labels": {**(labels or {}), SITE_LABEL: (labels or {}).get(SITE_LABEL, held[0])}}
+        flavors.append(f)
+    return {**data, "flavors": flavors}
 
 
 def default_policy_path() -> Path:
@@ -366,6 +482,10 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
     teams = data.get("teams")
     if isinstance(teams, dict):
         data["teams"] = {k: {**v, "name": k} if isinstance(v, dict) else v for k, v in teams.items()}
+    sites = data.get("sites")
+    if isinstance(sites, dict):
+        data["sites"] = {k: {**v, "name": k} if isinstance(v, dict) else v for k, v in sites.items()}
+    data = _with_site_labels(data)
     policy: Policy | None = None
     try:
         policy = Policy.model_validate(data)
@@ -375,6 +495,8 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
             errors.append(f"{_path(loc)}: {err['msg'].removeprefix('Value error, ')}")
     errors.extend(_semantic_errors(data))
     errors.extend(_autoscaling_errors(data))
+    errors.extend(_provisioning_errors(data))
+    errors.extend(_site_errors(data))
     for i, f in enumerate(data.get("flavors") or []):
         if isinstance(f, dict):
             errors.extend(topology_level_errors(f.get("topology_levels"), f"flavors[{i}]"))
@@ -405,6 +527,8 @@ def _named(mapping: Any) -> Any:
 def schema_errors(raw: dict[str, Any]) -> list[str]:
     """The schema's errors alone, each with its path (what `parse_policy` reports first)."""
     data = {**raw, "lanes": _named(raw.get("lanes")), "teams": _named(raw.get("teams"))}
+    if "sites" in raw:
+        data["sites"] = _named(raw.get("sites"))
     data = {k: v for k, v in data.items() if v is not None or k in raw}
     try:
         Policy.model_validate(data)

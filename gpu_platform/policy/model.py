@@ -22,6 +22,8 @@ from gpu_platform.policy.scale import DEFAULT_SCALE, Scale
 from gpu_platform.units import parse_duration
 
 GPU = "nvidia.com/gpu"
+SITE_LABEL = "gpu-platform.io/site"
+"""Node label of a site's flavors (`sites:`), added to their `node_labels` when the policy is read."""
 
 PreemptWithin = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
 Reclaim = Literal["Never", "LowerPriority", "Any"]
@@ -430,9 +432,79 @@ class WarmPool(_Frozen):
     gpus: int = Field(gt=0)
 
 
+CHECK_CAPACITY_CLASS = "check-capacity.autoscaling.x-k8s.io"
+
+
+class ProvisioningRetry(_Frozen):
+    """Kueue's ProvisioningRequestConfig `retryStrategy`: how often a failed or expired
+    ProvisioningRequest is retried (backoff_limit_count=0: never), base and cap of the exponential
+    backoff in seconds."""
+
+    backoff_limit_count: int = Field(default=3, ge=0)
+    backoff_base_seconds: int = Field(default=60, ge=1)
+    backoff_max_seconds: int = Field(default=1800, ge=1)
+
+
+class Provisioning(_Frozen):
+    """`autoscaling.provisioning`: ask cluster-autoscaler for nodes per Workload through Kueue's
+    ProvisioningRequest admission check (exported as one AdmissionCheck and its
+    ProvisioningRequestConfig; the ClusterQueues of the lanes with quota in these pools list the
+    check on those pools' flavors only). Left out: no check, the plan's nodes are advisory.
+
+    provisioning_class_name: cluster-autoscaler's class (`best-effort-atomic-scale-up.autoscaling.x-k8s.io`,
+    the default: scales up all of a Workload's nodes or none; `check-capacity.autoscaling.x-k8s.io`
+    only checks that the nodes exist, scaling nothing, so the plan keeps that demand;
+    `queued-provisioning.gke.io` on GKE). node_pools=None: every pool of `node_pools` with
+    `min_nodes: 0` (the pools that scale from zero). managed_resources=None: the GPU resources of
+    those pools' flavors (a pod set asking for none of them is ready without a request).
+    parameters: the class's own parameters, passed through.
+    """
+
+    provisioning_class_name: str = Field(
+        default="best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    )
+    node_pools: tuple[NodePool, ...] | None = None
+    managed_resources: tuple[str, ...] | None = None
+    parameters: dict[str, str] = Field(default_factory=dict)
+    retry: ProvisioningRetry = ProvisioningRetry()
+
+    @property
+    def scales_up(self) -> bool:
+        """Whether cluster-autoscaler adds nodes for these requests (every class but check-capacity)."""
+        return self.provisioning_class_name != CHECK_CAPACITY_CLASS
+
+
 class Autoscaling(_Frozen):
     node_pools: dict[NodePool, NodePoolScaling]
     warm_pools: tuple[WarmPool, ...] = ()
+    provisioning: Provisioning | None = None
+    """None: no ProvisioningRequest admission check (the default); see `Provisioning`."""
+
+    @property
+    def provisioned_pools(self) -> tuple[str, ...]:
+        """The node pools whose flavors the ProvisioningRequest check covers (none without `provisioning`)."""
+        if self.provisioning is None:
+            return ()
+        if self.provisioning.node_pools is not None:
+            return tuple(self.provisioning.node_pools)
+        return tuple(name for name, pool in self.node_pools.items() if pool.min_nodes == 0)
+
+
+class Site(_Frozen):
+    """`sites.<name>`: a worker cluster of MultiKueue (one per site), which holds the listed flavors
+    and every flavor of the listed node pools. The manager cluster reaches it through the kubeconfig
+    in Secret `kubeconfig_secret` (key `kubeconfig`) in Kueue's own namespace. A request whose
+    `site` names it is admitted only on its flavors and runs only in its cluster."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    description: str = ""
+    kubeconfig_secret: str = Field(
+        max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    )
+    flavors: tuple[str, ...] = ()
+    node_pools: tuple[NodePool, ...] = ()
 
 
 class Policy(_Frozen):
@@ -450,6 +522,8 @@ class Policy(_Frozen):
     approvers: dict[str, ApproverRole] = Field(default_factory=dict)  # role -> who, what (docs/approvals.md)
     scale: Scale = DEFAULT_SCALE  # the scale ladder (policy/scale.py): metadata, scorecards, ERROR signals
     capacity_signals: CapacitySignals = CapacitySignals()  # thresholds of the capacity signals
+    sites: dict[str, Site] = Field(default_factory=dict)
+    """Worker clusters of MultiKueue by site name (`Site`); empty: one cluster, `site` is a label."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
@@ -462,6 +536,25 @@ class Policy(_Frozen):
 
     def lane(self, name: str) -> Lane:
         return self.lanes[name]
+
+    @cached_property
+    def site_of_flavor(self) -> dict[str, str]:
+        """flavor name -> the site that holds it (flavors on no site are left out)."""
+        out: dict[str, str] = {}
+        for site in self.sites.values():
+            for f in self.flavors:
+                if f.name in site.flavors or f.node_pool in site.node_pools:
+                    out.setdefault(f.name, site.name)
+        return out
+
+    def site_flavors(self, site: str) -> tuple[str, ...]:
+        """The flavors of one site, in the policy's order (its capacity)."""
+        return tuple(f.name for f in self.flavors if self.site_of_flavor.get(f.name) == site)
+
+    def lane_sites(self, lane: str) -> tuple[str, ...]:
+        """The sites a lane's flavors live on, in `sites:` order (empty: the lane runs on the manager)."""
+        held = {self.site_of_flavor.get(q.flavor_name) for q in self.lanes[lane].quotas}
+        return tuple(s for s in self.sites if s in held)
 
     def team(self, name: str) -> Team:
         return self.teams[name]

@@ -379,19 +379,46 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def matching_flavors(policy: Policy, lane_name: str, gpu_type: str | None, resource: str = GPU) -> list[str]:
-    """Flavors (in the lane's order) that the lane has quota of `resource` on and that match gpu_type."""
+def matching_flavors(
+    policy: Policy, lane_name: str, gpu_type: str | None, resource: str = GPU, site: str | None = None
+) -> list[str]:
+    """Flavors (in the lane's order) that the lane has quota of `resource` on and that match gpu_type.
+
+    site: the request's site; when the policy declares it under `sites:`, only that site's flavors
+    (None, or a policy without sites: no restriction, the site is a label)."""
     lane = policy.lanes.get(lane_name)
     if lane is None:
         return []
+    on_site = site if site is not None and site in policy.sites else None
     out = []
     for name in lane.flavor_names:
         flavor = policy.flavor_by_name.get(name)
         if flavor is None or lane.quota(name, resource) is None:
             continue
+        if on_site is not None and policy.site_of_flavor.get(name) != on_site:
+            continue
         if gpu_type in (None, "any", flavor.name, flavor.gpu_product):
             out.append(name)
     return out
+
+
+def site_problems(policy: Policy, lane: Any, req: JobRequest) -> list[str]:
+    """A request's `site` under a policy with `sites:`: a declared site with a flavor the lane may
+    use for its gpu_type (a policy without sites takes any site as a label)."""
+    if not policy.sites or req.site is None:
+        return []
+    if req.site not in policy.sites:
+        return [f"site: unknown site {show(req.site)} (sites of this policy: {', '.join(policy.sites)})"]
+    if lane is None or not matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource):
+        return []  # the lane or gpu_type problem is reported on its own field
+    if not matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource, req.site):
+        held = ", ".join(policy.site_flavors(req.site)) or "no flavor"
+        return [
+            f"site: lane {lane.name} has no quota of {req.gpu_resource} on site {req.site} for gpu_type "
+            f"{req.gpu_type or 'any'!r} (site {req.site} holds {held}; the lane runs on "
+            f"{', '.join(policy.lane_sites(lane.name)) or 'no site'})"
+        ]
+    return []
 
 
 def _sharing_problems(policy: Policy, lane: Any, req: JobRequest) -> list[str]:
@@ -576,6 +603,7 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
 
     if partial is not None:
         errors.extend(_sharing_problems(policy, lane, partial))
+        errors.extend(site_problems(policy, lane, partial))
     shape: dict[str, Any] = {}
     if partial is not None and partial.gpu_resource == GPU:
         req_ = partial
@@ -586,6 +614,10 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
         flavors: list[str] = []
         if lane is not None:
             flavors = matching_flavors(policy, lane.name, req_.gpu_type)
+            on_site = matching_flavors(policy, lane.name, req_.gpu_type, site=req_.site)
+            if on_site:
+                # a site's request is shaped on its own site's nodes
+                flavors = on_site
         if lane is not None and req_.gpu_type is not None:
             if not flavors:
                 known = sorted({f.name for f in policy.flavors} | {f.gpu_product for f in policy.flavors})

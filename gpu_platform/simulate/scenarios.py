@@ -131,13 +131,14 @@ def _gpu_only(state: ClusterState) -> ClusterState:
     return replace(state, cluster_queues=cqs, flavors=flavors)
 
 
-def _allowed(policy: Policy) -> Callable[[str, str | None], tuple[str, ...]]:
-    cache: dict[tuple[str, str | None], tuple[str, ...]] = {}
+def _allowed(policy: Policy) -> Callable[[str, str | None, str | None], tuple[str, ...]]:
+    cache: dict[tuple[str, str | None, str | None], tuple[str, ...]] = {}
 
-    def allowed(lane: str, gpu_type: str | None) -> tuple[str, ...]:
-        key = (lane, gpu_type)
+    def allowed(lane: str, gpu_type: str | None, site: str | None = None) -> tuple[str, ...]:
+        key = (lane, gpu_type, site)
         if key not in cache:
-            cache[key] = tuple(matching_flavors(policy, lane, gpu_type))
+            # a job of a site runs on that site's flavors only (its capacity: `sites:`)
+            cache[key] = tuple(matching_flavors(policy, lane, gpu_type, site=site))
         return cache[key]
 
     return allowed
@@ -160,7 +161,7 @@ def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
             requests={GPU: job.gpus},
             priority=lane.priority,
             created_at=job.submit_ts,
-            allowed_flavors=allowed(lane.name, job.gpu_type),
+            allowed_flavors=allowed(lane.name, job.gpu_type, job.site),
             evidence=lane.evidence,
             expected_duration_s=job.duration_s,
         )

@@ -7,8 +7,9 @@ Columns (header names; `columns:` in a lane map renames them):
   --lane-map FILE`.
 - `user`, `gpu_type` (a flavor name, a GPU product or `any`), `status` (as the source recorded
   it; carried into the report, the job is replayed for its whole duration whatever it says),
-  `preemption_policy` (`checkpoint_requeue` | `requeue` | `fail`; default `checkpoint_requeue`):
-  optional.
+  `preemption_policy` (`checkpoint_requeue` | `requeue` | `fail`; default `checkpoint_requeue`),
+  `site` (a site of the policy's `sites:` block: the job is admitted only on that site's flavors,
+  so each site's flavors are its capacity; empty: any site): optional.
 
 A row that cannot be used is quarantined with its line number and reason; rows in = accepted +
 quarantined. A missing required column is an error naming the column.
@@ -27,7 +28,7 @@ from typing import Any
 import yaml
 
 REQUIRED = ("job_id", "submit_ts", "duration_s", "gpus")
-OPTIONAL = ("lane", "user", "gpu_type", "status", "preemption_policy")
+OPTIONAL = ("lane", "user", "gpu_type", "status", "preemption_policy", "site")
 PREEMPTION_POLICIES = ("checkpoint_requeue", "requeue", "fail")
 
 
@@ -56,6 +57,7 @@ class TraceJob:
     preemption_policy: str = "checkpoint_requeue"
     cls: str | None = None
     priority: int | None = None
+    site: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +225,11 @@ def load_trace(
     lane_from: str | None = None,
     lane_map: LaneMap | None = None,
     lanes: frozenset[str] | None = None,
+    sites: frozenset[str] | None = None,
 ) -> Trace:
     """Read a trace CSV. lanes=None: any lane name is accepted (the scenario rejects unknown ones);
-    a set: a row whose lane is not in it is quarantined."""
+    a set: a row whose lane is not in it is quarantined. sites: the policy's sites (a row naming
+    another site is quarantined); None or empty: the `site` column is ignored."""
     src = str(path)
     renames = dict(lane_map.columns) if lane_map else {}
     column = lane_from or (lane_map.column if lane_map else None)
@@ -287,6 +291,9 @@ def load_trace(
                 pp = (row.get("preemption_policy") or "").strip() or "checkpoint_requeue"
                 if pp not in PREEMPTION_POLICIES:
                     raise ValueError(f"preemption_policy: {pp!r} is not one of {', '.join(PREEMPTION_POLICIES)}")
+                site = (row.get("site") or "").strip() or None if sites else None
+                if site is not None and site not in sites:  # type: ignore[operator]
+                    raise ValueError(f"site: {site!r} is not a site of the policy (sites: {', '.join(sorted(sites or ()))})")
             except ValueError as exc:
                 bad.append(Quarantined(line, str(exc)))
                 continue
@@ -302,6 +309,7 @@ def load_trace(
                     (row.get("gpu_type") or "").strip() or None,
                     (row.get("status") or "").strip() or None,
                     pp,
+                    site=site,
                 )
             )
     return Trace(jobs, bad, rows, src)

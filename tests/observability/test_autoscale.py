@@ -134,3 +134,44 @@ def test_requests_waiting_for_upstream_ask_for_no_node(policy):
     assert (train.gpus_pending, train.gpus_waiting_for_upstream, train.unmet_gpus) == (16, 16, 0)
     assert train.desired_gpus == 8  # the warm pool only
     assert train.reason == "pending GPUs all wait for upstream outputs; no node for them yet"
+
+
+# --- autoscaling.provisioning: demand Kueue asks cluster-autoscaler for through ProvisioningRequests ---
+
+PROVISIONING = default_policy_path().parents[2] / "examples" / "kueue-native" / "provisioning.yaml"
+
+
+def test_provisioned_demand_is_named_and_not_asked_twice():
+    pol = parse_policy(yaml.safe_load(PROVISIONING.read_text()))
+    d = _demand(
+        candidate_train=LaneDemand("candidate_train", gpus_pending={"a100-spot": 8, "h100-ondemand": 8}),
+        labeler_batch=LaneDemand("labeler_batch", gpus_pending={"l4-inference": 4}, gpus_waiting_for_upstream={"l4-inference": 4}),
+    )
+    plans = {p.node_pool: p for p in plan_pools(pol, d)}
+    spot = plans["spot"]
+    assert (spot.unmet_gpus, spot.provisioned_gpus, spot.provisioned_lanes) == (8, 8, ("candidate_train",))
+    assert spot.provisioning_check == "gpu-platform-provisioning"
+    assert spot.desired_gpus == 0 and spot.desired_nodes == 0, "cluster-autoscaler gets these from Kueue"
+    assert "asked of cluster-autoscaler by Kueue's gpu-platform-provisioning check" in spot.reason
+    # training has min_nodes 1: always up, no check; its pending H100s stay in the plan
+    train = plans["training"]
+    assert train.provisioning_check is None and train.provisioned_gpus == 0 and train.unmet_gpus == 8
+    # inference demand that waits for upstream outputs is not provisioned either
+    assert plans["inference"].provisioned_gpus == 0 and plans["inference"].provisioned_lanes == ()
+    assert plans["inference"].to_json()["provisioned_lanes"] == []
+
+
+def test_check_capacity_scales_nothing_so_its_demand_stays_in_the_plan():
+    raw = yaml.safe_load(PROVISIONING.read_text())
+    raw["autoscaling"]["provisioning"]["provisioning_class_name"] = "check-capacity.autoscaling.x-k8s.io"
+    pol = parse_policy(raw)
+    d = _demand(candidate_train=LaneDemand("candidate_train", gpus_pending={"a100-spot": 8}))
+    spot = next(p for p in plan_pools(pol, d) if p.node_pool == "spot")
+    assert spot.provisioned_gpus == 0 and spot.desired_gpus == 8 and spot.desired_nodes == 1
+    assert "only checks capacity" in spot.reason
+
+
+def test_default_policy_plans_without_a_check(policy):
+    d = _demand(candidate_train=LaneDemand("candidate_train", gpus_pending={"a100-spot": 8}))
+    spot = next(p for p in plan_pools(policy, d) if p.node_pool == "spot")
+    assert spot.provisioning_check is None and spot.provisioned_gpus == 0 and spot.desired_gpus == 8

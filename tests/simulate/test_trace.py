@@ -72,7 +72,7 @@ def test_lane_map_errors_name_the_field(tmp_path):
         "rules[0]: needs `values`, `min`/`max` or `share`",
         "rules[1].lane: required (a lane name)",
         "rules: at least one rule or a default lane",
-        "columns.n: 'gpuz' is not a trace column (job_id, submit_ts, duration_s, gpus, lane, user, gpu_type, status, preemption_policy)",
+        "columns.n: 'gpuz' is not a trace column (job_id, submit_ts, duration_s, gpus, lane, user, gpu_type, status, preemption_policy, site)",
     ]
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpu_platform.admission.kueue_checks import check_origin
+from gpu_platform.cluster.names import site_of_cluster
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.requests.approvals import roster_errors
 from gpu_platform.requests.ledger import Ledger, RequestState, events_table, requests_table
@@ -73,9 +75,13 @@ class Explanation:
     name: str = ""
     owner: str = ""
     target: str = ""
+    admission_checks: list[dict[str, Any]] = field(default_factory=list)
+    """Kueue's admission checks on the request's Workload as last read back (`cluster sync`):
+    name, state (Pending, Ready, Retry, Rejected), message and the policy lines the check comes from."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "admission_checks": self.admission_checks,
             "approvals": self.approvals,
             "request_id": self.request_id,
             "name": self.name,
@@ -117,6 +123,8 @@ def rule_for(
     if lane is None:
         return f"lanes.{lane_name}: not in the current policy"
     code = details.get("reason_code") or details.get("kueue_reason")
+    if event == "cluster" and (details.get("admission_checks") or details.get("cluster_name")):
+        return _cluster_rule(policy, details)
     if event == "submitted":
         return f"common_required_fields + lanes.{lane_name}.required_fields (validated, fail closed)"
     if event == "approved":
@@ -170,6 +178,16 @@ def rule_for(
     if event in ("finished", "failed"):
         return "run outcome, recorded by the gate from the Dagster run"
     return ""
+
+
+def _cluster_rule(policy: Policy, details: dict[str, Any]) -> str:
+    """The policy lines behind a read-back's admission checks and worker cluster."""
+    parts = [f"{c.get('name')}: {check_origin(policy, str(c.get('name')))}" for c in details.get("admission_checks") or ()]
+    site = site_of_cluster(details.get("cluster_name"))
+    if site is not None:
+        where = f"sites.{site}" if site in policy.sites else f"site {site}: not in the current policy's sites"
+        parts.append(f"worker cluster {details.get('cluster_name')}: {where}")
+    return "; ".join(parts)
 
 
 def _team_rule(lane) -> str:
@@ -271,6 +289,13 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
         }
         for a in state.approvals
     ]
+    checks: list[dict[str, Any]] = []
+    for ev in reversed(events):
+        if ev.event == "cluster":
+            checks = [
+                {**c, "rule": check_origin(policy, str(c.get("name")))} for c in ev.details.get("admission_checks") or ()
+            ]
+            break
     return Explanation(
         request_id,
         lane,
@@ -283,4 +308,5 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
         name=state.request.name or request_id,
         owner=state.request.owner or "",
         target=state.request.target,
+        admission_checks=checks,
     )
