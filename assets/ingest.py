@@ -157,6 +157,16 @@ def raw_pods(
     return _inventory(context, warehouse, settings, "pods")
 
 
+@_daily_asset
+def raw_volumes(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """PersistentVolumes of the day: every `kubectl get pv -o json` snapshot under
+    feeds/volumes/<day>/ (and, on Kubernetes, today's PVs read through the API). Maps a pod's
+    claims to the cloud volume a storage billing row names; bad items go to raw_volumes_quarantine."""
+    return _inventory(context, warehouse, settings, "volumes")
+
+
 @dg.asset(**_COMMON)
 def raw_ledger_snapshot(
     warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource, settings: PlatformSettings
@@ -192,5 +202,5 @@ def raw_ledger_snapshot(
     )
 
 
-ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_nodes, raw_pods, raw_ledger_snapshot]
+ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_nodes, raw_pods, raw_volumes, raw_ledger_snapshot]
 INGEST_ASSET_NAMES = tuple(a.key.to_user_string() for a in ingest_assets)

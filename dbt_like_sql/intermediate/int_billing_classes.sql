@@ -12,8 +12,10 @@ with billing as (
 
 matched as (
 
+    -- one row per piece (a scale set's row is split between its instances there: the first names it)
     select day, source, source_row, hostname, match_rule from {{ ref('int_billing_nodes') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
+    qualify row_number() over (partition by day, source, source_row order by hostname) = 1
 
 ),
 

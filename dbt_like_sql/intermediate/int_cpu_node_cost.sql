@@ -5,43 +5,14 @@
 -- hours, and a pod pays requested units x hours. A pod of a known request belongs to the request's
 -- team and lane; another pod to the team owning its namespace (lane '(namespace)'); else to nobody,
 -- and what nobody requested (the node's idle part) stays shared cost.
-with days as (
+with nodes as (
 
-    select * from {{ ref('int_build_days') }}
-
-),
-
-source as (
-
-    select *, coalesce(day, cast(snapshot_at as date)) as snapshot_day
-    from {{ source('raw_nodes') }}
-    where coalesce(day, cast(snapshot_at as date))
-        between {{ var('day_from') }}::date - cast({{ var('node_snapshot_max_age_days') }} as integer)
-        and {{ var('day_to') }}::date
-
-),
-
-chosen as (
-
-    -- the snapshot day each built day uses (the rule of stg_nodes)
-    select d.day, max(s.snapshot_day) as snapshot_day
-    from days as d
-    inner join (select distinct snapshot_day from source) as s
-        on s.snapshot_day <= d.day
-        and s.snapshot_day >= d.day - cast({{ var('node_snapshot_max_age_days') }} as integer)
-    group by d.day
-
-),
-
-nodes as (
-
-    select c.day, s.node as hostname, s.provider_key, s.alt_provider_key, s.cpu_capacity,
-           s.memory_capacity / 1073741824.0 as memory_gib
-    from chosen as c
-    inner join source as s on s.snapshot_day = c.snapshot_day
-    where coalesce(nullif(s.gpu_capacity, 0), s.gpu_count_label, 0) = 0 and coalesce(s.mig_devices, 0) = 0
-      and s.cpu_capacity > 0 and s.memory_capacity > 0
-    qualify row_number() over (partition by c.day, s.node order by s.snapshot_at desc, s.source, s.source_row) = 1
+    -- CPU nodes of the inventory (stg_nodes' snapshot rule), with their capacity
+    select day, node as hostname, provider_key, alt_provider_key, cpu_capacity,
+           memory_capacity / 1073741824.0 as memory_gib
+    from {{ ref('stg_nodes') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+      and not has_gpus and cpu_capacity > 0 and memory_capacity > 0
 
 ),
 

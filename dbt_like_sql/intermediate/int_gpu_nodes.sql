@@ -19,7 +19,7 @@ with busy as (
 inventory as (
 
     select * from {{ ref('stg_nodes') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }} and has_gpus
 
 ),
 

@@ -3,7 +3,8 @@
 -- to count here); it is listed per request in unpriced_requests (and per pod or node in
 -- reconciliation_exceptions). The same pod-day costs as fct_gpu_cost_by_request, summed over days,
 -- plus the CPU node time of the request's pods (int_cpu_node_cost, by their CPU and memory
--- requests): cost = gpu_cost + cpu_cost, both measured.
+-- requests) and the volumes they mounted (int_volume_cost, by mount time): cost = gpu_cost +
+-- cpu_cost + storage_cost, all measured (nothing distributed).
 with priced as (
 
     select * from {{ ref('int_pod_gpu_hours') }}
@@ -41,11 +42,19 @@ gpu as (
 
 ),
 
-cpu as (
+by_use as (
 
-    select request_id, currency, min(day) as first_day, max(day) as last_day, sum(cost) as cpu_cost
-    from {{ ref('int_cpu_node_cost') }}
-    where owner_rule = 'request'
+    select
+        request_id, currency, min(day) as first_day, max(day) as last_day,
+        coalesce(sum(cost) filter (where part = 'cpu'), 0) as cpu_cost,
+        coalesce(sum(cost) filter (where part = 'storage'), 0) as storage_cost
+    from (
+        select request_id, currency, day, cost, 'cpu' as part from {{ ref('int_cpu_node_cost') }}
+        where owner_rule = 'request'
+        union all
+        select request_id, currency, day, cost, 'storage' from {{ ref('int_volume_cost') }}
+        where owner_rule = 'request'
+    )
     group by request_id, currency
 
 ),
@@ -63,10 +72,11 @@ final as (
         coalesce(g.used_gpu_hours, 0.0) as used_gpu_hours,
         coalesce(g.cost, 0) as gpu_cost,
         coalesce(c.cpu_cost, 0) as cpu_cost,
-        coalesce(g.cost, 0) + coalesce(c.cpu_cost, 0) as cost,
+        coalesce(c.storage_cost, 0) as storage_cost,
+        coalesce(g.cost, 0) + coalesce(c.cpu_cost, 0) + coalesce(c.storage_cost, 0) as cost,
         coalesce(g.failed_attempt_cost, 0) as failed_attempt_cost
     from gpu as g
-    full outer join cpu as c on c.request_id = g.request_id and c.currency = g.currency
+    full outer join by_use as c on c.request_id = g.request_id and c.currency = g.currency
 
 )
 

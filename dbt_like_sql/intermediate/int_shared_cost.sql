@@ -3,7 +3,9 @@
 -- other adjustments, refunds of those), tax, credit, unused commitment; and the commitments' purchase
 -- fees at their BilledCost (their EffectiveCost is 0: the usage they cover carries them).
 -- Repeated rows and GPU instances no node explains are exceptions, not shared cost. The part of
--- CPU nodes' cost their pods requested (int_cpu_node_cost, a team found) is allocated, not shared.
+-- CPU nodes' cost their pods requested (int_cpu_node_cost, a team found) and volumes' cost by the pods
+-- that mounted them (int_volume_cost, a team found) are allocated, not shared; a volume's unmounted
+-- hours stay shared, named (unmounted_volume_cost).
 with billing as (
 
     select * from {{ ref('int_billing_classes') }}
@@ -44,14 +46,30 @@ cpu as (
 
 ),
 
+storage as (
+
+    select
+        day,
+        currency,
+        coalesce(sum(cost) filter (where team is not null), 0) as storage_allocated_cost,
+        coalesce(sum(cost) filter (where owner_rule = 'unmounted'), 0) as unmounted_volume_cost
+    from {{ ref('int_volume_cost') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+    group by day, currency
+
+),
+
 netted as (
 
     select
         s.* exclude (shared_gross),
-        s.shared_gross - coalesce(c.cpu_node_allocated_cost, 0) as shared_cost,
-        coalesce(c.cpu_node_allocated_cost, 0) as cpu_node_allocated_cost
+        s.shared_gross - coalesce(c.cpu_node_allocated_cost, 0) - coalesce(v.storage_allocated_cost, 0) as shared_cost,
+        coalesce(c.cpu_node_allocated_cost, 0) as cpu_node_allocated_cost,
+        coalesce(v.storage_allocated_cost, 0) as storage_allocated_cost,
+        coalesce(v.unmounted_volume_cost, 0) as unmounted_volume_cost
     from sums as s
     left join cpu as c on c.day = s.day and c.currency = s.currency
+    left join storage as v on v.day = s.day and v.currency = s.currency
 
 ),
 
@@ -62,7 +80,7 @@ final as (
         -- why the day's shared cost is negative or zero (NULL when positive)
         case
             when shared_cost < 0 and shared_credits = 0
-                then 'CPU nodes'' cost allocated by requests rounds above the day''s shared charges'
+                then 'CPU nodes'' and volumes'' cost allocated by use rounds above the day''s shared charges'
             when shared_cost < 0
                 then 'refunds (' || cast(shared_credits as varchar) || ' ' || currency
                     || ') exceed the day''s shared charges (' || cast(shared_charges as varchar) || ' ' || currency
@@ -71,8 +89,8 @@ final as (
                 then 'no shared billing rows on the day (only tax, credits or commitments)'
             when shared_cost = 0 and shared_credits < 0
                 then 'refunds cancel the day''s shared charges exactly: no net shared cost'
-            when shared_cost = 0 and cpu_node_allocated_cost <> 0
-                then 'all of the day''s shared charges were CPU node cost charged to the pods that requested it'
+            when shared_cost = 0 and (cpu_node_allocated_cost <> 0 or storage_allocated_cost <> 0)
+                then 'all of the day''s shared charges were CPU node or volume cost charged to the pods that used it'
             when shared_cost = 0 then 'the day''s shared billing rows cost nothing'
         end as reason
     from netted

@@ -10,8 +10,9 @@
 -- 'unreconciled' (a billed node without telemetry, GPU time on no admitted request in a namespace
 -- nobody owns, repeated billing rows, GPU instances no node explains) stays on an '(unreconciled)'
 -- row, whose unreconciled_limit (unreconciled_threshold x the day's effective + price-book cost) a
--- blocking check compares it with. A team's own pods without an admitted request (bypass) and CPU
--- nodes' cost by the pods' requests are charged to the team.
+-- blocking check compares it with. A team's own pods without an admitted request (bypass), CPU
+-- nodes' cost by the pods' requests and volumes' cost by the pods that mounted them are charged to
+-- the team (measured, not distributed).
 with policy_check as (
 
     select
@@ -38,7 +39,8 @@ allocated_parts as (
         sum(used_gpu_hours) as used_gpu_hours,
         sum(allocated_cost) as allocated_cost,
         false as bypass,
-        cast(0 as decimal(38, 6)) as cpu_cost
+        cast(0 as decimal(38, 6)) as cpu_cost,
+        cast(0 as decimal(38, 6)) as storage_cost
     from {{ ref('fct_gpu_cost_by_request') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by all
@@ -58,22 +60,29 @@ allocated_parts as (
         0.0 as used_gpu_hours,
         sum(cost) as allocated_cost,
         true as bypass,
-        cast(0 as decimal(38, 6)) as cpu_cost
+        cast(0 as decimal(38, 6)) as cpu_cost,
+        cast(0 as decimal(38, 6)) as storage_cost
     from {{ ref('int_unattributed_gpu_hours') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }} and bypass and cost is not null
     group by day, team, cost_center, site, currency
 
     union all
 
-    -- CPU nodes' cost by the pods' CPU and memory requests (a request's lane, or '(namespace)')
+    -- measured by use: CPU nodes' cost by the pods' CPU and memory requests, volumes' cost by the pods
+    -- that mounted them (a request's lane, or '(namespace)')
     select
         day, team, cost_center, site, lane, currency,
         0.0 as allocated_gpu_hours,
         0.0 as used_gpu_hours,
         cast(0 as decimal(38, 6)) as allocated_cost,
         false as bypass,
-        sum(cost) as cpu_cost
-    from {{ ref('int_cpu_node_cost') }}
+        sum(cost) filter (where part = 'cpu') as cpu_cost,
+        sum(cost) filter (where part = 'storage') as storage_cost
+    from (
+        select day, team, cost_center, site, lane, currency, cost, 'cpu' as part from {{ ref('int_cpu_node_cost') }}
+        union all
+        select day, team, cost_center, site, lane, currency, cost, 'storage' from {{ ref('int_volume_cost') }}
+    )
     where day between {{ var('day_from') }} and {{ var('day_to') }} and team is not null
     group by day, team, cost_center, site, lane, currency
 
@@ -87,7 +96,8 @@ allocated as (
         sum(used_gpu_hours) as used_gpu_hours,
         sum(allocated_cost) as allocated_cost,
         bool_or(bypass) as bypass,
-        sum(cpu_cost) as cpu_cost
+        sum(cpu_cost) as cpu_cost,
+        sum(storage_cost) as storage_cost
     from allocated_parts
     group by day, team, cost_center, site, lane, currency
 
@@ -233,7 +243,7 @@ distributed as (
     -- the largest row of each day and currency absorbs the rounding remainder: shares sum to the pool
     select
         day, team, cost_center, site, lane, currency, bypass,
-        allocated_gpu_hours, used_gpu_hours, allocated_cost, cpu_cost,
+        allocated_gpu_hours, used_gpu_hours, allocated_cost, cpu_cost, storage_cost,
         idle_raw + case when rank_in_currency = 1 and sum(w_idle) over (partition by day, currency) > 0
             then idle_pool - sum(idle_raw) over (partition by day, currency) else 0 end as idle_cost,
         shared_raw + case when rank_in_currency = 1 and sum(w_shared) over (partition by day, currency) > 0
@@ -277,16 +287,17 @@ unallocated as (
 
 ),
 
-unused_commitment as (
+own_lines as (
 
-    -- a commitment's unused part (CommitmentDiscountStatus Unused): its own line, charged to no team
+    -- money charged to no team, each on its own row: a commitment's unused part (CommitmentDiscountStatus
+    -- Unused) and the day's unreconciled exception money, with the limit the blocking check compares
     select
-        p.day,
-        '(unused commitment)' as team,
-        '(unused commitment)' as cost_center,
-        '(unused commitment)' as site,
-        '(unused commitment)' as lane,
-        p.currency,
+        l.day,
+        l.line as team,
+        l.line as cost_center,
+        l.line as site,
+        l.line as lane,
+        l.currency,
         false as bypass,
         0.0 as allocated_gpu_hours,
         0.0 as used_gpu_hours,
@@ -295,38 +306,18 @@ unused_commitment as (
         cast(0 as decimal(18, 6)) as shared_cost,
         cast(0 as decimal(18, 6)) as tax_cost,
         cast(0 as decimal(18, 6)) as credit_cost,
-        p.unused_pool as unused_commitment_cost,
-        cast(0 as decimal(18, 6)) as unreconciled_cost,
-        cast(null as decimal(18, 6)) as unreconciled_limit
-    from pools as p
-    where p.unused_pool <> 0
-
-),
-
-unreconciled as (
-
-    select
-        e.day,
-        '(unreconciled)' as team,
-        '(unreconciled)' as cost_center,
-        '(unreconciled)' as site,
-        '(unreconciled)' as lane,
-        e.currency,
-        false as bypass,
-        0.0 as allocated_gpu_hours,
-        0.0 as used_gpu_hours,
-        cast(0 as decimal(18, 6)) as allocated_cost,
-        cast(0 as decimal(18, 6)) as idle_cost,
-        cast(0 as decimal(18, 6)) as shared_cost,
-        cast(0 as decimal(18, 6)) as tax_cost,
-        cast(0 as decimal(18, 6)) as credit_cost,
-        cast(0 as decimal(18, 6)) as unused_commitment_cost,
-        e.pool as unreconciled_cost,
-        cast(coalesce(c.cost, 0) * cast({{ var('unreconciled_threshold') }} as decimal(18, 6)) as decimal(18, 6))
-            as unreconciled_limit
-    from exceptions as e
-    left join day_cost as c on c.day = e.day and c.currency = e.currency
-    where e.pool <> 0
+        case when l.line = '(unused commitment)' then l.amount else 0 end as unused_commitment_cost,
+        case when l.line = '(unreconciled)' then l.amount else 0 end as unreconciled_cost,
+        case when l.line = '(unreconciled)' then cast(
+            coalesce(c.cost, 0) * cast({{ var('unreconciled_threshold') }} as decimal(18, 6)) as decimal(18, 6))
+        end as unreconciled_limit
+    from (
+        select day, currency, '(unused commitment)' as line, unused_pool as amount from pools
+        union all
+        select day, currency, '(unreconciled)', pool from exceptions
+    ) as l
+    left join day_cost as c on c.day = l.day and c.currency = l.currency
+    where l.amount <> 0
 
 ),
 
@@ -341,9 +332,7 @@ combined as (
     union all by name
     select * from unallocated
     union all by name
-    select * from unused_commitment
-    union all by name
-    select * from unreconciled
+    select * from own_lines
 
 ),
 
@@ -361,6 +350,7 @@ final as (
         c.used_gpu_hours,
         cast(c.allocated_cost as decimal(18, 6)) as allocated_cost,
         cast(coalesce(c.cpu_cost, 0) as decimal(18, 6)) as cpu_cost,
+        cast(coalesce(c.storage_cost, 0) as decimal(18, 6)) as storage_cost,
         cast(c.idle_cost as decimal(18, 6)) as idle_cost,
         cast(c.shared_cost as decimal(18, 6)) as shared_cost,
         cast(c.tax_cost as decimal(18, 6)) as tax_cost,
@@ -368,7 +358,7 @@ final as (
         cast(c.unused_commitment_cost as decimal(18, 6)) as unused_commitment_cost,
         cast(c.unreconciled_cost as decimal(18, 6)) as unreconciled_cost,
         cast(c.unreconciled_limit as decimal(18, 6)) as unreconciled_limit,
-        cast(c.allocated_cost + coalesce(c.cpu_cost, 0) + c.idle_cost + c.shared_cost + c.tax_cost + c.credit_cost
+        cast(c.allocated_cost + coalesce(c.cpu_cost, 0) + coalesce(c.storage_cost, 0) + c.idle_cost + c.shared_cost + c.tax_cost + c.credit_cost
              + c.unused_commitment_cost + c.unreconciled_cost as decimal(18, 6)) as total_cost,
         {{ var('idle_policy') }} as idle_policy,
         {{ var('shared_policy') }} as shared_policy,

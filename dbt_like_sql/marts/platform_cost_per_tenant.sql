@@ -20,6 +20,7 @@ final as (
         coalesce(sum(allocated_gpu_hours) filter (where bypass), 0.0) as bypass_gpu_hours,
         coalesce(sum(allocated_cost) filter (where bypass), 0) as bypass_cost,
         sum(cpu_cost) as cpu_cost,
+        sum(storage_cost) as storage_cost,
         sum(idle_cost) as idle_cost,
         sum(shared_cost) as shared_cost,
         sum(tax_cost) as tax_cost,

@@ -40,6 +40,8 @@ shared as (
         currency,
         sum(shared_cost) as shared_cost,
         sum(cpu_node_allocated_cost) as cpu_node_cost,
+        sum(storage_allocated_cost) as storage_cost,
+        sum(unmounted_volume_cost) as unmounted_volume_cost,
         sum(tax_cost) as tax_cost,
         sum(credit_cost) as credit_cost,
         sum(unused_commitment_cost) as unused_commitment_cost,
@@ -118,6 +120,8 @@ final as (
         coalesce(n.idle_cost, 0) as idle_cost,
         coalesce(s.shared_cost, 0) as shared_cost,
         coalesce(s.cpu_node_cost, 0) as cpu_node_cost,
+        coalesce(s.storage_cost, 0) as storage_cost,
+        coalesce(s.unmounted_volume_cost, 0) as unmounted_volume_cost,
         coalesce(s.tax_cost, 0) as tax_cost,
         coalesce(s.credit_cost, 0) as credit_cost,
         coalesce(s.unused_commitment_cost, 0) as unused_commitment_cost,
@@ -130,7 +134,7 @@ final as (
         -- every effective dollar is allocated, idle, shared, tax, credit, unused commitment or held back
         coalesce(b.effective_cost, 0)
             - (coalesce(n.allocated_cost, 0) + coalesce(bp.bypass_cost, 0) + coalesce(n.idle_cost, 0)
-               + coalesce(s.shared_cost, 0) + coalesce(s.cpu_node_cost, 0)
+               + coalesce(s.shared_cost, 0) + coalesce(s.cpu_node_cost, 0) + coalesce(s.storage_cost, 0)
                + coalesce(s.tax_cost, 0) + coalesce(s.credit_cost, 0) + coalesce(s.unused_commitment_cost, 0)
                + coalesce(e.unreconciled_billed_cost, 0))
             as difference

@@ -39,7 +39,7 @@ pods as (
     left join flavors as f on f.flavor_name = p.flavor_name
     left join {{ ref('stg_request_metadata') }} as m on m.request_id = p.request_id
     left join {{ ref('stg_requests') }} as r on r.request_id = p.request_id
-    left join {{ ref('stg_nodes') }} as n on n.day = p.day and n.node = p.hostname
+    left join {{ ref('stg_nodes') }} as n on n.day = p.day and n.node = p.hostname and n.has_gpus
     where p.day between {{ var('day_from') }} and {{ var('day_to') }}
 
 ),
@@ -51,7 +51,7 @@ host_pools as (
            coalesce(min(p.node_pool), min(n.node_pool), 'unknown') as node_pool
     from {{ ref('int_idle_capacity') }} as c
     left join pods as p on p.day = c.day and p.hostname = c.hostname
-    left join {{ ref('stg_nodes') }} as n on n.day = c.day and n.node = c.hostname
+    left join {{ ref('stg_nodes') }} as n on n.day = c.day and n.node = c.hostname and n.has_gpus
     where c.day between {{ var('day_from') }} and {{ var('day_to') }}
     group by c.day, c.hostname, c.capacity_gpu_hours
 

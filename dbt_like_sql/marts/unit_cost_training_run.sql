@@ -31,7 +31,11 @@ final as (
         c.failed_attempt_cost,
         c.gpu_cost,
         c.cpu_cost,
-        c.cost as cost_per_training_run
+        c.storage_cost,
+        c.cost as cost_per_training_run,
+        -- what the figure counts: every part is measured per pod; idle, shared, tax and credits are
+        -- distributed in chargeback only
+        'measured: gpu_cost, cpu_cost, storage_cost; distributed: none' as cost_parts
     from requests as r
     inner join cost as c on c.request_id = r.request_id
 

@@ -105,8 +105,8 @@ final as (
         lower(ResourceId) as resource_id,
         -- the provider identity (same rules as gpu_platform.finops.feeds.k8s_inventory.provider_key)
         case
-            when regexp_matches(lower(ResourceId), '^(aws://|arn:aws|i-)')
-                then nullif('aws:' || regexp_extract(lower(ResourceId), '(?:^|/)(i-[0-9a-z]+)$', 1), 'aws:')
+            when regexp_matches(lower(ResourceId), '^(aws://|arn:aws|i-|vol-)')
+                then nullif('aws:' || regexp_extract(lower(ResourceId), '(?:^|/)((?:i|vol)-[0-9a-z]+)$', 1), 'aws:')
             when starts_with(lower(ResourceId), '/subscriptions/') then 'azure:' || lower(ResourceId)
             when starts_with(lower(ResourceId), 'azure://') then 'azure:' || substr(lower(ResourceId), 9)
             when starts_with(lower(ResourceId), 'gce://') and len(string_split(substr(lower(ResourceId), 7), '/')) = 3
@@ -115,6 +115,11 @@ final as (
                 and regexp_matches(lower(ResourceId), 'projects/[^/]+/zones/[^/]+/instances/[^/]+$')
                 then 'gce:' || regexp_replace(lower(ResourceId), '^.*projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$',
                                               '\1/\2/\3')
+            when contains(lower(ResourceId), 'googleapis.com')
+                and regexp_matches(lower(ResourceId), 'projects/[^/]+/(zones|regions)/[^/]+/disks/[^/]+$')
+                then 'gce-disk:' || regexp_replace(lower(ResourceId),
+                                                   '^.*projects/([^/]+)/(?:zones|regions)/([^/]+)/disks/([^/]+)$',
+                                                   '\1/\2/\3')
             when regexp_matches(lower(ResourceId), '^[0-9]{10,}$') then 'gce-id:' || lower(ResourceId)
             when regexp_matches(lower(ResourceId), '^(oci://|ocid1\.instance)')
                 then nullif('oci:' || regexp_extract(lower(ResourceId), '(ocid1\.instance\.[0-9a-z._-]+)$', 1), 'oci:')

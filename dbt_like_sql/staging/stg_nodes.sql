@@ -1,5 +1,6 @@
--- GPU nodes of the cluster inventory per day: the day's latest snapshot of each node, or, for a day
--- without a snapshot, the newest earlier snapshot day no older than node_snapshot_max_age_days.
+-- Nodes of the cluster inventory per day (GPU nodes and CPU nodes, has_gpus tells them apart): the
+-- day's latest snapshot of each node, or, for a day without a snapshot, the newest earlier snapshot
+-- day no older than node_snapshot_max_age_days.
 with days as (
 
     select cast(d as date) as day
@@ -59,11 +60,13 @@ final as (
         cast(coalesce(nullif(gpu_capacity, 0), gpu_count_label, 0) as integer) as gpus,
         coalesce(mig_devices, 0) as mig_devices,
         mig_capacity,
+        coalesce(nullif(gpu_capacity, 0), gpu_count_label, 0) > 0 or coalesce(mig_devices, 0) > 0 as has_gpus,
+        cpu_capacity,
+        memory_capacity,
         taints,
         snapshot_day,
         snapshot_at
     from latest
-    where coalesce(nullif(gpu_capacity, 0), gpu_count_label, 0) > 0 or coalesce(mig_devices, 0) > 0
 
 )
 

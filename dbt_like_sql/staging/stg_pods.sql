@@ -33,6 +33,8 @@ final as (
         mig_requests,
         cpu_requests,
         memory_requests,
+        -- the PersistentVolumeClaims (in the pod's namespace) it mounts
+        coalesce(cast(from_json(volume_claims, '["VARCHAR"]') as varchar[]), []) as volume_claims,
         started_at,
         ended_at,
         lower(coalesce(phase, 'unknown')) = 'failed' as failed,

@@ -229,6 +229,8 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                 "idle",
                 "shared",
                 "cpu_nodes",
+                "storage",
+                "unmounted_volumes",
                 "tax",
                 "credit",
                 "unused_commitment",
@@ -256,7 +258,8 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
         (
             "Chargeback by team",
             data["chargeback_by_team"],
-            ["team", "cost_center", "currency", "allocated_cost", "bypass_cost", "cpu_cost", "idle_cost", "shared_cost",
+            ["team", "cost_center", "currency", "allocated_cost", "bypass_cost", "cpu_cost", "storage_cost", "idle_cost",
+             "shared_cost",
              "tax_cost", "credit_cost", "total_cost"],
         ),
     )

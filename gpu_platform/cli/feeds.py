@@ -1,7 +1,8 @@
 """`gpu-platform feeds ingest`: load one day's feeds into the warehouse and count every row.
 
     gpu-platform feeds ingest --day D [--dcgm PATH_OR_URL...] [--focus PATH...]
-        [--nodes PATH | --from-cluster] [--pods PATH | --from-cluster] [--warehouse FILE]
+        [--nodes PATH | --from-cluster] [--pods PATH | --from-cluster] [--volumes PATH | --from-cluster]
+        [--warehouse FILE]
         [--format table|json]
 
 Each file (or URL, or cluster read) is one loader source and one line of output: rows in,
@@ -11,8 +12,8 @@ here that belong to other days are not loaded for DAY but counted per day (`othe
 loaded with their own `--day`; loading the same file again, for the same or another day, replaces
 what it loaded for that day and never adds a second copy. With no input option at all, the saved
 feed files of the day under `$GPU_PLATFORM_HOME/feeds/` are loaded (what the Dagster ingest
-assets do). `--from-cluster` reads the nodes and/or pods not given as files through the
-Kubernetes API (in-cluster config, else KUBECONFIG).
+assets do). `--from-cluster` reads the nodes, pods and PersistentVolumes not given as files
+through the Kubernetes API (in-cluster config, else KUBECONFIG).
 
 The warehouse is opened through `gpu_platform.finops.warehouse.connect`: while another process
 writes it, the command waits up to GPU_PLATFORM_WAREHOUSE_WAIT_S seconds (default 15), then
@@ -68,7 +69,12 @@ def feeds() -> None:
     "--pods", "pods_input", type=click.Path(dir_okay=False), help="`kubectl get pods -A -o json` output."
 )
 @click.option(
-    "--from-cluster", is_flag=True, help="Read nodes and pods (those not given as files) through the API."
+    "--volumes", "volumes_input", type=click.Path(dir_okay=False),
+    help="`kubectl get pv -o json` output (PersistentVolumes: which cloud volume backs each claim).",
+)
+@click.option(
+    "--from-cluster", is_flag=True,
+    help="Read nodes, pods and PersistentVolumes (those not given as files) through the API.",
 )
 @click.option(
     "--warehouse",
@@ -83,6 +89,7 @@ def ingest(
     focus_inputs: tuple[str, ...],
     nodes_input: str | None,
     pods_input: str | None,
+    volumes_input: str | None,
     from_cluster: bool,
     warehouse: str | None,
     fmt: str,
@@ -97,10 +104,11 @@ def ingest(
 
     path = Path(warehouse) if warehouse else default_warehouse()
     path.parent.mkdir(parents=True, exist_ok=True)
-    explicit = bool(dcgm_inputs or focus_inputs or nodes_input or pods_input or from_cluster)
+    explicit = bool(dcgm_inputs or focus_inputs or nodes_input or pods_input or volumes_input or from_cluster)
     missing = [
         p
-        for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input)
+        for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input,
+                  volumes_input)
         if p and not Path(p).exists()  # a FIFO or device is refused by name when read
     ]
     if missing:
@@ -135,6 +143,7 @@ def ingest(
                 ("focus", ing.load_focus_day(con, feeds_dir, day)),
                 ("nodes", ing.load_inventory_day(con, feeds_dir, day, "nodes")),
                 ("pods", ing.load_inventory_day(con, feeds_dir, day, "pods")),
+                ("volumes", ing.load_inventory_day(con, feeds_dir, day, "volumes")),
             ):
                 add(feed, str(feeds_dir / feed), report.rows_in, report.accepted, report.quarantined)
         for item in dcgm_inputs:
@@ -168,7 +177,7 @@ def ingest(
                 problems.append(f"--focus {item}: {reason}")
                 continue
             add("focus", source, loaded.file_rows_in, loaded.accepted, loaded.quarantined, dict(loaded.other_days))
-        for kind, given in (("nodes", nodes_input), ("pods", pods_input)):
+        for kind, given in (("nodes", nodes_input), ("pods", pods_input), ("volumes", volumes_input)):
             if given:
                 source = str(Path(given).resolve())
                 batch, _, reason = ing.read_feed_file(

@@ -48,9 +48,10 @@ DAGSTER_RULES: tuple[dict[str, Any], ...] = TEAM_RULES[:3]
 """In the Dagster namespace: what `K8sRunLauncher` needs for run Jobs."""
 
 INVENTORY_RULES: tuple[dict[str, Any], ...] = (
-    {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["nodes", "pods", "persistentvolumes"], "verbs": ["get", "list"]},
 )
-"""Cluster-wide, read only: the day's node and pod inventory (`raw_nodes`, `raw_pods`)."""
+"""Cluster-wide, read only: the day's node, pod and PersistentVolume inventory (`raw_nodes`,
+`raw_pods`, `raw_volumes`)."""
 
 
 @dataclass(frozen=True)

@@ -315,6 +315,14 @@ PROVIDER_FORMS = [
     ("ocid1.instance.oc1.iad.abc123", "oci:ocid1.instance.oc1.iad.abc123"),
     ("gpu-node-01", None),
     ("ocid1.volume.oc1.iad.abc", None),
+    # volumes (PersistentVolumes' cloud disks, billed as storage)
+    ("vol-00a1b2c3d4e5f60011", "aws:vol-00a1b2c3d4e5f60011"),
+    ("arn:aws:ec2:us-west-2:444455556666:volume/vol-00a1b2c3d4e5f60011", "aws:vol-00a1b2c3d4e5f60011"),
+    ("aws://us-west-2a/vol-00a1b2c3d4e5f60011", "aws:vol-00a1b2c3d4e5f60011"),
+    ("//compute.googleapis.com/projects/proj/zones/us-central1-a/disks/pvc-1234", "gce-disk:proj/us-central1-a/pvc-1234"),
+    ("//compute.googleapis.com/projects/proj/regions/us-central1/disks/pvc-5678", "gce-disk:proj/us-central1/pvc-5678"),
+    ("/subscriptions/S/resourceGroups/MC_rg/providers/Microsoft.Compute/disks/pvc-9abc",
+     "azure:/subscriptions/s/resourcegroups/mc_rg/providers/microsoft.compute/disks/pvc-9abc"),
 ]
 
 

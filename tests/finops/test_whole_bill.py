@@ -18,6 +18,12 @@ Pods (`kubectl get pods -A -o json`): three dagster-k8s step pods of admitted re
 the team's own pods in `team-perception` without a request id (4 GPUs 12-24 on each GPU node:
 48 x (12.29 + 4.91625 + 7.625) = 1,191.90), and a notebook in `research`, a namespace no team owns
 (1 GPU 00-06 on the spot node: 6 x 4.91625 = 29.4975).
+
+PersistentVolumes (`kubectl get pv -o json`): three of the gp3 volumes back claims: `train-data`
+(EBS CSI, mounted by req-train-1's GPU pod 00-12 and its CPU step 00-02, then by a team sweep pod
+12-24), `label-cache` (in-tree `awsElasticBlockStore`, the label pod all day) and the replay pod's
+generic ephemeral `scratch` volume (00-12; unmounted 12-24); the mapping team's NFS volume has no
+bill. The fourth gp3 volume (the CPU node's root disk) is no PV and stays shared.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ def cpu_node_cost(cores: float, gib: float, hours: float) -> D:
 MAPPING_CPU = cpu_node_cost(8, 32, 24)  # the mapping team's preprocessing pod, all day
 TRAIN_CPU = cpu_node_cost(4, 8, 2)  # req-train-1's CPU step, 00-02
 CPU_ALLOCATED = MAPPING_CPU + TRAIN_CPU
+# gp3 5.46 a day each: train-data 00-02 shared by two pods, 02-12 the GPU pod, 12-24 the sweep pod
+TRAIN_VOL, PREP_VOL, SWEEP_VOL = D("2.5025"), D("0.2275"), D("2.73")
+LABEL_VOL, REPLAY_VOL, UNMOUNTED_VOL = D("5.46"), D("2.73"), D("2.73")
+STORAGE_ALLOCATED = TRAIN_VOL + PREP_VOL + SWEEP_VOL + LABEL_VOL + REPLAY_VOL
 
 REQUESTS = [
     dict(request_id="req-train-1", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
@@ -131,7 +141,7 @@ def built(tmp_path_factory):
     dcgm_history(dcgm)
     ingest = run(runner, env, "feeds", "ingest", "--day", DAY, "--focus", str(BILL), "--dcgm", str(dcgm),
                  "--nodes", str(FIX / "kubectl-get-nodes.json"), "--pods", str(FIX / "kubectl-get-pods.json"),
-                 "--format", "json")
+                 "--volumes", str(FIX / "kubectl-get-pv.json"), "--format", "json")
     assert ingest.exit_code == 0, ingest.output
     # the correction's charge period is the 27th: it is loaded (and priced) under its own day
     prev = run(runner, env, "feeds", "ingest", "--day", PREV, "--focus", str(BILL), "--format", "json")
@@ -177,7 +187,7 @@ def test_billed_and_effective_totals_equal_the_invoice(built):
     assert D(day["effective"]) + D(prev["effective"]) == INVOICE
     for t in (day, prev):
         parts = sum(D(t[k]) for k in ("billed_allocated_cost", "billed_bypass_cost", "billed_idle_cost", "shared",
-                                      "cpu_nodes", "tax", "credit", "unused_commitment", "unreconciled"))
+                                      "cpu_nodes", "storage", "tax", "credit", "unused_commitment", "unreconciled"))
         assert parts == D(t["effective"]) and D(t["difference"]) == 0
         assert D(t["chargeback_total"]) == D(t["effective"]) + D(t["price_book"])
 
@@ -196,7 +206,7 @@ def test_committed_gpus_cost_their_effective_rate_and_the_purchase_is_not_counte
     # the plan's fee is in the billed total, never in shared cost: storage, egress and the CPU node's
     # part its pods did not request are
     assert D(t["commitment_purchases"]) == D("1536.00") and D(t["billed_minus_effective"]) == 0
-    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80") - CPU_ALLOCATED
+    assert D(t["shared"]) == D("16.65") + D("19.3536") + D("46.80") - CPU_ALLOCATED - STORAGE_ALLOCATED
     classes = dict(q(built["wh"], "select billing_class, sum(effective_cost) from int_billing_classes where day = $d "
                                   "group by 1", {"d": DAY}))
     assert classes["commitment_purchase"] == 0 and classes["unused_commitment"] == D("72.000000")
@@ -215,7 +225,7 @@ def test_tax_and_credits_are_distributed_like_shared_cost_in_their_own_columns(b
     ((tax, credit, shared),) = q(built["wh"], """
         select sum(tax_cost), sum(credit_cost), sum(shared_cost) from chargeback
         where day = $d and team not like '(%'""", {"d": DAY})
-    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600") - CPU_ALLOCATED)
+    assert (tax, credit, shared) == (D("310.250000"), D("-400.000000"), D("82.803600") - CPU_ALLOCATED - STORAGE_ALLOCATED)
     # proportional to allocated cost, like shared cost
     by_team = {team: (a, s, x) for team, a, s, x in q(built["wh"], """
         select team, sum(allocated_cost), sum(shared_cost), sum(tax_cost) from chargeback
@@ -223,7 +233,7 @@ def test_tax_and_credits_are_distributed_like_shared_cost_in_their_own_columns(b
     alloc = sum(a for a, _, _ in by_team.values())
     for a, s, x in by_team.values():
         assert abs(x - D("310.25") * a / alloc) < D("0.00001")
-        assert abs(s - (D("82.8036") - CPU_ALLOCATED) * a / alloc) < D("0.00001")
+        assert abs(s - (D("82.8036") - CPU_ALLOCATED - STORAGE_ALLOCATED) * a / alloc) < D("0.00001")
 
 
 def test_the_correction_reprices_its_own_day(built):
@@ -358,9 +368,11 @@ def test_a_training_runs_cpu_step_is_in_its_unit_cost_and_holds_no_gpu(built):
     # the CPU pod of req-train-1 is not one of its GPU pods: its GPU cost is the GPU pod's alone
     pods = q(built["wh"], "select pod from int_pods where request_id = 'req-train-1'")
     assert pods == [("dagster-step-1a2b3c4d5e6f-train",)]
-    ((gpu, cpu, cost),) = q(built["wh"], "select gpu_cost, cpu_cost, cost_per_training_run from unit_cost_training_run "
-                                         "where request_id = 'req-train-1'")
-    assert (gpu, cpu, cost) == (D("1179.840000"), TRAIN_CPU, D("1179.840000") + TRAIN_CPU)
+    ((gpu, cpu, storage, cost, parts),) = q(built["wh"], """
+        select gpu_cost, cpu_cost, storage_cost, cost_per_training_run, cost_parts from unit_cost_training_run
+        where request_id = 'req-train-1'""")
+    assert (gpu, cpu, storage) == (D("1179.840000"), TRAIN_CPU, TRAIN_VOL + PREP_VOL)
+    assert cost == gpu + cpu + storage and parts.startswith("measured: gpu_cost, cpu_cost, storage_cost")
     ((row,),) = q(built["wh"], "select cpu_cost from chargeback where day = $d and team = 'perception' "
                                "and lane = 'candidate_train'", {"d": DAY})
     assert row == TRAIN_CPU
@@ -369,7 +381,8 @@ def test_a_training_runs_cpu_step_is_in_its_unit_cost_and_holds_no_gpu(built):
 def test_the_table_report_shows_every_home(built):
     res = CliRunner().invoke(main, ["cost", "report", "--day", DAY], env={**built["env"], "COLUMNS": "300"})
     assert res.exit_code == 0, res.output
-    for column in ("effective", "bypass", "cpu_nodes", "tax", "credit", "unused_commitment", "bypass_cost", "cpu_cost"):
+    for column in ("effective", "bypass", "cpu_nodes", "storage", "unmounted_volumes", "tax", "credit",
+                   "unused_commitment", "bypass_cost", "cpu_cost", "storage_cost"):
         assert column in res.output, column
 
 
@@ -386,3 +399,40 @@ def test_a_raw_table_without_effective_cost_is_priced_at_billed_cost():
         select p.node_cost, r.billed_cost, r.effective_cost from int_node_hour_prices as p, reconciliation as r
         where p.hostname = 'gpu-a'""").fetchall()
     assert cost == D("777.600000") and billed == effective == D("837.600000")
+
+
+def test_volume_cost_is_allocated_to_the_pods_that_mounted_each_claim(built):
+    rows = q(built["wh"], """
+        select volume, namespace, pod, team, lane, owner_rule, mounted_hours, hours_share, cost
+        from int_volume_cost where day = $d order by volume, pod""", {"d": DAY})
+    got = {(r[2]): (r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows}
+    assert got == {
+        # train-data: 00-02 two pods share each hour, then one pod at a time
+        "dagster-step-1a2b3c4d5e6f-train": ("perception", "candidate_train", "request", 12.0, 11.0, TRAIN_VOL),
+        "dagster-step-1a2b3c4d5e6f-prep": ("perception", "candidate_train", "request", 2.0, 1.0, PREP_VOL),
+        "perception-sweep-0": ("perception", "(namespace)", "namespace", 12.0, 12.0, SWEEP_VOL),
+        # label-cache, an in-tree awsElasticBlockStore volume (aws://ZONE/vol-...)
+        "dagster-step-2b3c4d5e6f7a-label": ("labeling", "labeler_batch", "request", 24.0, 24.0, LABEL_VOL),
+        # the replay pod's generic ephemeral volume: claim <pod>-scratch, unmounted after 12:00
+        "dagster-step-3c4d5e6f7a8b-replay": ("safety", "release_eval", "request", 12.0, 12.0, REPLAY_VOL),
+        "(unmounted)": (None, None, "unmounted", 0.0, 0.0, UNMOUNTED_VOL),
+    }
+    # a volume's parts add up to its bill; the NFS volume has none, the CPU node's root disk is no PV
+    per_volume = dict(q(built["wh"], "select resource_id, sum(cost) from int_volume_cost where day = $d group by 1",
+                        {"d": DAY}))
+    assert per_volume == {f"vol-00a1b2c3d4e5f600{n}": D("5.460000") for n in (11, 12, 13)}
+    t = totals(built)
+    assert D(t["storage"]) == STORAGE_ALLOCATED and D(t["unmounted_volumes"]) == UNMOUNTED_VOL
+    by_lane = dict(((team, lane), c) for team, lane, c in q(built["wh"], """
+        select team, lane, storage_cost from chargeback where day = $d and storage_cost <> 0""", {"d": DAY}))
+    assert by_lane == {("perception", "candidate_train"): TRAIN_VOL + PREP_VOL,
+                       ("perception", "(namespace)"): SWEEP_VOL, ("labeling", "labeler_batch"): LABEL_VOL,
+                       ("safety", "release_eval"): REPLAY_VOL}
+    ((tenant,),) = q(built["wh"], "select storage_cost from platform_cost_per_tenant where day = $d "
+                                  "and team = 'perception'", {"d": DAY})
+    assert tenant == TRAIN_VOL + PREP_VOL + SWEEP_VOL
+
+
+def test_the_volumes_feed_counts_every_item(built):
+    (line,) = [r for r in built["ingest"]["feeds"] if r["feed"] == "volumes"]
+    assert (line["rows_in"], line["accepted"], line["quarantined"]) == (4, 4, 0)

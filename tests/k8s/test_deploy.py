@@ -101,7 +101,7 @@ def test_rbac_grants_what_the_gate_and_executor_need_and_nothing_else(tree) -> N
     assert _allowed(dagster, "kueue.x-k8s.io", "workloads") == set()
     (cluster,) = [r for (ns, kind), r in roles.items() if kind == "ClusterRole"]
     assert all(set(r["verbs"]) <= {"get", "list"} for r in cluster["rules"])  # no cluster-wide write
-    assert {res for r in cluster["rules"] for res in r["resources"]} == {"nodes", "pods"}
+    assert {res for r in cluster["rules"] for res in r["resources"]} == {"nodes", "pods", "persistentvolumes"}
 
 
 def test_the_instance_configmap_is_a_postgres_k8s_instance(tree, tmp_path) -> None:

@@ -684,10 +684,21 @@ def load_focus_day(
 
 
 INVENTORY_SUFFIXES = (".json",)
+INVENTORY_KINDS = {"nodes": "Node", "pods": "Pod", "volumes": "PersistentVolume"}
+"""Inventory feeds (`feeds/<kind>/<day>/*.json`) and the Kubernetes kind each lists:
+`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl get pv -o json`."""
+
+
+def _inventory_parser(kind: str):
+    from gpu_platform.finops.feeds import k8s_inventory
+
+    return {"nodes": k8s_inventory.parse_nodes, "pods": k8s_inventory.parse_pods,
+            "volumes": k8s_inventory.parse_volumes}[kind]
 
 
 def read_inventory_file(kind: str, path: Path, source: str, snapshot_at: datetime | None = None) -> FeedBatch:
-    """One `kubectl get nodes -o json` / `kubectl get pods -A -o json` file (`kind`: nodes | pods),
+    """One `kubectl get nodes -o json` / `kubectl get pods -A -o json` / `kubectl get pv -o json`
+    file (`kind`: nodes | pods | volumes),
     read by the same bounded reader as a saved DCGM answer: a regular file only (a FIFO or device
     is refused without blocking), at most `INVENTORY_JSON_LIMITS` bytes, strict UTF-8, JSON nested
     at most 64 levels with no duplicate keys. A file that fails any of these, or is not a v1
@@ -700,7 +711,7 @@ def read_inventory_file(kind: str, path: Path, source: str, snapshot_at: datetim
     text = decode_utf8(read_bytes(path, INVENTORY_JSON_LIMITS.max_bytes), source)
     doc = load_json_text(text, source, INVENTORY_JSON_LIMITS)
     at = snapshot_at or datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
+    parse = _inventory_parser(kind)
     try:
         return parse(doc, source=source, snapshot_at=at)
     except k8s_inventory.InventoryError as exc:
@@ -709,12 +720,12 @@ def read_inventory_file(kind: str, path: Path, source: str, snapshot_at: datetim
 
 
 def load_inventory_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, kind: str) -> IngestReport:
-    """Load every `feeds/<kind>/<day>/*.json` snapshot (`kind`: nodes | pods) under `day`, in one
+    """Load every `feeds/<kind>/<day>/*.json` snapshot (`kind`: nodes | pods | volumes) under `day`, in one
     transaction. A file that cannot be read as a whole (a link out of the folder, truncated or
     not JSON, nested too deep, over the size limit, not a NodeList/PodList) is quarantined as a
     file with its reason (`raw_feed_file_quarantine`) and the day's other files load, as for
     DCGM and FOCUS; bad items of a good file are quarantined as rows."""
-    if kind not in ("nodes", "pods"):
+    if kind not in INVENTORY_KINDS:
         raise ValueError(f"unknown inventory kind {kind!r}")
     report = IngestReport()
     parts: list[tuple[str, FeedBatch]] = []
@@ -741,14 +752,13 @@ def load_inventory_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, k
 
 
 def load_inventory_from_cluster(con: duckdb.DuckDBPyConnection, day: date, kind: str, api=None) -> tuple[str, IngestReport]:
-    """Read nodes or pods through the Kubernetes API (`kubernetes` client) and load them under `day`
+    """Read nodes, pods or PersistentVolumes through the Kubernetes API (`kubernetes` client) and load them under `day`
     as one source `cluster:<kind>` (a re-run of the day replaces that day's snapshot)."""
     from gpu_platform.finops.feeds import k8s_inventory
 
-    doc = k8s_inventory.read_cluster("Node" if kind == "nodes" else "Pod", api=api)
+    doc = k8s_inventory.read_cluster(INVENTORY_KINDS[kind], api=api)
     source = f"cluster:{kind}"
-    parse = k8s_inventory.parse_nodes if kind == "nodes" else k8s_inventory.parse_pods
-    batch = parse(doc, source=source)
+    batch = _inventory_parser(kind)(doc, source=source)
     stats = load_batch(con, kind, batch, source=source, day=day)  # type: ignore[arg-type]
     report = IngestReport()
     report.add(batch, stats.accepted, stats.quarantined)

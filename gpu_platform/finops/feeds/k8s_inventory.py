@@ -13,7 +13,14 @@ capacity, taints. GPU counts for pricing come from here (DESIGN: never from samp
 Pods: namespace, name, uid, node, phase, the request id the k8s executor sets (annotation
 `gpu-platform.io/request-id` verbatim, else the label of the same name), team / lane labels,
 GPU and MIG requests summed over containers (limits when requests are absent), start (status
-`startTime`) and end (latest container `finishedAt`, only for a pod in `Succeeded`/`Failed`).
+`startTime`) and end (latest container `finishedAt`, only for a pod in `Succeeded`/`Failed`), and
+the PersistentVolumeClaims it mounts (`spec.volumes[].persistentVolumeClaim.claimName`; a generic
+ephemeral volume is the claim `<pod>-<volume>` Kubernetes creates for it).
+
+PersistentVolumes (`kubectl get pv -o json`): name, the claim bound to it (`spec.claimRef`), storage
+class, capacity, and the cloud volume behind it (`spec.csi.volumeHandle`, or the in-tree
+`awsElasticBlockStore.volumeID` / `gcePersistentDisk.pdName` / `azureDisk.diskURI`) reduced to the
+key a FOCUS `ResourceId` of that volume reduces to (:func:`volume_key`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ RAW_NODES = "raw_nodes"
 RAW_NODES_QUARANTINE = "raw_nodes_quarantine"
 RAW_PODS = "raw_pods"
 RAW_PODS_QUARANTINE = "raw_pods_quarantine"
+RAW_VOLUMES = "raw_volumes"
+RAW_VOLUMES_QUARANTINE = "raw_volumes_quarantine"
 
 NODE_SCHEMA: dict[str, pl.DataType] = {
     "snapshot_at": UTC_TS,
@@ -83,13 +92,38 @@ POD_SCHEMA: dict[str, pl.DataType] = {
     "started_at": UTC_TS,
     "ended_at": UTC_TS,
     "labels": pl.String(),
+    "volume_claims": pl.String(),
     "source": pl.String(),
     "source_row": pl.Int32(),
 }
 """Columns of `raw_pods`; `labels` is JSON text (sorted keys). `cpu_requests` (cores) and
 `memory_requests` (bytes): the pod's effective requests as the scheduler counts them (the sum over
 containers, or the largest init container's when larger; a container's limit when it sets no
-request), NULL when no container asks for any."""
+request), NULL when no container asks for any. `volume_claims`: JSON list of the names of the
+PersistentVolumeClaims (in the pod's namespace) it mounts, sorted; NULL when none."""
+
+VOLUME_SCHEMA: dict[str, pl.DataType] = {
+    "snapshot_at": UTC_TS,
+    "volume": pl.String(),
+    "uid": pl.String(),
+    "phase": pl.String(),
+    "claim_namespace": pl.String(),
+    "claim_name": pl.String(),
+    "storage_class": pl.String(),
+    "capacity_bytes": pl.Float64(),
+    "driver": pl.String(),
+    "volume_handle": pl.String(),
+    "provider": pl.String(),
+    "volume_key": pl.String(),
+    "created_at": UTC_TS,
+    "labels": pl.String(),
+    "source": pl.String(),
+    "source_row": pl.Int32(),
+}
+"""Columns of `raw_volumes` (one row per PersistentVolume observed). `driver`: the CSI driver or
+the in-tree plugin (`kubernetes.io/aws-ebs`, ...); `volume_handle`: the cloud volume id as the PV
+gives it; `volume_key`: that id reduced by :func:`volume_key` (NULL for a volume no bill names:
+NFS, hostPath, local)."""
 
 QUARANTINE_SCHEMA = FOCUS_QUARANTINE_SCHEMA
 """`raw_nodes_quarantine` / `raw_pods_quarantine`: source, source_row (item number), raw, reason."""
@@ -106,8 +140,9 @@ GKE_INSTANCE_ID = "container.googleapis.com/instance_id"
 """Annotation GKE puts on a node: the Compute Engine numeric instance id (a billing ResourceId form)."""
 LABEL_RUN_ID = "dagster/run-id"
 
-_AWS_INSTANCE = re.compile(r"(?:^|/)(i-[0-9a-z]+)$")
+_AWS_INSTANCE = re.compile(r"(?:^|/)((?:i|vol)-[0-9a-z]+)$")
 _GCE_PATH = re.compile(r"projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$")
+_GCE_DISK = re.compile(r"projects/([^/]+)/(?:zones|regions)/([^/]+)/disks/([^/]+)$")
 _OCID = re.compile(r"(ocid1\.instance\.[0-9a-z._-]+)$")
 
 
@@ -124,6 +159,9 @@ def provider_key(identity: str | None) -> tuple[str | None, str | None]:
     | GCP | `gce://P/Z/N`, `//compute.googleapis.com/projects/P/zones/Z/instances/N`, `https://www.googleapis.com/compute/v1/projects/P/zones/Z/instances/N` | `gce:p/z/n` |
     | GCP numeric id | `1234567890123` (ResourceId) / the node's `container.googleapis.com/instance_id` | `gce-id:1234567890123` |
     | OCI | `oci://ocid1.instance...`, `ocid1.instance...` | `oci:ocid1.instance...` |
+    | AWS EBS volume | `vol-0abc`, `arn:aws:ec2:R:A:volume/vol-0abc`, `aws://us-east-1b/vol-0abc` | `aws:vol-0abc` |
+    | GCP disk | `//compute.googleapis.com/projects/P/zones/Z/disks/D` (or `regions/R`) | `gce-disk:p/z/d` |
+    | Azure disk | `/subscriptions/.../providers/Microsoft.Compute/disks/D` (any case) | `azure:` + lower-case path |
 
     Anything else is (None, None); dbt_like_sql/staging/stg_focus_billing.sql applies the same
     rules in SQL (tests check the two agree).
@@ -131,7 +169,7 @@ def provider_key(identity: str | None) -> tuple[str | None, str | None]:
     if not identity:
         return None, None
     s = identity.strip().lower()
-    if s.startswith("aws://") or s.startswith("arn:aws") or s.startswith("i-"):
+    if s.startswith("aws://") or s.startswith("arn:aws") or s.startswith("i-") or s.startswith("vol-"):
         m = _AWS_INSTANCE.search(s)
         return ("aws", f"aws:{m.group(1)}") if m else ("aws", None)
     if s.startswith("azure://") or s.startswith("/subscriptions/"):
@@ -143,11 +181,31 @@ def provider_key(identity: str | None) -> tuple[str | None, str | None]:
     m = _GCE_PATH.search(s)
     if m and ("googleapis.com" in s):
         return "gce", f"gce:{m.group(1)}/{m.group(2)}/{m.group(3)}"
+    m = _GCE_DISK.search(s)
+    if m and ("googleapis.com" in s):
+        return "gce", f"gce-disk:{m.group(1)}/{m.group(2)}/{m.group(3)}"
     if s.isdigit() and len(s) >= 10:
         return "gce", f"gce-id:{s}"
     if s.startswith("oci://") or s.startswith("ocid1.instance"):
         m = _OCID.search(s)
         return ("oci", f"oci:{m.group(1)}") if m else ("oci", None)
+    return None, None
+
+
+def volume_key(handle: str | None) -> tuple[str | None, str | None]:
+    """(provider, key) of a PersistentVolume's cloud volume id, the key :func:`provider_key` gives
+    the same volume's FOCUS `ResourceId`: an EBS CSI handle `vol-0abc` or in-tree `aws://ZONE/vol-0abc`
+    -> `aws:vol-0abc`; a GCE PD CSI handle `projects/P/zones/Z/disks/D` -> `gce-disk:p/z/d`; an
+    Azure disk id `/subscriptions/.../disks/D` -> `azure:` + the lower-case path. Anything else
+    (an NFS path, a local volume, an unknown driver's handle) is (None, None)."""
+    if not handle:
+        return None, None
+    s = handle.strip()
+    if s.lower().startswith("projects/"):
+        s = "//compute.googleapis.com/" + s
+    provider, key = provider_key(s)
+    if key and (key.startswith(("aws:vol-", "gce-disk:")) or "/providers/microsoft.compute/disks/" in key):
+        return provider, key
     return None, None
 
 
@@ -365,6 +423,7 @@ def _pod_row(item: Any) -> dict[str, Any]:
     if started is not None and ended is not None and ended < started:
         raise _Bad(f"status: finishedAt {ended.isoformat()} before startTime {started.isoformat()}")
     node = spec.get("nodeName")
+    claims = _volume_claims(spec, name)
     return {
         "namespace": namespace,
         "pod": name,
@@ -381,6 +440,83 @@ def _pod_row(item: Any) -> dict[str, Any]:
         "memory_requests": memory,
         "started_at": started,
         "ended_at": ended,
+        "labels": _json(labels),
+        "volume_claims": json.dumps(claims) if claims else None,
+    }
+
+
+def _volume_claims(spec: Mapping[str, Any], pod: str) -> list[str]:
+    """Names of the PersistentVolumeClaims the pod mounts: `persistentVolumeClaim.claimName`, and
+    for a generic ephemeral volume the claim `<pod>-<volume>` Kubernetes creates for it."""
+    volumes = spec.get("volumes") or []
+    if not isinstance(volumes, list):
+        raise _Bad("spec.volumes: expected a list")
+    claims: set[str] = set()
+    for i, v in enumerate(volumes):
+        if not isinstance(v, Mapping):
+            raise _Bad(f"spec.volumes[{i}]: expected an object")
+        pvc = v.get("persistentVolumeClaim")
+        if pvc is not None:
+            claim = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+            if not isinstance(claim, str) or not claim:
+                raise _Bad(f"spec.volumes[{i}].persistentVolumeClaim.claimName: missing")
+            claims.add(claim)
+        elif v.get("ephemeral") is not None:
+            vname = v.get("name")
+            if not isinstance(vname, str) or not vname:
+                raise _Bad(f"spec.volumes[{i}].name: missing")
+            claims.add(f"{pod}-{vname}")
+    return sorted(claims)
+
+
+_IN_TREE = (
+    ("awsElasticBlockStore", "volumeID", "kubernetes.io/aws-ebs"),
+    ("gcePersistentDisk", "pdName", "kubernetes.io/gce-pd"),
+    ("azureDisk", "diskURI", "kubernetes.io/azure-disk"),
+)
+
+
+def _volume_row(item: Any) -> dict[str, Any]:
+    meta, labels, _annotations, spec, status = _object_parts(item, "PersistentVolume")
+    claim = spec.get("claimRef") or {}
+    if not isinstance(claim, Mapping):
+        raise _Bad("spec.claimRef: expected an object")
+    for field in ("namespace", "name"):
+        if claim.get(field) is not None and not isinstance(claim.get(field), str):
+            raise _Bad(f"spec.claimRef.{field}: expected a string")
+    capacity = spec.get("capacity") or {}
+    if not isinstance(capacity, Mapping):
+        raise _Bad("spec.capacity: expected a map")
+    driver = handle = None
+    csi = spec.get("csi")
+    if csi is not None:
+        if not isinstance(csi, Mapping) or not isinstance(csi.get("volumeHandle"), str) or not csi.get("volumeHandle"):
+            raise _Bad("spec.csi.volumeHandle: missing")
+        driver, handle = csi.get("driver"), csi["volumeHandle"]
+    else:
+        for plugin, field, name in _IN_TREE:
+            source = spec.get(plugin)
+            if source is None:
+                continue
+            value = source.get(field) if isinstance(source, Mapping) else None
+            if not isinstance(value, str) or not value:
+                raise _Bad(f"spec.{plugin}.{field}: missing")
+            driver, handle = name, value
+            break
+    provider, key = volume_key(handle)
+    return {
+        "volume": meta["name"],
+        "uid": meta.get("uid"),
+        "phase": status.get("phase"),
+        "claim_namespace": claim.get("namespace") or None,
+        "claim_name": claim.get("name") or None,
+        "storage_class": spec.get("storageClassName") if isinstance(spec.get("storageClassName"), str) else None,
+        "capacity_bytes": _resource(capacity.get("storage"), "spec.capacity.storage"),
+        "driver": driver if isinstance(driver, str) else None,
+        "volume_handle": handle,
+        "provider": provider,
+        "volume_key": key,
+        "created_at": _ts(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
         "labels": _json(labels),
     }
 
@@ -415,8 +551,14 @@ def parse_pods(data: bytes | str | Mapping[str, Any], source: str, snapshot_at: 
     return _parse(data, source, "Pod", POD_SCHEMA, _pod_row, snapshot_at)
 
 
+def parse_volumes(data: bytes | str | Mapping[str, Any], source: str, snapshot_at: datetime | None = None) -> FeedBatch:
+    """`kubectl get pv -o json` (or a PersistentVolumeList) -> `raw_volumes` rows; bad items quarantined."""
+    return _parse(data, source, "PersistentVolume", VOLUME_SCHEMA, _volume_row, snapshot_at)
+
+
 def read_cluster(kind: str, api: Any = None, page_size: int = 500) -> dict[str, Any]:
-    """`NodeList` / `PodList` (all namespaces) from the API, as the JSON kubectl prints.
+    """`NodeList` / `PodList` (all namespaces) / `PersistentVolumeList` from the API, as the JSON
+    kubectl prints (`kind`: Node | Pod | PersistentVolume).
 
     `api`: a `kubernetes.client.CoreV1Api`; by default one from the in-cluster config, else
     `KUBECONFIG` / `~/.kube/config`. Pages through `limit` / `continue`.
@@ -427,7 +569,9 @@ def read_cluster(kind: str, api: Any = None, page_size: int = 500) -> dict[str, 
         from gpu_platform.cluster.client import api_client
 
         api = client.CoreV1Api(api_client())
-    fetch = api.list_node if kind == "Node" else api.list_pod_for_all_namespaces
+    method = {"Node": "list_node", "Pod": "list_pod_for_all_namespaces",
+              "PersistentVolume": "list_persistent_volume"}[kind]
+    fetch = getattr(api, method)
     items: list[Any] = []
     token = None
     while True:

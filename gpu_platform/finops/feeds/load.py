@@ -30,6 +30,9 @@ from gpu_platform.finops.feeds.k8s_inventory import (
     RAW_NODES_QUARANTINE,
     RAW_PODS,
     RAW_PODS_QUARANTINE,
+    RAW_VOLUMES,
+    RAW_VOLUMES_QUARANTINE,
+    VOLUME_SCHEMA,
 )
 from gpu_platform.finops.feeds.schemas import (
     DCGM_HOURLY_SCHEMA,
@@ -46,7 +49,7 @@ from gpu_platform.finops.feeds.schemas import (
     FeedBatch,
 )
 
-Feed = Literal["dcgm", "focus", "nodes", "pods"]
+Feed = Literal["dcgm", "focus", "nodes", "pods", "volumes"]
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,15 @@ _TABLES: dict[str, dict[str, pl.DataType]] = {
     RAW_NODES_QUARANTINE: QUARANTINE_SCHEMA,
     RAW_PODS: POD_SCHEMA,
     RAW_PODS_QUARANTINE: QUARANTINE_SCHEMA,
+    RAW_VOLUMES: VOLUME_SCHEMA,
+    RAW_VOLUMES_QUARANTINE: QUARANTINE_SCHEMA,
 }
 _FEEDS: dict[str, tuple[str, str]] = {
     "dcgm": (RAW_DCGM_SAMPLES, RAW_DCGM_QUARANTINE),
     "focus": (RAW_FOCUS_BILLING, RAW_FOCUS_QUARANTINE),
     "nodes": (RAW_NODES, RAW_NODES_QUARANTINE),
     "pods": (RAW_PODS, RAW_PODS_QUARANTINE),
+    "volumes": (RAW_VOLUMES, RAW_VOLUMES_QUARANTINE),
 }
 _NOT_NULL = {
     RAW_DCGM_SAMPLES: {"ts", "metric", "value", "source", "source_line"},
@@ -105,6 +111,8 @@ _NOT_NULL = {
     RAW_NODES_QUARANTINE: {"source", "reason"},
     RAW_PODS: {"namespace", "pod", "snapshot_at", "source", "source_row"},
     RAW_PODS_QUARANTINE: {"source", "reason"},
+    RAW_VOLUMES: {"volume", "snapshot_at", "source", "source_row"},
+    RAW_VOLUMES_QUARANTINE: {"source", "reason"},
 }
 
 

@@ -1,7 +1,7 @@
 """Raw tables the cost models read, and the request-ledger snapshot loader.
 
 `raw_requests` / `raw_pod_requests` are owned here: the request ledger exports into them with
-`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` / `raw_nodes` / `raw_pods` belong to the feed loaders
+`load_ledger_snapshot`. `raw_dcgm_samples` / `raw_focus_billing` / `raw_nodes` / `raw_pods` / `raw_volumes` belong to the feed loaders
 (`gpu_platform.finops.feeds`); `ensure_raw_tables` creates them with the loader's DDL only when they are
 missing, so the models can build on a fresh warehouse.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gpu_platform.finops.feeds.k8s_inventory import RAW_NODES, RAW_PODS
+from gpu_platform.finops.feeds.k8s_inventory import RAW_NODES, RAW_PODS, RAW_VOLUMES
 from gpu_platform.finops.feeds.load import rollup_dcgm_samples, table_ddl
 from gpu_platform.finops.feeds.schemas import (
     DCGM_SAMPLE_SCHEMA,
@@ -113,10 +113,12 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(ddl)
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
-    for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS):
+    for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS, RAW_VOLUMES):
         if table not in present:
             con.execute(table_ddl(table))
             con.execute(f"alter table {table} alter column day drop not null")
+    # a pod table written before the inventory read volumes: no pod mounts a known claim
+    con.execute(f"alter table {RAW_PODS} add column if not exists volume_claims varchar")
     if RAW_DCGM_HOURLY not in present and RAW_DCGM_SAMPLES in present:
         columns = {r[0] for r in con.execute(
             "select column_name from information_schema.columns where table_name = $t and table_schema = 'main'",

@@ -87,13 +87,16 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
         # billed: BilledCost of every FOCUS piece of the day (the invoice); effective: their
         # EffectiveCost (amortized), which chargeback distributes; allocated / idle: all priced GPU
         # nodes (billed and price book); shared / tax / credit / unused_commitment: the day's other
-        # homes (docs/finops.md); unreconciled: exception money charged to no team
+        # homes (docs/finops.md); cpu_nodes / storage: CPU nodes and volumes charged to the pods that
+        # used them (measured); unmounted_volumes: the part of shared that volumes cost while no pod
+        # mounted them; unreconciled: exception money charged to no team
         out["totals"] = _rows(con, """
             select r.currency, r.billed_cost as billed, r.effective_cost as effective,
                    r.billed_minus_effective, r.commitment_purchase_billed as commitment_purchases,
                    r.allocated_cost as billed_allocated_cost, r.bypass_cost as billed_bypass_cost,
                    r.idle_cost as billed_idle_cost, coalesce(i.idle, 0) as idle, r.shared_cost as shared,
-                   r.cpu_node_cost as cpu_nodes, r.tax_cost as tax, r.credit_cost as credit, r.unused_commitment_cost as unused_commitment,
+                   r.cpu_node_cost as cpu_nodes, r.storage_cost as storage,
+                   r.unmounted_volume_cost as unmounted_volumes, r.tax_cost as tax, r.credit_cost as credit, r.unused_commitment_cost as unused_commitment,
                    r.unreconciled_cost as unreconciled, r.price_book_cost as price_book, r.chargeback_total,
                    r.charged_to_teams, r.exceptions, r.correction_rows, r.difference,
                    r.billed_cost, r.effective_cost, r.shared_cost, r.price_book_cost
@@ -152,7 +155,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     if "platform_cost_per_tenant" in have:
         out["chargeback_by_team"] = _rows(con, """
             select team, cost_center, currency, allocated_gpu_hours, allocated_cost, bypass_gpu_hours, bypass_cost,
-                   cpu_cost, idle_cost, shared_cost, tax_cost, credit_cost, total_cost
+                   cpu_cost, storage_cost, idle_cost, shared_cost, tax_cost, credit_cost, total_cost
             from platform_cost_per_tenant where day = $day order by currency, total_cost desc, team""", {"day": d})
     return out
 
