@@ -117,7 +117,9 @@ _NOT_NULL = {
 
 
 # The rollup of busy samples (see DCGM_HOURLY_SCHEMA). `{rows}` is one of two fixed relation names
-# (the staged batch or raw_dcgm_samples), never a user value; the day comes in as a parameter.
+# (the staged batch or raw_dcgm_samples), `{day}` the `day` column or the `$day` parameter, `{where}`
+# empty or a fixed clause on `$first`/`$last`, `{distinct}` one of the two fixed expressions below:
+# never a user value; values come in as named parameters.
 _ROLLUP_SELECT = """
     SELECT
         date_trunc('hour', ts) AS hour,
@@ -130,7 +132,7 @@ _ROLLUP_SELECT = """
         pod,
         min(model_name) AS model_name,
         count(*) AS samples,
-        count(DISTINCT epoch_us(ts)) AS distinct_ts,  -- on the integer: ~2.5x cheaper than on the timestamp
+        {distinct} AS distinct_ts,
         -- the staging busy rule per sample: GPU_UTIL / 100, clamped to 1, rounded to 1e-6 (half away
         -- from zero, as decimal(9, 6)); whole micro-units summed as doubles are exact below 2^53
         CAST(sum(round(least(CASE WHEN metric = 'DCGM_FI_DEV_GPU_UTIL' THEN value / 100.0 ELSE value END, 1.0)
@@ -144,7 +146,47 @@ _ROLLUP_SELECT = """
       {where}
     GROUP BY ALL
 """
+# Distinct timestamps without a hash set per group: the seconds of the hour that hold a sample, as
+# a 3,600-bit bitmap per group (450 bytes, however many samples). When every sample has a second of
+# its own, the count of set bits equals the samples and every timestamp is distinct; a group with
+# two samples in one second (a repeat, or sampling faster than 1 Hz) is recounted exactly.
+_SECONDS_SET = (
+    "bit_count(bitstring_agg(CAST((epoch_ms(ts) - epoch_ms(date_trunc('hour', ts))) // 1000 AS INTEGER), 0, 3599))"
+)
+_EXACT_DISTINCT = "count(DISTINCT epoch_us(ts))"  # on the integer: ~2.5x cheaper than on the timestamp
+_ROLLUP_KEYS = ("hour", "metric", "hostname", "gpu", "gpu_instance_id", "namespace", "pod", "source", "day")
 _ROLLUP_COLUMNS = ", ".join(f'"{c}"' for c in [*DCGM_HOURLY_SCHEMA, "day"])
+_ROLLUP_STAGE = "_dcgm_rollup"
+_ROLLUP_EXACT = "_dcgm_rollup_exact"
+
+
+def _insert_rollup(con: duckdb.DuckDBPyConnection, rows: str, day: str, where: str, params: dict) -> None:
+    """Append the rollup of ``rows`` (filtered by ``where``) to ``raw_dcgm_hourly``, in the
+    caller's transaction. One pass over the samples; groups holding two samples in one second
+    of their hour (none, on a 15 s feed) take a second pass restricted to them."""
+    key_hash = "hash(" + ", ".join(_ROLLUP_KEYS) + ")"
+    sample_hash = "hash(date_trunc('hour', ts), " + ", ".join(_ROLLUP_KEYS[1:-1]) + f", {day})"
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE {_ROLLUP_STAGE} AS "
+        + _ROLLUP_SELECT.format(rows=rows, day=day, where=where, distinct=_SECONDS_SET),
+        params,
+    )
+    crowded = f"SELECT {key_hash} FROM {_ROLLUP_STAGE} WHERE distinct_ts < samples"
+    if con.execute(f"SELECT count(*) FROM ({crowded})").fetchall()[0][0]:
+        exact_where = f"{where} AND {sample_hash} IN ({crowded})"
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {_ROLLUP_EXACT} AS "
+            + _ROLLUP_SELECT.format(rows=rows, day=day, where=exact_where, distinct=_EXACT_DISTINCT),
+            params,
+        )
+        same = " AND ".join(f"r.{k} IS NOT DISTINCT FROM e.{k}" for k in _ROLLUP_KEYS)
+        con.execute(
+            f"UPDATE {_ROLLUP_STAGE} AS r SET distinct_ts = e.distinct_ts FROM {_ROLLUP_EXACT} AS e "
+            f"WHERE r.distinct_ts < r.samples AND {same}"
+        )
+        con.execute(f"DROP TABLE {_ROLLUP_EXACT}")
+    con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) SELECT {_ROLLUP_COLUMNS} FROM {_ROLLUP_STAGE}")
+    con.execute(f"DROP TABLE {_ROLLUP_STAGE}")
 
 
 def rollup_dcgm_samples(
@@ -159,16 +201,15 @@ def rollup_dcgm_samples(
     ``days=None`` only."""
     with _connection(database) as con:
         con.execute(table_ddl(RAW_DCGM_HOURLY))
-        where = "" if days is None else "AND day BETWEEN ? AND ?"
-        params = [] if days is None else [days[0], days[1]]
+        where = "" if days is None else "AND day BETWEEN $first AND $last"
+        params = {} if days is None else {"first": days[0], "last": days[1]}
         con.execute("BEGIN TRANSACTION")
         try:
             if days is None:
                 con.execute(f"DELETE FROM {RAW_DCGM_HOURLY}")
             else:
-                con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE day BETWEEN ? AND ?", params)
-            sql = _ROLLUP_SELECT.format(rows=RAW_DCGM_SAMPLES, day="day", where=where)
-            con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", params)
+                con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE day BETWEEN $first AND $last", params)
+            _insert_rollup(con, RAW_DCGM_SAMPLES, "day", where, params)
             n = con.execute(f"SELECT count(*) FROM {RAW_DCGM_HOURLY}").fetchall()[0][0]
             con.execute("COMMIT")
         except BaseException:
@@ -362,8 +403,7 @@ def load_batches(
                     # the hourly rollup of the same partitions, in the same transaction
                     con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE {where}", params)
                     if rows.height:
-                        sql = _ROLLUP_SELECT.format(rows="_incoming_rows", day="?::DATE", where="")
-                        con.execute(f"INSERT INTO {RAW_DCGM_HOURLY} ({_ROLLUP_COLUMNS}) {sql}", [day])
+                        _insert_rollup(con, "_incoming_rows", "CAST($day AS DATE)", "", {"day": day})
                 note_loaded(con, feed, day)
                 con.execute("COMMIT")
             except BaseException:
