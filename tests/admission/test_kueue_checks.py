@@ -133,9 +133,9 @@ def test_provisioning_covers_only_the_pools_that_scale_from_zero() -> None:
     cqs = {m["metadata"]["name"]: m["spec"] for m in manifests if m["kind"] == "ClusterQueue"}
     # training (min_nodes 1) is always up: incident response, all H100, lists no check
     assert "admissionChecksStrategy" not in cqs["incident-response"]
-    # candidate training: only its spot A100s scale from zero
+    # candidate training: its spot A100s and the L4s it may borrow scale from zero, its H100s do not
     assert cqs["candidate-train"]["admissionChecksStrategy"] == {
-        "admissionChecks": [{"name": PROVISIONING_CHECK, "onFlavors": ["a100-spot"]}]
+        "admissionChecks": [{"name": PROVISIONING_CHECK, "onFlavors": ["a100-spot", "l4-inference"]}]
     }
     scale_from_zero = {f.name for f in policy.flavors if f.node_pool in ("inference", "spot")}
     for spec in cqs.values():
