@@ -175,3 +175,10 @@ def test_the_simulator_gives_each_site_its_own_capacity(sites_policy, tmp_path: 
     # 16 spot A100s hold two 8-GPU jobs of pit-depot; the third waits though sfo-depot is idle
     assert {a.name for a in res.admitted} == {"pit-0", "pit-1", "free-0"}
     assert [p.name for p in res.pending] == ["pit-2"]
+
+
+def test_policy_check_lists_sites_and_each_lanes_check() -> None:
+    res = CliRunner().invoke(main, ["policy", "check", str(SITES)])
+    assert res.exit_code == 0, res.output
+    assert "site pit-depot: worker cluster via Secret multikueue-pit-depot; flavors a100-spot" in res.output
+    assert "admission check in incident_response: gpu-platform-sites-sfo-depot" in res.output

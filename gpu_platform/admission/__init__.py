@@ -1,5 +1,6 @@
 """Admission engine: Kueue's quota and preemption semantics, the platform's lane rules, readable
-reasons with queue positions, and the policy exported as Kueue manifests. Pure Python (no Dagster).
+reasons with queue positions, and the policy exported as Kueue manifests (`kueue_export.py`; the
+ProvisioningRequest and MultiKueue admission checks in `kueue_checks.py`). Pure Python (no Dagster).
 
 `schedule_cycle(state)` runs one cycle; `admit_until_stable(state)` runs cycles back to back (the
 gate); `preemption_targets(state, preemptor, flavor)` picks victims; `from_policy(...)` builds the
