@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import gc
 import heapq
+import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -51,7 +52,7 @@ from gpu_platform.admission.model import (
 )
 from gpu_platform.admission.nodes import placement_of, pod_shape
 from gpu_platform.admission.preemption import TargetSearch, get_targets
-from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot, usage_of
+from gpu_platform.admission.quota import FR, CohortNode, CQNode, Node, Snapshot, usage_of
 from gpu_platform.devices.sharing import is_gpu_resource
 
 _EPS = 1e-9
@@ -258,6 +259,7 @@ class _Engine:
         self.node_blocked: set[str] = set()
         # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
         self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
+        self._ends_cache: dict[tuple, dict[str, list[tuple[float, float]]]] = {}
 
     def _afs_key(self, name: str):
         """Kueue's queue order under Admission Fair Sharing: the LocalQueue's usage, then priority,
@@ -884,32 +886,40 @@ class _Engine:
 
     # -- reasons ----------------------------------------------------------------------------
     def _free_events(self, cq: CQNode, resource: str, flavors: frozenset[str]) -> tuple[list[float], list[float]]:
-        """When running work on `flavors` in the queue's cohort tree ends, and how much it frees."""
+        """When running work on `flavors` in the queue's cohort tree ends, and how much it frees
+        (ascending times, cumulative amounts)."""
         root = cq.root()
         key = (id(root), resource, flavors)
         hit = self._events_cache.get(key)
         if hit is None:
-            hit = self._events_cache[key] = self._free_events_uncached(cq, resource, flavors)
+            per = self._ends_by_flavor(root, cq, resource)
+            runs = [per[f] for f in flavors if f in per]
+            events = runs[0] if len(runs) == 1 else sorted(itertools.chain.from_iterable(runs))
+            hit = self._events_cache[key] = (
+                [t for t, _ in events],
+                list(itertools.accumulate(amount for _, amount in events)),
+            )
         return hit
 
-    def _free_events_uncached(
-        self, cq: CQNode, resource: str, flavors: frozenset[str]
-    ) -> tuple[list[float], list[float]]:
-        members = cq.root().subtree_cqs() if cq.parent is not None else [cq]  # type: ignore[union-attr]
-        events = []
-        for m in members:
-            for w in m.workloads.values():
-                if w.flavor in flavors and w.expected_duration_s is not None and w.name not in self.victims:
-                    amt = w.requests.get(resource, 0.0)
-                    if amt > 0:
-                        events.append((max(self.state.now, w.admitted_at + w.expected_duration_s), amt))
-        events.sort()
-        times = [t for t, _ in events]
-        cum, acc = [], 0.0
-        for _, amount in events:
-            acc += amount
-            cum.append(acc)
-        return times, cum
+    def _ends_by_flavor(self, root: Node, cq: CQNode, resource: str) -> dict[str, list[tuple[float, float]]]:
+        """Per flavor, the (end, amount) of the running work in the cohort tree, sorted: one pass
+        over the running workloads per tree, shared by every flavor set asked about."""
+        key = (id(root), resource, None)
+        hit = self._ends_cache.get(key)
+        if hit is None:
+            members = root.subtree_cqs() if isinstance(root, CohortNode) else [cq]
+            now, victims = self.state.now, self.victims
+            hit = {}
+            for m in members:
+                for w in m.workloads.values():
+                    if w.expected_duration_s is not None and w.name not in victims:
+                        amt = w.requests.get(resource, 0.0)
+                        if amt > 0:
+                            hit.setdefault(w.flavor, []).append((max(now, w.admitted_at + w.expected_duration_s), amt))
+            for events in hit.values():
+                events.sort()
+            self._ends_cache[key] = hit
+        return hit
 
     def pending_infos(self) -> list[PendingInfo]:
         """Reason, position, queue and estimated start for every workload still waiting.
@@ -1015,7 +1025,9 @@ def schedule_cycle(state: ClusterState) -> CycleResult:
     with _gc_paused():
         eng = _Engine(state)
         eng.cycle()
-        return eng.result()
+        res = eng.result()
+        eng.snap.release()
+        return res
 
 
 def admit_until_stable(state: ClusterState, max_cycles: int = 1000) -> CycleResult:
@@ -1027,7 +1039,9 @@ def admit_until_stable(state: ClusterState, max_cycles: int = 1000) -> CycleResu
         for _ in range(max_cycles):
             if not eng.cycle():
                 break
-        return eng.result()
+        res = eng.result()
+        eng.snap.release()
+        return res
 
 
 def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, max_cycles: int = 20) -> CycleResult:
@@ -1052,6 +1066,7 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
             eng = _Engine(cur, last_tried=carry.last_tried, parked=carry.parked, sticky=carry.sticky)
             eng.cycle()
             res = eng.result()
+            eng.snap.release()
             logs.append(CycleLog(tuple(res.admitted), tuple(res.preempted)))
             admitted_all.extend(res.admitted)
             preempted_all.extend(res.preempted)

@@ -312,14 +312,16 @@ class Preemption:
     condition: str = PREEMPTED
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PendingInfo:
     """Why a workload still waits. condition is Kueue's (QuotaReserved=False); reason_code one of
     Inadmissible, PendingPreemption, Pending, BudgetExhausted, TeamLimit. position is 1-based in its queue
     (priority desc, then created_at asc). estimated_start=None: no estimate possible.
     queue: where Kueue's queue manager keeps it: `active` (tried again next cycle) or
     `inadmissible` (a BestEffortFIFO head that could not be admitted, set aside until capacity
-    changes)."""
+    changes). Never mutated (change one with `dataclasses.replace`); not declared frozen because
+    a cycle builds one per waiting workload and a frozen dataclass's __init__ costs 10x more
+    (40 ms of a 10k-pending cycle, docs/BENCHMARKS.md)."""
 
     name: str
     cq: str

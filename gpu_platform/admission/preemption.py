@@ -224,8 +224,12 @@ def _from_cq(ctx: _Ctx, ccq: CQNode, lca: CohortNode | None, advantage: bool, ou
     policy = ctx.cq.spec.within_cluster_queue if same else ctx.cq.spec.reclaim_within_cohort
     if policy == NEVER:
         return
+    # by_priority ascends: past the preemptor's priority (LowerPriority: at it) nobody satisfies
+    # the policy, so the walk stops there
+    top = ctx.wl.priority
+    strict = policy == LOWER_PRIORITY
     for w in ccq.by_priority():
-        if policy != ANY and w.priority > ctx.wl.priority:
+        if policy != ANY and (w.priority > top or (strict and w.priority == top)):
             break
         v = _classify(ctx, w, ccq, advantage)
         if v != NEVER_V:

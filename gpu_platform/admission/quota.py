@@ -27,7 +27,7 @@ _ZERO_QUOTA = ResourceQuota("", "", 0.0)
 class Node:
     """A cluster queue or a cohort: quotas, subtree quota and usage per (flavor, resource)."""
 
-    __slots__ = ("name", "parent", "quotas", "subtree", "usage", "fair_weight", "is_cq", "_lendable")
+    __slots__ = ("name", "parent", "quotas", "subtree", "usage", "fair_weight", "is_cq", "_lendable", "lq")
 
     def __init__(self, name: str, quotas: Iterable[ResourceQuota], fair_weight: float, is_cq: bool):
         self.name = name
@@ -38,15 +38,27 @@ class Node:
         self.fair_weight = fair_weight
         self.is_cq = is_cq
         self._lendable: dict[str, float] | None = None
+        # local quota per (flavor, resource) with a lending limit, once the subtree quotas are final
+        self.lq: dict[FR, float] | None = None
 
     def quota(self, fr: FR) -> ResourceQuota:
         return self.quotas.get(fr, _ZERO_QUOTA)
 
     def local_quota(self, fr: FR) -> float:
+        lq = self.lq
+        if lq is not None:
+            return lq.get(fr, 0.0)
         q = self.quotas.get(fr)
         if q is not None and q.lending_limit is not None:
             return max(0.0, self.subtree.get(fr, 0.0) - q.lending_limit)
         return 0.0
+
+    def freeze_local_quota(self) -> None:
+        self.lq = {
+            fr: max(0.0, self.subtree.get(fr, 0.0) - q.lending_limit)
+            for fr, q in self.quotas.items()
+            if q.lending_limit is not None
+        }
 
     def local_available(self, fr: FR) -> float:
         return max(0.0, self.local_quota(fr) - self.usage.get(fr, 0.0))
@@ -200,10 +212,12 @@ def potential_available(node: Node, fr: FR) -> float:
 
 
 def add_usage(node: Node, fr: FR, v: float) -> None:
-    la = node.local_available(fr)
-    node.usage[fr] = node.usage.get(fr, 0.0) + v
-    if node.parent is not None and v > la:
-        add_usage(node.parent, fr, v - la)
+    u = node.usage.get(fr, 0.0)
+    node.usage[fr] = u + v
+    if node.parent is not None:
+        la = max(0.0, node.local_quota(fr) - u)
+        if v > la:
+            add_usage(node.parent, fr, v - la)
 
 
 def remove_usage(node: Node, fr: FR, v: float) -> None:
@@ -222,6 +236,17 @@ def quantities_fit_in_quota(node: Node, requests: Mapping[FR, float]) -> tuple[b
             fits = False
         remaining[fr] = max(0.0, v - node.local_available(fr))
     return fits, remaining
+
+
+def lendable(node: CohortNode) -> dict[str, float]:
+    """Kueue's calculateLendable: per resource, what the node could hold, over all flavors."""
+    if node._lendable is None:
+        root = node.root()
+        out: dict[str, float] = {}
+        for fr in root.subtree:
+            out[fr[1]] = out.get(fr[1], 0.0) + potential_available(node, fr)
+        node._lendable = out
+    return node._lendable
 
 
 class DRS:
@@ -268,11 +293,17 @@ def compare_drs(a: DRS, b: DRS) -> int:
     return (ka > kb) - (ka < kb)
 
 
-class Snapshot:
-    """The cohort forest, cluster queues and their admitted workloads, mutable within a cycle."""
+class _Skeleton:
+    """The static part of a Snapshot for one (cluster queues, cohorts, flavors): the cohort forest,
+    each node's quotas, subtree quotas and resource groups. Built once per distinct policy state
+    and copied (with empty usage) into every Snapshot of it, so a caller that asks the engine many
+    times about one policy (the simulator, a drain) does not rebuild the tree each time."""
+
+    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys")
 
     def __init__(self, state: ClusterState):
-        self.cohorts: dict[str, CohortNode] = {}
+        self.keys = (state.cluster_queues, state.cohorts, state.flavors)
+        cohorts: dict[str, CohortNode] = {}
         specs: dict[str, CohortSpec] = {}
         for c in state.cohorts:
             spec = CohortSpec(c) if isinstance(c, str) else c
@@ -284,34 +315,142 @@ class Snapshot:
             if spec.parent is not None and spec.parent not in specs:
                 specs[spec.parent] = CohortSpec(spec.parent)
         for name, spec in specs.items():
-            self.cohorts[name] = CohortNode(spec)
-        for node in self.cohorts.values():
+            cohorts[name] = CohortNode(spec)
+        for node in cohorts.values():
             p = node.spec.parent
             if p is not None:
-                node.parent = self.cohorts[p]
+                node.parent = cohorts[p]
                 node.parent.child_cohorts.append(node)
-        self.cqs: dict[str, CQNode] = {}
+        cqs: dict[str, CQNode] = {}
         for spec in state.cluster_queues:
             cq = CQNode(spec)
             if spec.cohort is not None:
-                cq.parent = self.cohorts[spec.cohort]
+                cq.parent = cohorts[spec.cohort]
                 cq.parent.child_cqs.append(cq)
-            self.cqs[spec.name] = cq
-        for node in self.cohorts.values():
+            cqs[spec.name] = cq
+        for node in cohorts.values():
             if node.parent is None:
                 _accumulate(node)
+        for node in [*cohorts.values(), *cqs.values()]:  # static: depends on quotas only
+            node.freeze_local_quota()
+        for node in cohorts.values():
+            lendable(node)
+        self.cohorts = cohorts
+        self.cqs = cqs
         self.flavors = {f.name: f for f in state.flavors}
         self.capacity: dict[FR, float] = {}
         for f in state.flavors:
             for r, v in (f.capacity or {}).items():
                 self.capacity[(f.name, r)] = v
+
+    def matches(self, state: ClusterState) -> bool:
+        k = self.keys
+        return k[0] is state.cluster_queues and k[1] is state.cohorts and k[2] is state.flavors
+
+    def copy(self) -> tuple[dict[str, CohortNode], dict[str, CQNode]]:
+        """Fresh nodes sharing the static dicts (never mutated) with empty usage and workloads."""
+        cohorts: dict[str, CohortNode] = {}
+        for name, src in self.cohorts.items():
+            n = CohortNode.__new__(CohortNode)
+            n.name, n.quotas, n.subtree, n.usage = src.name, src.quotas, src.subtree, {}
+            n.fair_weight, n.is_cq, n._lendable, n.spec = src.fair_weight, False, src._lendable, src.spec
+            n.lq = src.lq
+            n.child_cohorts, n.child_cqs, n.parent = [], [], None
+            cohorts[name] = n
+        for name, src in self.cohorts.items():
+            if src.parent is not None:
+                n = cohorts[name]
+                n.parent = cohorts[src.parent.name]
+                n.parent.child_cohorts.append(n)
+        cqs: dict[str, CQNode] = {}
+        for name, src in self.cqs.items():
+            c = CQNode.__new__(CQNode)
+            c.name, c.quotas, c.subtree, c.usage = src.name, src.quotas, src.subtree, {}
+            c.fair_weight, c.is_cq, c._lendable, c.spec = src.fair_weight, True, None, src.spec
+            c.lq = src.lq
+            c.workloads, c._plist, c._listed, c._seq = {}, [], {}, 0
+            c.groups, c.by_resource, c.covered = src.groups, src.by_resource, src.covered
+            c.parent = None
+            if src.parent is not None:
+                c.parent = cohorts[src.parent.name]
+                c.parent.child_cqs.append(c)
+            cqs[name] = c
+        return cohorts, cqs
+
+
+# The few policy states asked about lately (a simulator run, a gate tick's drain); entries hold
+# their key tuples, so an id is never reused while its entry lives.
+_SKELETONS: list[_Skeleton] = []
+_SKELETON_CACHE = 4
+
+
+def _skeleton(state: ClusterState) -> _Skeleton:
+    for i, sk in enumerate(_SKELETONS):
+        if sk.matches(state):
+            if i:
+                _SKELETONS.insert(0, _SKELETONS.pop(i))
+            return sk
+    sk = _Skeleton(state)
+    _SKELETONS.insert(0, sk)
+    del _SKELETONS[_SKELETON_CACHE:]
+    return sk
+
+
+class Snapshot:
+    """The cohort forest, cluster queues and their admitted workloads, mutable within a cycle."""
+
+    def __init__(self, state: ClusterState):
+        sk = _skeleton(state)
+        self.cohorts, self.cqs = sk.copy()
+        self.flavors = sk.flavors
+        self.capacity = sk.capacity
         self.total_usage: dict[FR, float] = {}
         self.nodes: NodeBook | None = NodeBook(state.nodes) if state.nodes else None
-        for wl in state.admitted:
-            self.add_workload(wl, place=False)
+        self._add_admitted(state.admitted)
         if self.nodes is not None:
             for wl in sorted(state.admitted, key=lambda w: w.placement is None):
                 self.nodes.place(wl)
+
+    def release(self) -> None:
+        """Break the tree's parent/child reference cycles once the snapshot is done with, so it is
+        freed at once rather than by the cyclic GC (a simulator makes one per engine call)."""
+        for node in self.cohorts.values():
+            node.child_cohorts = []
+            node.child_cqs = []
+
+    def _add_admitted(self, admitted: Iterable[Workload]) -> None:
+        """add_workload for each, in bulk: usage is summed per queue and added once per
+        (flavor, resource). Equivalent, since what a node passes to its parent,
+        max(0, usage - local quota) growth, telescopes over successive additions."""
+        cqs = self.cqs
+        sums: dict[str, dict[FR, float]] = {}
+        entries: dict[str, list[tuple[int, int, Workload]]] = {}
+        for wl in admitted:
+            cq = cqs.get(wl.cq)
+            if cq is None:
+                continue
+            cq.workloads[wl.name] = wl
+            if cq._listed.get(wl.name) is not wl:
+                cq._seq += 1
+                entries.setdefault(wl.cq, []).append((wl.priority, cq._seq, wl))
+                cq._listed[wl.name] = wl
+            acc = sums.get(wl.cq)
+            if acc is None:
+                acc = sums[wl.cq] = {}
+            rf = wl.resource_flavors
+            for r, v in wl.requests.items():
+                if v > 0:
+                    fr = ((rf.get(r, wl.flavor) if rf else wl.flavor), r)
+                    acc[fr] = acc.get(fr, 0.0) + v
+        for name, es in entries.items():
+            es.sort(key=lambda t: t[0])  # stable: (priority, insertion order), as put() keeps it
+            cqs[name]._plist = es
+        total = self.total_usage
+        for name, acc in sums.items():
+            cq = cqs[name]
+            for fr, v in acc.items():
+                add_usage(cq, fr, v)
+                total[fr] = total.get(fr, 0.0) + v
 
     # -- mutation -------------------------------------------------------------------------
     def add_usage(self, cq: CQNode, usage: Mapping[FR, float]) -> None:
@@ -400,14 +539,7 @@ class Snapshot:
         return True
 
     def lendable(self, node: CohortNode) -> dict[str, float]:
-        """Kueue's calculateLendable: per resource, what the node could hold, over all flavors."""
-        if node._lendable is None:
-            root = node.root()
-            out: dict[str, float] = {}
-            for fr in root.subtree:
-                out[fr[1]] = out.get(fr[1], 0.0) + potential_available(node, fr)
-            node._lendable = out
-        return node._lendable
+        return lendable(node)
 
     def drs(self, node: Node, plus: Mapping[FR, float] | None = None) -> DRS:
         if node.parent is None:

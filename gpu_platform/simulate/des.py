@@ -40,11 +40,12 @@ as never admitted.
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
-from gpu_platform.admission import Workload, admit_until_stable
+from gpu_platform.admission import ClusterState, Workload, admit_until_stable
 from gpu_platform.admission.model import (
     ANY,
     BUDGET_EXHAUSTED,
@@ -172,6 +173,11 @@ class _Sim:
         }
         self.cq_prios: dict[str, dict[int, int]] = {}
         self.fits_cache: dict[tuple, str | None] = {}
+        # the scenario's state as constructor arguments (dataclasses.replace costs twice as much)
+        self.base_kw = {f.name: getattr(scenario.base, f.name) for f in fields(scenario.base)}
+        # folded running workloads per (queue, flavor, priority), reused while the group is unchanged
+        self.group_ver: dict[tuple[str, str, int], int] = {}
+        self.folded: dict[tuple[str, str, int], tuple[int, Workload]] = {}
 
     @staticmethod
     def _shape(wl: Workload) -> tuple:
@@ -303,6 +309,7 @@ class _Sim:
 
     def _account(self, w: Workload, sign: int) -> None:
         g = (w.cq, w.flavor or "", w.priority)
+        self.group_ver[g] = self.group_ver.get(g, 0) + 1
         names = self.groups.setdefault(g, set())
         sums = self.group_sum.setdefault(g, {})
         if sign > 0:
@@ -364,18 +371,25 @@ class _Sim:
             if victim:
                 out.extend(self.running[n] for n in names)
             else:
-                out.append(
-                    Workload(
-                        name=f"~running:{cq}:{flavor}:{prio}",
-                        cq=cq,
-                        requests=dict(self.group_sum[g]),
-                        priority=prio,
-                        admitted_at=now,
-                        flavor=flavor,
-                        evidence=True,
-                        checkpointed=False,
+                # admitted_at is that of the group's last change: the engine reads it only to order
+                # victims and to estimate starts of work with an expected duration (neither applies)
+                ver = self.group_ver[g]
+                hit = self.folded.get(g)
+                if hit is None or hit[0] != ver:
+                    hit = self.folded[g] = (
+                        ver,
+                        Workload(
+                            name=f"~running:{cq}:{flavor}:{prio}",
+                            cq=cq,
+                            requests=dict(self.group_sum[g]),
+                            priority=prio,
+                            admitted_at=now,
+                            flavor=flavor,
+                            evidence=True,
+                            checkpointed=False,
+                        ),
                     )
-                )
+                out.append(hit[1])
         return tuple(out)
 
     def _bound(self, wl: Workload) -> bool:
@@ -479,7 +493,7 @@ class _Sim:
                     idx[r.job.job_id] = (r, sh, followers)
             if not pending:
                 break
-            state = replace(self.scn.base, admitted=self._admitted(pending, now), pending=tuple(pending), now=now)
+            state = ClusterState(**{**self.base_kw, "admitted": self._admitted(pending, now), "pending": tuple(pending), "now": now})
             res = admit_until_stable(state)
             self.calls += 1
             self.cycles += res.cycles
@@ -605,7 +619,19 @@ def simulate(
     if scenario.fast is not None:  # a baseline with its own event loop (no engine)
         return scenario.fast(scenario, jobs, tick)
     sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
-    start, end = sim.run()
+    # The trace's jobs and workloads live for the whole run: frozen out of the cyclic GC, the
+    # collections the engine's allocations trigger do not walk them again and again (that grew
+    # with the trace's length). The engine frees its snapshots by reference counting (it breaks
+    # their cycles), so young collections can be rare too.
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1_000)
+    try:
+        start, end = sim.run()
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
     for r in sim.runs:
         if r.state == "pending":
             r.reason = r.reason or "still pending when the trace ended"
