@@ -33,8 +33,14 @@ SLICE = ROOT / "tests" / "fixtures" / "simulate" / "elasticflow-cluster04-head20
 KUEUE = ROOT / "examples" / "simulate" / "kueue-baseline-generator.yaml"
 
 
-def tiled(n: int):
-    base = load_trace(SLICE, lane_map=load_lane_map(LANE_MAPS / "elasticflow.yaml")).jobs
+MIXES = {"light": "elasticflow", "preempting": "elasticflow-fleet"}
+"""Lane maps of the tiled slice: `light` (the ElasticFlow map: training lanes only, a few
+preemptions per 10k jobs) and `preempting` (the fleet map: incident and release shares that
+reclaim borrowed GPUs, ~5 preemptions per 1,000 jobs)."""
+
+
+def tiled(n: int, lane_map: str = "elasticflow"):
+    base = load_trace(SLICE, lane_map=load_lane_map(LANE_MAPS / f"{lane_map}.yaml")).jobs
     t0 = min(j.submit_ts for j in base)
     span = max(j.submit_ts for j in base) - t0 + 3600
     out = []
@@ -48,9 +54,9 @@ def tiled(n: int):
     return out
 
 
-def run_trace(name: str, n: int, capacity: float) -> dict:
+def run_trace(name: str, n: int, capacity: float, mix: str = "light") -> dict:
     pol = load_policy()
-    jobs = tiled(n)
+    jobs = tiled(n, MIXES[mix])
     scn = SCENARIOS[name](pol, capacity)
     w0, c0 = time.perf_counter(), time.process_time()
     res = simulate(scn, jobs)
@@ -59,6 +65,7 @@ def run_trace(name: str, n: int, capacity: float) -> dict:
     return {
         "benchmark": "simulate_trace",
         "scenario": name,
+        "mix": mix,
         "jobs": n,
         "capacity_gpus": capacity,
         "wall_s": round(wall, 2),
@@ -100,10 +107,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="12500,25000,50000,100000")
     ap.add_argument("--capacity", type=float, default=768)
     ap.add_argument("--baselines-at", type=int, default=100000, help="also run the baselines (fifo, fifo-backfill, fifo-flavors, strict) at this size (0: no)")
+    ap.add_argument("--preempting-at", type=int, default=100000, help="also run the policy on the preempting mix at this size (0: no)")
     ap.add_argument("--kueue-cohorts", default="5,10", help="Kueue baseline with these cohort counts (5 = the original)")
     args = ap.parse_args()
     for n in (int(x) for x in args.sizes.split(",") if x):
         print(json.dumps(run_trace("policy", n, args.capacity)), flush=True)
+    if args.preempting_at:
+        print(json.dumps(run_trace("policy", args.preempting_at, args.capacity, "preempting")), flush=True)
     if args.baselines_at:
         for name in ("fifo", "fifo-backfill", "fifo-flavors", "strict"):
             print(json.dumps(run_trace(name, args.baselines_at, args.capacity)), flush=True)
