@@ -13,16 +13,19 @@ The knobs (`discover`), all read from the policy itself, in the policy's own uni
 `--capacity` scaling):
 - per lane that has jobs in the trace, per whole-GPU quota row: `nominal_quota`,
   `borrowing_limit` and `lending_limit` (a limit at the flavor's capacity is written as no limit);
-- per such lane and whole-GPU flavor it has no row for: a borrow-only row (`nominal_quota: 0`)
-  with a borrowing limit, or no row (0); a job that names a GPU type still only gets that type;
+- per such lane and whole-GPU flavor it has no row for: a nominal quota of its own there (0: none)
+  and, without one, a borrow-only row (`nominal_quota: 0`) with a borrowing limit, or no row (0);
+  a job that names a GPU type still only gets that type;
 - per lane with jobs: `reclaim_within_cohort` (Never, LowerPriority, Any) and, where the lane has
   `borrow_within_cohort`, its `max_priority_threshold`;
 - per lane without jobs and per cohort, the `lending_limit` of its whole-GPU rows (what the
   trace's lanes may borrow from it).
 A candidate that fails policy validation is infeasible, with its first error recorded. The
-search is seeded with the input policy and with "lend idle" (every borrowing limit open,
-borrow-only rows open, reclaim `Any` for lanes with quota to take back), so the tuner can only
-improve on the input and starts from the structure that usually wins; TPE explores from there.
+search is seeded with the input policy, with "lend idle" (every borrowing limit open,
+borrow-only rows open, reclaim `Any` for lanes with quota to take back) and with "share by demand"
+(lend idle, each flavor's searched nominal quota split among the trace's lanes by their share of
+its GPU-hours, urgent lanes keeping theirs), so the tuner can only improve on the input and
+starts from the structures that usually win; TPE explores from there.
 The tuned policy is written by editing the input file in place (comments and order kept), so
 `policy.diff` shows exactly the knobs that moved.
 """
@@ -35,6 +38,7 @@ import io
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +49,10 @@ from gpu_platform.simulate.report import lane_report
 from gpu_platform.simulate.scenarios import SCENARIOS
 from gpu_platform.simulate.targets import BASELINE, judge
 from gpu_platform.simulate.trace import TraceJob
+from gpu_platform.units import parse_duration
 
 RECLAIM = ("Never", "LowerPriority", "Any")
+URGENT_WAIT = timedelta(hours=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +107,9 @@ def discover(raw: dict[str, Any], trace_lanes: Iterable[str]) -> list[Knob]:
             knobs.append(Knob(f"lanes.{lane}.{fl}.lending_limit", "limit", "lanes", lane, "lending_limit", fl, 0, cap))
         for fl, cap in caps.items():
             if fl not in rows:
+                # a row the lane lacks: its nominal quota (0: none of its own) and, without one,
+                # whether it may borrow there (a borrow-only row)
+                knobs.append(Knob(f"lanes.{lane}.{fl}.nominal_quota", "int", "lanes", lane, "nominal_quota", fl, 0, cap))
                 knobs.append(Knob(f"lanes.{lane}.{fl}.borrow_only", "row", "lanes", lane, "borrow_only", fl, 0, cap))
         if entry.get("cohort_name") is not None:
             knobs.append(Knob(f"lanes.{lane}.reclaim_within_cohort", "choice", "lanes", lane, "reclaim_within_cohort",
@@ -170,6 +179,37 @@ def lend_idle(raw: dict[str, Any], knobs: list[Knob]) -> dict[str, Any]:
     return out
 
 
+def demand_share(raw: dict[str, Any], knobs: list[Knob], jobs: Iterable[TraceJob]) -> dict[str, Any]:
+    """The "share by demand" seed: "lend idle", with each flavor's searched nominal quota (what the
+    trace's lanes hold there together; fixed rows stay as written) split among those lanes by
+    their share of the trace's GPU-hours (rounded down, the rest to the largest), so the lanes
+    that run most own most and borrow least. Urgent lanes (a `wait_p95` target of at most
+    `URGENT_WAIT`) keep the quota they reserve: their small demand is not what it is for."""
+    out = lend_idle(raw, knobs)
+    demand: dict[str, float] = {}
+    for j in jobs:
+        demand[j.lane] = demand.get(j.lane, 0.0) + j.gpus * j.duration_s
+    urgent = set()
+    for lane, entry in (raw.get("lanes") or {}).items():
+        wait = (entry.get("targets") or {}).get("wait_p95")
+        if wait is not None and parse_duration(wait) <= URGENT_WAIT:
+            urgent.add(lane)
+    by_flavor: dict[str, list[Knob]] = {}
+    for k in knobs:
+        if k.field == "nominal_quota" and k.scope == "lanes" and k.owner not in urgent:
+            by_flavor.setdefault(k.flavor or "", []).append(k)
+    for ks in by_flavor.values():
+        pool = sum(int(out[k.name]) for k in ks)
+        total = sum(demand.get(k.owner, 0.0) for k in ks)
+        if pool <= 0 or total <= 0:
+            continue
+        shares = {k.name: int(pool * demand.get(k.owner, 0.0) / total) for k in ks}
+        top = max(ks, key=lambda k: (demand.get(k.owner, 0.0), k.name))
+        shares[top.name] += pool - sum(shares.values())
+        out.update(shares)
+    return out
+
+
 def apply(doc: Any, knobs: list[Knob], values: dict[str, Any], new_map: Callable[[dict], Any] = dict) -> Any:
     """Write `values` into `doc` (a plain or a round-trip YAML mapping) in place; returns doc."""
     for k in knobs:
@@ -187,22 +227,21 @@ def apply(doc: Any, knobs: list[Knob], values: dict[str, Any], new_map: Callable
         elif k.kind == "row":
             quotas = entry.setdefault("quotas", [])
             q = _row_of(entry, k.flavor)  # type: ignore[arg-type]
+            if q is not None and (q.get("nominal_quota") or 0) > 0:
+                continue  # the lane got quota of its own there (its nominal knob): not borrow-only
             if int(v) <= 0:
-                if q is not None and q.get("nominal_quota", 0) == 0:
+                if q is not None:
                     quotas.remove(q)
                 continue
-            row: dict[str, Any] = {"flavor_name": k.flavor, "resource": GPU, "nominal_quota": 0}
-            if int(v) < k.high:
-                row["borrowing_limit"] = int(v)
             if q is None:
-                # after the lane's other whole-GPU rows, so flavors are tried in the file's order
-                at = max((i + 1 for i, r in enumerate(quotas) if r.get("resource", GPU) == GPU), default=0)
-                quotas.insert(at, new_map(row))
-            else:
-                q.pop("borrowing_limit", None)
-                q.update(row)
+                q = _new_row(entry, k.flavor, new_map)  # type: ignore[arg-type]
+            q.pop("borrowing_limit", None)
+            if int(v) < k.high:
+                q["borrowing_limit"] = int(v)
         else:
             q = _row_of(entry, k.flavor)  # type: ignore[arg-type]
+            if q is None and k.field == "nominal_quota" and int(v) > 0:
+                q = _new_row(entry, k.flavor, new_map)  # type: ignore[arg-type]
             if q is None:
                 continue
             if k.kind == "limit" and int(v) >= k.high:
@@ -216,6 +255,15 @@ def apply(doc: Any, knobs: list[Knob], values: dict[str, Any], new_map: Callable
             if isinstance(lend, int | float) and isinstance(nom, int | float) and lend > nom:
                 q["lending_limit"] = nom
     return doc
+
+
+def _new_row(entry: Any, flavor: str, new_map: Callable[[dict], Any]) -> Any:
+    """A whole-GPU row of `flavor` with no quota yet, after the lane's other whole-GPU rows (so
+    flavors are tried in the file's order)."""
+    quotas = entry.setdefault("quotas", [])
+    at = max((i + 1 for i, r in enumerate(quotas) if r.get("resource", GPU) == GPU), default=0)
+    quotas.insert(at, new_map({"flavor_name": flavor, "resource": GPU, "nominal_quota": 0}))
+    return quotas[at]
 
 
 def repair(raw: dict[str, Any], knobs: list[Knob], values: dict[str, Any]) -> dict[str, Any]:
@@ -371,7 +419,7 @@ def search(
     sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(10, max(2, trials // 4)))
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
     raw = problem.raw
-    for values in (current(raw, knobs), lend_idle(raw, knobs)):
+    for values in (current(raw, knobs), lend_idle(raw, knobs), demand_share(raw, knobs, problem.jobs)):
         study.enqueue_trial(values, skip_if_exists=True)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:

@@ -95,6 +95,54 @@ def test_repair_keeps_nominal_quotas_within_each_flavor(raw):
     assert any(fixed[n] < values[n] for n in values if n.endswith("nominal_quota"))
 
 
+def test_a_lane_may_get_quota_of_its_own_on_a_flavor_it_lacks(raw, tmp_path):
+    knobs = tune.discover(raw, TRACE_LANES)
+    names = {k.name for k in knobs}
+    # candidate training has no A100 row in the tight policy: its nominal there is a knob too
+    assert {"lanes.candidate_train.a100-spot.nominal_quota", "lanes.candidate_train.a100-spot.borrow_only"} <= names
+    values = tune.current(raw, knobs)
+    assert values["lanes.candidate_train.a100-spot.nominal_quota"] == 0  # the input: no row
+    values["lanes.candidate_train.a100-spot.nominal_quota"] = 4
+    values["lanes.candidate_train.a100-spot.borrow_only"] = 0  # ignored: the lane owns quota there now
+    values = tune.repair(raw, knobs, values)
+    out = tmp_path / "p.yaml"
+    out.write_text(tune.tuned_text(TIGHT.read_text(), knobs, values))
+    pol = load_policy(out)
+    cand = {q.flavor_name: q for q in pol.lanes["candidate_train"].quotas}
+    assert cand["a100-spot"].nominal_quota == 4
+    # the A100s still add up: the lane holding the most gave way
+    spot = sum(q.nominal_quota for lane in pol.lanes.values() for q in lane.quotas if q.flavor_name == "a100-spot")
+    assert spot <= next(f for f in pol.flavors if f.name == "a100-spot").capacity["nvidia.com/gpu"]
+
+
+def test_the_demand_seed_splits_quota_by_gpu_hours_and_keeps_urgent_lanes(raw):
+    knobs = tune.discover(raw, TRACE_LANES)
+    before = tune.current(raw, knobs)
+    jobs = [
+        TraceJob("a", 0.0, 3600.0, 8, "candidate_train"),
+        TraceJob("b", 0.0, 3600.0, 8, "candidate_train"),
+        TraceJob("c", 0.0, 3600.0, 8, "candidate_train"),
+        TraceJob("d", 0.0, 3600.0, 8, "research_best_effort"),
+        TraceJob("e", 0.0, 60.0, 1, "incident_response"),
+    ]
+    seed = tune.demand_share(raw, knobs, jobs)
+    fl = "h100-ondemand"
+    shared = [k for k in knobs if k.field == "nominal_quota" and k.flavor == fl
+              and k.owner not in ("incident_response", "release_eval")]
+    # what the sharing lanes hold together is kept, now 3:1 by GPU-hours (the rest to the largest)
+    pool = sum(before[k.name] for k in shared)
+    assert sum(seed[k.name] for k in shared) == pool
+    assert seed[f"lanes.candidate_train.{fl}.nominal_quota"] == pool - pool // 4
+    assert seed[f"lanes.research_best_effort.{fl}.nominal_quota"] == pool // 4
+    assert seed[f"lanes.baseline_rebuild.{fl}.nominal_quota"] == 0  # no jobs, no quota
+    # incident response (wait_p95 1m) and release evaluation (15m) keep what they reserve
+    for lane in ("incident_response", "release_eval"):
+        assert seed[f"lanes.{lane}.{fl}.nominal_quota"] == before[f"lanes.{lane}.{fl}.nominal_quota"]
+    # and it is "lend idle" otherwise: borrowing open
+    assert seed[f"lanes.candidate_train.{fl}.borrowing_limit"] == tune.lend_idle(raw, knobs)[
+        f"lanes.candidate_train.{fl}.borrowing_limit"]
+
+
 def _sample(n: int) -> list[TraceJob]:
     trace = load_trace(SLICE, lane_map=load_lane_map(FLEET))
     return sorted(trace.jobs, key=lambda j: (j.submit_ts, j.job_id))[:n]
