@@ -17,7 +17,7 @@ from assets.submit import EXAMPLE as SUBMIT_EXAMPLE
 from assets.submit import SubmitRequestConfig
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
 from gpu_platform.cluster.jobs import RUN_STEPS
-from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
+from gpu_platform.cluster.readback import read_back, read_kueue, read_team_usage, record_read_back
 from gpu_platform.gate.blockers import (
     TAG_PREEMPTED_BY,
     TAG_PREEMPTED_BY_NAME,
@@ -220,6 +220,16 @@ def _read_back(context, led, pol, settings: PlatformSettings, states):
     return led.states((*PENDING_STATES, *ACTIVE_STATES)) if rb.changed else states
 
 
+def _team_usage(context, pol, settings: PlatformSettings):
+    """Each team's LocalQueue usage on the lanes with Admission Fair Sharing, as Kueue reports it,
+    so the gate orders their teams as Kueue does; None (every team unused) when it cannot be read."""
+    try:
+        return read_team_usage(pol, settings.kubeconfig)
+    except Exception as exc:  # like the read-back: admission goes on, and says so each tick
+        context.log.warning(f"could not read the teams' LocalQueue usage back (fair sharing orders by none): {exc}")
+        return None
+
+
 def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=launch.run_key,
@@ -391,8 +401,10 @@ def _admission_sensor(
                 )
         else:
             context.instance.run_coordinator.cancel_run(stale.run_id)
+    team_usage = None
     if settings.executor == "k8s":
         states = _read_back(context, led, pol, settings, states)
+        team_usage = _team_usage(context, pol, settings)
 
     work_root = settings.work_root_path()
     holding = {rid: flavor or _last_flavor(led, rid) for rid, flavor in settled.holding.items()}
@@ -408,6 +420,7 @@ def _admission_sensor(
         node_model=settings.executor == "k8s",
         preempted=preemptions_of(led, states),
         checkpoint_of=lambda rid: latest_checkpoint(checkpoints_under(work_root, rid)),
+        team_usage=team_usage,
     )
     record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
     victims = {p.victim: p for p in plan.preemptions}

@@ -432,3 +432,56 @@ def read_kueue(namespaces: Iterable[str], kubeconfig: str = "", service_account_
 
     api = api_client(kubeconfig, service_account_dir)
     return read_cluster(namespaces, client.BatchV1Api(api), client.CustomObjectsApi(api), client.CoreV1Api(api))
+
+
+# -- Admission Fair Sharing: each team's LocalQueue usage -------------------------------------
+def team_usage_of(local_queues: Iterable[Mapping[str, Any]], policy: Any) -> dict[str, dict[str, dict[str, float]]]:
+    """lane -> team -> {resource: decayed consumed amount}, from LocalQueues as the API returns
+    them: Kueue keeps each LocalQueue's usage in
+    `status.fairSharing.admissionFairSharingStatus.consumedResources` (a resource list of
+    quantities). Only the lanes with Admission Fair Sharing count; a LocalQueue of a namespace no
+    team owns, of a name that is no lane's, or without that status (Kueue has not sampled it
+    yet: no usage) adds nothing. The engine orders each such lane's teams by it, as Kueue does."""
+    from kubernetes.utils import parse_quantity
+
+    from gpu_platform.cluster.names import local_queue_name
+
+    lanes = {local_queue_name(n): n for n, lane in policy.lanes.items() if lane.admission_fair_sharing is not None}
+    teams = {t.namespace: t.name for t in policy.teams.values()}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for lq in local_queues:
+        meta = lq.get("metadata") or {}
+        lane, team = lanes.get(meta.get("name", "")), teams.get(meta.get("namespace", ""))
+        if lane is None or team is None:
+            continue
+        fs = ((lq.get("status") or {}).get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
+        consumed = fs.get("consumedResources") or {}
+        usage: dict[str, float] = {}
+        for resource, qty in consumed.items():
+            try:
+                usage[str(resource)] = float(parse_quantity(qty))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(
+                    f"LocalQueue {meta.get('namespace')}/{meta.get('name')}: status.fairSharing."
+                    f"admissionFairSharingStatus.consumedResources.{resource}: {qty!r} is not a quantity ({exc})"
+                ) from exc
+        if usage:
+            out.setdefault(lane, {})[team] = usage
+    return out
+
+
+def read_team_usage(
+    policy: Any, kubeconfig: str = "", service_account_dir: str | Path = SERVICE_ACCOUNT_DIR, custom_api: Any = None
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each team's LocalQueue usage on the lanes with Admission Fair Sharing (`team_usage_of`),
+    listed in the teams' namespaces ({} when no lane has it: nothing is read)."""
+    if not any(lane.admission_fair_sharing is not None for lane in policy.lanes.values()):
+        return {}
+    if custom_api is None:
+        from kubernetes import client
+
+        custom_api = client.CustomObjectsApi(api_client(kubeconfig, service_account_dir))
+    items: list[dict[str, Any]] = []
+    for ns in sorted({t.namespace for t in policy.teams.values()}):
+        items += custom_api.list_namespaced_custom_object(KUEUE_API_GROUP, KUEUE_API_VERSION, ns, "localqueues")["items"]
+    return team_usage_of(items, policy)

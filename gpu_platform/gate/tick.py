@@ -96,8 +96,12 @@ def build_state(
     spent: Mapping[str, Decimal] | None = None,
     holding: Mapping[str, str] | None = None,
     node_model: bool = False,
+    team_usage: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
 ) -> ClusterState:
     """The admission engine's input from the policy and the ledger's pending and admitted requests.
+
+    team_usage: lane -> team -> decayed usage of the lanes with Admission Fair Sharing, as Kueue
+    reports it on each team's LocalQueue (`cluster.readback.read_team_usage`); None: none yet.
 
     node_model: place GPUs on the nodes of the policy's node shapes, so a gang waits for whole
     free nodes (the gate in front of a cluster); False: quota only (the local executor runs on one
@@ -129,7 +133,9 @@ def build_state(
             )
         elif s.state in PENDING_STATES:
             pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id, kinds))
-    state = from_policy(policy, admitted, pending, budget_spent=spent, now=_ts(now), node_model=node_model)
+    state = from_policy(
+        policy, admitted, pending, budget_spent=spent, now=_ts(now), node_model=node_model, team_usage=team_usage
+    )
     if holding:
         # An evidence workload without a checkpoint is never a victim: the engine's own way of
         # keeping a stopping run out of a second victim search.
@@ -229,6 +235,7 @@ def plan_tick(
     node_model: bool = False,
     preempted: Mapping[str, PreemptedBy] | None = None,
     checkpoint_of: Callable[[str], Path | None] = lambda _rid: None,
+    team_usage: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
 ) -> TickPlan:
     """Run admission cycles until nothing more is admitted; return the tick's decisions.
 
@@ -242,6 +249,7 @@ def plan_tick(
     quota until the run is gone, and the requests that preempted them wait
     (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
     node_model: see `build_state` (True for the gate with the k8s executor).
+    team_usage: see `build_state` (the k8s gate reads it from the teams' LocalQueues).
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
     everyone = list(states)
@@ -259,7 +267,7 @@ def plan_tick(
         and s.request_id not in unapproved
     ]
     by_id = {s.request_id: s for s in states}
-    state = build_state(policy, states, now, checkpointed, spent, holding, node_model)
+    state = build_state(policy, states, now, checkpointed, spent, holding, node_model, team_usage)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
     plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
     plan.waits.extend(upstream.values())
