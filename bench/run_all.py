@@ -24,7 +24,7 @@ BENCHES = [
     (
         "admission",
         [PY, "bench/bench_admission.py"],
-        "issue 9: one full cycle, 10k pending + 2k admitted, 8 lanes x 3 flavors, cohort tree: median < 0.1 s; "
+        "issues 9 and 27: one full cycle, 10k pending + 2k admitted, 8 lanes x 3 flavors, cohort tree: median <= 0.05 s; "
         "admit_until_stable draining 5,000 pending into an empty pool < 1 s; near-linear growth to 100k",
     ),
     (
@@ -126,7 +126,12 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
     adm = by_name.get("admission", [])
     a10, a100 = _find(adm, pending=10000), _find(adm, pending=100000)
     if a10:
-        rows.append(("admission cycle, 10k pending + 2k admitted", f"{a10['median_s']:.3f} s", "< 0.1 s", a10["median_s"] < 0.1))
+        rows.append((
+            "admission cycle, 10k pending + 2k admitted",
+            f"{a10['median_s']:.3f} s ({a10.get('cpu_median_s', 0):.3f} s CPU)",
+            "<= 0.05 s",
+            a10["median_s"] <= 0.05,
+        ))
     drain = _find(adm, drain=5000)
     if drain:
         rows.append(
