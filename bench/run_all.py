@@ -237,19 +237,28 @@ NOTES = """## Notes
   reports the memory of the process that generated the data). The 2 cores are shared with other
   jobs: single runs move by 2-3x, so every figure is a median, and the floor is measured in the
   same invocation, alternating with the rebuild, so the ratio is fair.
-- Simulator: the engine is rebuilt for every admission call (its `Snapshot` of running work
-  and one preemption search per nominated head); docs/simulator.md ("Performance") has the
-  profile and what the event loop does to call it rarely and with little. The simulator is
-  single-threaded, so its target is judged on the process's CPU time: on these 2 shared cores
-  the wall time of the same run has ranged from 1x to 2.6x its CPU time with the other load.
-  The 100k-job policy run missed its 30 s target after the packaged policy began lending idle
-  GPUs to the training lanes (no borrowing limits, candidate training on spot): the pool runs
-  twice as busy (69% against 32% of the tiled trace), so every admission call carries twice the
-  running work, and the running research jobs an assurance lane may now reclaim (the simulator
-  used to fold them away as never-victims, wrongly) are shown one by one. Folding a queue within
-  its nominal quota (never a reclaim victim in Kueue) took a third of it back; the rest is what
-  the incremental snapshot of the policy-fit issue (part 6) is for. The FIFO baselines no longer
-  use the engine (0.5-0.7 s per 100k jobs).
+- Simulator: every admission call runs the real engine (`admit_until_stable`) over the running
+  work (folded per queue, flavor and priority where nothing shown may preempt it) and the shown
+  waiting work; docs/simulator.md ("Performance") has the profile. What made a call cheap
+  (issue 21, part 6; results bit-identical before and after, checked on both mixes): the cohort
+  tree with its quotas, subtree quotas, local quotas and lendable amounts is built once per
+  policy state and copied per call (was 44% of a call); admitted usage is added per queue in
+  bulk (what a node passes to its parent, max(0, usage - local quota), telescopes, so the sum
+  is exact); the trace's objects are frozen out of the cyclic GC and each call's snapshot is
+  freed by reference counting (full collections had walked all 100k jobs every ~100 calls);
+  folded running groups are reused while unchanged; victim walks stop at the preemptor's
+  priority under `LowerPriority`. The light mix is the ElasticFlow map (training lanes only),
+  the preempting mix the fleet map (incident and release shares reclaiming borrowed GPUs):
+  that is the realistic input for the target, since reclaim is what the shipped policy does.
+  The simulator is single-threaded, so its target is judged on the process's CPU time; on
+  these 2 shared cores its wall time has ranged from 1x to 10x its CPU time with other load.
+  The FIFO baselines do not use the engine (0.5-0.7 s per 100k jobs).
+- Admission cycle: each run gets a new policy state (as each gate tick builds one), so the
+  cached cohort tree is rebuilt every time. Of a 10k-pending cycle about half is the reasons,
+  positions and estimated starts of the 10k waiting workloads (`pending_infos`): built without
+  the frozen-dataclass cost (a frozen `PendingInfo` cost 40 ms of 10k), with one pass over the
+  running work per cohort tree for the start estimates (was one per flavor set); the rest is
+  the queue sort, the GC's young collection of what the cycle built, and the cycle itself.
 - Chargeback rebuild: the whole-bill models (EffectiveCost, commitments, tax and credits,
   bypass showback, CPU nodes by pod requests: issue 23) added models to every day's build; the
   ratio to the GROUP BY floor went from 2.85x to about 4.7x, over its 3x target, not yet worked on.
