@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -85,13 +85,22 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
     # warns each time; no user of this platform can act on that, so it is silenced here only.
     _PIPES_PREVIEW = r"Function `PipesMessageReader\.expected_writer_count` is currently in preview"
 
-    def run_with_deadline(self, **kwargs: Any) -> dg.PipesClientCompletedInvocation:
-        """Run the command in a pipes session (arguments: `_run_with_deadline`)."""
+    @contextlib.contextmanager
+    def _session(
+        self, context: dg.OpExecutionContext | dg.AssetExecutionContext, extras: dict[str, Any] | None
+    ) -> Iterator[Any]:
+        """A pipes session of this client, with Dagster's preview warning silenced."""
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=self._PIPES_PREVIEW, category=dg.PreviewWarning)
-            return self._run_with_deadline(**kwargs)
+            with dg.open_pipes_session(
+                context=context,
+                context_injector=self.context_injector,
+                message_reader=self.message_reader,
+                extras=extras,
+            ) as session:
+                yield session
 
-    def _run_with_deadline(
+    def run_with_deadline(
         self,
         *,
         context: dg.OpExecutionContext | dg.AssetExecutionContext,
@@ -104,12 +113,8 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
         description: str = "command",
         pass_env: Sequence[str] = (),
     ) -> dg.PipesClientCompletedInvocation:
-        with dg.open_pipes_session(
-            context=context,
-            context_injector=self.context_injector,
-            message_reader=self.message_reader,
-            extras=extras,
-        ) as session:
+        """Run the command in a pipes session, in its own process group, killed at the deadline."""
+        with self._session(context, extras) as session:
             process = subprocess.Popen(
                 list(command),
                 cwd=cwd or self.cwd,
@@ -148,14 +153,7 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
                 )
         return dg.PipesClientCompletedInvocation(session)
 
-
-    def run_group_with_deadline(self, **kwargs: Any) -> dg.PipesClientCompletedInvocation:
-        """Run one process per GPU group in a pipes session (arguments: `_run_group_with_deadline`)."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=self._PIPES_PREVIEW, category=dg.PreviewWarning)
-            return self._run_group_with_deadline(**kwargs)
-
-    def _run_group_with_deadline(
+    def run_group_with_deadline(
         self,
         *,
         context: dg.OpExecutionContext | dg.AssetExecutionContext,
@@ -170,14 +168,10 @@ class DeadlinePipesSubprocessClient(dg.PipesSubprocessClient):
         description: str = "command",
         pass_env: Sequence[str] = (),
     ) -> dg.PipesClientCompletedInvocation:
-        """Rank 0 reports through the pipes session (its materialization is the step's); every
-        rank's output goes to `log_dir/rank-<i>.log`. One failure stops the others."""
-        with dg.open_pipes_session(
-            context=context,
-            context_injector=self.context_injector,
-            message_reader=self.message_reader,
-            extras=extras,
-        ) as session:
+        """One process per GPU group in a pipes session: rank 0 reports through it (its
+        materialization is the step's); every rank's output goes to `log_dir/rank-<i>.log`. One
+        failure stops the others."""
+        with self._session(context, extras) as session:
             base = {**workload_environment(pass_env), **(self.env or {}), **(env or {})}
             envs = [
                 {**base, **rank_env, **(session.get_bootstrap_env_vars() if i == 0 else {})}
