@@ -241,6 +241,11 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             ],
         ),
         (
+            "Price-book nodes (no bill: on-prem hardware, or a bill not in yet)",
+            data["price_book_nodes"],
+            ["hostname", "gpus", "model_name", "currency", "price_per_gpu_hour", "node_cost", "basis"],
+        ),
+        (
             "Exceptions",
             data["exceptions"],
             ["kind", "treatment", "currency", "amount", "hostname", "pod", "reason"],
@@ -278,6 +283,8 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                     "kind",
                     "treatment",
                     "hostname",
+                    "model_name",
+                    "basis",
                     "pod",
                     "reason",
                     "request_id",

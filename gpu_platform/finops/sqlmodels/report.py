@@ -82,7 +82,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     d = date.fromisoformat(str(day))
     have = _tables(con)
     out: dict[str, Any] = {"day": d.isoformat(), "stale": staleness(con, d), "totals": [], "exceptions": [],
-                           "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": []}
+                           "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": [],
+                           "price_book_nodes": []}
     if "reconciliation" in have:
         # billed: BilledCost of every FOCUS piece of the day (the invoice); effective: their
         # EffectiveCost (amortized), which chargeback distributes; allocated / idle: all priced GPU
@@ -104,6 +105,14 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
             left join (select currency, sum(idle_cost) as idle from int_idle_capacity where day = $day
                        group by currency) as i on i.currency = r.currency
             where r.day = $day order by r.currency""", {"day": d})
+    if "int_node_hour_prices" in have:
+        # nodes without a bill (on-prem hardware, a cloud node whose bill is late): the price book's
+        # rate and the entry it came from; their cost is the totals' price_book, never unreconciled
+        out["price_book_nodes"] = _rows(con, """
+            select hostname, gpus, model_name, currency, price_per_gpu_hour, node_hours, node_cost,
+                   price_source, price_book_basis as basis, price_book_source as source, price_book_as_of as as_of
+            from int_node_hour_prices where day = $day and price_source = 'price_book'
+            order by currency, node_cost desc, hostname""", {"day": d})
     if "reconciliation_exceptions" in have:
         out["exceptions"] = _rows(con, """
             select kind, treatment, currency, amount, gpu_hours, hostname, namespace, pod, source, source_row,
