@@ -161,6 +161,11 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
         out["unpriced_requests"] = _rows(con, """
             select request_id, team, workload, first_day, last_day, unpriced_gpu_hours, priced_gpu_hours, reason
             from unpriced_requests order by unpriced_gpu_hours desc, request_id limit $top""", {"top": top})
+    from gpu_platform.finops.forecast import budget_rows, forecast_rows
+
+    # month-end forecast per team and lane, and every budget against it (cost_forecast, budget_burn)
+    out["forecast"] = forecast_rows(con, d)
+    out["budget_burn"] = budget_rows(con, d)
     if "platform_cost_per_tenant" in have:
         out["chargeback_by_team"] = _rows(con, """
             select team, cost_center, currency, allocated_gpu_hours, allocated_cost, bypass_gpu_hours, bypass_cost,
@@ -255,6 +260,10 @@ def model_metrics(
                           f"sum(allocated_cost) as cost from {model} {where} group by all "
                           "order by cost desc, request_id limit 10", params)
         out["top_requests_md"] = markdown_table(rows, ["request_id", "team", "workload", "currency", "gpu_hours", "cost"])
+    if model in ("cost_forecast", "budget_burn") and first is not None and first == last:
+        from gpu_platform.finops.forecast import forecast_metadata
+
+        out.update(forecast_metadata(con, model, first))
     return out
 
 
