@@ -69,7 +69,7 @@ judged as (
 
 ),
 
-final as (
+burn as (
 
     select
         *,
@@ -88,9 +88,15 @@ final as (
         cast(forecast_month_end_cost - month_budget as decimal(18, 6)) as projected_overrun
     from judged
 
+),
+
+final as (
+
+    select
+        *,
+        cast(day + days_left as date) as projected_exceed_day
+    from burn
+
 )
 
-select
-    *,
-    cast(day + days_left as date) as projected_exceed_day
-from final
+select * from final
