@@ -535,12 +535,15 @@ class Project:
                 params = self.bind(m, span, variables)
                 created = m.name not in tables
                 if created:
-                    con.execute(f"create table {m.name} as select * from ({m.sql}) limit 0", params)
+                    # a new table holds nothing to replace: made from the query at once (planned once)
+                    con.execute(f"create table {m.name} as select * from ({m.sql})", params)
+                    rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
                 else:
                     created = self._add_new_columns(con, m, params)
-                con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
-                            {"day_from": span[0], "day_to": span[1]})
-                rows = con.execute(f"insert into {m.name} by name select * from ({m.sql})", params).fetchall()[0][0]
+                    con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
+                                {"day_from": span[0], "day_to": span[1]})
+                    rows = con.execute(f"insert into {m.name} by name select * from ({m.sql})",
+                                       params).fetchall()[0][0]
             else:
                 params = self.bind(m, span, variables)
                 con.execute(f"create or replace table {m.name} as {m.sql}", params)
