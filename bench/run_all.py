@@ -241,9 +241,21 @@ NOTES = """## Notes
   its nominal quota (never a reclaim victim in Kueue) took a third of it back; the rest is what
   the incremental snapshot of the policy-fit issue (part 6) is for. The FIFO baselines no longer
   use the engine (0.5-0.7 s per 100k jobs).
-- Chargeback rebuild: the whole-bill models (EffectiveCost, commitments, tax and credits,
-  bypass showback, CPU nodes by pod requests: issue 23) added models to every day's build; the
-  ratio to the GROUP BY floor went from 2.85x to about 4.7x, over its 3x target, not yet worked on.
+- Chargeback rebuild (issue 23, part 7): the whole-bill models had taken the ratio to the GROUP BY
+  floor from 2.85x to about 4.7x. Profiled per model (CPU seconds of a 30-day rebuild from a fresh
+  seed, `bench_chargeback.py`'s seed, median of 3): before, 3.31 s; the runner's own bookkeeping
+  took 2.7 s of 6.3 s wall in a cProfile of a 3-day rebuild (each model's `model_builds` row in a second transaction with its
+  own commit, the model's SQL planned a second time to look for new columns, an
+  `information_schema` lookup per model, a limit-0 `create` plus an `insert` for each new table)
+  and `int_gpu_busy` 0.49 s (two group-bys over the 368,640 rollup rows). After: 1.92 s (a model
+  and its log row commit once; a table's columns compared with its yml before planning again; the
+  schema read once per build; a new table made from its query; `int_gpu_busy` groups hours into
+  days once per source and checks for multi-source node-days on that result, ~85k rows: 0.35 s).
+  The bench: 1.64x the floor in CPU seconds (1.55 s / 0.946 s), 2.01x in wall seconds under a load
+  average of ~16 on the 2 cores; a one-day rebuild costs the same CPU as before parts 1-6 (1.00x, 1.106 s against 1.11 s,
+  medians of 5 alternating runs of both trees).
+  What is left: ~50 models at 15-60 ms each (planning and writing each table) and `int_gpu_busy`;
+  docs/finops.md ("Performance").
 - Demo pricing: a pricing run is one in-process Dagster run of 51 steps (every ingest and cost
   asset, one step each for the whole range). Most of a one-day run is the fixed cost of those
   steps, not the day's data: Dagster's SQLite event log commits each of the run's ~3,500
