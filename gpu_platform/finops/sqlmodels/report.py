@@ -108,9 +108,11 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     if "int_node_hour_prices" in have:
         # nodes without a bill (on-prem hardware, a cloud node whose bill is late): the price book's
         # rate and the entry it came from; their cost is the totals' price_book, never unreconciled
-        out["price_book_nodes"] = _rows(con, """
+        cols = {r[0] for r in con.execute("describe int_node_hour_prices").fetchall()}
+        basis = "price_book_basis" if "price_book_basis" in cols else "cast(null as varchar)"  # built before on-prem
+        out["price_book_nodes"] = _rows(con, f"""
             select hostname, gpus, model_name, currency, price_per_gpu_hour, node_hours, node_cost,
-                   price_source, price_book_basis as basis, price_book_source as source, price_book_as_of as as_of
+                   price_source, {basis} as basis, price_book_source as source, price_book_as_of as as_of
             from int_node_hour_prices where day = $day and price_source = 'price_book'
             order by currency, node_cost desc, hostname""", {"day": d})
     if "reconciliation_exceptions" in have:
