@@ -42,11 +42,34 @@ normalised as (
 
 ),
 
+per_source as (
+
+    -- hours to days in one pass, still per source: a single-source node-day's rows are final here
+    select
+        day,
+        hostname,
+        gpu,
+        gpu_instance_id,
+        namespace,
+        pod,
+        metric,
+        source,
+        min(model_name) as model_name,
+        min(gpu_instance_profile) as gpu_instance_profile,
+        sum(samples) as samples,
+        sum(outside_samples) as outside_samples,
+        sum(duplicate_samples) as duplicate_samples,
+        sum(busy_micro) as busy_micro
+    from normalised
+    group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric, source
+
+),
+
 multi_source as (
 
     -- node-days fed by more than one source (a live scrape and a history file overlap)
     select day, hostname
-    from normalised
+    from per_source
     group by day, hostname
     -- a NULL source counts as one more source (the raw table requires one; this keeps the rule exact)
     having count(distinct source) + max(case when source is null then 1 else 0 end) > 1
@@ -55,24 +78,10 @@ multi_source as (
 
 single_source as (
 
-    select
-        n.day,
-        n.hostname,
-        n.gpu,
-        n.gpu_instance_id,
-        n.namespace,
-        n.pod,
-        n.metric,
-        min(n.model_name) as model_name,
-        min(n.gpu_instance_profile) as gpu_instance_profile,
-        sum(n.samples) as samples,
-        sum(n.outside_samples) as outside_samples,
-        sum(n.duplicate_samples) as duplicate_samples,
-        sum(n.busy_micro) as busy_micro
-    from normalised as n
+    select n.* exclude (source)
+    from per_source as n
     anti join multi_source as g
         on g.day = n.day and g.hostname = n.hostname
-    group by n.day, n.hostname, n.gpu, n.gpu_instance_id, n.namespace, n.pod, n.metric
 
 ),
 

@@ -39,6 +39,7 @@ final as (
         i.alt_provider_key,
         i.instance_type,
         i.node_pool,
+        i.labels,
         i.node is not null as in_inventory,
         coalesce(b.day_samples, 0) > 0 as has_telemetry,
         cast(coalesce(b.outside_samples, 0) as bigint) as outside_samples

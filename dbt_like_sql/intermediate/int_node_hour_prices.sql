@@ -1,5 +1,5 @@
 -- Price per GPU-hour per node and day: the node's amortized cost (EffectiveCost) / (GPUs x billed
--- hours), or the price book. billed_node_cost keeps what the invoice says (0 for hours a
+-- hours), or the price book (an on-prem entry's own rate or amortized hardware + power). billed_node_cost keeps what the invoice says (0 for hours a
 -- commitment covered).
 with nodes as (
 
@@ -78,7 +78,8 @@ billed as (
         c.currency,
         'billing' as price_source,
         cast(null as varchar) as price_book_source,
-        cast(null as varchar) as price_book_as_of
+        cast(null as varchar) as price_book_as_of,
+        cast(null as varchar) as price_book_basis
     from nodes as n
     inner join node_cost as c on c.day = n.day and c.hostname = n.hostname
     inner join node_hours as h on h.day = c.day and h.hostname = c.hostname and h.currency = c.currency
@@ -87,9 +88,20 @@ billed as (
 
 book as (
 
+    -- an entry's price per GPU-hour: its own, or (on-prem) amortized hardware + power:
+    -- hardware_cost_per_gpu / (amortization_months x 730 h) + watts_per_gpu / 1000 x pue x
+    -- power_price_per_kwh, rounded once to 1e-6
     select
         *,
-        cast(price_per_gpu_hour as decimal(18, 6)) as book_price
+        case when price_per_gpu_hour is not null then 'explicit' else 'amortized' end as basis,
+        cast(coalesce(
+            cast(price_per_gpu_hour as decimal(18, 6)),
+            cast(hardware_cost_per_gpu as double) / (cast(amortization_months as double) * 730.0)
+            + coalesce(cast(watts_per_gpu as double) / 1000.0 * cast(pue as double)
+                       * cast(power_price_per_kwh as double), 0)
+        ) as decimal(18, 6)) as book_price,
+        split_part(node_label, '=', 1) as label_key,
+        substr(node_label, strpos(node_label, '=') + 1) as label_value
     from {{ ref('price_book') }}
 
 ),
@@ -97,15 +109,22 @@ book as (
 unbilled as (
 
     -- no billing row: priced from the book when the node is known to exist that day (inventory
-    -- or the day's own samples), never from samples loaded under another day alone
+    -- or the day's own samples), never from samples loaded under another day alone. An on-prem
+    -- entry prices only a node no cloud claims (provider NULL) that carries its label; it has
+    -- priority 0, so it wins over the list prices for the hardware it names
     select
         n.*,
         b.book_price,
         b.currency,
         b.source,
-        b.as_of
+        b.as_of,
+        b.applies_to,
+        b.basis
     from nodes as n
     inner join book as b on n.model_name ilike b.model_pattern
+        and (b.applies_to = 'any'
+             or (b.applies_to = 'on_prem' and n.provider is null
+                 and json_extract_string(n.labels, b.label_key) = b.label_value))
     anti join node_cost as c on c.day = n.day and c.hostname = n.hostname
     where n.has_telemetry or n.in_inventory
     qualify row_number() over (partition by n.day, n.hostname order by b.priority) = 1
@@ -128,7 +147,8 @@ fallback as (
         currency,
         'price_book' as price_source,
         source as price_book_source,
-        as_of as price_book_as_of
+        as_of as price_book_as_of,
+        case when applies_to = 'on_prem' then 'on_prem_' || basis else 'list' end as price_book_basis
     from unbilled
 
 ),
@@ -160,7 +180,8 @@ final as (
             as price_per_gpu_hour,
         price_source,
         price_book_source,
-        price_book_as_of
+        price_book_as_of,
+        price_book_basis
     from priced
 
 )

@@ -64,6 +64,7 @@ final as (
         cpu_capacity,
         memory_capacity,
         taints,
+        labels,
         snapshot_day,
         snapshot_at
     from latest

@@ -241,6 +241,11 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             ],
         ),
         (
+            "Price-book nodes (no bill: on-prem hardware, or a bill not in yet)",
+            data["price_book_nodes"],
+            ["hostname", "gpus", "model_name", "currency", "price_per_gpu_hour", "node_cost", "basis"],
+        ),
+        (
             "Exceptions",
             data["exceptions"],
             ["kind", "treatment", "currency", "amount", "hostname", "pod", "reason"],
@@ -254,6 +259,18 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             "Unpriced requests (GPU time no price covers: in no unit cost)",
             data["unpriced_requests"],
             ["request_id", "team", "workload", "unpriced_gpu_hours", "reason"],
+        ),
+        (
+            "Month-end forecast (month to date + pending queue + run rate)",
+            data["forecast"],
+            ["team", "lane", "currency", "month_to_date_cost", "pending_gpu_hours", "pending_cost", "run_rate_cost",
+             "forecast_month_end_cost"],
+        ),
+        (
+            "Budget burn (forecast against lane and team budgets)",
+            data["budget_burn"],
+            ["scope", "subject", "currency", "month_budget", "forecast_month_end_cost", "status", "days_left",
+             "projected_exceed_day"],
         ),
         (
             "Chargeback by team",
@@ -278,6 +295,12 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                     "kind",
                     "treatment",
                     "hostname",
+                    "model_name",
+                    "lane",
+                    "scope",
+                    "subject",
+                    "status",
+                    "basis",
                     "pod",
                     "reason",
                     "request_id",

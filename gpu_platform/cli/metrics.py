@@ -11,6 +11,7 @@ from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
 from gpu_platform.observe.metrics.collector import registry_for
 from gpu_platform.observe.metrics.server import DEFAULT_HOST, ServerLimits
 from gpu_platform.observe.metrics.server import serve as serve_registry
+from gpu_platform.paths import default_warehouse
 from gpu_platform.requests.ledger import Ledger, default_ledger_url
 from gpu_platform.units import parse_duration
 
@@ -61,6 +62,13 @@ def metrics() -> None:
 @click.option(
     "--wait-window", default="1h", show_default=True, help="Window of the queue-wait p95 (e.g. 15m, 1h)."
 )
+@click.option(
+    "--warehouse",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="DuckDB warehouse for the cost forecast and budget burn gauges "
+    "(default: $GPU_PLATFORM_WAREHOUSE, else $GPU_PLATFORM_HOME/warehouse.duckdb).",
+)
 @policy_option
 @ledger_option
 def serve(
@@ -71,10 +79,12 @@ def serve(
     header_timeout: float,
     idle_timeout: float,
     wait_window: str,
+    warehouse: str | None,
     policy_path: str | None,
     ledger_url: str | None,
 ) -> None:
-    """Serve /metrics until interrupted (each scrape reads the ledger).
+    """Serve /metrics until interrupted (each scrape reads the ledger, and the warehouse's newest
+    cost forecast and budget burn).
 
     Bounded: MAX_CONNECTIONS worker threads, MAX_PENDING connections waiting for their request
     head, HEADER_TIMEOUT / IDLE_TIMEOUT seconds (docs/observability.md)."""
@@ -93,7 +103,7 @@ def serve(
     )
     ledger = Ledger(ledger_url or default_ledger_url())
     try:
-        server, _thread = serve_registry(registry_for(ledger, pol, wait_window=window), port, host, limits)
+        server, _thread = serve_registry(registry_for(ledger, pol, warehouse=warehouse or default_warehouse(), wait_window=window), port, host, limits)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host

@@ -388,11 +388,16 @@ class NodeShape(_Frozen):
 
 
 class Team(_Frozen):
+    """budget=None: the team has no budget of its own (its lanes' budgets still apply); set: its
+    spend over all lanes per `budget_period`, which the cost forecast's budget burn judges (the
+    admission engine reserves against lane budgets only)."""
+
     name: str
     cost_center: str
     namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     data_access_scopes: tuple[str, ...]
     site: str | None = None
+    budget: Decimal | None = Field(default=None, ge=0)
 
 
 class FairSharing(_Frozen):

@@ -100,6 +100,32 @@ def test_materialization_metadata_for_plots(materialized):
     assert mats["reconciliation"]["billed_cost_USD"].value == pytest.approx(837.60)
 
 
+def test_forecast_assets_show_what_cost_report_says(materialized):
+    """cost_forecast and budget_burn are daily assets downstream of chargeback; their partition's
+    metadata (the UI's plots and tables) comes from the same queries as `cost report`."""
+    from gpu_platform.finops.sqlmodels.report import cost_report
+
+    result, path = materialized
+    assets = by_key()
+    for name in ("cost_forecast", "budget_burn"):
+        assert assets[name].partitions_def == finops_daily_partitions
+    deps = {k.to_user_string() for k in assets["cost_forecast"].asset_deps[dg.AssetKey(["cost_forecast"])]}
+    assert deps == {"chargeback", "stg_requests", "stg_request_metadata"}
+    mats = {m.asset_key.to_user_string(): m.metadata for m in result.get_asset_materialization_events()
+            for m in [m.event_specific_data.materialization]}
+    with duckdb.connect(path, read_only=True) as con:
+        report = cost_report(con, DAY)
+    forecast = sum(float(r["forecast_month_end_cost"]) for r in report["forecast"] if r["currency"] == "USD")
+    assert forecast > 0
+    assert mats["cost_forecast"]["forecast_month_end_cost_USD"].value == pytest.approx(forecast)
+    assert "| safety |" in mats["cost_forecast"]["forecast_md"].value
+    burn = mats["budget_burn"]
+    assert burn["budgets_fired"].value == sum(1 for r in report["budget_burn"] if r["fired"])
+    lane = next(r for r in report["budget_burn"] if r["subject"] == "candidate_train")
+    assert burn["budget_left_lane_candidate_train_USD"].value == pytest.approx(
+        float(lane["month_budget"] - lane["month_to_date_cost"]))
+
+
 def test_warehouse_resource_api(materialized):
     _, path = materialized
     wh = Warehouse(path=path, idle_policy="none", shared_policy="none")

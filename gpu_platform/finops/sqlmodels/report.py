@@ -82,7 +82,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     d = date.fromisoformat(str(day))
     have = _tables(con)
     out: dict[str, Any] = {"day": d.isoformat(), "stale": staleness(con, d), "totals": [], "exceptions": [],
-                           "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": []}
+                           "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": [],
+                           "price_book_nodes": []}
     if "reconciliation" in have:
         # billed: BilledCost of every FOCUS piece of the day (the invoice); effective: their
         # EffectiveCost (amortized), which chargeback distributes; allocated / idle: all priced GPU
@@ -104,6 +105,16 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
             left join (select currency, sum(idle_cost) as idle from int_idle_capacity where day = $day
                        group by currency) as i on i.currency = r.currency
             where r.day = $day order by r.currency""", {"day": d})
+    if "int_node_hour_prices" in have:
+        # nodes without a bill (on-prem hardware, a cloud node whose bill is late): the price book's
+        # rate and the entry it came from; their cost is the totals' price_book, never unreconciled
+        cols = {r[0] for r in con.execute("describe int_node_hour_prices").fetchall()}
+        basis = "price_book_basis" if "price_book_basis" in cols else "cast(null as varchar)"  # built before on-prem
+        out["price_book_nodes"] = _rows(con, f"""
+            select hostname, gpus, model_name, currency, price_per_gpu_hour, node_hours, node_cost,
+                   price_source, {basis} as basis, price_book_source as source, price_book_as_of as as_of
+            from int_node_hour_prices where day = $day and price_source = 'price_book'
+            order by currency, node_cost desc, hostname""", {"day": d})
     if "reconciliation_exceptions" in have:
         out["exceptions"] = _rows(con, """
             select kind, treatment, currency, amount, gpu_hours, hostname, namespace, pod, source, source_row,
@@ -152,6 +163,11 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
         out["unpriced_requests"] = _rows(con, """
             select request_id, team, workload, first_day, last_day, unpriced_gpu_hours, priced_gpu_hours, reason
             from unpriced_requests order by unpriced_gpu_hours desc, request_id limit $top""", {"top": top})
+    from gpu_platform.finops.forecast import budget_rows, forecast_rows
+
+    # month-end forecast per team and lane, and every budget against it (cost_forecast, budget_burn)
+    out["forecast"] = forecast_rows(con, d)
+    out["budget_burn"] = budget_rows(con, d)
     if "platform_cost_per_tenant" in have:
         out["chargeback_by_team"] = _rows(con, """
             select team, cost_center, currency, allocated_gpu_hours, allocated_cost, bypass_gpu_hours, bypass_cost,
@@ -246,6 +262,10 @@ def model_metrics(
                           f"sum(allocated_cost) as cost from {model} {where} group by all "
                           "order by cost desc, request_id limit 10", params)
         out["top_requests_md"] = markdown_table(rows, ["request_id", "team", "workload", "currency", "gpu_hours", "cost"])
+    if model in ("cost_forecast", "budget_burn") and first is not None and first == last:
+        from gpu_platform.finops.forecast import forecast_metadata
+
+        out.update(forecast_metadata(con, model, first))
     return out
 
 

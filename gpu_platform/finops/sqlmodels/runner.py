@@ -72,7 +72,8 @@ def record_build(
     at: datetime | None = None,
 ) -> None:
     """Record one build attempt of `model` for every day of `span` (None: unpartitioned) in
-    `model_builds`, in its own transaction (call it outside the build's)."""
+    `model_builds`, in its own transaction (call it outside the build's). A successful build
+    records itself inside its own transaction instead (:func:`_log_success`)."""
     at = (at or datetime.now(UTC)).astimezone(UTC).replace(tzinfo=None)
     days: list[date | None] = [d for d, _ in _each_day(span)] if span is not None else [None]
     status = "success" if error is None else "failed"
@@ -80,10 +81,7 @@ def record_build(
     con.execute(BUILD_LOG_DDL)
     con.execute("begin transaction")
     try:
-        where = "model = $model and " + ("day is null" if span is None else "day between $first and $last")
-        params: dict[str, Any] = {"model": model}
-        if span is not None:
-            params |= {"first": span[0], "last": span[1]}
+        where, params = _log_where(model, span)
         before = dict(con.execute(f"select day, last_success_at from {BUILD_LOG} where {where}", params).fetchall())
         con.execute(f"delete from {BUILD_LOG} where {where}", params)
         con.executemany(
@@ -94,6 +92,34 @@ def record_build(
     except BaseException:
         con.execute("rollback")
         raise
+
+
+def _main_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()}
+
+
+def _log_where(model: str, span: tuple[date, date] | None) -> tuple[str, dict[str, Any]]:
+    where = "model = $model and " + ("day is null" if span is None else "day between $first and $last")
+    params: dict[str, Any] = {"model": model}
+    if span is not None:
+        params |= {"first": span[0], "last": span[1]}
+    return where, params
+
+
+def _log_success(con: duckdb.DuckDBPyConnection, model: str, span: tuple[date, date] | None) -> None:
+    """`model_builds` rows of a successful build, written in the build's own transaction (so a
+    model and its log commit once): one statement for every day of the span."""
+    at = datetime.now(UTC).replace(tzinfo=None)
+    where, params = _log_where(model, span)
+    con.execute(f"delete from {BUILD_LOG} where {where}", params)
+    if span is None:
+        con.execute(f"insert into {BUILD_LOG} values (null, $model, 'success', $at, null, $at)",
+                    {"model": model, "at": at})
+    else:
+        con.execute(
+            f"insert into {BUILD_LOG} select cast(d as date), $model, 'success', $at, null, $at "
+            "from unnest(generate_series($first::timestamp, $last::timestamp, interval 1 day)) as t(d)",
+            {**params, "at": at})
 
 
 @dataclass(frozen=True)
@@ -466,9 +492,11 @@ class Project:
     def build_model(
         self, con: duckdb.DuckDBPyConnection, name: str, day: str | date | None = None,
         variables: dict[str, Any] | None = None, days: tuple[str | date, str | date] | None = None,
+        *, known_tables: set[str] | None = None,
     ) -> ModelResult:
         """Build one model: a partitioned model for `day` (or every day of `days`, inclusive) in
-        one transaction; an unpartitioned one in full. An ephemeral model is only checked to bind."""
+        one transaction; an unpartitioned one in full. An ephemeral model is only checked to bind.
+        known_tables: the tables of schema main as :meth:`build` read them (None: looked up here)."""
         m = self.models[name]
         span = _days(day, days)
         t0 = time.perf_counter()
@@ -479,60 +507,66 @@ class Project:
             raise ProjectError(f"{m.path}: partitioned by {m.partition_by}; build it with day=YYYY-MM-DD")
         logged = span if m.partition_by else None
         try:
-            rows = self._build_stored(con, m, span, variables)
+            rows = self._build_stored(con, m, span, variables, logged, known_tables)
         except Exception as exc:
             record_build(con, name, logged, exc)
             raise
-        record_build(con, name, logged, None)
         return ModelResult(name=name, rows=int(rows), seconds=time.perf_counter() - t0)
 
     def _build_stored(
-        self, con: duckdb.DuckDBPyConnection, m: Model, span: Days | None, variables: dict[str, Any] | None
+        self, con: duckdb.DuckDBPyConnection, m: Model, span: Days | None, variables: dict[str, Any] | None,
+        logged: Days | None = None, known_tables: set[str] | None = None,
     ) -> int:
-        """Build a seed or a stored model (see :meth:`build_model`); the rows it holds now."""
-        if m.is_seed:
-            con.execute(f"create or replace table {m.name} as select * from read_csv($path, header = true)",
-                        {"path": str(m.seed_path)})
-            rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
-            created = True
-        elif m.partition_by:
-            assert span is not None
-            params = self.bind(m, span, variables)
-            created = not self._exists(con, m.name)
-            con.execute("begin transaction")
-            try:
+        """Build a seed or a stored model (see :meth:`build_model`) and record the success in
+        `model_builds`, in one transaction; the rows it holds now."""
+        tables = known_tables
+        if tables is None:
+            con.execute(BUILD_LOG_DDL)
+            tables = _main_tables(con)
+        con.execute("begin transaction")
+        try:
+            if m.is_seed:
+                con.execute(f"create or replace table {m.name} as select * from read_csv($path, header = true)",
+                            {"path": str(m.seed_path)})
+                rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+                created = True
+            elif m.partition_by:
+                assert span is not None
+                params = self.bind(m, span, variables)
+                created = m.name not in tables
                 if created:
-                    con.execute(f"create table {m.name} as select * from ({m.sql}) limit 0", params)
+                    # a new table holds nothing to replace: made from the query at once (planned once)
+                    con.execute(f"create table {m.name} as select * from ({m.sql})", params)
+                    rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
                 else:
                     created = self._add_new_columns(con, m, params)
-                con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
-                            {"day_from": span[0], "day_to": span[1]})
-                rows = con.execute(f"insert into {m.name} by name select * from ({m.sql})", params).fetchall()[0][0]
-                con.execute("commit")
-            except BaseException:
-                con.execute("rollback")
-                raise
-        else:
-            params = self.bind(m, span, variables)
-            con.execute(f"create or replace table {m.name} as {m.sql}", params)
-            rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
-            created = True
-        if created:
-            self._check_columns(con, m)
+                    con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
+                                {"day_from": span[0], "day_to": span[1]})
+                    rows = con.execute(f"insert into {m.name} by name select * from ({m.sql})",
+                                       params).fetchall()[0][0]
+            else:
+                params = self.bind(m, span, variables)
+                con.execute(f"create or replace table {m.name} as {m.sql}", params)
+                rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+                created = True
+            if created:
+                self._check_columns(con, m)
+            _log_success(con, m.name, logged)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+        tables.add(m.name)
         return int(rows)
-
-    @staticmethod
-    def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-        return bool(con.execute(
-            "select count(*) from information_schema.tables where table_schema = 'main' and table_name = $t",
-            {"t": table}).fetchall()[0][0])
 
     @staticmethod
     def _add_new_columns(con: duckdb.DuckDBPyConnection, m: Model, params: dict[str, Any]) -> bool:
         """A stored partitioned table built before the model gained columns: add them (NULL on the
         days built before), so the older days stay and the new days fill them. True when any was added."""
-        wanted = con.execute(f"select * from ({m.sql}) limit 0", params).description
         have = {r[0] for r in con.execute(f"describe {m.name}").fetchall()}
+        if m.columns and set(m.columns) <= have:
+            return False  # the yml's columns are the model's (checked when the table was made): nothing new
+        wanted = con.execute(f"select * from ({m.sql}) limit 0", params).description
         added = [(d[0], str(d[1])) for d in wanted if d[0] not in have]
         for name, sql_type in added:
             # the name and type come from the project's own SQL, never from a user
@@ -564,10 +598,12 @@ class Project:
         """
         names = [n for n in self.select(select) if not self.models[n].is_ephemeral]
         results = []
+        con.execute(BUILD_LOG_DDL)
+        tables = _main_tables(con)  # read once: each model's build adds its own
         for i, name in enumerate(names):
             if progress:
                 progress(name, i, len(names))
-            results.append(self.build_model(con, name, day, variables, days))
+            results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
         return results
 
     def run_tests(

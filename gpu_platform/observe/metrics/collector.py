@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -147,8 +148,13 @@ class QueueCollector(Collector):
         yield warm
 
 
-def registry_for(ledger: Ledger, policy: Policy, **kwargs) -> CollectorRegistry:
-    """A registry holding only the queue collector (no process or platform collectors)."""
+def registry_for(ledger: Ledger, policy: Policy, warehouse: str | Path | None = None, **kwargs) -> CollectorRegistry:
+    """A registry holding the queue collector and, with a warehouse file, the cost forecast's
+    (`gpu_platform.observe.metrics.forecast`); no process or platform collectors."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(ledger, policy, **kwargs))
+    if warehouse is not None:
+        from gpu_platform.observe.metrics.forecast import ForecastCollector
+
+        registry.register(ForecastCollector(warehouse))
     return registry

@@ -72,10 +72,19 @@ def lane_wait_targets(policy: Any) -> list[str]:
     ]
 
 
+def budgets(policy: Any) -> list[str]:
+    """`scope|subject|amount` per lane budget (`lanes.<lane>.budget`) and team budget
+    (`teams.<team>.budget`, when set), bound as one list for the budget-burn model."""
+    out = [f"lane|{lane.name}|{lane.budget}" for lane in policy.lanes_by_priority()]
+    out += [f"team|{name}|{t.budget}" for name, t in sorted(policy.teams.items()) if t.budget is not None]
+    return out
+
+
 def model_vars(policy: Any) -> dict[str, Any]:
     """The bound vars of the scorecard and capacity-signal models, from the policy: every
     threshold as `cs_<key>`, the scale's rows / signals / ERROR lanes and signals, the flavors, and
-    which team owns which namespace (`team_namespaces`)."""
+    which team owns which namespace (`team_namespaces`), and the budgets the cost forecast judges
+    (`budgets`, `budget_period`, `budget_currency`)."""
     cs = policy.capacity_signals
     out: dict[str, Any] = {f"cs_{k}": getattr(cs, k) for k in type(cs).model_fields}  # every threshold and lane
     out.update(
@@ -86,6 +95,9 @@ def model_vars(policy: Any) -> dict[str, Any]:
         flavor_catalog=flavor_catalog(policy),
         team_namespaces=team_namespaces(policy),
         lane_wait_targets=lane_wait_targets(policy),
+        budgets=budgets(policy),
+        budget_period=policy.budget_period,
+        budget_currency=policy.currency,
     )
     return out
 
