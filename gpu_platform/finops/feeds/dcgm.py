@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -253,16 +256,35 @@ def _labels_to_columns(labels: Mapping[str, str]) -> tuple[dict[str, Any], str |
     return cols, None
 
 
-def _label_table(blocks: list[str | None]) -> pl.DataFrame:
-    """One row per distinct label block: its columns and ``label_error`` (NULL when fine)."""
+_SIMPLE_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\]*"[ \t]*'
+_SIMPLE_BLOCK_RE = re.compile(rf"(?:{_SIMPLE_PAIR},)*(?:{_SIMPLE_PAIR},?)?[ \t]*")
+_SIMPLE_PAIR_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*)"')
+
+
+def _block_columns(block: str) -> tuple[dict[str, Any], str | None]:
+    """The label columns of one label block and its error (None when fine; the columns are then
+    all NULL). A block without escapes is read by one regular expression; any other, or one the
+    expression does not take, by :func:`parse_label_block`, which says what is wrong."""
+    labels: Mapping[str, str] | None = None
+    if _SIMPLE_BLOCK_RE.fullmatch(block):
+        pairs = _SIMPLE_PAIR_RE.findall(block)
+        if len({name for name, _ in pairs}) == len(pairs):
+            labels = dict(pairs)
+    try:
+        cols, error = _labels_to_columns(labels if labels is not None else parse_label_block(block))
+    except _LineError as exc:
+        error = str(exc)
+    if error is not None:
+        cols = dict.fromkeys((*LABEL_COLUMNS, "extra_labels"))
+    return cols, error
+
+
+def _label_table(blocks: list[str | None], parsed: list[tuple[dict[str, Any], str | None]] | None = None) -> pl.DataFrame:
+    """One row per distinct label block: its columns and ``label_error`` (NULL when fine).
+    ``parsed``: :func:`_block_columns` of each block, when the caller has it already."""
     rows: dict[str, list[Any]] = {c: [] for c in ("labels", *LABEL_COLUMNS, "extra_labels", "label_error")}
-    for block in blocks:
-        try:
-            cols, error = _labels_to_columns(parse_label_block(block or ""))
-        except _LineError as exc:
-            cols, error = dict.fromkeys((*LABEL_COLUMNS, "extra_labels")), str(exc)
-        if error is not None:
-            cols = dict.fromkeys((*LABEL_COLUMNS, "extra_labels"))
+    for i, block in enumerate(blocks):
+        cols, error = _block_columns(block or "") if parsed is None else parsed[i]
         rows["labels"].append(block)
         for c in (*LABEL_COLUMNS, "extra_labels"):
             rows[c].append(cols[c])
@@ -313,19 +335,20 @@ class _Buffer:
     padded copy of the last 16.
     """
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self.length = len(data)
         if len(data) < 16:
-            data += b"\n" * (16 - len(data))
+            data = bytes(data) + b"\n" * (16 - len(data))
         self.data = data
         self.size = len(data)
         self.bytes = np.frombuffer(data, dtype=np.uint8)
         self.words = np.ndarray(shape=(self.size - 3,), dtype="<u4", buffer=data, strides=(1,))
-        self._tail = np.frombuffer(data[-16:] + bytes(16), dtype=np.uint8)
+        self.windows = np.lib.stride_tricks.as_strided(self.bytes, shape=(self.size - 11, 12), strides=(1, 1))
+        self._tail = np.frombuffer(bytes(data[-16:]) + bytes(16), dtype=np.uint8)
 
     def at(self, index: np.ndarray) -> np.ndarray:
-        """The byte at each index, 10 (a newline) past the end."""
-        return np.where(index < self.size, self.bytes[np.minimum(index, self.size - 1)], 10)
+        """The byte at each index; past either end, the byte at that end."""
+        return np.take(self.bytes, index, mode="clip")
 
     def strings(self, starts: np.ndarray, lengths: np.ndarray) -> pl.Series:
         """Zero-copy strings ``data[start:start+length]`` as a String Series (Arrow string_view).
@@ -339,17 +362,16 @@ class _Buffer:
         views = np.empty((n, 4), dtype="<u4")
         views[:, 0] = lengths
         safe = np.minimum(starts, self.size - 12)
-        w0 = self.words[safe]
         short = lengths <= 12
-        if short.any():
-            keep = _BYTE_MASKS[np.minimum(lengths, 12)]
-            np.bitwise_and(w0, keep[:, 0], out=views[:, 1])
-            views[:, 2] = np.where(short, self.words[safe + 4] & keep[:, 1], 0)
-            views[:, 3] = np.where(short, self.words[safe + 8] & keep[:, 2], starts)
+        if short.all():
+            views[:, 1:] = self.windows[safe].view("<u4") & _BYTE_MASKS[lengths]
         else:
-            views[:, 1] = w0
+            views[:, 1] = self.words[safe]
             views[:, 2] = 0
             views[:, 3] = starts
+            inline = np.flatnonzero(short)
+            if len(inline):
+                views[inline, 1:] = self.windows[safe[inline]].view("<u4") & _BYTE_MASKS[lengths[inline]]
         for i in np.flatnonzero(safe != starts):
             # a short string within 12 bytes of the end (a long one starts earlier than that)
             k = int(lengths[i])
@@ -372,13 +394,23 @@ class _Dictionary:
     parsed once (a scrape repeats one label block per GPU across all of its metrics)."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.names: dict[str, int] = {}
         self.name_errors: list[str | None] = []
         self.blocks: dict[str, int] = {}
         self.block_list: list[str] = []
+        self.block_parsed: list[tuple[dict[str, Any], str | None]] = []
         self.block_errors: list[str | None] = []
 
     def name_ids(self, distinct: list[str]) -> np.ndarray:
+        with self.lock:
+            return self._name_ids(distinct)
+
+    def block_ids(self, distinct: list[str]) -> np.ndarray:
+        with self.lock:
+            return self._block_ids(distinct)
+
+    def _name_ids(self, distinct: list[str]) -> np.ndarray:
         ids = np.empty(len(distinct), dtype=np.uint32)
         for i, name in enumerate(distinct):
             gid = self.names.get(name)
@@ -388,24 +420,23 @@ class _Dictionary:
             ids[i] = gid
         return ids
 
-    def block_ids(self, distinct: list[str]) -> np.ndarray:
+    def _block_ids(self, distinct: list[str]) -> np.ndarray:
         ids = np.empty(len(distinct), dtype=np.uint32)
         for i, block in enumerate(distinct):
             gid = self.blocks.get(block)
             if gid is None:
                 gid = self.blocks[block] = len(self.block_list)
                 self.block_list.append(block)
-                try:
-                    error = _labels_to_columns(parse_label_block(block))[1]
-                except _LineError as exc:
-                    error = str(exc)
-                self.block_errors.append(error)
+                parsed = _block_columns(block)
+                self.block_parsed.append(parsed)
+                self.block_errors.append(parsed[1])
             ids[i] = gid
         return ids
 
     def errors(self, which: str) -> tuple[np.ndarray, pl.Series]:
         """(is bad, error text) by id, for ``names`` or ``blocks``."""
-        errors = self.name_errors if which == "names" else self.block_errors
+        with self.lock:
+            errors = list(self.name_errors if which == "names" else self.block_errors)
         return np.array([e is not None for e in errors], dtype=np.bool_), pl.Series(errors, dtype=pl.String)
 
     def name_series(self) -> pl.Series:
@@ -435,24 +466,20 @@ _FAST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _first_per_line(lines: np.ndarray, where: np.ndarray, n: int, last: bool) -> np.ndarray:
-    """For sorted ``lines`` (the line of each hit at ``where``): the first (``last``: the last)
-    hit of each of the ``n`` lines, -1 where a line has none."""
-    out = np.full(n, -1, dtype=np.int64)
-    if len(lines):
-        keep = np.empty(len(lines), dtype=np.bool_)
-        if last:
-            keep[-1] = True
-            np.not_equal(lines[:-1], lines[1:], out=keep[:-1])
-        else:
-            keep[0] = True
-            np.not_equal(lines[1:], lines[:-1], out=keep[1:])
-        out[lines[keep]] = where[keep]
-    return out
+def _scan(buf: _Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets and bytes of the delimiters, offsets of the newlines) of one piece."""
+    offsets, kinds = _delimiters(buf.bytes[: buf.length])
+    return offsets, kinds, offsets[kinds == 10]
 
 
 def _parse_chunk(
-    chunk: bytes, *, first_line: int, source: str, scraped_at: datetime, dictionary: _Dictionary
+    buf: _Buffer,
+    scan: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    first_line: int,
+    source: str,
+    scraped_at: datetime,
+    dictionary: _Dictionary,
 ) -> _Chunk:
     """Parse one chunk whose first line is line ``first_line + 1`` of the whole input.
 
@@ -463,42 +490,44 @@ def _parse_chunk(
     Every other line goes to :func:`_split_line`.
     """
     out = _Chunk()
-    buf = _Buffer(chunk)
     size, b = buf.length, buf.bytes
-    offsets, kinds = _delimiters(b[:size])
+    offsets, kinds, newlines = scan
     is_newline = kinds == 10
-    newlines = offsets[is_newline]
     out.newlines = len(newlines)
     starts = np.concatenate((np.zeros(1, dtype=np.int64), newlines + 1))
     ends = np.concatenate((newlines, np.array([size], dtype=np.int64)))
     if starts[-1] == size:
         starts, ends = starts[:-1], ends[:-1]
     n = len(starts)
-    braces = ~is_newline
-    line_of, at, kind = np.cumsum(is_newline)[braces], offsets[braces], kinds[braces]
-    opens, closes = kind == 123, kind == 125
-    po = _first_per_line(line_of[opens], at[opens], n, last=False)
-    pc = _first_per_line(line_of[closes], at[closes], n, last=True)
-    # a trailing '\r' is not part of the line (an index of -1 below is only read for empty lines)
-    ends = ends - ((ends > starts) & (b[ends - 1] == 13))
-    length = ends - starts
-    first = np.where(length > 0, b[starts], 0)
-    comment = first == 35
-    vstart = pc + 2
-    shaped = (
-        (po > starts)
-        & (pc > po)
-        & (vstart < ends)
-        & ~comment
-        & (first != 32)
-        & (first != 9)
-        & (buf.at(pc + 1) == 32)
-        & (buf.at(vstart) != 32)
-        & (b[ends - 1] != 13)
+    # a fast-path candidate's first delimiter is a '{' and its last a '}': read them off the
+    # delimiter stream beside each line's newlines (the stream is small and cache-resident)
+    stream_nl = np.flatnonzero(is_newline)
+    after_prev = np.empty(n, dtype=np.int64)
+    after_prev[0] = 0
+    after_prev[1:] = stream_nl[: n - 1] + 1
+    before_next = (stream_nl[:n] if len(stream_nl) >= n else np.append(stream_nl, len(kinds))) - 1
+    padded = np.append(kinds, 0)  # index -1 and len(kinds) read the 0
+    cand = np.flatnonzero(
+        (before_next > after_prev) & (padded[after_prev] == 123) & (padded[before_next] == 125)
     )
-    fast = np.flatnonzero(shaped)
-    slow = [np.flatnonzero(~shaped & ~comment & (length > 0))]
-    f_start, f_end, f_po, f_pc, f_v = starts[fast], ends[fast], po[fast], pc[fast], vstart[fast]
+    first = b[starts]
+    comment = first == 35
+    c_start = starts[cand]
+    c_first = first[cand]
+    c_po = offsets[after_prev[cand]]
+    keep = (c_po > c_start) & (c_first != 35) & (c_first != 32) & (c_first != 9)
+    cand, c_start, c_po = cand[keep], c_start[keep], c_po[keep]
+    c_pc = offsets[before_next[cand]]
+    c_end = ends[cand]
+    c_end -= b[c_end - 1] == 13  # a trailing '\r' is not part of the line
+    vstart = c_pc + 2
+    shaped = (vstart < c_end) & (buf.at(c_pc + 1) == 32) & (buf.at(vstart) != 32) & (b[c_end - 1] != 13)
+    fast = cand[shaped]
+    ends[cand] = c_end
+    others = ~comment & (ends > starts)
+    others[fast] = False
+    slow = [np.flatnonzero(others)]
+    f_start, f_end, f_po, f_pc, f_v = c_start[shaped], c_end[shaped], c_po[shaped], c_pc[shaped], vstart[shaped]
     v_len = f_end - f_v
     vtext = buf.strings(f_v, v_len)
     as_float = vtext.cast(pl.Float64, strict=False)
@@ -526,7 +555,15 @@ def _parse_chunk(
             fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts = (
                 a[keep] for a in (fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts)
             )
-    codes, distinct = _encode(buf.strings(f_start, f_po - f_start))
+    # metric names come in runs (a scrape prints each metric's lines together): encode the runs
+    names = buf.strings(f_start, f_po - f_start)
+    run = names.rle_id().to_numpy().astype(np.int64)
+    heads = np.flatnonzero(np.diff(run, prepend=-1))
+    if len(heads) * 4 < len(run):
+        codes, distinct = _encode(names.gather(pl.Series(heads, dtype=pl.UInt32)))
+        codes = codes[run]
+    else:
+        codes, distinct = _encode(names)
     name_id = dictionary.name_ids(distinct)[codes]
     codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
     block_id = dictionary.block_ids(distinct)[codes]
@@ -561,7 +598,8 @@ def _parse_chunk(
         causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
         errors = (name_errors.gather(pl.Series(name_id[rows])), block_errors.gather(pl.Series(block_id[rows])))
         out.quarantine = _fast_quarantine(
-            buf, source, rows, causes, source_line, f_start, f_end, f_v, v_len, errors
+            buf, source, rows, causes, source_line, f_start, f_end, f_v, v_len, errors,
+            values=None if len(unparsed) else vtext,
         )
     lines = np.concatenate(slow)
     if len(lines):
@@ -569,7 +607,7 @@ def _parse_chunk(
 
         def raw(number: int) -> str:
             i = number - first_line - 1
-            return buf.data[starts[i] : ends[i]].decode("utf-8").rstrip("\r")
+            return bytes(buf.data[starts[i] : ends[i]]).decode("utf-8").rstrip("\r")
 
         numbers = (lines + (first_line + 1)).tolist()
         out.slow, out.slow_quarantine, skipped = _slow_path(numbers, raw)
@@ -609,9 +647,11 @@ def _fast_quarantine(
     f_v: np.ndarray,
     v_len: np.ndarray,
     errors: tuple[pl.Series, pl.Series],
+    values: pl.Series | None,
 ) -> pl.DataFrame:
     """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
-    built cause by cause, column-wise (one ``format`` per cause, no Python object per line)."""
+    built cause by cause, column-wise (one ``format`` per cause, no Python object per line).
+    ``values``: the value text of every fast-path line when none had a timestamp (else None)."""
     parts = []
     for cause in np.unique(causes).tolist():
         sel = rows[causes == cause]
@@ -620,7 +660,7 @@ def _fast_quarantine(
             detail = errors[cause].gather(pl.Series(np.flatnonzero(causes == cause), dtype=pl.UInt32))
             template = "{}"
         elif column == "vraw":
-            detail = buf.strings(f_v[sel], v_len[sel])
+            detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
         else:
             t_start = f_v[sel] + v_len[sel] + 1
             detail = buf.strings(t_start, f_end[sel] - t_start)
@@ -647,7 +687,7 @@ def _assemble(
 ) -> FeedBatch:
     """One batch from the chunks: label columns gathered once from the label table by block id."""
     fast = pl.concat([c.fast for c in chunks]) if len(chunks) > 1 else chunks[0].fast
-    labels = _label_table(dictionary.block_list).select(*LABEL_COLUMNS, "extra_labels")
+    labels = _label_table(dictionary.block_list, dictionary.block_parsed).select(*LABEL_COLUMNS, "extra_labels")
     block_id = fast["block_id"]
     rows = pl.DataFrame(
         {
@@ -720,20 +760,50 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     if not buf:
         return _empty_batch()
     dictionary = _Dictionary()
-    chunks = []
-    first_line = 0
-    for piece in _chunks(buf, _MAX_CHUNK):
-        chunk = _parse_chunk(piece, first_line=first_line, source=source, scraped_at=scraped_at, dictionary=dictionary)
-        chunks.append(chunk)
-        first_line += chunk.newlines
+    workers = _workers()
+    pieces = [_Buffer(piece) for piece in _chunks(buf, _piece_size(len(buf), workers))]
+    threads = min(workers, len(pieces))
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    run = pool.map if pool is not None else map
+    try:
+        # line numbers need the newlines of every earlier piece: scan all pieces first
+        scans = list(run(_scan, pieces))
+        first_lines = np.concatenate(([0], np.cumsum([len(s[2]) for s in scans])[:-1])).tolist()
+
+        def parse(args: tuple[_Buffer, tuple[np.ndarray, np.ndarray, np.ndarray], int]) -> _Chunk:
+            piece, scan, first_line = args
+            return _parse_chunk(
+                piece, scan, first_line=first_line, source=source, scraped_at=scraped_at, dictionary=dictionary
+            )
+
+        chunks = list(run(parse, zip(pieces, scans, first_lines, strict=True)))
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return _assemble(chunks, dictionary, source=source, scraped_at=scraped_at)
 
 
 _MAX_CHUNK = 1 << 30
+"""The largest piece parsed as one buffer (string views hold 32-bit offsets)."""
+_MIN_PIECE = 4 << 20
+"""Inputs are cut into about two pieces per worker thread, none smaller than this."""
 
 
-def _chunks(buf: bytes, size: int) -> Iterator[bytes]:
-    """Pieces of at most about ``size`` bytes, each ending just after a newline (the last may not)."""
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _piece_size(size: int, workers: int) -> int:
+    return min(_MAX_CHUNK, max(_MIN_PIECE, -(-size // (2 * workers))))
+
+
+def _chunks(buf: bytes, size: int) -> Iterator[memoryview]:
+    """Pieces of at most about ``size`` bytes, each ending just after a newline (the last may not),
+    as views of ``buf`` (nothing is copied)."""
+    view = memoryview(buf)
     start = 0
     while len(buf) - start > size:
         cut = buf.rfind(b"\n", start, start + size)
@@ -741,10 +811,10 @@ def _chunks(buf: bytes, size: int) -> Iterator[bytes]:
             cut = buf.find(b"\n", start + size)
             if cut < 0:
                 break
-        yield buf[start : cut + 1]
+        yield view[start : cut + 1]
         start = cut + 1
     if start < len(buf):
-        yield buf[start:]
+        yield view[start:]
 
 
 def _value_expr() -> pl.Expr:
