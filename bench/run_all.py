@@ -41,7 +41,12 @@ BENCHES = [
     ),
     ("sensor_tick", [PY, "bench/bench_gate.py", "--runs", "5"], "sensor tick with 5,000 pending and 500 active runs: median < 2 s"),
     ("metrics_scrape", [PY, "bench/bench_metrics.py"], "a /metrics scrape with 10,000 pending (+500 admitted): median < 50 ms"),
-    ("dcgm_parse", [PY, "bench/bench_dcgm_parse.py"], ">= 1M samples/s and >= 20x prometheus_client's parser"),
+    (
+        "dcgm_parse",
+        [PY, "bench/bench_dcgm_parse.py"],
+        "issue 27: >= 100x prometheus_client's parser on both the clean generated input and the real reference "
+        "feed replicated (a third of its lines DCGM blank sentinels), in one run",
+    ),
     (
         "simulate",
         [PY, "bench/bench_simulate.py", *(["--sizes", "12500,25000", "--baselines-at", "0", "--kueue-cohorts", "5"] if QUICK else [])],
@@ -149,10 +154,12 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
     scrape = _find(by_name.get("metrics_scrape", []), benchmark="metrics_scrape")
     if scrape:
         rows.append(("/metrics scrape, 10k pending", f"{scrape['median_ms']:.1f} ms (HTTP {scrape['http_median_ms']:.1f} ms)", "< 50 ms", scrape["median_ms"] < 50))
-    dcgm = next(iter(by_name.get("dcgm_parse", [])), {})
-    if dcgm:
-        rows.append(("DCGM text parsing", f"{dcgm['ours_samples_per_s']:,} samples/s", ">= 1,000,000/s", dcgm["ours_samples_per_s"] >= 1e6))
-        rows.append(("DCGM parsing vs prometheus_client", f"{dcgm['ratio']}x", ">= 20x", dcgm["ratio"] >= 20))
+    for dcgm in by_name.get("dcgm_parse", []):
+        label = {"clean": "clean generated input", "reference": "real reference feed replicated"}.get(dcgm.get("input"), "input")
+        rows.append((f"DCGM parsing vs prometheus_client, {label}",
+                     f"{dcgm['ratio']}x ({dcgm['ours_samples_per_s']:,} samples/s; CPU {dcgm.get('ratio_cpu', '?')}x, "
+                     f"{dcgm.get('ours_samples_per_cpu_s', 0):,}/CPU-s)",
+                     ">= 100x", dcgm["ratio"] >= 100))
     sims = by_name.get("simulate", [])
     s_small, s_big = _find(sims, scenario="policy", jobs=12500), _find(sims, scenario="policy", jobs=100000)
     if s_big:
