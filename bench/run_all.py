@@ -68,7 +68,8 @@ BENCHES = [
         "chargeback",
         [PY, "bench/bench_chargeback.py", *(["--scale", "0.1"] if QUICK else [])],
         "30 days x 512 GPUs x 15 s samples (~88M): full rebuild <= 3x one DuckDB GROUP BY pod; all data tests "
-        "no longer than the build; peak memory <= 1.5 GiB with tests",
+        "no longer than the build; peak memory <= 1.5 GiB with tests; issue 27: the hourly rollup at load, per "
+        "day file, <= 5x reading the samples once (same process, alternating)",
     ),
     (
         "chargeback_scale",
@@ -78,7 +79,8 @@ BENCHES = [
     (
         "chargeback_scale_4096",
         [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "4096", "--runs", "3", "--no-tests"],
-        "the same rebuild at 4,096 GPUs: grows no worse than linearly (rebuild ratio <= 8x for 8x the GPUs)",
+        "the same rebuild at 4,096 GPUs: grows no worse than linearly (rebuild ratio <= 8x for 8x the GPUs); "
+        "issue 27: the rollup at load peaks <= 1.5 GiB RSS and grows no worse than linearly (median CPU s)",
     ),
 ]
 
@@ -200,14 +202,24 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
         rows.append(("chargeback peak memory with tests", f"{cb['peak_rss_mib']:.0f} MiB", "<= 1536 MiB", cb["peak_rss_mib"] <= 1536))
         if cb.get("ingest"):
             ing = cb["ingest"]
-            rows.append(("chargeback ingestion: hourly rollup of the 30 days (once, at load)",
-                         f"{ing['rollup_s']:.1f} s, {ing['peak_rss_mib']:.0f} MiB", "reported", True))
+            ratio = ing.get("cpu_ratio_to_scan")
+            rows.append(("chargeback ingestion: hourly rollup of the 30 days at load / reading the samples once",
+                         f"{ratio}x CPU ({ing.get('rollup_cpu_s')} s / {ing.get('scan_floor_cpu_s')} s; wall "
+                         f"{ing.get('ratio_to_scan')}x, {ing['rollup_s']:.1f} s), {ing['peak_rss_mib']:.0f} MiB",
+                         "<= 5x", ratio is not None and ratio <= 5))
     small = _find(by_name.get("chargeback_scale", []), benchmark="chargeback_rebuild")
     big = _find(by_name.get("chargeback_scale_4096", []), benchmark="chargeback_rebuild")
     if small and big:
         growth = big["rebuild_s"] / small["rebuild_s"]
         rows.append(("chargeback rebuild 512 -> 4,096 GPUs", f"{growth:.2f}x ({small['rebuild_s']} s -> {big['rebuild_s']} s)",
                      "<= 8x (linear)", growth <= 8))
+    if big and big.get("ingest"):
+        rows.append(("chargeback ingestion peak RSS at 4,096 GPUs", f"{big['ingest']['peak_rss_mib']:.0f} MiB",
+                     "<= 1536 MiB", big["ingest"]["peak_rss_mib"] <= 1536))
+    if small and big and small.get("ingest", {}).get("rollup_cpu_s") and big.get("ingest", {}).get("rollup_cpu_s"):
+        s_cpu, b_cpu = small["ingest"]["rollup_cpu_s"], big["ingest"]["rollup_cpu_s"]
+        rows.append(("chargeback ingestion 512 -> 4,096 GPUs (median CPU s, seeding untimed)",
+                     f"{b_cpu / s_cpu:.2f}x ({s_cpu} s -> {b_cpu} s)", "<= 8x (linear)", b_cpu / s_cpu <= 8))
     out = ["| measure | measured | target | met |", "|---|---|---|---|"]
     out += [f"| {m} | {v} | {t} | {'yes' if ok else '**no**'} |" for m, v, t, ok in rows]
     return out
