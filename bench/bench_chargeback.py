@@ -351,6 +351,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--runs", type=int, default=3, help="timed runs of each (the median is reported; default 3)")
     ap.add_argument("--no-tests", action="store_true", help="skip the one run of the data tests")
+    ap.add_argument("--growth-from", type=int, default=None, metavar="GPUS",
+                    help="also time the ingestion at GPUS, each run beside one at --gpus, and report the growth")
     ap.add_argument("--child", choices=["generate", "floor", "scan", "rebuild", "ingest"], help=argparse.SUPPRESS)
     ap.add_argument("--with-tests", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -374,7 +376,15 @@ def main() -> None:
     # the rollup and its scan floor alternate file by file in one process (each run a fresh one),
     # after one untimed scan that warms the page cache; medians of the runs
     _child("scan", args.gpus, days, args.threads)
-    ingests = [_child("ingest", args.gpus, days, args.threads) for _ in range(max(1, args.runs))]
+    ingests, smalls = [], []
+    if args.growth_from:
+        _child("generate", args.growth_from, days, args.threads)
+        _child("scan", args.growth_from, days, args.threads)
+    for _ in range(max(1, args.runs)):
+        if args.growth_from:
+            # the smaller fleet in the same invocation, alternating, so that load drift falls on both
+            smalls.append(_child("ingest", args.growth_from, days, args.threads))
+        ingests.append(_child("ingest", args.gpus, days, args.threads))
     ingest = {k: statistics.median(i[k] for i in ingests) for k in ("seconds", "cpu_seconds")}
     scan = {k: statistics.median(i[f"scan_{k}"] for i in ingests) for k in ("seconds", "cpu_seconds")}
     # floor and rebuild alternate, each in a fresh process on the same (page-cached) files, so load from
@@ -429,6 +439,17 @@ def main() -> None:
             "runs_cpu_s": [round(i["cpu_seconds"], 3) for i in ingests],
             "scan_runs_s": [round(i["scan_seconds"], 3) for i in ingests],
             "scan_runs_cpu_s": [round(i["scan_cpu_seconds"], 3) for i in ingests],
+        },
+        "ingest_growth": None if not smalls else {
+            "from_gpus": args.growth_from,
+            "to_gpus": args.gpus,
+            "cpu_ratio_median": round(statistics.median(b["cpu_seconds"] / s["cpu_seconds"] for s, b in zip(smalls, ingests, strict=True)), 2),
+            "wall_ratio_median": round(statistics.median(b["seconds"] / s["seconds"] for s, b in zip(smalls, ingests, strict=True)), 2),
+            "scan_cpu_ratio_median": round(statistics.median(
+                b["scan_cpu_seconds"] / s["scan_cpu_seconds"] for s, b in zip(smalls, ingests, strict=True)), 2),
+            "from_cpu_s": [round(s["cpu_seconds"], 3) for s in smalls],
+            "to_cpu_s": [round(b["cpu_seconds"], 3) for b in ingests],
+            "target": args.gpus / args.growth_from,
         },
         "floor_runs_s": [round(f["seconds"], 3) for f in floors],
         "rebuild_runs_s": [round(r["seconds"], 3) for r in rebuilds],
