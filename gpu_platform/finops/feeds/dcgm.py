@@ -693,6 +693,17 @@ def _assemble(
     fast = pl.concat([c.fast for c in chunks]) if len(chunks) > 1 else chunks[0].fast
     labels = _label_table(dictionary.block_list, dictionary.block_parsed).select(*LABEL_COLUMNS, "extra_labels")
     block_id = fast["block_id"]
+    usable = pl.Series(dictionary.errors("blocks")[0]).not_()  # accepted rows only hold these blocks
+    columns: dict[str, pl.Series] = {}
+    for c in (*LABEL_COLUMNS, "extra_labels"):
+        seen = labels[c].filter(usable).unique()
+        # a column with one value over every usable block (a model name, an absent label) is
+        # that value repeated, not gathered row by row
+        columns[c] = (
+            pl.repeat(seen[0], fast.height, dtype=labels[c].dtype, eager=True)
+            if len(seen) == 1
+            else labels[c].gather(block_id)
+        )
     rows = pl.DataFrame(
         {
             "ts": fast["ts_us"].cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
@@ -700,7 +711,7 @@ def _assemble(
             "value": fast["value"],
             "source": pl.repeat(source, fast.height, dtype=pl.String, eager=True),
             "source_line": fast["source_line"],
-            **{c: labels[c].gather(block_id) for c in (*LABEL_COLUMNS, "extra_labels")},
+            **columns,
         }
     ).select(DCGM_SAMPLE_SCHEMA.keys())
     quarantine = [c.quarantine for c in chunks if c.quarantine.height]
@@ -726,7 +737,10 @@ def _assemble(
     elif len(quarantine) == 1:
         q = quarantine[0]
     else:
-        q = pl.concat(quarantine).sort("source_line")
+        # the pieces' own quarantines come in line order; the tokenizer's interleave with them
+        q = pl.concat(quarantine)
+        if slow or slow_q:
+            q = q.sort("source_line")
     return FeedBatch(rows=rows, quarantine=q, rows_in=sum(c.rows_in for c in chunks))
 
 
