@@ -357,9 +357,9 @@ class _Buffer:
     def strings(self, starts: np.ndarray, lengths: np.ndarray) -> pl.Series:
         """Zero-copy strings ``data[start:start+length]`` as a String Series (Arrow string_view).
 
-        Each view is four uint32: the length, then the bytes themselves when <= 12, else a
-        4-byte prefix, buffer 0 and the offset (so the chunk must be under 4 GiB). No string
-        is copied.
+        Each view is four 32-bit words: the length, then the bytes themselves when <= 12, else
+        a 4-byte prefix, buffer 0 and the offset (Arrow reads them as int32, so a chunk is at most
+        ``_MAX_CHUNK``, 1 GiB). No string is copied.
         """
         n = len(starts)
         lengths = np.maximum(lengths, 0)
