@@ -41,7 +41,12 @@ BENCHES = [
     ),
     ("sensor_tick", [PY, "bench/bench_gate.py", "--runs", "5"], "sensor tick with 5,000 pending and 500 active runs: median < 2 s"),
     ("metrics_scrape", [PY, "bench/bench_metrics.py"], "a /metrics scrape with 10,000 pending (+500 admitted): median < 50 ms"),
-    ("dcgm_parse", [PY, "bench/bench_dcgm_parse.py"], ">= 1M samples/s and >= 20x prometheus_client's parser"),
+    (
+        "dcgm_parse",
+        [PY, "bench/bench_dcgm_parse.py"],
+        "issue 27: >= 100x prometheus_client's parser on both the clean generated input and the real reference "
+        "feed replicated (a third of its lines DCGM blank sentinels), in one run",
+    ),
     (
         "simulate",
         [PY, "bench/bench_simulate.py", *(["--sizes", "12500,25000", "--baselines-at", "0", "--preempting-at", "12500", "--kueue-cohorts", "5"] if QUICK else [])],
@@ -65,7 +70,8 @@ BENCHES = [
         "chargeback",
         [PY, "bench/bench_chargeback.py", *(["--scale", "0.1"] if QUICK else [])],
         "30 days x 512 GPUs x 15 s samples (~88M): full rebuild <= 2x one DuckDB GROUP BY pod (issue 23; was 3x); all data tests "
-        "no longer than the build; peak memory <= 1.5 GiB with tests",
+        "no longer than the build; peak memory <= 1.5 GiB with tests; issue 27: the hourly rollup at load, per "
+        "day file, <= 5x reading the samples once (same process, alternating)",
     ),
     (
         "chargeback_scale",
@@ -74,8 +80,10 @@ BENCHES = [
     ),
     (
         "chargeback_scale_4096",
-        [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "4096", "--runs", "3", "--no-tests"],
-        "the same rebuild at 4,096 GPUs: grows no worse than linearly (rebuild ratio <= 8x for 8x the GPUs)",
+        [PY, "bench/bench_chargeback.py", "--days", "1" if QUICK else "2", "--gpus", "4096", "--runs", "3", "--no-tests",
+         "--growth-from", "512"],
+        "the same rebuild at 4,096 GPUs: grows no worse than linearly (rebuild ratio <= 8x for 8x the GPUs); "
+        "issue 27: the rollup at load peaks <= 1.5 GiB RSS and grows no worse than linearly (median CPU s)",
     ),
 ]
 
@@ -156,10 +164,12 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
     scrape = _find(by_name.get("metrics_scrape", []), benchmark="metrics_scrape")
     if scrape:
         rows.append(("/metrics scrape, 10k pending", f"{scrape['median_ms']:.1f} ms (HTTP {scrape['http_median_ms']:.1f} ms)", "< 50 ms", scrape["median_ms"] < 50))
-    dcgm = next(iter(by_name.get("dcgm_parse", [])), {})
-    if dcgm:
-        rows.append(("DCGM text parsing", f"{dcgm['ours_samples_per_s']:,} samples/s", ">= 1,000,000/s", dcgm["ours_samples_per_s"] >= 1e6))
-        rows.append(("DCGM parsing vs prometheus_client", f"{dcgm['ratio']}x", ">= 20x", dcgm["ratio"] >= 20))
+    for dcgm in by_name.get("dcgm_parse", []):
+        label = {"clean": "clean generated input", "reference": "real reference feed replicated"}.get(dcgm.get("input"), "input")
+        rows.append((f"DCGM parsing vs prometheus_client, {label}",
+                     f"{dcgm['ratio']}x ({dcgm['ours_samples_per_s']:,} samples/s; CPU {dcgm.get('ratio_cpu', '?')}x, "
+                     f"{dcgm.get('ours_samples_per_cpu_s', 0):,}/CPU-s)",
+                     ">= 100x", dcgm["ratio"] >= 100))
     sims = by_name.get("simulate", [])
     s_small = _find(sims, scenario="policy", mix="light", jobs=12500)
     s_big = _find(sims, scenario="policy", mix="light", jobs=100000)
@@ -216,14 +226,25 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
         rows.append(("chargeback peak memory with tests", f"{cb['peak_rss_mib']:.0f} MiB", "<= 1536 MiB", cb["peak_rss_mib"] <= 1536))
         if cb.get("ingest"):
             ing = cb["ingest"]
-            rows.append(("chargeback ingestion: hourly rollup of the 30 days (once, at load)",
-                         f"{ing['rollup_s']:.1f} s, {ing['peak_rss_mib']:.0f} MiB", "reported", True))
+            ratio = ing.get("cpu_ratio_to_scan")
+            rows.append(("chargeback ingestion: hourly rollup of the 30 days at load / reading the samples once",
+                         f"{ratio}x CPU ({ing.get('rollup_cpu_s')} s / {ing.get('scan_floor_cpu_s')} s; wall "
+                         f"{ing.get('ratio_to_scan')}x, {ing['rollup_s']:.1f} s), {ing['peak_rss_mib']:.0f} MiB",
+                         "<= 5x", ratio is not None and ratio <= 5))
     small = _find(by_name.get("chargeback_scale", []), benchmark="chargeback_rebuild")
     big = _find(by_name.get("chargeback_scale_4096", []), benchmark="chargeback_rebuild")
     if small and big:
         growth = big["rebuild_s"] / small["rebuild_s"]
         rows.append(("chargeback rebuild 512 -> 4,096 GPUs", f"{growth:.2f}x ({small['rebuild_s']} s -> {big['rebuild_s']} s)",
                      "<= 8x (linear)", growth <= 8))
+    if big and big.get("ingest"):
+        rows.append(("chargeback ingestion peak RSS at 4,096 GPUs", f"{big['ingest']['peak_rss_mib']:.0f} MiB",
+                     "<= 1536 MiB", big["ingest"]["peak_rss_mib"] <= 1536))
+    growth = (big or {}).get("ingest_growth")
+    if growth:
+        rows.append(("chargeback ingestion 512 -> 4,096 GPUs (median of paired runs, CPU; seeding untimed)",
+                     f"{growth['cpu_ratio_median']}x (scan floor {growth['scan_cpu_ratio_median']}x; wall "
+                     f"{growth['wall_ratio_median']}x)", "<= 8x (linear)", growth["cpu_ratio_median"] <= 8))
     out = ["| measure | measured | target | met |", "|---|---|---|---|"]
     out += [f"| {m} | {v} | {t} | {'yes' if ok else '**no**'} |" for m, v, t, ok in rows]
     return out
@@ -231,11 +252,27 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
 
 NOTES = """## Notes
 
-- DCGM parsing: `prometheus_client`'s parser is the well-kept library for this format, but it
-  parses about 25k samples/s here, 40-60x short of what a 512-GPU fleet at 15 s needs when
-  history is re-read; the platform's parser (`gpu_platform/finops/feeds/dcgm.py`) splits lines with
-  polars string kernels and falls back to a careful per-line path for odd lines (escaped
-  quotes, commas in values), so correctness never depends on the fast path.
+- DCGM parsing (issue 27): two inputs, both in one run of `bench/bench_dcgm_parse.py`. The clean
+  one (512 GPUs x 20 metrics x 100 scrapes, generated, pod labels, nothing quarantined) is a
+  fleet's history re-read; the reference one is dcgm-exporter's own README output (the project's
+  fixtures) replicated to as many sample lines: two HELP/TYPE comment lines per sample line and
+  one sample line in three a DCGM blank sentinel, which is what a real exporter prints for fields
+  a GPU does not support, so the quarantine path is measured at scale, not only the happy path.
+  `ratio` divides our accepted samples per second by prometheus_client's samples per second
+  (the well-kept parser of the format; it returns sentinels as samples, so `ratio_lines` also
+  counts our quarantined lines). The parser (`gpu_platform/finops/feeds/dcgm.py`): one numpy
+  pass finds every newline and brace; a line whose first delimiter is `{` and last `}` is on the
+  fast path, its name, label block and value become zero-copy Arrow string views; label blocks
+  are dictionary-encoded (each distinct block parsed once, rows carry an id until the accepted
+  rows' label columns are gathered once); quarantined lines are built column-wise, one `format`
+  per reason. Odd lines go through a character tokenizer, so correctness never depends on the
+  fast path; a property test compares the result with prometheus_client's on generated text.
+  Profile on the reference input (800k lines, one thread, CPU, on the loaded 2-core VM): the
+  delimiter pass ~30 ms, the quarantine of the 100k sentinel lines ~31 ms (its `format` two
+  thirds), value views ~28 ms and their cast ~16 ms, label-block encoding ~19 ms, the fast-path
+  shape checks ~10 ms, metric names ~14 ms; on the clean input the label-block encoding (~22 ms,
+  51 MB of label text hashed) and value views (~20 ms) lead. Pieces of the input are parsed on a
+  thread per core; on a loaded machine that buys nothing (CPU time counts every thread).
 - Chargeback: the rebuild reads the hourly rollup the loader writes at ingestion
   (`raw_dcgm_hourly`, ~12k rows a day for 512 GPUs), never the 15 s samples (unless two sources
   overlap on a node-day); the floor still reads every sample. The rollup's own cost is reported
@@ -244,6 +281,15 @@ NOTES = """## Notes
   reports the memory of the process that generated the data). The 2 cores are shared with other
   jobs: single runs move by 2-3x, so every figure is a median, and the floor is measured in the
   same invocation, alternating with the rebuild, so the ratio is fair.
+- Chargeback ingestion (issue 27): the hourly rollup the loader writes (`raw_dcgm_hourly`) is
+  timed one day file at a time, alternating file by file with its floor in the same process (the
+  scan: `max()` of every column the rollup reads, through the same view), each run a fresh
+  process; peak RSS is that process's. In production `load_dcgm_day` streams a day file by file
+  (`stream_batches`): each file is parsed, checked and staged before the next is read, and one
+  transaction replaces the day and rolls up the staged samples, so a day's memory is one file's
+  batch plus DuckDB's buffers. The growth figure pairs each 4,096-GPU run with a 512-GPU run in the
+  same invocation (`--growth-from 512`), so load drift falls on both; data generation, view setup
+  and seeding are never timed.
 - Simulator: every admission call runs the real engine (`admit_until_stable`) over the running
   work (folded per queue, flavor and priority where nothing shown may preempt it) and the shown
   waiting work; docs/simulator.md ("Performance") has the profile. What made a call cheap

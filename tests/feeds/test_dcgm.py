@@ -545,3 +545,143 @@ def test_scrape_errors_name_the_url(exporter: str) -> None:
         scrape("file:///etc/passwd")
     with pytest.raises(ScrapeError, match="127.0.0.1:9"):
         scrape("http://127.0.0.1:9/metrics", timeout=2)
+
+
+# --- the fast path against prometheus_client's parser and its own edges -----------------------
+
+_PROM_LABELS = {
+    "gpu": "gpu",
+    "UUID": "uuid",
+    "Hostname": "hostname",
+    "modelName": "model_name",
+    "namespace": "namespace",
+    "pod": "pod",
+    "container": "container",
+}
+prom_value = st.one_of(
+    st.integers(-(10**12), 10**15).map(str),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e14, max_value=1e14).map(repr),
+    st.floats(min_value=0, max_value=1).map(lambda v: f"{v:.3f}"),
+    st.sampled_from(["NaN", "+Inf", "-Inf", SENTINEL, "140737488355328", "1e3", "0"]),
+)
+prom_line = st.fixed_dictionaries(
+    {
+        "metric": st.sampled_from(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED"]),
+        "labels": st.dictionaries(
+            st.sampled_from([*_PROM_LABELS, "DCGM_FI_DRIVER_VERSION", "err_code"]),
+            st.text(alphabet='ab {}=,"\\\n|-_.0', max_size=10),
+            max_size=5,
+        ),
+        "gpu": st.integers(0, 7),
+        "value": prom_value,
+        "ts": st.one_of(st.none(), st.integers(0, 4_000_000_000_000)),
+        "sep": st.sampled_from([",", ", "]),
+    }
+)
+
+
+def _prom_text(lines: list[dict]) -> str:
+    out = []
+    for i, s in enumerate(lines):
+        if i % 4 == 0:
+            out.append(f"# HELP {s['metric']} help text with {{braces}} and \"quotes\".\n# TYPE {s['metric']} gauge\n")
+        labels = {"gpu": str(s["gpu"]), **{k: v for k, v in s["labels"].items() if k != "gpu"}}
+        block = s["sep"].join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+        ts = "" if s["ts"] is None else f" {s['ts']}"
+        out.append(f"{s['metric']}{{{block}}} {s['value']}{ts}\n")
+    return "".join(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(prom_line, min_size=1, max_size=25))
+def test_agrees_with_prometheus_client(lines: list[dict]) -> None:
+    """Every sample prometheus_client reads is accepted with the same name, labels, value and
+    timestamp, or quarantined because its value is NaN, infinite or a DCGM blank."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = _prom_text(lines)
+    at = datetime(2024, 9, 18, tzinfo=UTC)
+    batch = parse_text(text, source="p", scraped_at=at)
+    _assert_invariant(batch, text)
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert batch.rows_in == len(samples)
+    rows = iter(batch.rows.to_dicts())
+    reasons = iter(batch.quarantine["reason"].to_list())
+    for s in samples:
+        if math.isnan(s.value) or math.isinf(s.value) or s.value >= 9.2e18 or s.value in (2.0**47, 2.0**47 + 1):
+            reason = next(reasons)
+            assert "blank" in reason or "not a finite sample" in reason, reason
+            continue
+        r = next(rows)
+        assert (r["metric"], r["value"]) == (s.name, s.value)
+        expected_ts = at if s.timestamp is None else datetime.fromtimestamp(s.timestamp, tz=UTC)
+        assert abs((r["ts"] - expected_ts).total_seconds()) < 1e-3
+        for label, column in _PROM_LABELS.items():
+            value = s.labels.get(label) or None
+            assert r[column] == (int(value) if column == "gpu" and value is not None else value)
+        extra = {k: v for k, v in s.labels.items() if k not in _PROM_LABELS}
+        assert (json.loads(r["extra_labels"]) if r["extra_labels"] else {}) == extra
+    assert next(rows, None) is None
+
+
+def test_quoted_closing_brace_and_other_delimiters_in_label_values(scraped_at: datetime) -> None:
+    text = (
+        'm{a="x} 1",gpu="0"} 2\n'  # a quoted '}' followed by text that looks like a value
+        'm{a="{|}",gpu="1"} 3\n'  # every delimiter byte inside quotes
+        'm{a="x"}|{ 4\n'  # a '|' and '{' after the block: not a sample line
+        'm{gpu="2"} 5 }\n'  # text after the value
+    )
+    batch = parse_text(text, source="t", scraped_at=scraped_at)
+    _assert_invariant(batch, text)
+    assert batch.rows.select("gpu", "value", "extra_labels").rows() == [
+        (0, 2.0, '{"a":"x} 1"}'),
+        (1, 3.0, '{"a":"{|}"}'),
+    ]
+    assert batch.quarantine["source_line"].to_list() == [3, 4]
+
+
+@pytest.mark.parametrize("pad", range(0, 20))
+def test_values_at_the_very_end_of_the_input(pad: int, scraped_at: datetime) -> None:
+    """The last value (no newline after it) lies within the last 12 bytes of the buffer."""
+    text = "#" + "x" * pad + '\nm{gpu="0"} 1\nm{gpu="1",pod="p"} 42.5'
+    batch = parse_text(text.encode(), source="t", scraped_at=scraped_at)
+    assert batch.rows.select("gpu", "pod", "value").rows() == [(0, None, 1.0), (1, "p", 42.5)]
+
+
+def test_pieces_on_threads_match_one_piece(monkeypatch: pytest.MonkeyPatch, scraped_at: datetime) -> None:
+    text = "".join(
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i % 8}",pod="p{i % 5}"}} {i if i % 3 else SENTINEL}\n# c\n' for i in range(3000)
+    )
+    whole = parse_text(text, source="t", scraped_at=scraped_at)
+    monkeypatch.setattr("gpu_platform.finops.feeds.dcgm._MIN_PIECE", 1000)
+    monkeypatch.setattr("gpu_platform.finops.feeds.dcgm._workers", lambda: 3)
+    pieces = parse_text(text, source="t", scraped_at=scraped_at)
+    assert pieces.rows.equals(whole.rows)
+    assert pieces.quarantine.equals(whole.quarantine)
+    assert pieces.rows_in == whole.rows_in == 3000
+    assert whole.quarantined == 1000
+
+
+block_value = st.text(alphabet='ab =,{}"\\\n\t-_', max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "gpu", "pod", "Hostname", "hostname", "_x"]), block_value), max_size=5),
+    st.sampled_from([",", ", ", " , ", ",\t"]),
+    st.booleans(),
+    st.sampled_from(["", " ", "x", ",,", '"']),
+)
+def test_simple_block_reader_agrees_with_the_block_parser(
+    pairs: list[tuple[str, str]], sep: str, trailing: bool, junk: str
+) -> None:
+    from gpu_platform.finops.feeds.dcgm import LABEL_COLUMNS, _block_columns, _labels_to_columns
+
+    block = sep.join(f'{k}="{_escape(v)}"' for k, v in pairs) + ("," if trailing else "") + junk
+    try:
+        expected = _labels_to_columns(parse_label_block(block))
+    except ValueError as exc:
+        expected = ({}, str(exc))
+    if expected[1] is not None:
+        expected = (dict.fromkeys((*LABEL_COLUMNS, "extra_labels")), expected[1])
+    assert _block_columns(block) == expected

@@ -239,3 +239,57 @@ def test_load_batches_replaces_a_day_under_a_prefix_in_one_transaction(
         load_batches(db, "dcgm", [parts[0], parts[0]], day=DAY)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute(by_source.format("raw_dcgm_samples")).fetchall() == samples
+
+
+def test_stream_batches_writes_what_load_batches_writes_one_part_at_a_time(
+    tmp_path: Path, fixtures: Path, scraped_at: datetime
+) -> None:
+    """The streamed load of a DCGM day (parts staged as they come) leaves the same samples,
+    quarantine and hourly rollup as the one-statement load; a part is read only after the one
+    before it is staged; a bad part, or a source seen twice, leaves the raw tables as they were."""
+    from gpu_platform.finops.feeds.load import load_batches, stream_batches
+
+    util = "".join(
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="GPU-{g}",Hostname="n1",pod="p{g}"}} {10 * g + m} '
+        f"{1726617600000 + m * 15000}\n"
+        for m in range(300)
+        for g in range(4)
+    )
+
+    def parts() -> list[tuple[str, FeedBatch]]:
+        return [
+            ("dcgm/a.txt", parse_file(fixtures / "dcgm-metrics-k8s-unassigned.txt", source="dcgm/a.txt", scraped_at=scraped_at)),
+            ("dcgm/b.txt", parse_text(util, source="dcgm/b.txt", scraped_at=scraped_at)),
+        ]
+
+    tables = ("raw_dcgm_samples", "raw_dcgm_quarantine", "raw_dcgm_hourly")
+
+    def contents(db: Path) -> list[list[tuple]]:
+        with duckdb.connect(str(db), read_only=True) as con:
+            return [con.execute(f"select * exclude (day) from {t} order by all").fetchall() for t in tables]
+
+    one, streamed = tmp_path / "one.duckdb", tmp_path / "streamed.duckdb"
+    load_batch(one, "dcgm", parts()[0][1], source="dcgm/a.txt", day=DAY)
+    load_batch(streamed, "dcgm", parts()[0][1], source="dcgm/a.txt", day=DAY)
+    load_batches(one, "dcgm", parts(), day=DAY, replace_prefix="dcgm/")
+    with duckdb.connect(str(streamed)) as con:
+        seen: list[int] = []
+
+        def produce_on_con():
+            for i, part in enumerate(parts()):
+                if i:
+                    seen.append(con.execute("select count(*) from _staging_dcgm_samples").fetchall()[0][0])
+                yield part
+
+        stats = stream_batches(con, "dcgm", produce_on_con(), day=DAY, replace_prefix="dcgm/")
+    assert seen == [2]  # file a's two accepted samples were staged before file b was read
+    assert [s.accepted for s in stats] == [2, 1200]
+    assert contents(streamed) == contents(one)
+    assert contents(one)[2]  # the rollup has rows (file b's GPU_UTIL samples)
+    before = contents(streamed)
+    bad = [parts()[0], ("dcgm/c.txt", parts()[1][1])]
+    with pytest.raises(ValueError, match="not only 'dcgm/c.txt'"):
+        stream_batches(streamed, "dcgm", iter(bad), day=DAY, replace_prefix="dcgm/")
+    with pytest.raises(ValueError, match="more than once"):
+        stream_batches(streamed, "dcgm", iter([parts()[0], parts()[0]]), day=DAY)
+    assert contents(streamed) == before

@@ -21,26 +21,33 @@ Values: NaN, infinities, values >= 9.2e18 (DCGM's int64 blank sentinels such as
 reason. A trailing timestamp (integer milliseconds since the epoch) sets ``ts``; without one
 ``ts`` is the scrape time given by the caller.
 
-Speed: numpy finds every newline and the first ``{``/``}`` of each line in the UTF-8 buffer;
-the metric name, label block and value text of each line become zero-copy Arrow string views
-into that buffer; polars casts values and timestamps; Arrow dictionary-encodes the label
-blocks so that each distinct block is parsed once in Python (a scrape repeats one block per
-GPU across all of its metrics). No Python object is created per line. A line the fast path
-cannot prove well-formed (no ``{``, a quote after the first ``}``, an unparseable value or
-timestamp, leading blanks) goes through :func:`_split_line`, a character-level tokenizer, so
-correctness never depends on the fast path. Lines end at ``\\n`` (a trailing ``\\r`` is
-ignored); leading blanks are tolerated.
+Speed: the input is cut at newlines into pieces (about two per core, none under 4 MiB), parsed on a thread per core
+(numpy, polars and Arrow release the GIL). One numpy pass over a piece finds every newline,
+``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}`` followed by one
+space is a fast-path line: its metric name (to the ``{``), label block (to the last ``}``) and
+value become zero-copy Arrow string views into the input, built once each from the offsets.
+Arrow dictionary-encodes the label blocks (metric names by their runs), so each distinct block is
+parsed once in Python and each row carries an integer id, not a copy of its labels, until the
+label columns are gathered once for the accepted rows; polars casts values and timestamps.
+Quarantined fast-path lines are built column-wise, one ``format`` per reason. No Python object
+is created per line. A line the fast path cannot prove well-formed (no labels, a leading blank,
+a delimiter after the value, an unparseable value or timestamp) goes through
+:func:`_split_line`, a character-level tokenizer, so correctness never depends on the fast path.
+Lines end at ``\\n`` (a trailing ``\\r`` is ignored); leading blanks are tolerated.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -253,16 +260,35 @@ def _labels_to_columns(labels: Mapping[str, str]) -> tuple[dict[str, Any], str |
     return cols, None
 
 
-def _label_table(blocks: list[str | None]) -> pl.DataFrame:
-    """One row per distinct label block: its columns and ``label_error`` (NULL when fine)."""
+_SIMPLE_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\]*"[ \t]*'
+_SIMPLE_BLOCK_RE = re.compile(rf"(?:{_SIMPLE_PAIR},)*(?:{_SIMPLE_PAIR},?)?[ \t]*")
+_SIMPLE_PAIR_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*)"')
+
+
+def _block_columns(block: str) -> tuple[dict[str, Any], str | None]:
+    """The label columns of one label block and its error (None when fine; the columns are then
+    all NULL). A block without escapes is read by one regular expression; any other, or one the
+    expression does not take, by :func:`parse_label_block`, which says what is wrong."""
+    labels: Mapping[str, str] | None = None
+    if _SIMPLE_BLOCK_RE.fullmatch(block):
+        pairs = _SIMPLE_PAIR_RE.findall(block)
+        if len({name for name, _ in pairs}) == len(pairs):
+            labels = dict(pairs)
+    try:
+        cols, error = _labels_to_columns(labels if labels is not None else parse_label_block(block))
+    except _LineError as exc:
+        error = str(exc)
+    if error is not None:
+        cols = dict.fromkeys((*LABEL_COLUMNS, "extra_labels"))
+    return cols, error
+
+
+def _label_table(blocks: list[str | None], parsed: list[tuple[dict[str, Any], str | None]] | None = None) -> pl.DataFrame:
+    """One row per distinct label block: its columns and ``label_error`` (NULL when fine).
+    ``parsed``: :func:`_block_columns` of each block, when the caller has it already."""
     rows: dict[str, list[Any]] = {c: [] for c in ("labels", *LABEL_COLUMNS, "extra_labels", "label_error")}
-    for block in blocks:
-        try:
-            cols, error = _labels_to_columns(parse_label_block(block or ""))
-        except _LineError as exc:
-            cols, error = dict.fromkeys((*LABEL_COLUMNS, "extra_labels")), str(exc)
-        if error is not None:
-            cols = dict.fromkeys((*LABEL_COLUMNS, "extra_labels"))
+    for i, block in enumerate(blocks):
+        cols, error = _block_columns(block or "") if parsed is None else parsed[i]
         rows["labels"].append(block)
         for c in (*LABEL_COLUMNS, "extra_labels"):
             rows[c].append(cols[c])
@@ -272,126 +298,450 @@ def _label_table(blocks: list[str | None]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={c: schema[c] for c in rows})
 
 
-def _delimiters(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted offsets of every newline, ``{`` and ``}`` in ``buf``, in one cache-sized pass."""
-    step = 1 << 18
-    found: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+def _delimiters(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted offsets of every newline, ``{``, ``|`` and ``}`` in ``buf``, and the byte at each.
+
+    One pass in 1 MiB blocks, so that its temporaries stay in cache. ``{``, ``|`` and ``}`` are
+    the bytes 123..125: one subtraction and one comparison find the braces (``|``, rare in this
+    text, is dropped by the caller).
+    """
+    step = 1 << 20
+    size = max(1, min(step, len(buf)))
+    shifted = np.empty(size, dtype=np.uint8)
+    hit = np.empty(size, dtype=np.bool_)
+    newline = np.empty(size, dtype=np.bool_)
+    found: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     for start in range(0, len(buf), step):
         block = buf[start : start + step]
-        hit = block == 10
-        hit |= block == 123
-        hit |= block == 125
-        offsets = np.flatnonzero(hit)
-        kinds = block[offsets]
+        k = len(block)
+        np.subtract(block, 123, out=shifted[:k])
+        np.less_equal(shifted[:k], 2, out=hit[:k])
+        np.equal(block, 10, out=newline[:k])
+        hit[:k] |= newline[:k]
+        offsets = np.flatnonzero(hit[:k])
         offsets += start
-        for out, byte in zip(found, (10, 123, 125), strict=True):
-            out.append(offsets[kinds == byte])
-    empty = np.zeros(0, dtype=np.int64)
-    newline, open_brace, close_brace = (np.concatenate(f).astype(np.int64) if f else empty for f in found)
-    return newline, open_brace, close_brace
+        found.append(offsets)
+    offsets = np.concatenate(found)
+    return offsets, buf[offsets]
 
 
-def _first_in_line(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Offset of the first of ``positions`` inside each line [start, end); -1 when none."""
-    if len(positions) == 0:
-        return np.full(len(starts), -1, dtype=np.int64)
-    k = np.searchsorted(positions, starts)
-    candidate = positions[np.minimum(k, len(positions) - 1)]
-    return np.where((k < len(positions)) & (candidate < ends), candidate, -1)
+# _BYTE_MASKS[k]: three little-endian uint32 words whose first k bytes are 0xFF (k = 0..12)
+_BYTE_MASKS = np.array(
+    [np.frombuffer(bytes([255] * k + [0] * (12 - k)), dtype="<u4") for k in range(13)], dtype=np.uint32
+)
 
 
-def _views(buf: np.ndarray, data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pl.Series:
-    """Zero-copy strings ``data[start:start+length]`` as an Arrow string_view array.
+class _Buffer:
+    """One chunk of input as bytes, and every (unaligned) little-endian uint32 of it.
 
-    Each view is four int32: the length, then the bytes themselves when <= 12, else a 4-byte
-    prefix, buffer 0 and the offset. Offsets are int32, so ``data`` must be under 2 GiB;
-    ``data`` must hold at least 12 bytes.
+    The input is not copied (a chunk of under 16 bytes is padded with newlines: ``length`` is
+    the chunk's own, ``size`` the padded one): a view near the end reads its bytes from a
+    padded copy of the last 16.
     """
-    n = len(starts)
-    lengths = np.maximum(lengths, 0)
-    windows = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - 11, 12), strides=(1, 1), writeable=False)
-    head = windows[np.minimum(starts, len(buf) - 12)]
-    for i in np.flatnonzero(starts > len(buf) - 12):
-        piece = np.frombuffer(data[starts[i] : starts[i] + 12], dtype=np.uint8)
-        head[i] = 0
-        head[i, : len(piece)] = piece
-    head *= np.arange(12, dtype=np.int64)[None, :] < lengths[:, None]
-    words = head.view("<i4")
-    short = lengths <= 12
-    views = np.empty((n, 4), dtype="<i4")
-    views[:, 0] = lengths
-    views[:, 1] = words[:, 0]
-    views[:, 2] = np.where(short, words[:, 1], 0)
-    views[:, 3] = np.where(short, words[:, 2], starts)
-    arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
-    return pl.Series(arr)
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.length = len(data)
+        if len(data) < 16:
+            data = bytes(data) + b"\n" * (16 - len(data))
+        self.data = data
+        self.size = len(data)
+        self.bytes = np.frombuffer(data, dtype=np.uint8)
+        self.words = np.ndarray(shape=(self.size - 3,), dtype="<u4", buffer=data, strides=(1,))
+        self.windows = np.lib.stride_tricks.as_strided(self.bytes, shape=(self.size - 11, 12), strides=(1, 1))
+        self._tail = np.frombuffer(bytes(data[-16:]) + bytes(16), dtype=np.uint8)
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        """The byte at each index; past either end, the byte at that end."""
+        return np.take(self.bytes, index, mode="clip")
+
+    def strings(self, starts: np.ndarray, lengths: np.ndarray) -> pl.Series:
+        """Zero-copy strings ``data[start:start+length]`` as a String Series (Arrow string_view).
+
+        Each view is four 32-bit words: the length, then the bytes themselves when <= 12, else
+        a 4-byte prefix, buffer 0 and the offset (Arrow reads them as int32, so a chunk is at most
+        ``_MAX_CHUNK``, 1 GiB). No string is copied.
+        """
+        n = len(starts)
+        lengths = np.maximum(lengths, 0)
+        views = np.empty((n, 4), dtype="<u4")
+        views[:, 0] = lengths
+        safe = np.minimum(starts, self.size - 12)
+        short = lengths <= 12
+        if short.all():
+            views[:, 1:] = self.windows[safe].view("<u4") & _BYTE_MASKS[lengths]
+        else:
+            views[:, 1] = self.words[safe]
+            views[:, 2] = 0
+            views[:, 3] = starts
+            inline = np.flatnonzero(short)
+            if len(inline):
+                views[inline, 1:] = self.windows[safe[inline]].view("<u4") & _BYTE_MASKS[lengths[inline]]
+        for i in np.flatnonzero(safe != starts):
+            # a short string within 12 bytes of the end (a long one starts earlier than that)
+            k = int(lengths[i])
+            lo = int(starts[i]) - (self.size - 16)
+            inline = np.zeros(12, dtype=np.uint8)
+            inline[:k] = self._tail[lo : lo + k]
+            views[i, 1:] = inline.view("<u4")
+        arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(self.data)])
+        return pl.Series(arr)
 
 
-def _split(data: bytes, first_line: int = 0) -> tuple[pl.DataFrame, Callable[[int], str]]:
-    """One row per non-comment line: number, and name/labels/value/timestamp text.
+def _encode(values: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encode ``values``: (the code of each value, the distinct values in code order)."""
+    encoded = pac.dictionary_encode(values.to_arrow(compat_level=pl.CompatLevel.newest()))
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
 
-    ``fast`` is True for lines shaped ``name{labels} value [timestamp]`` whose value and
-    timestamp parse and whose text after the first ``}`` holds no quote; the other rows go to
-    :func:`_split_line`. Cuts happen at newline, ``{`` and ``}`` bytes, never inside a
-    multi-byte UTF-8 character. Also returns ``raw(n)``: line ``n`` without its line ending.
+
+class _Dictionary:
+    """The distinct metric names and label blocks of one ``parse_text`` call, each checked or
+    parsed once (a scrape repeats one label block per GPU across all of its metrics)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.names: dict[str, int] = {}
+        self.name_errors: list[str | None] = []
+        self.blocks: dict[str, int] = {}
+        self.block_list: list[str] = []
+        self.block_parsed: list[tuple[dict[str, Any], str | None]] = []
+        self.block_errors: list[str | None] = []
+
+    def name_ids(self, distinct: list[str]) -> np.ndarray:
+        with self.lock:
+            return self._name_ids(distinct)
+
+    def block_ids(self, distinct: list[str]) -> np.ndarray:
+        with self.lock:
+            return self._block_ids(distinct)
+
+    def _name_ids(self, distinct: list[str]) -> np.ndarray:
+        ids = np.empty(len(distinct), dtype=np.uint32)
+        for i, name in enumerate(distinct):
+            gid = self.names.get(name)
+            if gid is None:
+                gid = self.names[name] = len(self.name_errors)
+                self.name_errors.append(None if _METRIC_NAME_RE.fullmatch(name) else f"invalid metric name {name!r}")
+            ids[i] = gid
+        return ids
+
+    def _block_ids(self, distinct: list[str]) -> np.ndarray:
+        ids = np.empty(len(distinct), dtype=np.uint32)
+        for i, block in enumerate(distinct):
+            gid = self.blocks.get(block)
+            if gid is None:
+                gid = self.blocks[block] = len(self.block_list)
+                self.block_list.append(block)
+                parsed = _block_columns(block)
+                self.block_parsed.append(parsed)
+                self.block_errors.append(parsed[1])
+            ids[i] = gid
+        return ids
+
+    def errors(self, which: str) -> tuple[np.ndarray, pl.Series]:
+        """(is bad, error text) by id, for ``names`` or ``blocks``."""
+        with self.lock:
+            errors = list(self.name_errors if which == "names" else self.block_errors)
+        return np.array([e is not None for e in errors], dtype=np.bool_), pl.Series(errors, dtype=pl.String)
+
+    def name_series(self) -> pl.Series:
+        return pl.Series(list(self.names), dtype=pl.String)
+
+
+class _Chunk:
+    """What :func:`_parse_chunk` returns: the fast rows (ids into the :class:`_Dictionary`), their
+    quarantine, the lines left to the tokenizer (their pre-rows and their quarantine), counts."""
+
+    def __init__(self) -> None:
+        self.fast = pl.DataFrame(schema=_FAST_SCHEMA)
+        self.quarantine = pl.DataFrame(schema=DCGM_QUARANTINE_SCHEMA)
+        self.slow = pl.DataFrame(schema=_PRE_SCHEMA)
+        self.slow_raw: dict[int, str] = {}
+        self.slow_quarantine: list[tuple[int, str, str]] = []
+        self.rows_in = 0
+        self.newlines = 0
+
+
+_FAST_SCHEMA: dict[str, pl.DataType] = {
+    "source_line": pl.Int32(),
+    "name_id": pl.UInt32(),
+    "block_id": pl.UInt32(),
+    "value": pl.Float64(),
+    "ts_us": pl.Int64(),
+}
+
+
+def _scan(buf: _Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets and bytes of the delimiters, offsets of the newlines) of one piece."""
+    offsets, kinds = _delimiters(buf.bytes[: buf.length])
+    return offsets, kinds, offsets[kinds == 10]
+
+
+def _parse_chunk(
+    buf: _Buffer,
+    scan: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    first_line: int,
+    source: str,
+    scraped_at: datetime,
+    dictionary: _Dictionary,
+) -> _Chunk:
+    """Parse one chunk whose first line is line ``first_line + 1`` of the whole input.
+
+    The fast path takes lines shaped ``name{labels} value[ timestamp]`` (no leading blank, one
+    space after the last ``}``): the name runs to the first ``{``, the label block to the last
+    ``}``. A block whose quotes hide a ``}`` still ends at the real one, and one that is not
+    well-formed fails :func:`parse_label_block` with its reason, as the tokenizer's block would.
+    Every other line goes to :func:`_split_line`.
     """
-    if len(data) < 12:
-        # _views reads 12-byte windows; blank lines are skipped, so padding changes nothing.
-        data += b"\n" * (12 - len(data))
-    buf = np.frombuffer(data, dtype=np.uint8)
-    newlines, open_braces, close_braces = _delimiters(buf)
+    out = _Chunk()
+    size, b = buf.length, buf.bytes
+    offsets, kinds, newlines = scan
+    is_newline = kinds == 10
+    out.newlines = len(newlines)
     starts = np.concatenate((np.zeros(1, dtype=np.int64), newlines + 1))
-    ends = np.concatenate((newlines, np.array([len(buf)], dtype=np.int64)))
-    if starts[-1] == len(buf):
+    ends = np.concatenate((newlines, np.array([size], dtype=np.int64)))
+    if starts[-1] == size:
         starts, ends = starts[:-1], ends[:-1]
-    po = _first_in_line(open_braces, starts, ends)
-    pc = _first_in_line(close_braces, starts, ends)
-    lengths = ends - starts
-    first = np.where(lengths > 0, buf[np.minimum(starts, len(buf) - 1)], 0)
-    comment = first == ord("#")
-    shaped = (po > starts) & (pc > po) & (first != ord(" ")) & (first != ord("\t")) & ~comment
-    zero = np.zeros_like(starts)
-    frame = pl.DataFrame(
+    n = len(starts)
+    # a fast-path candidate's first delimiter is a '{' and its last a '}': read them off the
+    # delimiter stream beside each line's newlines (the stream is small and cache-resident)
+    stream_nl = np.flatnonzero(is_newline)
+    after_prev = np.empty(n, dtype=np.int64)
+    after_prev[0] = 0
+    after_prev[1:] = stream_nl[: n - 1] + 1
+    before_next = (stream_nl[:n] if len(stream_nl) >= n else np.append(stream_nl, len(kinds))) - 1
+    padded = np.append(kinds, 0)  # index -1 and len(kinds) read the 0
+    cand = np.flatnonzero(
+        (before_next > after_prev) & (padded[after_prev] == 123) & (padded[before_next] == 125)
+    )
+    first = b[starts]
+    comment = first == 35
+    c_start = starts[cand]
+    c_first = first[cand]
+    c_po = offsets[after_prev[cand]]
+    keep = (c_po > c_start) & (c_first != 35) & (c_first != 32) & (c_first != 9)
+    cand, c_start, c_po = cand[keep], c_start[keep], c_po[keep]
+    c_pc = offsets[before_next[cand]]
+    c_end = ends[cand]
+    c_end -= b[c_end - 1] == 13  # a trailing '\r' is not part of the line
+    vstart = c_pc + 2
+    shaped = (vstart < c_end) & (buf.at(c_pc + 1) == 32) & (buf.at(vstart) != 32) & (b[c_end - 1] != 13)
+    fast = cand[shaped]
+    ends[cand] = c_end
+    others = ~comment & (ends > starts)
+    others[fast] = False
+    slow = [np.flatnonzero(others)]
+    f_start, f_end, f_po, f_pc, f_v = c_start[shaped], c_end[shaped], c_po[shaped], c_pc[shaped], vstart[shaped]
+    v_len = f_end - f_v
+    vtext = buf.strings(f_v, v_len)
+    as_float = vtext.cast(pl.Float64, strict=False)
+    value = as_float.to_numpy(writable=True)
+    ts_ms = np.zeros(len(fast), dtype=np.int64)
+    has_ts = np.zeros(len(fast), dtype=np.bool_)
+    unparsed = np.flatnonzero(as_float.is_null().to_numpy())
+    if len(unparsed):
+        # a timestamp after the value: split at the first space; what still fails is the tokenizer's
+        sub_v, sub_len = f_v[unparsed], v_len[unparsed]
+        space = vtext.gather(pl.Series(unparsed, dtype=pl.UInt32)).str.find(" ", literal=True)
+        found = space.is_not_null().to_numpy()
+        cut = space.fill_null(0).to_numpy().astype(np.int64)
+        v2 = buf.strings(sub_v, np.where(found, cut, sub_len)).cast(pl.Float64, strict=False)
+        t2 = buf.strings(sub_v + cut + 1, np.where(found, sub_len - cut - 1, 0)).cast(pl.Int64, strict=False)
+        ok = found & v2.is_not_null().to_numpy() & t2.is_not_null().to_numpy()
+        value[unparsed] = v2.fill_null(0.0).to_numpy()
+        ts_ms[unparsed] = t2.fill_null(0).to_numpy()
+        has_ts[unparsed] = ok
+        v_len[unparsed] = np.where(found, cut, sub_len)
+        if not ok.all():
+            slow.append(fast[unparsed[~ok]])
+            keep = np.ones(len(fast), dtype=np.bool_)
+            keep[unparsed[~ok]] = False
+            fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts = (
+                a[keep] for a in (fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts)
+            )
+    # metric names come in runs (a scrape prints each metric's lines together): encode the runs
+    names = buf.strings(f_start, f_po - f_start)
+    run = names.rle_id().to_numpy().astype(np.int64)
+    heads = np.flatnonzero(np.diff(run, prepend=-1))
+    if len(heads) * 4 < len(run):
+        codes, distinct = _encode(names.gather(pl.Series(heads, dtype=pl.UInt32)))
+        codes = codes[run]
+    else:
+        codes, distinct = _encode(names)
+    name_id = dictionary.name_ids(distinct)[codes]
+    codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
+    block_id = dictionary.block_ids(distinct)[codes]
+    name_bad, name_errors = dictionary.errors("names")
+    block_bad, block_errors = dictionary.errors("blocks")
+    with np.errstate(invalid="ignore"):
+        # one column per reason of _FAST_REASONS, in its order
+        checks = (
+            name_bad[name_id],
+            block_bad[block_id],
+            has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
+            np.isnan(value),
+            np.isinf(value),
+            value >= BLANK_THRESHOLD,
+            np.isin(value, _FP64_BLANKS),
+        )
+    bad = np.logical_or.reduce(checks)
+    source_line = (fast + (first_line + 1)).astype(np.int32)
+    good = ~bad
+    out.fast = pl.DataFrame(
         {
-            "source_line": pl.Series(
-                np.arange(first_line + 1, first_line + len(starts) + 1, dtype=np.uint32)
-            ),
-            "comment": comment,
-            "shaped": shaped,
-            "name": _views(buf, data, starts, np.where(shaped, po - starts, zero)),
-            "labels": _views(buf, data, po + 1, np.where(shaped, pc - po - 1, zero)),
-            "tail": _views(buf, data, pc + 1, np.where(shaped, ends - pc - 1, zero)),
+            "source_line": source_line[good],
+            "name_id": name_id[good],
+            "block_id": block_id[good],
+            "value": value[good],
+            "ts_us": np.where(has_ts[good], ts_ms[good] * 1000, _epoch_us(scraped_at)),
+        },
+        schema=_FAST_SCHEMA,
+    )
+    rows = np.flatnonzero(bad)
+    if len(rows):
+        causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
+        errors = (name_errors.gather(pl.Series(name_id[rows])), block_errors.gather(pl.Series(block_id[rows])))
+        out.quarantine = _fast_quarantine(
+            buf, source, rows, causes, source_line, f_start, f_end, f_v, v_len, errors,
+            values=None if len(unparsed) else vtext,
+        )
+    lines = np.concatenate(slow)
+    if len(lines):
+        lines.sort()
+
+        def raw(number: int) -> str:
+            i = number - first_line - 1
+            return bytes(buf.data[starts[i] : ends[i]]).decode("utf-8").rstrip("\r")
+
+        numbers = (lines + (first_line + 1)).tolist()
+        out.slow, out.slow_quarantine, skipped = _slow_path(numbers, raw)
+        out.slow_raw = {m: raw(m) for m in out.slow["source_line"].to_list()}
+        out.rows_in = len(fast) + len(numbers) - skipped
+    else:
+        out.rows_in = len(fast)
+    return out
+
+
+def _epoch_us(at: datetime) -> int:
+    delta = at - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+# why a fast-path line is quarantined, in the order _reason_expr tests them: a fixed text after the
+# line number and the value or timestamp text (NULL: the error text of its name or label block)
+_FAST_REASONS: tuple[tuple[str | None, str], ...] = (
+    (None, "name_error"),
+    (None, "label_error"),
+    ("timestamp {} ms is out of range", "traw"),
+    ("value {} is a blank (no data)", "vraw"),
+    ("value {} is not a finite sample", "vraw"),
+    ("value {} is a DCGM blank sentinel (>= 9.2e18, no data)", "vraw"),
+    ("value {} is a DCGM fp64 blank sentinel (no data)", "vraw"),
+)
+
+
+def _fast_quarantine(
+    buf: _Buffer,
+    source: str,
+    rows: np.ndarray,
+    causes: np.ndarray,
+    source_line: np.ndarray,
+    f_start: np.ndarray,
+    f_end: np.ndarray,
+    f_v: np.ndarray,
+    v_len: np.ndarray,
+    errors: tuple[pl.Series, pl.Series],
+    values: pl.Series | None,
+) -> pl.DataFrame:
+    """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
+    built cause by cause, column-wise (one ``format`` per cause, no Python object per line).
+    ``values``: the value text of every fast-path line when none had a timestamp (else None)."""
+    parts = []
+    for cause in np.unique(causes).tolist():
+        sel = rows[causes == cause]
+        template, column = _FAST_REASONS[cause]
+        if template is None:
+            detail = errors[cause].gather(pl.Series(np.flatnonzero(causes == cause), dtype=pl.UInt32))
+            template = "{}"
+        elif column == "vraw":
+            detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
+        else:
+            t_start = f_v[sel] + v_len[sel] + 1
+            detail = buf.strings(t_start, f_end[sel] - t_start)
+        part = pl.DataFrame(
+            {
+                "source_line": source_line[sel],
+                "raw": buf.strings(f_start[sel], f_end[sel] - f_start[sel]),
+                "detail": detail,
+            }
+        )
+        parts.append(
+            part.select(
+                source=pl.lit(source, dtype=pl.String),
+                source_line=pl.col("source_line"),
+                raw=pl.col("raw"),
+                reason=pl.format("line {}: " + template, pl.col("source_line"), pl.col("detail")),
+            )
+        )
+    return pl.concat(parts).sort("source_line") if len(parts) > 1 else parts[0]
+
+
+def _assemble(
+    chunks: list[_Chunk], dictionary: _Dictionary, *, source: str, scraped_at: datetime
+) -> FeedBatch:
+    """One batch from the chunks: label columns gathered once from the label table by block id."""
+    fast = pl.concat([c.fast for c in chunks]) if len(chunks) > 1 else chunks[0].fast
+    labels = _label_table(dictionary.block_list, dictionary.block_parsed).select(*LABEL_COLUMNS, "extra_labels")
+    block_id = fast["block_id"]
+    usable = pl.Series(dictionary.errors("blocks")[0]).not_()  # accepted rows only hold these blocks
+    columns: dict[str, pl.Series] = {}
+    for c in (*LABEL_COLUMNS, "extra_labels"):
+        seen = labels[c].filter(usable).unique()
+        # a column with one value over every usable block (a model name, an absent label) is
+        # that value repeated, not gathered row by row
+        columns[c] = (
+            pl.repeat(seen[0], fast.height, dtype=labels[c].dtype, eager=True)
+            if len(seen) == 1
+            else labels[c].gather(block_id)
+        )
+    rows = pl.DataFrame(
+        {
+            "ts": fast["ts_us"].cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+            "metric": dictionary.name_series().gather(fast["name_id"]),
+            "value": fast["value"],
+            "source": pl.repeat(source, fast.height, dtype=pl.String, eager=True),
+            "source_line": fast["source_line"],
+            **columns,
         }
-    )
-    tail = pl.col("tail")
-    stripped = tail.str.strip_chars(" \t\r")
-    space = stripped.str.find(" ", literal=True)
-
-    def raw(number: int) -> str:
-        i = number - first_line - 1
-        return data[starts[i] : ends[i]].decode("utf-8").rstrip("\r")
-
-    split = (
-        frame.lazy()
-        .filter(~pl.col("comment"))
-        .with_columns(
-            vraw=pl.when(space.is_null()).then(stripped).otherwise(stripped.str.slice(0, space)),
-            traw=stripped.str.slice(space + 1),
-            tail_ok=tail.str.starts_with(" ") | tail.str.starts_with("\t"),
+    ).select(DCGM_SAMPLE_SCHEMA.keys())
+    quarantine = [c.quarantine for c in chunks if c.quarantine.height]
+    slow = [c.slow for c in chunks if c.slow.height]
+    slow_q = [q for c in chunks for q in c.slow_quarantine]
+    if slow:
+        slow_raw = {k: v for c in chunks for k, v in c.slow_raw.items()}
+        s_rows, s_quarantine = _finish(
+            pl.concat(slow), source=source, scraped_at=scraped_at, raw=slow_raw.__getitem__
         )
-        .with_columns(_value_expr(), _ts_ms_expr())
-        .with_columns(
-            fast=(
-                pl.col("shaped")
-                & pl.col("tail_ok")
-                & pl.col("value").is_not_null()
-                & (pl.col("traw").is_null() | pl.col("ts_ms").is_not_null())
-            ).fill_null(False)
+        rows = pl.concat([rows, s_rows]).sort("source_line")
+        quarantine.append(s_quarantine)
+    if slow_q:
+        quarantine.append(
+            pl.DataFrame(
+                [(source, n, text, f"line {n}: {reason}") for n, text, reason in slow_q],
+                schema=DCGM_QUARANTINE_SCHEMA,
+                orient="row",
+            )
         )
-        .drop("comment", "shaped", "tail", "tail_ok")
-        .collect()
-    )
-    return split, raw
+    if not quarantine:
+        q = pl.DataFrame(schema=DCGM_QUARANTINE_SCHEMA)
+    elif len(quarantine) == 1:
+        q = quarantine[0]
+    else:
+        # the pieces' own quarantines come in line order; the tokenizer's interleave with them
+        q = pl.concat(quarantine)
+        if slow or slow_q:
+            q = q.sort("source_line")
+    return FeedBatch(rows=rows, quarantine=q, rows_in=sum(c.rows_in for c in chunks))
 
 
 def _to_utf8(data: str | bytes) -> bytes:
@@ -427,25 +777,51 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     buf = _to_utf8(data)
     if not buf:
         return _empty_batch()
-    batches = []
-    first_line = 0
-    for chunk in _chunks(buf, _MAX_CHUNK):
-        batches.append(_parse_chunk(chunk, first_line=first_line, source=source, scraped_at=scraped_at))
-        first_line += chunk.count(b"\n")
-    if len(batches) == 1:
-        return batches[0]
-    return FeedBatch(
-        rows=pl.concat([b.rows for b in batches]),
-        quarantine=pl.concat([b.quarantine for b in batches]),
-        rows_in=sum(b.rows_in for b in batches),
-    )
+    dictionary = _Dictionary()
+    workers = _workers()
+    pieces = [_Buffer(piece) for piece in _chunks(buf, _piece_size(len(buf), workers))]
+    threads = min(workers, len(pieces))
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    run = pool.map if pool is not None else map
+    try:
+        # line numbers need the newlines of every earlier piece: scan all pieces first
+        scans = list(run(_scan, pieces))
+        first_lines = np.concatenate(([0], np.cumsum([len(s[2]) for s in scans])[:-1])).tolist()
+
+        def parse(args: tuple[_Buffer, tuple[np.ndarray, np.ndarray, np.ndarray], int]) -> _Chunk:
+            piece, scan, first_line = args
+            return _parse_chunk(
+                piece, scan, first_line=first_line, source=source, scraped_at=scraped_at, dictionary=dictionary
+            )
+
+        chunks = list(run(parse, zip(pieces, scans, first_lines, strict=True)))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return _assemble(chunks, dictionary, source=source, scraped_at=scraped_at)
 
 
 _MAX_CHUNK = 1 << 30
+"""The largest piece parsed as one buffer (string views hold 32-bit offsets)."""
+_MIN_PIECE = 4 << 20
+"""Inputs are cut into about two pieces per worker thread, none smaller than this."""
 
 
-def _chunks(buf: bytes, size: int) -> Iterator[bytes]:
-    """Pieces of at most about ``size`` bytes, each ending just after a newline (the last may not)."""
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _piece_size(size: int, workers: int) -> int:
+    return min(_MAX_CHUNK, max(_MIN_PIECE, -(-size // (2 * workers))))
+
+
+def _chunks(buf: bytes, size: int) -> Iterator[memoryview]:
+    """Pieces of at most about ``size`` bytes, each ending just after a newline (the last may not),
+    as views of ``buf`` (nothing is copied)."""
+    view = memoryview(buf)
     start = 0
     while len(buf) - start > size:
         cut = buf.rfind(b"\n", start, start + size)
@@ -453,32 +829,10 @@ def _chunks(buf: bytes, size: int) -> Iterator[bytes]:
             cut = buf.find(b"\n", start + size)
             if cut < 0:
                 break
-        yield buf[start : cut + 1]
+        yield view[start : cut + 1]
         start = cut + 1
     if start < len(buf):
-        yield buf[start:]
-
-
-def _parse_chunk(buf: bytes, *, first_line: int, source: str, scraped_at: datetime) -> FeedBatch:
-    """Parse one chunk whose first line is line ``first_line + 1`` of the whole input."""
-    split, raw = _split(buf, first_line)
-    fast = split.filter(pl.col("fast")).select(
-        "source_line", "name", "labels", "vraw", "traw", "value", "ts_ms"
-    )
-    odd = split.filter(~pl.col("fast"))["source_line"].to_list()
-    slow_rows, slow_quarantine, skipped = _slow_path(odd, raw)
-    pre = (
-        pl.concat([fast, slow_rows], how="vertical_relaxed").sort("source_line") if slow_rows.height else fast
-    )
-    rows, quarantine = _finish(pre, source=source, scraped_at=scraped_at, raw=raw)
-    if slow_quarantine:
-        extra_q = pl.DataFrame(
-            [(source, n, text, f"line {n}: {reason}") for n, text, reason in slow_quarantine],
-            schema=DCGM_QUARANTINE_SCHEMA,
-            orient="row",
-        )
-        quarantine = pl.concat([quarantine, extra_q]).sort("source_line")
-    return FeedBatch(rows=rows, quarantine=quarantine, rows_in=split.height - skipped)
+        yield view[start:]
 
 
 def _value_expr() -> pl.Expr:

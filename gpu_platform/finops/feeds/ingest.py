@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -47,6 +47,7 @@ from gpu_platform.finops.feeds.load import (
     load_batches,
     note_loaded,
     record_file_quarantine,
+    stream_batches,
 )
 from gpu_platform.finops.feeds.schemas import (
     DCGM_QUARANTINE_SCHEMA,
@@ -287,28 +288,34 @@ def load_dcgm_day(con: duckdb.DuckDBPyConnection, feeds: Path, day: date, endpoi
     `endpoints` (pass [] except today). Files of `day`'s directory that cannot be read are
     quarantined whole; unreadable files of the neighbouring directories belong to their own day."""
     report = IngestReport()
-    parts: list[tuple[str, FeedBatch, bool]] = []
+    loaded_parts: list[tuple[FeedBatch, bool]] = []  # each part's quarantine and rows_in only
     bad_files: list[tuple[str, int | None, str]] = []
-    for directory_day in (day - timedelta(days=1), day, day + timedelta(days=1)):
-        own = directory_day == day
-        for path in _files(feeds / "dcgm" / directory_day.isoformat(), DCGM_SUFFIXES):
-            source = path.relative_to(feeds).as_posix()
-            report.files_in += own
-            batch, size, reason = read_feed_file(
-                path, lambda p=path, s=source, d=directory_day: read_dcgm_file(p, s, d), root=feeds
-            )
-            if batch is None:
-                if own:
-                    bad_files.append((source, size, reason or "unreadable"))
-                    report.quarantined_files.append((source, reason or "unreadable"))
-                continue
-            parts.append((source, dcgm_day_batch(batch, day, directory_day), own))
-            report.files_loaded += own
+
+    def parts() -> Iterator[tuple[str, FeedBatch]]:
+        # one file at a time: its samples are staged before the next file is read
+        for directory_day in (day - timedelta(days=1), day, day + timedelta(days=1)):
+            own = directory_day == day
+            for path in _files(feeds / "dcgm" / directory_day.isoformat(), DCGM_SUFFIXES):
+                source = path.relative_to(feeds).as_posix()
+                report.files_in += own
+                batch, size, reason = read_feed_file(
+                    path, lambda p=path, s=source, d=directory_day: read_dcgm_file(p, s, d), root=feeds
+                )
+                if batch is None:
+                    if own:
+                        bad_files.append((source, size, reason or "unreadable"))
+                        report.quarantined_files.append((source, reason or "unreadable"))
+                    continue
+                part = dcgm_day_batch(batch, day, directory_day)
+                loaded_parts.append((FeedBatch(rows=part.rows.clear(), quarantine=part.quarantine, rows_in=part.rows_in), own))
+                report.files_loaded += own
+                yield source, part
+
     # A neighbour's file is loaded even when it has nothing for this day: that replaces whatever an
     # earlier version of it left here. It counts as a source only with rows. Every other file
     # source of the day (a file removed since) is forgotten in the same transaction.
-    loaded = load_batches(con, "dcgm", [(s, b) for s, b, _ in parts], day=day, replace_prefix="dcgm/")
-    for (_, part, own), stats in zip(parts, loaded, strict=True):
+    loaded = stream_batches(con, "dcgm", parts(), day=day, replace_prefix="dcgm/")
+    for (part, own), stats in zip(loaded_parts, loaded, strict=True):
         if own or part.rows_in:
             report.add(part, stats.accepted, stats.quarantined)
     record_file_quarantine(con, "dcgm", day, bad_files)

@@ -12,7 +12,7 @@ partition.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -416,15 +416,20 @@ def load_batches(
             for (_, b), (r, q) in zip(parts, checked, strict=True)]
 
 
-STAGING = {RAW_FOCUS_BILLING: "_staging_focus_billing", RAW_FOCUS_QUARANTINE: "_staging_focus_quarantine"}
+STAGING = {
+    RAW_FOCUS_BILLING: "_staging_focus_billing",
+    RAW_FOCUS_QUARANTINE: "_staging_focus_quarantine",
+    RAW_DCGM_SAMPLES: "_staging_dcgm_samples",
+    RAW_DCGM_QUARANTINE: "_staging_dcgm_quarantine",
+}
 """Private tables a streamed load fills batch by batch before one transaction moves them into
 the raw tables (DuckDB keeps a transaction's own appends in memory, beyond its memory_limit;
 committed appends to a table are written out and evicted)."""
 
 
 def create_staging(con: duckdb.DuckDBPyConnection, feed: Feed) -> tuple[str, str]:
-    """(Re)create the empty staging tables of ``feed`` (only ``focus`` has them), shaped like its
-    raw tables; returns their names."""
+    """(Re)create the empty staging tables of ``feed`` (``focus`` and ``dcgm`` have them), shaped
+    like its raw tables; returns their names."""
     names = tuple(STAGING[t] for t in _FEEDS[feed])
     ensure_tables(con)
     for table, staging in zip(_FEEDS[feed], names, strict=True):
@@ -460,3 +465,48 @@ def append_batch(
         finally:
             con.unregister(view)
     return LoadStats(rows_in=batch.rows_in, accepted=rows.height, quarantined=quarantine.height)
+
+
+def stream_batches(
+    database: str | Path | duckdb.DuckDBPyConnection,
+    feed: Feed,
+    parts: Iterable[tuple[str, FeedBatch]],
+    *,
+    day: date,
+    replace_prefix: str | None = None,
+) -> list[LoadStats]:
+    """:func:`load_batches` for parts produced one at a time (``dcgm`` and ``focus``): each part
+    is checked and appended to the feed's staging tables as it comes, so only one part's rows
+    are in memory; then one transaction replaces the day's partitions from the staging tables
+    and, for ``dcgm``, writes the hourly rollup of the staged samples (one pass over them, per
+    source, as :func:`load_batches` does). Nothing reaches the raw tables when a part fails its
+    checks."""
+    raw_table, q_table = _FEEDS[feed]
+    with _connection(database) as con:
+        staged = create_staging(con, feed)
+        try:
+            stats: list[LoadStats] = []
+            sources: list[str] = []
+            for source, batch in parts:
+                if source in sources:
+                    raise ValueError(f"sources appear more than once in one load: [{source!r}]")
+                stats.append(append_batch(con, feed, batch, source=source, day=day, staging=True))
+                sources.append(source)
+            where = "day = ? AND (list_contains(?, source)" + (" OR starts_with(source, ?))" if replace_prefix else ")")
+            params: list = [day, sources] + ([replace_prefix] if replace_prefix else [])
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for table, staging in zip((raw_table, q_table), staged, strict=True):
+                    con.execute(f"DELETE FROM {table} WHERE {where}", params)
+                    con.execute(f"INSERT INTO {table} SELECT * FROM {staging}")
+                if feed == "dcgm":
+                    con.execute(f"DELETE FROM {RAW_DCGM_HOURLY} WHERE {where}", params)
+                    _insert_rollup(con, staged[0], "day", "", {})
+                note_loaded(con, feed, day)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        finally:
+            drop_staging(con, feed)
+    return stats
