@@ -6,8 +6,11 @@ incident preempts anyone depends on what holds the H100s at that moment (the liv
 finish at different times, and the sweep's trials do not all fit the research lane's team
 limit at once), so the demo does not guess: it asks the gate's own planning (`plan_tick`, a dry
 run that records nothing) what the incident would do if it were submitted now, and submits it
-when the answer preempts at least one sweep trial that has written a checkpoint (its run is
-under way and resumes from that checkpoint).
+when the answer preempts at least one sweep trial, every run it would stop has written a
+checkpoint (it is under way and resumes from that checkpoint), and no sweep trial still waits.
+The last condition keeps the answer true until the gate's next tick: Kueue's victim order takes
+the newest admission of the lowest priority first, so a trial admitted in between (one that has
+not started, with nothing to resume from) would be the victim instead.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ def would_preempt(
     checkpointed: Callable[[str], bool],
     now: datetime | None = None,
 ) -> list[str]:
-    """The `targets` (request ids) that the gate would preempt for `incident` were it pending now
-    and that have a checkpoint; empty when it would preempt none of them (it fits, or it would
-    only take GPUs from others, or the targets have not checkpointed yet).
+    """The `targets` (request ids) that the gate would preempt for `incident` were it pending now,
+    when every request it would preempt has a checkpoint and no target is pending; empty otherwise
+    (it fits, or it would take GPUs only from others, a victim has not checkpointed yet, or a
+    target still waits and could be admitted, and so become the newest victim, before the tick).
 
     states: the ledger's pending and admitted requests (`Ledger.states`); the incident must not be
     among them (it has not been submitted). checkpointed: whether a request has a confirmed
@@ -53,6 +57,11 @@ def would_preempt(
         attempts=0,
         details={},
     )
-    plan = plan_tick(policy, [*live, hypothetical], now, checkpointed=checkpointed)
     wanted = set(targets)
-    return sorted(p.victim for p in plan.preemptions if p.preemptor == rid and p.victim in wanted and checkpointed(p.victim))
+    if any(s.request_id in wanted and s.state in PENDING_STATES for s in live):
+        return []
+    plan = plan_tick(policy, [*live, hypothetical], now, checkpointed=checkpointed)
+    victims = {p.victim for p in plan.preemptions if p.preemptor == rid}
+    if not victims & wanted or not all(checkpointed(v) for v in victims):
+        return []
+    return sorted(victims & wanted)
