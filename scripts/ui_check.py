@@ -165,7 +165,11 @@ class Browser:
             pass
         return _page_text(self.driver)
 
-    def visit(self, name: str, path: str, needles, clicks=(), settle: float = 3, timeout: float = 30) -> str:
+    def visit(self, name: str, path: str, needles, clicks=(), settle: float = 3, timeout: float = 30,
+              focus: str | None = None) -> str:
+        """Open `path`, click `clicks`, wait for `needles`, screenshot as `name` and check them.
+        `focus`: the text of a table cell to bring into view (scrolled to the middle, its row at the
+        left edge of a wide table) before the screenshot, so the shot shows what is checked."""
         from selenium.webdriver.support.ui import WebDriverWait
 
         driver = self.driver
@@ -182,6 +186,11 @@ class Browser:
                 self.checks.that(False, f"{path}: no {label!r} button")
         self.wait_for(needles, timeout)
         time.sleep(settle)  # let plots and the graph layout settle
+        if focus:
+            driver.execute_script(
+                "const cell = Array.from(document.querySelectorAll('td')).find(e => e.textContent.trim() === arguments[0]);"
+                "if (cell) { cell.scrollIntoView({block: 'center', inline: 'start'}); }", focus)
+            time.sleep(1)
         return self.shot(name, path, needles)
 
     def shot(self, name: str, what: str, needles) -> str:
@@ -290,7 +299,7 @@ def researcher(browser: Browser, url: str, checks: Checks, timeout: float) -> No
                 f"queue --owner names the same request's blocker: {(cli or {}).get('reason', '')[:160]!r}")
     readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER}", checks, (row["name"][:20],))
     browser.visit("06-researcher-queue.png", f"/assets/gpu_queue?view=events&time={ts}",
-                  (row["name"], RESEARCHER, blocker, "waiting"))
+                  (row["name"], RESEARCHER, blocker, "waiting"), focus=row["name"])
 
 
 def preempted_run(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
@@ -310,12 +319,17 @@ def preempted_run(browser: Browser, url: str, checks: Checks, timeout: float) ->
     checks.that(True, f"a preempted run exists ({len(victims)})")
     statuses = sorted({r["status"] for r in victims})
     checks.that(statuses == ["CANCELED"], f"every preempted run ended CANCELED, never FAILURE ({statuses})")
-    run = next((r for r in victims if r["status"] == "CANCELED"), victims[0])
+    def resume(r: dict) -> str:
+        return next((t["value"] for t in r["tags"] if t["key"] == "gpu-platform/resume-from"), "")
+
+    # the one a watcher opens: canceled, and resuming from a checkpoint when one does
+    run = sorted(victims, key=lambda r: (r["status"] != "CANCELED", not resume(r).startswith("ckpt-")))[0]
     tags = {t["key"]: t["value"] for t in run["tags"]}
-    name = tags.get("gpu-platform/preempted-by-name", "")
-    checks.that(bool(name) and bool(tags.get("gpu-platform/resume-from")),
-                f"its tags name the preemptor ({name}) and the resume point ({tags.get('gpu-platform/resume-from')})")
-    browser.visit("07-preempted-run.png", f"/runs/{run['runId']}", ("canceled", "preempted", name, "canceled, not failed"))
+    name, ckpt = tags.get("gpu-platform/preempted-by-name", ""), resume(run)
+    checks.that(bool(name) and ckpt.startswith("ckpt-"),
+                f"its tags name the preemptor ({name}) and the checkpoint it resumes from ({ckpt})")
+    browser.visit("07-preempted-run.png", f"/runs/{run['runId']}",
+                  ("canceled", "preempted", name, "canceled, not failed", ckpt or "ckpt-"))
 
 
 LAUNCHED_NAME = "occupancy lr sweep (Launchpad example)"
@@ -626,7 +640,7 @@ def main(argv: list[str]) -> int:
         browser = Browser(url, out, checks)
         try:
             researcher(browser, url, checks, timeout=420)
-            preempted_run(browser, url, checks, timeout=300)
+            preempted_run(browser, url, checks, timeout=600)
             launchpad(browser, url, checks, timeout=300)
             blocked, _passed = wait_for_releases(url, args.timeout)
             print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
