@@ -420,10 +420,11 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
     policy = load_policy(None)
     trial = _load(DEMO_REQUESTS / "research_sweep_h100_1.yaml", policy).request_id
     incident = _load(INCIDENT, policy).request_id
-    # a request of the user's own, so `approve` has one that has not ended
+    # a request of the user's own (new content: a new id), so `approve` has one that has not ended
     mine = outdir / "ana-lr-probe.yaml"
     mine.write_text((ROOT / "examples" / "requests" / "research_best_effort.yaml").read_text()
-                    + "\nname: lr probe (README check)\n")
+                    .replace("exp-occupancy-lr-sweep-17", "exp-occupancy-lr-probe-1")
+                    .replace("ckpt-exp17-occupancy", "ckpt-exp17-lr-probe-1") + "\nname: lr probe (README check)\n")
     mine_id = _load(mine, policy).request_id
     yesterday, today = demo_days(1)[-1].isoformat(), time.strftime("%Y-%m-%d", time.gmtime())
     trace = "tests/fixtures/simulate/elasticflow-cluster04-head2000.csv"
