@@ -13,8 +13,9 @@
 
 `run` starts `dagster dev` under `gpu_platform.demo.supervisor` (Ctrl-C stops the whole process
 tree within seconds), launches that backfill through Dagster's GraphQL API, and submits the
-incident request (`examples/demo/incident_sev1.yaml`) once the research sweep runs, so the
-preemption happens while one watches. On Ctrl-C it first terminates the runs in flight and
+incident request (`examples/demo/incident_sev1.yaml`) once the gate would preempt running,
+checkpointed research sweep trials for it (`gpu_platform.demo.incident`), so the preemption
+happens early, while one watches, and the stopped runs resume from a checkpoint. On Ctrl-C it first terminates the runs in flight and
 cancels the backfill through the API (so they end canceled, not failed), and after the stop
 `python -m assets.demo_seed recover` marks what was cut short canceled and puts an unfinished
 backfill's days back in the plan for the next `run`.
