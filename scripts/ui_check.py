@@ -23,9 +23,10 @@ and plays three users:
   and the request it recorded in `gpu-platform explain`;
 - a release manager reads the blocked release's missing suite and the fix on its run page (4).
 
-Each of these asserts what it saw (the page's text, and the same through GraphQL). The README's
-CLI lines are run as printed, from the repository root with no GPU_PLATFORM_* or DAGSTER_HOME
-variable: the seed writes `./gpu-platform.yaml` naming this check's home (a `gpu-platform.yaml`
+Each of these asserts what it saw (the page's text, and the same through GraphQL). Every CLI
+line of the README's CLI section is run as printed (placeholders filled in with the demo's ids,
+days and files; a line the check does not know fails), from the repository root with no
+GPU_PLATFORM_* or DAGSTER_HOME variable: the seed writes `./gpu-platform.yaml` naming this check's home (a `gpu-platform.yaml`
 already there is put aside under the output folder and put back afterwards), so they must find the
 demo through the project config, say nothing about creating a new home, and show the demo's
 requests. It also asserts what each page says (asset names, lanes, the check that blocked the release), and
@@ -164,7 +165,11 @@ class Browser:
             pass
         return _page_text(self.driver)
 
-    def visit(self, name: str, path: str, needles, clicks=(), settle: float = 3, timeout: float = 30) -> str:
+    def visit(self, name: str, path: str, needles, clicks=(), settle: float = 3, timeout: float = 30,
+              focus: str | None = None) -> str:
+        """Open `path`, click `clicks`, wait for `needles`, screenshot as `name` and check them.
+        `focus`: the text of a table cell to bring into view (scrolled to the middle, its row at the
+        left edge of a wide table) before the screenshot, so the shot shows what is checked."""
         from selenium.webdriver.support.ui import WebDriverWait
 
         driver = self.driver
@@ -181,6 +186,11 @@ class Browser:
                 self.checks.that(False, f"{path}: no {label!r} button")
         self.wait_for(needles, timeout)
         time.sleep(settle)  # let plots and the graph layout settle
+        if focus:
+            driver.execute_script(
+                "const cell = Array.from(document.querySelectorAll('td')).find(e => e.textContent.trim() === arguments[0]);"
+                "if (cell) { cell.scrollIntoView({block: 'center', inline: 'start'}); }", focus)
+            time.sleep(1)
         return self.shot(name, path, needles)
 
     def shot(self, name: str, what: str, needles) -> str:
@@ -219,16 +229,31 @@ def bare_env() -> dict[str, str]:
             if not (k.startswith("GPU_PLATFORM_") or k.startswith("DAGSTER_"))}
 
 
-def readme_line(line: str, checks: Checks, expect: tuple[str, ...] = (), what: str = "") -> str:
-    """Run one README CLI line as printed (bash, repository root, no state variables); exit 0, no
-    new home created, and each of `expect` in its output. Returns stdout."""
+BUSY = "is being written by another process"
+"""What a warehouse command says when a demo run holds the warehouse for its whole wait: tried again."""
+
+
+def readme_line(line: str, checks: Checks, expect: tuple[str, ...] = (), what: str = "", rc: int = 0,
+                empty_in: Path | None = None) -> str:
+    """Run one README CLI line as printed (bash, repository root, no state variables); exit `rc`
+    (0 unless the README documents another), no new home created, and each of `expect` in its
+    output. `empty_in`: a home whose ledger a `queue is empty` answer must name for that answer to
+    count (the documented answer when nothing waits or runs); otherwise `queue is empty` fails
+    (the CLI read some other home). Returns stdout."""
     created = (ROOT / "var" / "ledger.db").exists()
-    proc = subprocess.run(["bash", "-c", line], cwd=ROOT, env=bare_env(), capture_output=True, text=True,
-                          timeout=120)
+    for _attempt in range(4):
+        proc = subprocess.run(["bash", "-c", line], cwd=ROOT, env=bare_env(), capture_output=True, text=True,
+                              timeout=300)
+        if BUSY not in proc.stdout + proc.stderr:
+            break
+        time.sleep(10)
     out = proc.stdout + proc.stderr
-    ok = proc.returncode == 0 and "created a new home" not in proc.stderr and "queue is empty" not in out
+    flat = "".join(out.split())  # rich wraps long paths
+    empty = "queue is empty" in out
+    named = empty_in is not None and "".join(str(empty_in / "ledger.db").split()) in flat
+    ok = proc.returncode == rc and "created a new home" not in proc.stderr and (not empty or named)
     ok = ok and (created or not (ROOT / "var" / "ledger.db").exists())
-    missing = [e for e in expect if e not in out]
+    missing = [] if empty and named else [e for e in expect if e not in out]
     checks.that(ok and not missing, f"README line `{line}` works as printed{what}"
                 + (f" (exit {proc.returncode}; missing {missing}; {out.strip()[-300:]!r})" if not ok or missing else ""))
     return proc.stdout
@@ -274,7 +299,7 @@ def researcher(browser: Browser, url: str, checks: Checks, timeout: float) -> No
                 f"queue --owner names the same request's blocker: {(cli or {}).get('reason', '')[:160]!r}")
     readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER}", checks, (row["name"][:20],))
     browser.visit("06-researcher-queue.png", f"/assets/gpu_queue?view=events&time={ts}",
-                  (row["name"], RESEARCHER, blocker, "waiting"))
+                  (row["name"], RESEARCHER, blocker, "waiting"), focus=row["name"])
 
 
 def preempted_run(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
@@ -286,17 +311,25 @@ def preempted_run(browser: Browser, url: str, checks: Checks, timeout: float) ->
         if victims and all(r["status"] != "CANCELING" for r in victims):
             break
         time.sleep(3)
-    checks.that(bool(victims), f"a preempted run exists ({len(victims)})")
     if not victims:
+        checks.that(False, f"within {timeout:.0f} s no run was preempted: the demo submits the incident once a "
+                           "research sweep trial holds the H100s it needs and has a checkpoint (look for "
+                           "`demo: incident ... submitted` in the demo's log above)")
         return
+    checks.that(True, f"a preempted run exists ({len(victims)})")
     statuses = sorted({r["status"] for r in victims})
     checks.that(statuses == ["CANCELED"], f"every preempted run ended CANCELED, never FAILURE ({statuses})")
-    run = next((r for r in victims if r["status"] == "CANCELED"), victims[0])
+    def resume(r: dict) -> str:
+        return next((t["value"] for t in r["tags"] if t["key"] == "gpu-platform/resume-from"), "")
+
+    # the one a watcher opens: canceled, and resuming from a checkpoint when one does
+    run = sorted(victims, key=lambda r: (r["status"] != "CANCELED", not resume(r).startswith("ckpt-")))[0]
     tags = {t["key"]: t["value"] for t in run["tags"]}
-    name = tags.get("gpu-platform/preempted-by-name", "")
-    checks.that(bool(name) and bool(tags.get("gpu-platform/resume-from")),
-                f"its tags name the preemptor ({name}) and the resume point ({tags.get('gpu-platform/resume-from')})")
-    browser.visit("07-preempted-run.png", f"/runs/{run['runId']}", ("canceled", "preempted", name, "canceled, not failed"))
+    name, ckpt = tags.get("gpu-platform/preempted-by-name", ""), resume(run)
+    checks.that(bool(name) and ckpt.startswith("ckpt-"),
+                f"its tags name the preemptor ({name}) and the checkpoint it resumes from ({ckpt})")
+    browser.visit("07-preempted-run.png", f"/runs/{run['runId']}",
+                  ("canceled", "preempted", name, "canceled, not failed", ckpt or "ckpt-"))
 
 
 LAUNCHED_NAME = "occupancy lr sweep (Launchpad example)"
@@ -339,18 +372,132 @@ def launchpad(browser: Browser, url: str, checks: Checks, timeout: float) -> Non
         readme_line(f"{ROOT_CLI} explain {m.group(1)}", checks, (LAUNCHED_NAME, RESEARCHER))
 
 
-def readme_checks(checks: Checks, blocked_release: str) -> None:
-    """The README's CLI lines against the running demo, as printed."""
-    yesterday = demo_days(1)[-1].isoformat()
-    readme_line(f"{ROOT_CLI} policy check", checks)
-    readme_line(f"{ROOT_CLI} queue", checks, ("research_best_effort",))
-    readme_line(f"{ROOT_CLI} queue --all --team perception", checks, ("perception",))
-    readme_line(f"{ROOT_CLI} lineage {blocked_release}", checks, ("blocked by",))
-    readme_line(f"{ROOT_CLI} autoscale plan", checks, ("desired",))
-    readme_line(f"{ROOT_CLI} retention sweep --dry-run", checks)
-    today = time.strftime("%Y-%m-%d", time.gmtime())
-    readme_line(f"{ROOT_CLI} cost report --day $(date -u +%F)", checks, (today,))
-    readme_line(f"{ROOT_CLI} scorecard --day {yesterday}", checks, (yesterday,))
+def readme_cli_lines() -> list[str]:
+    """The CLI lines of the README's `## The CLI` block as printed, without their comments."""
+    block = (ROOT / "README.md").read_text().split("\n## The CLI\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith(ROOT_CLI + " ")]
+
+
+def _serve_metrics(checks: Checks, printed: str) -> None:
+    """`metrics serve --port P` runs until stopped: start it, read /metrics, stop it."""
+    import urllib.request
+
+    port = free_port()
+    line = printed.replace("9464", str(port))
+    proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=ROOT, env=bare_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    body, deadline = "", time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and not body:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    body = r.read().decode()
+            except OSError:
+                time.sleep(1)
+    finally:
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    lanes = [lane for lane in LANES if f'lane="{lane}"' in body]
+    checks.that(bool(body) and lanes == list(LANES) and "created a new home" not in (out or ""),
+                f"README line `{line}` works as printed (/metrics has every lane: {len(lanes)} of {len(LANES)})"
+                + ("" if body else f" ({(out or '').strip()[-300:]!r})"))
+
+
+def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -> None:
+    """Every line of the README's CLI section against the running demo, as printed (placeholders
+    filled in with the demo's ids, days and files; outputs under `out/cli/`). A README line this
+    table does not know fails: a new line gets its check when it is added."""
+    from gpu_platform.cli.demo import DEMO_REQUESTS, INCIDENT, _load
+    from gpu_platform.policy import load_policy
+
+    cli, outdir = ROOT_CLI, out / "cli"
+    shutil.rmtree(outdir, ignore_errors=True)
+    outdir.mkdir(parents=True)
+    policy = load_policy(None)
+    trial = _load(DEMO_REQUESTS / "research_sweep_h100_1.yaml", policy).request_id
+    incident = _load(INCIDENT, policy).request_id
+    # a request of the user's own (new content: a new id), so `approve` has one that has not ended
+    mine = outdir / "ana-lr-probe.yaml"
+    mine.write_text((ROOT / "examples" / "requests" / "research_best_effort.yaml").read_text()
+                    .replace("exp-occupancy-lr-sweep-17", "exp-occupancy-lr-probe-1")
+                    .replace("ckpt-exp17-occupancy", "ckpt-exp17-lr-probe-1") + "\nname: lr probe (README check)\n")
+    mine_id = _load(mine, policy).request_id
+    yesterday, today = demo_days(1)[-1].isoformat(), time.strftime("%Y-%m-%d", time.gmtime())
+    trace = "tests/fixtures/simulate/elasticflow-cluster04-head2000.csv"
+    R = tuple[str, tuple[str, ...], dict]
+    runs: dict[str, list[R]] = {
+        "policy check [FILE]": [
+            ("policy check", ("research_best_effort", "incident_response"), {}),
+            ("policy check gpu_platform/policy/default.yaml", ("research_best_effort",), {})],
+        "request validate FILE...": [
+            (f"request validate {DEMO_REQUESTS.relative_to(ROOT)}/research_sweep_h100_1.yaml {mine}",
+             ("ok ", "research_sweep_h100_1.yaml", "lane research_best_effort"), {})],
+        "submit FILE...": [(f"submit {mine}", (mine_id,), {})],
+        "queue [--all] [--owner O] [--team T] [--format json]": [
+            ("queue", ("research_best_effort",), {"empty_in": home}),
+            ("queue --all", ("research_best_effort", "incident_response", "finished"), {}),
+            (f"queue --owner {RESEARCHER}", (RESEARCHER,), {}),
+            ("queue --all --team perception --format json", ('"team": "perception"', trial), {})],
+        "explain REQUEST_ID [--format json]": [
+            (f"explain {trial}", (trial, RESEARCHER), {}),
+            (f"explain {incident} --format json", (incident, "gus@example.com"), {})],
+        "approve REQUEST_ID --role ROLE --kind safety|cost|incident --reason TEXT [--approver NAME]": [
+            (f"approve {mine_id} --role finops --kind cost --reason 'lr probe over budget' "
+             "--approver finops-lead@example.com", (mine_id,), {})],
+        "metrics serve --port 9464": [],  # _serve_metrics
+        "autoscale plan": [("autoscale plan", ("desired",), {})],
+        "report --out DIR [--days 7]": [(f"report --out {outdir}/report --days 3", ("index.html",), {})],
+        "admit --cases FILE": [("admit --cases tests/fixtures/admission/lanes.yaml", ("passed",), {})],
+        "kueue export --out DIR": [(f"kueue export --out {outdir}/kueue", ("clusterqueue",), {})],
+        "deploy render --out DIR": [(f"deploy render --out {outdir}/deploy", ("kubectl apply -k",), {})],
+        "deploy render --out DIR --helm-values values.yaml --image REPO:TAG --postgres-host H": [
+            (f"deploy render --out {outdir}/deploy-helm --helm-values {outdir}/values.yaml "
+             "--image registry.local/gpu-platform:demo --postgres-host pg.local", ("values.yaml",), {})],
+        "k8s render REQUEST_FILE": [("k8s render examples/requests/candidate_train.yaml", ("kind: Job", "kueue"), {})],
+        "dagster-config --out dagster.yaml [--postgres] [--k8s]": [
+            (f"dagster-config --out {outdir}/dagster.yaml", ("wrote",), {}),
+            (f"dagster-config --out {outdir}/dagster-k8s.yaml --postgres --k8s", ("wrote",), {})],
+        # no cluster here: the documented answer is exit 1 with one line saying why
+        "cluster sync [--kubeconfig F] [--dry-run] [--format json]": [
+            ("cluster sync --dry-run", ("no Kubernetes configuration",), {"rc": 1, "what": " (no cluster here: exit 1, one line)"})],
+        "lineage ID [--json]": [
+            (f"lineage {blocked_release}", ("blocked by",), {}),
+            (f"lineage {blocked_release} --json", ("replay_coverage",), {})],
+        "retention sweep [--dry-run]": [("retention sweep --dry-run", (), {})],
+        "feeds ingest --day D [--dcgm PATH_OR_URL...] [--focus PATH...] [--nodes PATH | --from-cluster] "
+        "[--pods PATH | --from-cluster] [--volumes PATH | --from-cluster] [--format table|json]": [
+            (f"feeds ingest --day {yesterday} --format json", ("accepted",), {})],
+        "cost build --day YYYY-MM-DD": [(f"cost build --day {yesterday}", (yesterday,), {})],
+        "cost report --day YYYY-MM-DD --format table|json": [
+            ("cost report --day $(date -u +%F)", (today,), {}),
+            (f"cost report --day {yesterday} --format json", ('"totals"', '"unit_costs"'), {})],
+        "scorecard --day YYYY-MM-DD [--format json]": [
+            (f"scorecard --day {yesterday}", (yesterday,), {}),
+            (f"scorecard --day {yesterday} --format json", (yesterday,), {})],
+        "simulate --trace CSV [--policy FILE] [--compare fifo,fifo-backfill,strict] [--capacity N] [--out DIR]": [
+            (f"simulate --trace tests/fixtures/simulate/hand-fifo.csv --compare fifo,fifo-backfill,strict "
+             f"--out {outdir}/simulate", ("fifo-backfill",), {})],
+        "simulate --generator FILE": [
+            ("simulate --generator tests/fixtures/simulate/kueue-tiny-generator.yaml", ("simulation_wall_s",), {})],
+        "policy tune --trace CSV [--lane-map M] [--policy FILE] [--capacity N] [--trials 40] --out DIR": [
+            (f"policy tune --trace {trace} --lane-map elasticflow --trials 2 --out {outdir}/tune", ("tuned_policy",), {})],
+        "demo seed --days 30": [("demo seed --days 30", ("already seeded",), {})],
+        "demo run": [],  # the demo this check runs
+    }
+    for printed in readme_cli_lines():
+        key = printed.removeprefix(ROOT_CLI + " ")
+        if key not in runs:
+            checks.that(False, f"README line `{printed}` has no check in scripts/ui_check.py (readme_checks)")
+        elif key == "metrics serve --port 9464":
+            _serve_metrics(checks, printed)
+        elif key == "demo run":
+            checks.that(True, f"README line `{printed}`: the demo under this check (started with it)")
+        for line, expect, kw in runs.get(key, ()):
+            readme_line(f"{cli} {line}", checks, expect, **kw)
 
 
 LATEST = """query Latest($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
@@ -494,7 +641,7 @@ def main(argv: list[str]) -> int:
         browser = Browser(url, out, checks)
         try:
             researcher(browser, url, checks, timeout=420)
-            preempted_run(browser, url, checks, timeout=300)
+            preempted_run(browser, url, checks, timeout=600)
             launchpad(browser, url, checks, timeout=300)
             blocked, _passed = wait_for_releases(url, args.timeout)
             print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
@@ -505,8 +652,8 @@ def main(argv: list[str]) -> int:
         runs = graphql(url, RUNS, {"job": "release_model_job"})["runsOrError"]["results"]
         partition = next(t["value"] for r in runs if r["runId"] == blocked for t in r["tags"]
                          if t["key"] == "dagster/partition")
-        readme_checks(checks, partition)
         number_checks(url, env, [d.isoformat() for d in demo_days(args.days)], checks)
+        readme_checks(checks, partition, home, out)
     except Exception as exc:  # a check that could not go on fails with what stopped it; the demo still stops
         checks.that(False, f"{type(exc).__name__}: {exc}")
     finally:

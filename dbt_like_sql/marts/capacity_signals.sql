@@ -274,6 +274,65 @@ slice as (
 
 ),
 
+fragment_stretches as (
+
+    -- each multi-node wait on fragmented free GPUs, cut at the days being built
+    select d.day, f.flavor_name, f.request_id, f.free_gpus,
+           greatest(f.waiting_from, d.day_start) as from_at, least(f.waiting_to, d.day_end) as to_at
+    from {{ ref('int_fragmented_waits') }} as f
+    inner join days as d on f.waiting_from < d.day_end and f.waiting_to > d.day_start
+
+),
+
+fragment_segments as (
+
+    -- the moments any of them starts or ends split a flavor's day into segments
+    select day, flavor_name, edge as seg_start, lead(edge) over (partition by day, flavor_name order by edge) as seg_end
+    from (select day, flavor_name, from_at as edge from fragment_stretches
+          union select day, flavor_name, to_at from fragment_stretches)
+
+),
+
+fragment_hours as (
+
+    -- while several multi-node requests wait on one flavor its free GPUs count once: the most any saw free
+    select g.day, g.flavor_name, epoch(g.seg_end - g.seg_start) / 3600.0 * max(f.free_gpus) as gpu_hours
+    from fragment_segments as g
+    inner join fragment_stretches as f
+        on f.day = g.day and f.flavor_name = g.flavor_name and f.from_at <= g.seg_start and f.to_at >= g.seg_end
+    where g.seg_end > g.seg_start
+    group by g.day, g.flavor_name, g.seg_start, g.seg_end
+
+),
+
+fragment_waits as (
+
+    select day, flavor_name, count(distinct request_id) as requests,
+           arg_max(request_id, epoch(to_at - from_at)) as longest
+    from fragment_stretches
+    group by day, flavor_name
+
+),
+
+fragmentation as (
+
+    select
+        w.day, 'gang_blocked_by_fragmentation', w.flavor_name, cast(null as varchar),
+        coalesce(sum(h.gpu_hours), 0.0),
+        cast({{ var('cs_fragmented_gpu_hours_max') }} as double),
+        coalesce(sum(h.gpu_hours), 0.0) > {{ var('cs_fragmented_gpu_hours_max') }},
+        printf('Flavor %s: %.1f GPU-hours were free but on no whole nodes while %d multi-node request(s) waited '
+               || 'for them (longest %s; fires above %.1f GPU-hours). Pack small jobs onto fewer nodes (best fit, '
+               || 'or a preferred kubernetes.io/hostname topology for them) and reserve whole nodes for multi-node '
+               || 'jobs (a flavor or warm pool of whole nodes), so free GPUs come as whole nodes.',
+               w.flavor_name, cast(coalesce(sum(h.gpu_hours), 0.0) as double), any_value(w.requests),
+               any_value(w.longest), cast({{ var('cs_fragmented_gpu_hours_max') }} as double))
+    from fragment_waits as w
+    left join fragment_hours as h on h.day = w.day and h.flavor_name = w.flavor_name
+    group by w.day, w.flavor_name
+
+),
+
 signals as (
 
     select * from queue_wait
@@ -286,6 +345,7 @@ signals as (
     union all select * from image_pull
     union all select * from slice
     union all select * from wait_target
+    union all select * from fragmentation
 
 ),
 

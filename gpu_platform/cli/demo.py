@@ -13,8 +13,9 @@
 
 `run` starts `dagster dev` under `gpu_platform.demo.supervisor` (Ctrl-C stops the whole process
 tree within seconds), launches that backfill through Dagster's GraphQL API, and submits the
-incident request (`examples/demo/incident_sev1.yaml`) once the research sweep runs, so the
-preemption happens while one watches. On Ctrl-C it first terminates the runs in flight and
+incident request (`examples/demo/incident_sev1.yaml`) once the gate would preempt running,
+checkpointed research sweep trials for it (`gpu_platform.demo.incident`), so the preemption
+happens early, while one watches, and the stopped runs resume from a checkpoint. On Ctrl-C it first terminates the runs in flight and
 cancels the backfill through the API (so they end canceled, not failed), and after the stop
 `python -m assets.demo_seed recover` marks what was cut short canceled and puts an unfinished
 backfill's days back in the plan for the next `run`.
@@ -165,8 +166,14 @@ def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
 
 
 def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: float, timeout_s: float = 600) -> None:
-    """Submit the incident once every research sweep trial has been admitted, plus `after_s`."""
+    """Submit the incident `after_s` after the gate would preempt a running research sweep trial
+    for it (`gpu_platform.demo.incident.would_preempt`: a trial holds H100s the incident needs and
+    has written a checkpoint), so the preemption happens early and every time; after `timeout_s`
+    without that moment it is submitted anyway, and says so."""
+    from gpu_platform.demo.incident import would_preempt
     from gpu_platform.demo.supervisor import wait_for_webserver
+    from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
+    from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES
 
     if not wait_for_webserver(url, stop=stop):
         return
@@ -175,13 +182,25 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
     ledger = Ledger(default_ledger_url())
     if ledger.known_ids([incident.request_id or ""]):
         return  # an earlier `demo run` submitted it
-    ids = [_load(p, policy).request_id for p in sorted(DEMO_REQUESTS.glob("research_sweep_*.yaml"))]
-    deadline = time.monotonic() + timeout_s
+    trials = [_load(p, policy).request_id for p in sorted(DEMO_REQUESTS.glob("research_sweep_*.yaml"))]
+    work_root = Path(os.environ.get("GPU_PLATFORM_WORK_ROOT") or _home() / "work")
+
+    def checkpointed(rid: str) -> bool:
+        return has_checkpoint(checkpoints_under(work_root, rid))
+
+    deadline, victims = time.monotonic() + timeout_s, []
     while time.monotonic() < deadline and not stop.is_set():
-        states = {s.request_id: s.state for s in ledger.states()}
-        if all(states.get(i) == "admitted" for i in ids):
+        victims = would_preempt(policy, ledger.states((*PENDING_STATES, *ACTIVE_STATES)), incident, trials,
+                                checkpointed)
+        if victims:
             break
-        stop.wait(5)
+        stop.wait(3)
+    if not victims and not stop.is_set():
+        log(f"demo: no research sweep trial held the H100s the incident needs within {timeout_s:.0f} s; "
+            "submitting it anyway")
+    elif victims:
+        log(f"demo: research sweep trial(s) {', '.join(victims)} hold the H100s the incident needs; "
+            f"it arrives in {after_s:.0f} s")
     if stop.wait(after_s):
         return
     rid = ledger.submit(incident)
@@ -192,7 +211,8 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=3000, show_default=True, type=int)
 @click.option("--incident-after", default=45.0, show_default=True,
-              help="Seconds after the research sweep is running before the incident arrives.")
+              help="Seconds after a research sweep trial holds the H100s the incident needs (and has a "
+                   "checkpoint) before the incident arrives.")
 @click.option("--no-incident", is_flag=True, help="Do not submit the incident request.")
 @click.option("--stop-after", default=None, type=float, help="Stop by itself after this many seconds.")
 def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop_after: float | None) -> None:
@@ -208,6 +228,8 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
         err.print(msg)
 
     actions = [lambda: _launch_backfill(url, home, stop, log)]
+    if not no_incident:
+        actions.append(lambda: _incident_when_sweep_runs(url, stop, log, incident_after))
 
     def before_stop() -> None:
         from gpu_platform.demo.supervisor import cancel_in_flight

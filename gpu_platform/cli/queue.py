@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
+import sqlalchemy as sa
 from rich.table import Table
 from rich.text import Text
 
@@ -79,4 +80,18 @@ def queue(
     counts = Counter(r.state for r in rows)
     who = " and ".join(x for x in (owner and f"owner {owner}", team and f"team {team}") if x)
     empty = f"no requests of {who}" if who else "queue is empty"
+    if not rows:
+        empty += f" in {_where(ledger, count_ended=not (show_all or who))}"
     console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty)
+
+
+def _where(ledger: Ledger, count_ended: bool) -> str:
+    """Which ledger an empty answer came from, and what else it holds: an empty queue read from
+    the wrong home (the demo's state is under `.demo`) says so at once."""
+    url = sa.make_url(ledger.url).render_as_string(hide_password=True)
+    if not count_ended:
+        return f"ledger {url}"
+    ended = len(ledger.states(None))
+    if not ended:
+        return f"ledger {url} (it holds no requests)"
+    return f"ledger {url} (nothing waits or runs; {ended} ended request(s): --all lists them)"

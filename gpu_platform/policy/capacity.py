@@ -25,6 +25,8 @@ class CapacitySignals(BaseModel):
     slice_memory_gib / slice_engine_active_max: a whole-GPU pod whose peak framebuffer use
     (DCGM_FI_DEV_FB_USED) stays within slice_memory_gib and whose mean engine activity stays
     within slice_engine_active_max would fit a MIG slice (right-sizing).
+    fragmented_gpu_hours_max: GPU-hours of a flavor free but on no whole nodes while a multi-node
+    request waited for whole nodes, per day, above this fires (8: one node-hour of 8 GPUs).
     min_attempts: rate signals need at least this many attempts (or runs) on the day.
     """
 
@@ -33,13 +35,14 @@ class CapacitySignals(BaseModel):
     queue_wait_ratio: float = Field(default=1.0, gt=0)
     pool_utilization_min: float = Field(default=0.30, ge=0, le=1)
     oom_retry_rate_max: float = Field(default=0.10, ge=0, le=1)
-    release_delay_s: float = Field(default=900, ge=0)
-    incident_wait_s: float = Field(default=300, ge=0)
+    release_delay_s: float = Field(default=900.0, ge=0)
+    incident_wait_s: float = Field(default=300.0, ge=0)
     spot_lost_share_max: float = Field(default=0.20, ge=0, le=1)
     site_spend_share_max: float = Field(default=0.60, gt=0, le=1)
     image_pull_share_max: float = Field(default=0.25, ge=0, le=1)
     slice_memory_gib: float = Field(default=10.0, gt=0)
     slice_engine_active_max: float = Field(default=0.15, ge=0, le=1)
+    fragmented_gpu_hours_max: float = Field(default=8.0, ge=0)
     min_attempts: int = Field(default=1, ge=1)
     release_lane: str = "release_eval"
     research_lane: str = "research_best_effort"

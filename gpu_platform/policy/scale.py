@@ -51,6 +51,7 @@ SIGNAL_ROWS: dict[str, str] = {
     "image_pull_dominating_runtime": "cache_efficiency",
     "whole_gpu_fits_slice": "sharing_utilization",
     "lane_wait_target_missed": "queue_wait",
+    "gang_blocked_by_fragmentation": "queue_wait",
 }
 """Each capacity signal and the scorecard row it is computed from: a signal is computed at a
 scale only when its row is."""

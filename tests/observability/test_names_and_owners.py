@@ -134,3 +134,22 @@ def test_gpu_queue_materialization_leads_with_a_table_of_waiting_requests(env, p
     # the instance accepts it as the daemon would record it
     instance.report_runless_asset_event(mat)
     assert instance.fetch_materializations(GPU_QUEUE, limit=5).records
+
+
+def test_an_empty_queue_names_the_ledger_it_read_and_what_else_it_holds(tmp_path, monkeypatch, policy):
+    from gpu_platform.cli.queue import _where
+    from gpu_platform.requests.ledger import Ledger
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per message, whatever the terminal
+    fresh = Ledger(f"sqlite:///{tmp_path / 'fresh.db'}")
+    out = _cli(fresh, "queue", home=tmp_path).output
+    assert f"queue is empty in ledger {fresh.url} (it holds no requests)" in out
+    done = Ledger(f"sqlite:///{tmp_path / 'done.db'}")
+    rid = done.submit(validate_request_file(EXAMPLES / "research_best_effort.yaml", policy))
+    done.record(rid, "finished", "ran to the end")
+    out = _cli(done, "queue", home=tmp_path).output
+    assert f"queue is empty in ledger {done.url} (nothing waits or runs; 1 ended request(s): --all lists them)" in out
+    assert rid in _cli(done, "queue", "--all", home=tmp_path).output
+    # a ledger URL with a password is shown without it
+    done.url = "postgresql+psycopg://gp:hunter2@db.local/ledger"
+    assert _where(done, count_ended=False) == "ledger postgresql+psycopg://gp:***@db.local/ledger"

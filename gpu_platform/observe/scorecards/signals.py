@@ -46,6 +46,8 @@ SIGNALS: tuple[Signal, ...] = (
            "lane p95 queue wait of the day's admissions (s) > the lane's own target (only lanes with one)"),
     Signal("whole_gpu_fits_slice", "request", "slice_memory_gib",
            "a whole-GPU request's peak FB_USED (GiB) <= threshold and mean engine activity <= slice_engine_active_max"),
+    Signal("gang_blocked_by_fragmentation", "flavor", "fragmented_gpu_hours_max",
+           "GPU-hours of a flavor free but on no whole nodes while a multi-node request waited for whole nodes > threshold"),
 )
 assert {s.name for s in SIGNALS} == set(SIGNAL_ROWS), "every signal has its scorecard row in policy/scale.py"
 

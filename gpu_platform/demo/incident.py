@@ -1,0 +1,67 @@
+"""When the live demo's incident arrives: once it would preempt a research sweep trial that runs.
+
+`demo run` submits `examples/demo/incident_sev1.yaml` (16 H100s) so that a watcher sees research
+preempted: a Canceled run naming its preemptor and the checkpoint it resumes from. Whether the
+incident preempts anyone depends on what holds the H100s at that moment (the live requests
+finish at different times, and the sweep's trials do not all fit the research lane's team
+limit at once), so the demo does not guess: it asks the gate's own planning (`plan_tick`, a dry
+run that records nothing) what the incident would do if it were submitted now, and submits it
+when the answer preempts at least one sweep trial, every run it would stop has written a
+checkpoint (it is under way and resumes from that checkpoint), and no sweep trial still waits.
+The last condition keeps the answer true until the gate's next tick: Kueue's victim order takes
+the newest admission of the lowest priority first, so a trial admitted in between (one that has
+not started, with nothing to resume from) would be the victim instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from gpu_platform.gate.tick import plan_tick
+from gpu_platform.policy import Policy
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, RequestState
+from gpu_platform.requests.model import JobRequest
+
+
+def would_preempt(
+    policy: Policy,
+    states: Iterable[RequestState],
+    incident: JobRequest,
+    targets: Iterable[str],
+    checkpointed: Callable[[str], bool],
+    now: datetime | None = None,
+) -> list[str]:
+    """The `targets` (request ids) that the gate would preempt for `incident` were it pending now,
+    when every request it would preempt has a checkpoint and no target is pending; empty otherwise
+    (it fits, or it would take GPUs only from others, a victim has not checkpointed yet, or a
+    target still waits and could be admitted, and so become the newest victim, before the tick).
+
+    states: the ledger's pending and admitted requests (`Ledger.states`); the incident must not be
+    among them (it has not been submitted). checkpointed: whether a request has a confirmed
+    checkpoint (`has_checkpoint` under the work root), as the gate's tick is told.
+    """
+    now = now or datetime.now(UTC)
+    live = [s for s in states if s.state in (*PENDING_STATES, *ACTIVE_STATES)]
+    rid = incident.request_id or "demo-incident"
+    hypothetical = RequestState(
+        seq=max((s.seq for s in live), default=0) + 1,
+        request_id=rid,
+        request=incident,
+        state="submitted",
+        reason="",
+        flavor=None,
+        run_id=None,
+        submitted_at=now,
+        updated_at=now,
+        attempts=0,
+        details={},
+    )
+    wanted = set(targets)
+    if any(s.request_id in wanted and s.state in PENDING_STATES for s in live):
+        return []
+    plan = plan_tick(policy, [*live, hypothetical], now, checkpointed=checkpointed)
+    victims = {p.victim for p in plan.preemptions if p.preemptor == rid}
+    if not victims & wanted or not all(checkpointed(v) for v in victims):
+        return []
+    return sorted(victims & wanted)
