@@ -243,9 +243,16 @@ def victim_run_message(
     kueue_reason: str,
     checkpoint: Path | None,
 ) -> str:
-    """What a preempted run says about its end: by whom, why, and where the request resumes."""
+    """What a preempted run says about its end: by whom, why, and where the request resumes. Written
+    as the run is stopped: a program that checkpoints on SIGTERM writes a newer one on its way out,
+    and the next attempt resumes from the newest, so the message says so."""
+    newer = (
+        " (or from a newer checkpoint, if the run writes one as it stops)"
+        if checkpoint is not None and victim.preemption_policy == "checkpoint_requeue"
+        else ""
+    )
     return (
         f"Preempted ({kueue_reason}) by {who(preemptor_id, preemptor)}, request {preemptor_id}: "
         f"this run is canceled, not failed. The request is requeued in its original place and "
-        f"{resume_text(victim, checkpoint)} as attempt {attempt + 1}."
+        f"{resume_text(victim, checkpoint)} as attempt {attempt + 1}{newer}."
     )
