@@ -166,3 +166,70 @@ def test_a_parsed_request_is_never_served_for_another_ledgers_payload(tmp_path, 
     assert a.states()[0].request.gpu_count == 1
     assert b.states()[0].request.gpu_count == 2
     assert a.states()[0].request is a.states()[0].request
+
+
+def _demand_from_log(led: Ledger, policy, now: datetime, window: timedelta) -> dict:
+    """The queue's figures computed in Python from the event log alone."""
+    from gpu_platform.observe.queueview.demand import demand_flavor
+
+    out: dict = {}
+    events = led.events()
+    for s in led.states_from_log():
+        lane = out.setdefault(s.request.lane, {"pending": 0, "admitted": 0, "gpus_pending": {}, "gpus_in_use": {},
+                                               "preemptions": 0, "rejections": 0, "waits": []})
+        gpus = s.request.gpu_count or 0
+        if s.state in ("submitted", "waiting", "requeued"):
+            lane["pending"] += 1
+            f = demand_flavor(policy, s.request.lane, s.request.gpu_type) or "unknown"
+            lane["gpus_pending"][f] = lane["gpus_pending"].get(f, 0) + gpus
+        elif s.state == "admitted":
+            lane["admitted"] += 1
+            lane["gpus_in_use"][s.flavor or "unknown"] = lane["gpus_in_use"].get(s.flavor or "unknown", 0) + gpus
+        mine = [e for e in events if e.request_id == s.request_id]
+        lane["preemptions"] += sum(e.event == "preempted" for e in mine)
+        lane["rejections"] += sum(e.event == "rejected" for e in mine)
+        first = next((e for e in mine if e.event == "admitted"), None)
+        if first is not None and first.at >= now - window:
+            lane["waits"].append(max(0.0, (first.at - s.submitted_at).total_seconds()))
+    return out
+
+
+def _figures(d) -> dict:
+    return {
+        name: {"pending": ld.pending, "admitted": ld.admitted, "gpus_pending": ld.gpus_pending,
+               "gpus_in_use": ld.gpus_in_use, "preemptions": ld.preemptions_total,
+               "rejections": ld.rejections_total, "waits": sorted(d.waits_s.get(name, []))}
+        for name, ld in d.lanes.items()
+        if ld.pending or ld.admitted or ld.preemptions_total or ld.rejections_total or d.waits_s.get(name)
+    }
+
+
+def test_demand_from_the_table_equals_the_event_log(ledger_url, policy):
+    from gpu_platform.observe.queueview.demand import load_demand
+
+    led, _ = _busy_ledger(ledger_url, policy)
+    for now, window in ((T0 + timedelta(minutes=10), timedelta(hours=1)), (T0 + timedelta(minutes=7), timedelta(minutes=3, seconds=30))):
+        expected = {k: dict(v, waits=sorted(v["waits"])) for k, v in _demand_from_log(led, policy, now, window).items()}
+        assert _figures(load_demand(led, policy, now, wait_window=window)) == expected
+
+
+def test_the_demand_cache_reads_the_ledger_again_only_when_it_changed(tmp_path, policy):
+    from gpu_platform.observe.queueview.demand import DemandCache, load_demand
+
+    led, ids = _busy_ledger(f"sqlite:///{tmp_path / 'ledger.db'}", policy)
+    cache, window = DemandCache(), timedelta(minutes=5)
+    now = T0 + timedelta(minutes=6)
+    first = cache.load(led, policy, now, wait_window=window)
+    assert cache.reads == 1
+    later = now + timedelta(minutes=3)  # the admissions at minute 3 leave the window, minute 4 and 5 stay
+    again = cache.load(led, policy, later, wait_window=window)
+    assert cache.reads == 1
+    assert _figures(again) == _figures(load_demand(led, policy, later, wait_window=window))
+    assert _figures(again) != _figures(first)
+    led.record(ids[20], "admitted", "QuotaReserved on h100-ondemand", flavor="h100-ondemand", at=later)
+    changed = cache.load(led, policy, later, wait_window=window)
+    assert cache.reads == 2
+    assert _figures(changed) == _figures(load_demand(led, policy, later, wait_window=window))
+    # a window reaching back before what was read is read again
+    cache.load(led, policy, later, wait_window=timedelta(hours=2))
+    assert cache.reads == 3

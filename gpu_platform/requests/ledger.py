@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -122,8 +123,9 @@ state_table = sa.Table(
     sa.Column("max_cost", sa.Numeric(MONEY_PRECISION, MONEY_SCALE), nullable=False),
     sa.Column("expected_duration_s", sa.Float),
     sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("state", sa.String(16), nullable=False),
     sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("reason_code", sa.String(64), nullable=False, default=""),
     sa.Column("flavor", sa.String(64)),
     sa.Column("run_id", sa.String(64)),
     sa.Column("details", sa.Text),
@@ -138,9 +140,19 @@ state_table = sa.Table(
     sa.Column("first_admitted_at", sa.DateTime(timezone=True), index=True),
     sa.Column("last_admitted_at", sa.DateTime(timezone=True), index=True),
     sa.Column("last_event_id", _ID_TYPE, nullable=False),
+    # what `/metrics` groups the queue by, readable from the index alone (no row lookups)
+    sa.Index("ix_gp_request_state_queue", "state", "lane", "gpu_type", "reason_code", "gpu_count", "submitted_at"),
+    # the few requests ever preempted or rejected, for the per-lane counters
+    sa.Index(
+        "ix_gp_request_state_counted",
+        "lane", "preemptions", "rejections",
+        sqlite_where=sa.text("preemptions > 0 or rejections > 0"),
+        postgresql_where=sa.text("preemptions > 0 or rejections > 0"),
+    ),
 )
 """One row per request: its latest state event (`state` ... `updated_at`, `state_event_id`: that
-event's id) and what the views need without the event log: the request's own columns (and its
+event's id; `reason_code`: the Kueue-style code its reason begins with, `""` when none) and
+what the views need without the event log: the request's own columns (and its
 `name` and `expected_duration` in seconds, from the payload), counts of its `admitted`
 (`attempts`), `preempted`, `rejected` and `approved` events, its latest `cluster` event's id, its
 first admission (id and time) and latest admission time, and its newest event of any kind.
@@ -261,6 +273,16 @@ def _chunks(items: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
         yield items[i : i + size]
 
 
+_REASON_CODE = re.compile(r"^([A-Z][A-Za-z]{0,63})(?=[:\s(]|$)")
+
+
+def reason_code(reason: str | None) -> str:
+    """The Kueue-style code a recorded reason begins with (`Inadmissible: ...` -> `Inadmissible`,
+    `QuotaReserved on h100-ondemand` -> `QuotaReserved`); "" when it begins with none (`validated`)."""
+    m = _REASON_CODE.match(reason or "")
+    return m.group(1) if m else ""
+
+
 def _fold(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """What events (each with its `id`) change in their requests' state rows: per request the
     latest state event (`p_sid` its id, 0: none), counts to add, the latest `cluster` event, the
@@ -272,7 +294,7 @@ def _fold(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         d = out.get(rid)
         if d is None:
             d = out[rid] = {
-                "p_rid": rid, "p_sid": 0, "p_state": None, "p_reason": None, "p_flavor": None, "p_run_id": None,
+                "p_rid": rid, "p_sid": 0, "p_state": None, "p_reason": None, "p_code": None, "p_flavor": None, "p_run_id": None,
                 "p_details": None, "p_at": None, "p_admits": 0, "p_preempts": 0, "p_rejects": 0, "p_approvals": 0,
                 "p_cid": 0, "p_fa_id": 0, "p_fa_at": None, "p_la_at": None, "p_last": 0,
             }
@@ -285,8 +307,8 @@ def _fold(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             d["p_approvals"] += 1
             continue
         if i > d["p_sid"]:
-            d.update(p_sid=i, p_state=ev, p_reason=v["reason"] or "", p_flavor=v["flavor"], p_run_id=v["run_id"],
-                     p_details=v["details"], p_at=at)
+            d.update(p_sid=i, p_state=ev, p_reason=v["reason"] or "", p_code=reason_code(v["reason"]),
+                     p_flavor=v["flavor"], p_run_id=v["run_id"], p_details=v["details"], p_at=at)
         if ev == "admitted":
             d["p_admits"] += 1
             if d["p_fa_id"] == 0 or i < d["p_fa_id"]:
@@ -326,6 +348,7 @@ def _state_update() -> sa.Update:
         .values(
             state=pick(s.c.state, "p_state"),
             reason=pick(s.c.reason, "p_reason"),
+            reason_code=pick(s.c.reason_code, "p_code"),
             flavor=pick(s.c.flavor, "p_flavor"),
             run_id=pick(s.c.run_id, "p_run_id"),
             details=pick(s.c.details, "p_details"),
@@ -376,6 +399,7 @@ def _state_row(base: Mapping[str, Any], payload: Mapping[str, Any], folded: Mapp
         "submitted_at": base["submitted_at"],
         "state": folded["p_state"],
         "reason": folded["p_reason"] or "",
+        "reason_code": folded["p_code"] or "",
         "flavor": folded["p_flavor"],
         "run_id": folded["p_run_id"],
         "details": folded["p_details"],
