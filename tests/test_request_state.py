@@ -233,3 +233,17 @@ def test_the_demand_cache_reads_the_ledger_again_only_when_it_changed(tmp_path, 
     # a window reaching back before what was read is read again
     cache.load(led, policy, later, wait_window=timedelta(hours=2))
     assert cache.reads == 3
+
+
+def test_an_unchanged_row_gives_the_same_state_and_a_changed_one_a_new_state(ledger_url, policy):
+    led, ids = _busy_ledger(ledger_url, policy)
+    first = {s.request_id: s for s in led.states()}
+    again = {s.request_id: s for s in led.states()}
+    assert all(again[rid] is first[rid] for rid in ids if not first[rid].approvals)
+    led.record(ids[7], "admitted", "QuotaReserved on h100-ondemand", flavor="h100-ondemand")
+    led.record(ids[8], "cluster", "Admitted", details={"condition": "Admitted", "attempt": 1})
+    after = {s.request_id: s for s in led.states()}
+    assert after[ids[7]] is not first[ids[7]] and after[ids[7]].state == "admitted"
+    assert after[ids[8]].cluster["condition"] == "Admitted"
+    assert after[ids[9]] is first[ids[9]]
+    assert led.states() == led.states_from_log()

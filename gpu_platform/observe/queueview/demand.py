@@ -85,6 +85,8 @@ class Demand:
 
 
 def _utc(dt: datetime) -> datetime:
+    if dt.tzinfo is UTC:
+        return dt
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
@@ -127,9 +129,8 @@ def _tally(ledger: Ledger, policy: Policy, since: datetime, budget_since: dateti
     waits_q = sa.select(s.c.lane, s.c.submitted_at, s.c.first_admitted_at).where(s.c.first_admitted_at >= since)
     first: dict[tuple[str, str | None], str | None] = {}
     ends: list[tuple[str, int, datetime]] = []
-    firsts: list[tuple[str, datetime, datetime]] = []
     with ledger.engine.connect() as conn:
-        for lane, gpu_type, code, n, gpus, oldest in conn.execute(pending_q):
+        for lane, gpu_type, code, n, gpus, oldest in conn.execute(pending_q).all():
             ld = lanes.get(lane)
             if ld is None:
                 continue
@@ -144,7 +145,7 @@ def _tally(ledger: Ledger, policy: Policy, since: datetime, budget_since: dateti
             oldest = _utc(oldest)
             if ld.oldest_submitted is None or oldest < ld.oldest_submitted:
                 ld.oldest_submitted = oldest
-        for lane, flavor, gpus, at, expected_s in conn.execute(admitted_q):
+        for lane, flavor, gpus, at, expected_s in conn.execute(admitted_q).all():
             ld = lanes.get(lane)
             if ld is None:
                 continue
@@ -153,12 +154,11 @@ def _tally(ledger: Ledger, policy: Policy, since: datetime, budget_since: dateti
             ld.gpus_in_use[key] = ld.gpus_in_use.get(key, 0) + gpus
             if expected_s is not None:
                 ends.append((key, gpus, _utc(at) + timedelta(seconds=expected_s)))
-        for lane, preemptions, rejections in conn.execute(totals_q):
+        for lane, preemptions, rejections in conn.execute(totals_q).all():
             ld = lanes.get(lane)
             if ld is not None:
                 ld.preemptions_total, ld.rejections_total = int(preemptions or 0), int(rejections or 0)
-        for lane, submitted, first_at in conn.execute(waits_q):
-            firsts.append((lane, _utc(submitted), _utc(first_at)))
+        firsts = [(lane, _utc(submitted), _utc(first_at)) for lane, submitted, first_at in conn.execute(waits_q).all()]
     if budget_since is not None:
         for lane, amount in ledger.reserved_by_lane(budget_since).items():
             if lane in lanes:

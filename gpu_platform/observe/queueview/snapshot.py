@@ -110,6 +110,7 @@ def lane_snapshots(
         if cur is None or rank < cur[0]:
             heads[w.cq] = (rank, w.name, w.message)
     fallback_heads: dict[str, tuple[datetime, str, str]] = {}
+    first_flavor: dict[tuple[str, str | None], str] = {}
     for s in states:
         lane = s.request.lane or ""
         snap = snaps.get(lane)
@@ -124,7 +125,10 @@ def lane_snapshots(
                 snap.running = (snap.running or 0) + 1
         elif s.state in PENDING_STATES or s.request_id in requeued:
             snap.pending += 1
-            flavor = demand_flavor(policy, lane, s.request.gpu_type) or "unknown"
+            key = (lane, s.request.gpu_type)
+            flavor = first_flavor.get(key)
+            if flavor is None:
+                flavor = first_flavor[key] = demand_flavor(policy, lane, s.request.gpu_type) or "unknown"
             snap.gpus_pending[flavor] = snap.gpus_pending.get(flavor, 0) + gpus
             snap.oldest_wait_s = max(snap.oldest_wait_s, (now - s.submitted_at).total_seconds())
             prev = fallback_heads.get(lane)
