@@ -32,6 +32,7 @@ from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
 from gpu_platform.requests.approvals import admission_approval_problem, honoured_kinds
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.requests.model import JobRequest
 
 TAG_REQUEST_ID = "gpu-platform/request-id"
 TAG_LANE = "gpu-platform/lane"
@@ -223,12 +224,28 @@ def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInf
         if s.state not in PENDING_STATES:
             continue
         waits_on = [
-            (i, producers[i]) for i in s.request.input_ids if i in producers and producers[i].request_id != s.request_id
+            (i, producers[i]) for i in _input_ids(s.request) if i in producers and producers[i].request_id != s.request_id
         ]
         if waits_on:
             what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
             blocked[s.request_id] = _held(s, "WaitingForUpstream", f"needs {what}")
     return blocked
+
+
+_INPUTS: dict[int, tuple[JobRequest, tuple[str, ...]]] = {}
+
+
+def _input_ids(req: JobRequest) -> tuple[str, ...]:
+    """`req.input_ids`, kept for the (frozen) request object while it lives in the cache (which
+    holds it, so its id is not reused): asked for every pending request on every tick."""
+    hit = _INPUTS.get(id(req))
+    if hit is not None and hit[0] is req:
+        return hit[1]
+    if len(_INPUTS) >= _WORKLOADS_MAX:
+        _INPUTS.clear()
+    ids = req.input_ids
+    _INPUTS[id(req)] = (req, ids)
+    return ids
 
 
 def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[str, PendingInfo]:

@@ -523,8 +523,8 @@ class Ledger:
         self.url = url or default_ledger_url()
         self.engine = engine or _make_engine(self.url)
         self.metadata = metadata
-        self._states: dict[str, tuple[tuple[Any, ...], int, RequestState]] = {}
-        """request id -> (its state row, its payload's hash, the RequestState built from them)"""
+        self._states: dict[str, tuple[tuple[Any, ...], RequestState]] = {}
+        """request id -> (its state row, the RequestState built from it and its payload)"""
         create_tables(metadata, self.engine)
         with self.engine.connect() as conn:
             n_req = conn.execute(sa.select(sa.func.count()).select_from(requests_table)).scalar_one()
@@ -807,16 +807,19 @@ class Ledger:
         """Every request with its latest state event, in submission order; optionally filtered by
         state, lane or id. Read from `gp_request_state` (one row per request, no regrouping of
         the event log); `states_from_log` is the same answer derived from the events."""
-        s, r, e = state_table, requests_table, events_table
+        s, e = state_table, events_table
         c = e.alias("cluster_event")
+        # the payload is read only for rows not seen as they are now: a row's own columns (its
+        # request's seq, submission time, lane, team, owner, name, GPUs, max_cost, expected
+        # duration, and its state) identify the RequestState built from it before
         q = (
             sa.select(
                 s.c.seq, s.c.request_id, s.c.submitted_at, s.c.state, s.c.reason, s.c.flavor, s.c.run_id,
                 s.c.updated_at, s.c.details, s.c.attempts, s.c.approvals, s.c.preemptions, s.c.cluster_event_id,
                 c.c.reason.label("c_reason"), c.c.at.label("c_at"), c.c.flavor.label("c_flavor"),
-                c.c.details.label("c_details"), r.c.payload,
+                c.c.details.label("c_details"), s.c.lane, s.c.team, s.c.owner, s.c.name, s.c.gpu_type, s.c.gpu_count,
+                s.c.max_cost, s.c.expected_duration_s,
             )
-            .join(r, r.c.request_id == s.c.request_id)
             .outerjoin(c, c.c.id == s.c.cluster_event_id)
             .order_by(s.c.seq)
         )
@@ -826,42 +829,45 @@ class Ledger:
             q = q.where(s.c.lane == lane)
         if request_id is not None:
             q = q.where(s.c.request_id == request_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(q).all()
-            approvals: dict[str, list[dict[str, Any]]] = {}
-            for chunk in _chunks([row.request_id for row in rows if row.approvals]):
-                aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(
-                    e.c.event == "approved", e.c.request_id.in_(chunk)
-                ).order_by(e.c.id)
-                for a in conn.execute(aq):
-                    approvals.setdefault(a.request_id, []).append(
-                        {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
-                    )
-        out: list[RequestState] = []
         cache = self._states
         if len(cache) > PARSED_CACHE_SIZE:
             cache.clear()
-        for row in rows:
-            # a row equal to the one a RequestState was built from gives that same (frozen) state:
-            # most rows do not change between two gate ticks, and building one costs ~15 us
-            values = tuple(row)
-            sig, payload_hash = values[:-1], hash(values[-1])
-            hit = cache.get(row.request_id) if not row.approvals else None
-            if hit is not None and hit[0] == sig and hit[1] == payload_hash:
-                out.append(hit[2])
-                continue
-            state = self._state_of(row, approvals.get(row.request_id, ()))
-            if not row.approvals:
-                cache[row.request_id] = (sig, payload_hash, state)
-            out.append(state)
-        return out
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+            out: list[RequestState | None] = []
+            todo: list[tuple[int, sa.Row, tuple[Any, ...]]] = []
+            for row in rows:
+                sig = tuple(row)
+                hit = cache.get(row.request_id) if not row.approvals else None
+                if hit is not None and hit[0] == sig:
+                    out.append(hit[1])
+                else:
+                    todo.append((len(out), row, sig))
+                    out.append(None)
+            if todo:
+                payloads = self._payloads(conn, [row.request_id for _, row, _ in todo])
+                approvals: dict[str, list[dict[str, Any]]] = {}
+                for chunk in _chunks([row.request_id for _, row, _ in todo if row.approvals]):
+                    aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(
+                        e.c.event == "approved", e.c.request_id.in_(chunk)
+                    ).order_by(e.c.id)
+                    for a in conn.execute(aq):
+                        approvals.setdefault(a.request_id, []).append(
+                            {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
+                        )
+                for i, row, sig in todo:
+                    state = self._state_of(row, payloads[row.request_id], approvals.get(row.request_id, ()))
+                    if not row.approvals:
+                        cache[row.request_id] = (sig, state)
+                    out[i] = state
+        return out  # type: ignore[return-value]
 
     @staticmethod
-    def _state_of(row: sa.Row, approvals: Iterable[dict[str, Any]]) -> RequestState:
+    def _state_of(row: sa.Row, payload: str, approvals: Iterable[dict[str, Any]]) -> RequestState:
         return RequestState(
             seq=row.seq,
             request_id=row.request_id,
-            request=request_from_payload(row.request_id, row.payload),
+            request=request_from_payload(row.request_id, payload),
             state=row.state,
             reason=row.reason,
             flavor=row.flavor,
