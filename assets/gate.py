@@ -131,7 +131,11 @@ def _epoch(dt: datetime | None) -> float | None:
     return (dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt).timestamp()
 
 
-def _runs(instance: dg.DagsterInstance, request_ids: set[str]) -> list[RunInfo]:
+def _runs(instance: dg.DagsterInstance, states: list[RequestState]) -> list[RunInfo]:
+    """The runs of the requests admitted at least once: the gate launches a run only after it
+    recorded the admission, so a request never admitted has none (the 50k pending of a long
+    queue are not asked for)."""
+    request_ids = {s.request_id for s in states if s.attempts}
     if not request_ids:
         return []
     # the gate's runs are the ones tagged with a request id (one job per workload kind)
@@ -386,7 +390,7 @@ def _admission_sensor(
     pol, led = policy.load(), ledger.ledger()
     now = datetime.now(UTC)
     states = led.states((*PENDING_STATES, *ACTIVE_STATES))
-    runs = _runs(context.instance, {s.request_id for s in states})
+    runs = _runs(context.instance, states)
     settled = reconcile(pol, states, runs, start_timeout=settings.run_start_timeout_seconds)
     if settled.events:
         led.record_many(settled.events)

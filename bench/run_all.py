@@ -39,8 +39,18 @@ BENCHES = [
         "Admission Fair Sharing on every lane (8 teams): the one cycle at 10k pending and the 5,000 drain, "
         "beside the same states without it (no target; what the LocalQueue ordering costs)",
     ),
-    ("sensor_tick", [PY, "bench/bench_gate.py", "--runs", "5"], "sensor tick with 5,000 pending and 500 active runs: median < 2 s"),
-    ("metrics_scrape", [PY, "bench/bench_metrics.py"], "a /metrics scrape with 10,000 pending (+500 admitted): median < 50 ms"),
+    (
+        "sensor_tick",
+        [PY, "bench/bench_gate.py", "--runs", "5"],
+        "issue 27: the sensor tick at 5,000 pending / 500 active runs <= 0.25 s and at 50,000 / 2,000 <= 1 s, "
+        "growing at most linearly (median of the ticks after the first, CPU time beside wall time)",
+    ),
+    (
+        "metrics_scrape",
+        [PY, "bench/bench_metrics.py"],
+        "issue 27: a /metrics scrape at 10,000 pending (+500 admitted) <= 5 ms and at 100,000 <= 20 ms "
+        "(median; CPU time beside wall time; also with the ledger changed before every scrape)",
+    ),
     (
         "dcgm_parse",
         [PY, "bench/bench_dcgm_parse.py"],
@@ -158,12 +168,35 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
                 gang["ratio"] is not None and gang["ratio"] <= 2,
             )
         )
-    tick = _find(by_name.get("sensor_tick", []), benchmark="sensor_tick")
-    if tick:
-        rows.append(("sensor tick, 5k pending + 500 active", f"{tick['median_s']:.3f} s", "< 2 s", tick["median_s"] < 2))
-    scrape = _find(by_name.get("metrics_scrape", []), benchmark="metrics_scrape")
-    if scrape:
-        rows.append(("/metrics scrape, 10k pending", f"{scrape['median_ms']:.1f} ms (HTTP {scrape['http_median_ms']:.1f} ms)", "< 50 ms", scrape["median_ms"] < 50))
+    ticks = by_name.get("sensor_tick", [])
+    for pending, active, limit in ((5000, 500, 0.25), (50000, 2000, 1.0)):
+        tick = _find(ticks, benchmark="sensor_tick", pending=pending, active=active)
+        if tick:
+            rows.append((
+                f"sensor tick, {pending // 1000}k pending + {active:,} active",
+                f"{tick['median_s']:.3f} s ({tick['median_cpu_s']:.3f} s CPU; first tick {tick['first_tick_s']:.3f} s)",
+                f"<= {limit:g} s", tick["median_s"] <= limit,
+            ))
+    growth = _find(ticks, benchmark="sensor_tick_growth")
+    if growth:
+        rows.append((
+            "sensor tick growth 5k -> 50k pending (CPU)", f"{growth['cpu_ratio']}x for {growth['size_ratio']}x the requests",
+            "at most linear", growth["cpu_ratio"] <= growth["size_ratio"],
+        ))
+    scrapes = by_name.get("metrics_scrape", [])
+    for pending, limit in ((10000, 5.0), (100000, 20.0)):
+        scrape = _find(scrapes, benchmark="metrics_scrape", pending=pending)
+        if scrape:
+            rows.append((
+                f"/metrics scrape, {pending // 1000}k pending",
+                f"{scrape['median_ms']:.1f} ms ({scrape['cpu_median_ms']:.1f} ms CPU; HTTP {scrape['http_median_ms']:.1f} ms)",
+                f"<= {limit:g} ms", scrape["median_ms"] <= limit,
+            ))
+            rows.append((
+                f"/metrics scrape, {pending // 1000}k pending, ledger changed before each",
+                f"{scrape['changed_median_ms']:.1f} ms ({scrape['changed_cpu_median_ms']:.1f} ms CPU)",
+                f"<= {limit:g} ms", scrape["changed_median_ms"] <= limit,
+            ))
     for dcgm in by_name.get("dcgm_parse", []):
         label = {"clean": "clean generated input", "reference": "real reference feed replicated"}.get(dcgm.get("input"), "input")
         rows.append((f"DCGM parsing vs prometheus_client, {label}",
@@ -336,6 +369,44 @@ NOTES = """## Notes
   anyway), the policy parsed twice per step (0.2 s each), DCGM loads of one statement per file
   (24 per day) and the ledger snapshot inserted row by row (5.3 s a month; one Arrow batch now).
   What is left per day is mostly the DCGM ingest (~1.4 s for 64 GPUs at 15 s).
+- Sensor tick (`bench/bench_gate.py`): the admission sensor evaluated in process against a real
+  SQLite ledger and a real Dagster instance (SQLite run storage), the packaged policy, requests
+  of six lanes taken from `examples/requests/` (one GPU each, each its own output), the active
+  ones admitted on h100-ondemand with a STARTED run tagged as the gate tags it. 5,000 pending /
+  500 active is a busy pool's queue today, 50,000 / 2,000 the fleet size the issue plans for.
+  The first tick in a fresh process is reported apart (it parses every payload once and writes
+  a `waiting` row per pending request); the median is of the ticks after it, the steady queue
+  a 15 s sensor sees. Profile (cProfile, 5k / 500, one steady tick, before -> after): before,
+  `Ledger.states` was 60% of the tick (`JobRequest.from_json` re-validating all 5,500 payloads
+  ~1.1 s, the event-log GROUP BY 0.2 s), `build_state` + `from_policy` 20% (`matching_flavors`
+  per request), the Dagster run records of all 5,500 request ids 5%, the policy YAML parsed
+  again 4%, `lane_snapshots` 6%. After: states read from `gp_request_state`, a RequestState
+  reused while its row is unchanged (payloads read only for changed rows), Workloads reused
+  while their state and the policy object are the same, the policy re-parsed only when its
+  file changes, flavors per request shape once per policy, run records only for requests
+  admitted at least once, holders' text once per flavor list. What is left, in order: the
+  `gpu_queue` snapshot (`lane_snapshots`, a WaitingRow per pending request, and the digest
+  of every waiting row) ~30%, the admission engine (`admit_until_stable`, its
+  `pending_infos`) ~15%, reading the state rows ~15%, Dagster's run-record deserialization
+  (~0.3 ms a run) ~7%, `record_plan` / `name_blockers` / `waiting_for_upstream` ~10% (the
+  50k / 2,000 profile; 5k the same order). Measured on this machine under other jobs' load (load average 9-19 on 2
+  cores: wall 2-4x CPU), CPU time of the median steady tick, same script, base commit f1169cb
+  and this one run one after the other: 5k / 500: 0.95-1.00 s -> 0.27-0.37 s (target 0.25 s;
+  the base's CPU here equals its idle wall figure, 0.96 s); 50k / 2,000: 3.3-3.7 s (target 1 s:
+  not met). Growth 5k -> 50k: ~11x CPU for 9.5x the requests (slightly worse than linear).
+- /metrics scrape (`bench/bench_metrics.py`): 10,000 and 100,000 pending (+500 admitted), each
+  with a `submitted` and a `waiting` event (admitted: `admitted`), as after a gate tick, on a
+  real SQLite ledger; the packaged policy's 8 lanes, ~118 samples. Two scrapes are timed: the
+  ledger unchanged since the last scrape (Prometheus every 15 s against a gate that changed
+  nothing) and the ledger changed by one event before every scrape (after a busy tick). Profile
+  before (10k): each scrape regrouped every ledger event by request, 79 ms CPU (same load as
+  below), ~75% in SQLite. After: a scrape asks for the newest event id (one indexed lookup) and,
+  unchanged, serves the last figures with the clock applied (`DemandCache`): what is left is
+  prometheus-client's exposition (`sample_line`, `add_metric`) and the gate's per-lane table,
+  2.3-3.2 ms CPU at 10k and 100k alike. Changed, the aggregates run over `gp_request_state`
+  (pending grouped in the order of a covering index, no sort; admitted one row each; the
+  preemption and rejection counts from a partial index): 12.8 ms CPU at 10k, 33.7 ms at 100k
+  (the pending aggregate reads every pending request's index entry: over the 20 ms target).
 - Figures move with machine load (2 shared cores); each script reports medians of several runs.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from gpu_platform.policy import Policy, load_policy
+from gpu_platform.policy import Policy, load_policy_cached
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -13,4 +13,5 @@ class PolicyResource(dg.ConfigurableResource):
     path: str = ""
 
     def load(self) -> Policy:
-        return load_policy(self.path or None)
+        """The policy, parsed again only when the file changed (the sensor reads it every tick)."""
+        return load_policy_cached(self.path or None)

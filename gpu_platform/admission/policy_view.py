@@ -112,6 +112,22 @@ def cluster_queue_for(
     )
 
 
+def _lane_fit(policy: Policy, lane: Lane, req: JobRequest) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The resources the lane has quota for, and the flavors the request may use: those matching
+    its gpu_type (and site), kept to the ones whose nodes fit its recorded shape for a gang. Asked
+    once per distinct request shape for the policy's life (`Policy.derived`), not per request."""
+    required = req.topology.required if req.topology is not None else None
+    key = ("lane_fit", lane.name, req.gpu_type, req.gpu_resource, req.site, req.gpu_count, req.nodes, req.gpus_per_pod, required)
+    found = policy.derived.get(key)
+    if found is None:
+        allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource, req.site))
+        if req.gpu_resource == "nvidia.com/gpu" and req.gpu_count:
+            # a gang keeps to the flavors whose nodes fit its recorded shape
+            allowed = tuple(shaped_flavors(policy, req, list(allowed)))
+        found = policy.derived[key] = (frozenset(q.resource for q in lane.quotas), allowed)
+    return found
+
+
 def workload_for(
     policy: Policy,
     req: JobRequest,
@@ -129,16 +145,12 @@ def workload_for(
     `safety_approval` string is not one.
     """
     lane = policy.lane(req.lane or "")
-    resources = {q.resource for q in lane.quotas}
+    resources, allowed = _lane_fit(policy, lane, req)
     requests: dict[str, float] = {req.gpu_resource: float(req.gpu_count or 0)}
     if req.cpu is not None and "cpu" in resources:
         requests["cpu"] = float(req.cpu)
     if req.memory_gib is not None and "memory" in resources:
         requests["memory"] = float(req.memory_gib)
-    allowed = tuple(matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource, req.site))
-    if req.gpu_resource == "nvidia.com/gpu" and req.gpu_count:
-        # a gang keeps to the flavors whose nodes fit its recorded shape
-        allowed = tuple(shaped_flavors(policy, req, list(allowed)))
     return Workload(
         name=name,
         cq=lane.name,

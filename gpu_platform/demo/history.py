@@ -650,6 +650,7 @@ def write_ledger(history: History, ledger: Ledger, policy: Policy) -> int:
     with ledger.engine.begin() as conn:
         conn.execute(requests_table.insert(), req_rows)
         conn.execute(events_table.insert(), ev_rows)
+        Ledger.backfill_state_in(conn)  # the history's state rows, derived from the events just written
         if run_rows:
             conn.execute(workload_runs.insert(), run_rows)
         if edge_rows:

@@ -189,6 +189,9 @@ def name_blockers(
     held = holders(policy, states, holding, admitted_now, now)
     preempted = preempted or {}
     flavors_of: dict[tuple[str, str | None, str, str | None], list[str]] = {}
+    # the holders' text depends only on the flavors, unless the waiting request is one of the
+    # holders itself (a victim still stopping): one text per flavor list, not one per wait
+    texts: dict[tuple[str, ...], tuple[str, frozenset[str]]] = {}
     out = []
     for w in waits:
         s = by_id.get(w.name)
@@ -203,7 +206,13 @@ def name_blockers(
             key = (req.lane or "", req.gpu_type, req.gpu_resource or GPU, req.site)
             if key not in flavors_of:
                 flavors_of[key] = matching_flavors(policy, *key)
-            text = holder_text(flavors_of[key], held, w.name)
+            flavors = tuple(flavors_of[key])
+            if flavors not in texts:
+                ids = frozenset(h.request_id for f in flavors for h in held.get(f, ()))
+                texts[flavors] = (holder_text(list(flavors), held, ""), ids)
+            text, ids = texts[flavors]
+            if w.name in ids:
+                text = holder_text(list(flavors), held, w.name)
             if text:
                 extra.append(text)
         out.append(replace(w, message="; ".join([w.message, *extra])) if extra else w)
@@ -212,7 +221,8 @@ def name_blockers(
 
 def preemptions_of(ledger: Ledger, states: Iterable[RequestState]) -> dict[str, PreemptedBy]:
     """The last preemption of every pending request that has one (its preemptor from the ledger)."""
-    pending = [s.request_id for s in states if s.state in PENDING_STATES]
+    # only a request preempted at least once has a `preempted` event to look up
+    pending = [s.request_id for s in states if s.state in PENDING_STATES and s.preemptions]
     last = ledger.last_preemptions(pending)
     if not last:
         return {}

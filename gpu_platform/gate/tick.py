@@ -18,13 +18,21 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpu_platform.admission.engine import admit_until_stable
-from gpu_platform.admission.model import ClusterState, CycleResult, PendingInfo, Preemption, Rejection
-from gpu_platform.admission.policy_view import AdmittedRequest, PendingRequest, from_policy
+from gpu_platform.admission.model import (
+    ClusterState,
+    CycleResult,
+    PendingInfo,
+    Preemption,
+    Rejection,
+    Workload,
+)
+from gpu_platform.admission.policy_view import AdmittedRequest, from_policy, workload_for
 from gpu_platform.gate.blockers import PreemptedBy, name_blockers, who
 from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
 from gpu_platform.requests.approvals import admission_approval_problem, honoured_kinds
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.requests.model import JobRequest
 
 TAG_REQUEST_ID = "gpu-platform/request-id"
 TAG_LANE = "gpu-platform/lane"
@@ -75,6 +83,9 @@ class TickPlan:
         return not (self.launches or self.preemptions or self.rejections)
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 def _ts(dt: datetime) -> float:
     return dt.timestamp()
 
@@ -121,7 +132,7 @@ def build_state(
     for s in states:
         if s.request.lane not in policy.lanes:
             continue
-        kinds = honoured_kinds(policy, s.approvals) if s.approvals else frozenset()
+        kinds = honoured_kinds(policy, s.approvals) if s.approvals else _NONE
         if s.request_id in holding:
             admitted.append(
                 AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds)
@@ -132,7 +143,7 @@ def build_state(
                 AdmittedRequest(s.request, flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds)
             )
         elif s.state in PENDING_STATES:
-            pending.append(PendingRequest(s.request, _ts(s.submitted_at), s.request_id, kinds))
+            pending.append(_pending_workload(policy, s, kinds))
     state = from_policy(
         policy, admitted, pending, budget_spent=spent, now=_ts(now), node_model=node_model, team_usage=team_usage
     )
@@ -146,6 +157,25 @@ def build_state(
             ),
         )
     return state
+
+
+_WORKLOADS: dict[str, tuple[RequestState, Policy, frozenset[str], Workload]] = {}
+_WORKLOADS_MAX = 200_000
+
+
+def _pending_workload(policy: Policy, s: RequestState, kinds: frozenset[str]) -> Workload:
+    """A pending request's workload, built again only when its state or the policy is another
+    object than last tick's (`Ledger.states` hands out the same RequestState while its row is
+    unchanged, `load_policy_cached` the same Policy while its file is): most of a long queue
+    does not change between two ticks."""
+    hit = _WORKLOADS.get(s.request_id)
+    if hit is not None and hit[0] is s and hit[1] is policy and hit[2] == kinds:
+        return hit[3]
+    w = workload_for(policy, s.request, s.request_id, created_at=_ts(s.submitted_at), approvals=kinds)
+    if len(_WORKLOADS) >= _WORKLOADS_MAX:
+        _WORKLOADS.clear()
+    _WORKLOADS[s.request_id] = (s, policy, kinds, w)
+    return w
 
 
 def held_preemptors(states: Iterable[RequestState], holding: Mapping[str, str]) -> dict[str, PendingInfo]:
@@ -200,12 +230,28 @@ def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInf
         if s.state not in PENDING_STATES:
             continue
         waits_on = [
-            (i, producers[i]) for i in s.request.input_ids if i in producers and producers[i].request_id != s.request_id
+            (i, producers[i]) for i in _input_ids(s.request) if i in producers and producers[i].request_id != s.request_id
         ]
         if waits_on:
             what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
             blocked[s.request_id] = _held(s, "WaitingForUpstream", f"needs {what}")
     return blocked
+
+
+_INPUTS: dict[int, tuple[JobRequest, tuple[str, ...]]] = {}
+
+
+def _input_ids(req: JobRequest) -> tuple[str, ...]:
+    """`req.input_ids`, kept for the (frozen) request object while it lives in the cache (which
+    holds it, so its id is not reused): asked for every pending request on every tick."""
+    hit = _INPUTS.get(id(req))
+    if hit is not None and hit[0] is req:
+        return hit[1]
+    if len(_INPUTS) >= _WORKLOADS_MAX:
+        _INPUTS.clear()
+    ids = req.input_ids
+    _INPUTS[id(req)] = (req, ids)
+    return ids
 
 
 def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[str, PendingInfo]:

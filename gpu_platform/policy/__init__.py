@@ -8,7 +8,7 @@ validated `Policy`. Every problem in the file is reported at once, each with its
 
 from __future__ import annotations
 
-from gpu_platform.policy.loading import default_policy_path, load_policy, parse_policy
+from gpu_platform.policy.loading import default_policy_path, load_policy, load_policy_cached, parse_policy
 from gpu_platform.policy.model import (
     APPROVAL_KINDS,
     GPU,
@@ -55,5 +55,6 @@ __all__ = [
     "TeamLimits",
     "default_policy_path",
     "load_policy",
+    "load_policy_cached",
     "parse_policy",
 ]

@@ -532,6 +532,18 @@ class Policy(_Frozen):
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
+    @property
+    def derived(self) -> dict[Any, Any]:
+        """Answers derived from this policy alone, kept for its life (the policy is frozen):
+        `matching_flavors` and the like are asked once per (lane, gpu_type, ...) instead of once
+        per request on every gate tick. Tagged with the policy's id, since `model_copy` copies the
+        instance dict (and so any cached value) into a copy that may differ."""
+        memo = self.__dict__.get("_derived")
+        if memo is None or memo[0] != id(self):
+            memo = (id(self), {})
+            self.__dict__["_derived"] = memo
+        return memo[1]
+
     @cached_property
     def flavor_by_name(self) -> dict[str, Flavor]:
         return {f.name: f for f in self.flavors}

@@ -13,6 +13,12 @@ SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
 (`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
 inserts are single transactions, request ids are unique by constraint, and a re-submitted request
 with the same id and the same content is answered with the existing id instead of a duplicate.
+
+Each request's current state is also kept as one row of `gp_request_state`, written in the same
+transaction as every event that changes it, so the gate's tick, the queue views and `/metrics`
+read the state without regrouping the event log (`states`); `states_from_log` derives the same
+answer from the events alone, and a ledger written before the table existed is filled from its
+events once, when it is first opened (`backfill_state`).
 """
 
 from __future__ import annotations
@@ -20,20 +26,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from pydantic import TypeAdapter
 from sqlalchemy.exc import IntegrityError
 
-from gpu_platform.requests.model import FIELD_MAX_CHARS, MONEY_PRECISION, MONEY_SCALE, JobRequest
+from gpu_platform.requests.model import (
+    FIELD_MAX_CHARS,
+    MONEY_PRECISION,
+    MONEY_SCALE,
+    NAME_MAX_CHARS,
+    JobRequest,
+)
 
 Event = Literal[
     "submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster", "approved"
@@ -91,6 +107,59 @@ events_table = sa.Table(
 )
 
 
+_ID_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+state_table = sa.Table(
+    "gp_request_state",
+    metadata,
+    sa.Column("request_id", sa.String(200), sa.ForeignKey("gp_requests.request_id"), primary_key=True),
+    sa.Column("seq", _ID_TYPE, nullable=False, unique=True),
+    sa.Column("lane", sa.String(FIELD_MAX_CHARS["lane"]), nullable=False),
+    sa.Column("team", sa.String(FIELD_MAX_CHARS["team"]), nullable=False),
+    sa.Column("owner", sa.String(FIELD_MAX_CHARS["owner"]), nullable=False),
+    sa.Column("name", sa.String(NAME_MAX_CHARS)),
+    sa.Column("gpu_type", sa.String(FIELD_MAX_CHARS["gpu_type"]), nullable=False),
+    sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("max_cost", sa.Numeric(MONEY_PRECISION, MONEY_SCALE), nullable=False),
+    sa.Column("expected_duration_s", sa.Float),
+    sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("reason_code", sa.String(64), nullable=False, default=""),
+    sa.Column("flavor", sa.String(64)),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("details", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("state_event_id", _ID_TYPE, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("preemptions", sa.Integer, nullable=False, default=0),
+    sa.Column("rejections", sa.Integer, nullable=False, default=0),
+    sa.Column("approvals", sa.Integer, nullable=False, default=0),
+    sa.Column("cluster_event_id", _ID_TYPE),
+    sa.Column("first_admitted_id", _ID_TYPE),
+    sa.Column("first_admitted_at", sa.DateTime(timezone=True), index=True),
+    sa.Column("last_admitted_at", sa.DateTime(timezone=True), index=True),
+    sa.Column("last_event_id", _ID_TYPE, nullable=False),
+    # what `/metrics` groups the queue by, readable from the index alone (no row lookups)
+    sa.Index("ix_gp_request_state_queue", "state", "lane", "gpu_type", "reason_code", "gpu_count", "submitted_at"),
+    # the few requests ever preempted or rejected, for the per-lane counters
+    sa.Index(
+        "ix_gp_request_state_counted",
+        "lane", "preemptions", "rejections",
+        sqlite_where=sa.text("preemptions > 0 or rejections > 0"),
+        postgresql_where=sa.text("preemptions > 0 or rejections > 0"),
+    ),
+)
+"""One row per request: its latest state event (`state` ... `updated_at`, `state_event_id`: that
+event's id; `reason_code`: the Kueue-style code its reason begins with, `""` when none) and
+what the views need without the event log: the request's own columns (and its
+`name` and `expected_duration` in seconds, from the payload), counts of its `admitted`
+(`attempts`), `preempted`, `rejected` and `approved` events, its latest `cluster` event's id, its
+first admission (id and time) and latest admission time, and its newest event of any kind.
+Written in the transaction of each event that touches it, never on its own: a failed event
+insert changes no state. Derived data: `backfill_state` rebuilds missing rows from the events."""
+
+
 unmatched_table = sa.Table(
     "gp_cluster_unmatched",
     metadata,
@@ -127,6 +196,9 @@ UNMATCHED_COLUMNS = (
 class RequestState:
     """A request with its latest state event. `attempts` counts admissions (1 for a first launch).
 
+    `Ledger.states` hands out the same instance again while the request's state row is
+    unchanged: treat it, its `details` and `cluster` as read-only.
+
     cluster: the latest `cluster` event (what Kueue said about the request's Job) as a mapping
     with `reason`, `at` and its details (`condition`, `kueue_reason`, `message`, `flavor`,
     `attempt`, ...); None when the cluster has said nothing (or the request runs locally).
@@ -146,6 +218,8 @@ class RequestState:
     cluster: dict[str, Any] | None = None
     approvals: tuple[dict[str, Any], ...] = ()
     """Every `approved` event of the request, oldest first: its details plus `at`."""
+    preemptions: int = 0
+    """How many times it was preempted (its `preempted` events)."""
 
     @property
     def cluster_flavor(self) -> str | None:
@@ -164,6 +238,195 @@ class EventRow:
     flavor: str | None
     run_id: str | None
     details: dict[str, Any]
+
+
+_DURATION = TypeAdapter(timedelta)
+
+PARSED_CACHE_SIZE = 200_000
+"""Parsed requests kept per process (`request_from_payload`), least recently used dropped first."""
+_parsed: OrderedDict[str, tuple[int, JobRequest]] = OrderedDict()
+_parsed_lock = threading.Lock()
+
+
+def request_from_payload(request_id: str, payload: str) -> JobRequest:
+    """The stored request `payload` of `request_id` as a JobRequest, validated once per process.
+
+    A payload never changes once written (the ledger is append-only), and re-validating every
+    live request on each gate tick cost ~70 us each (3.5 s a tick at 50k requests), so the
+    parsed request is kept by id with the payload's hash: a ledger holding the same id with
+    other content (another database in the same process) is parsed again, never served another's.
+    Callers share the instance: a JobRequest is frozen (its `env` mapping must not be changed)."""
+    key = hash(payload)
+    with _parsed_lock:
+        hit = _parsed.get(request_id)
+        if hit is not None and hit[0] == key:
+            _parsed.move_to_end(request_id)
+            return hit[1]
+    req = JobRequest.from_json(payload)
+    with _parsed_lock:
+        _parsed[request_id] = (key, req)
+        _parsed.move_to_end(request_id)
+        while len(_parsed) > PARSED_CACHE_SIZE:
+            _parsed.popitem(last=False)
+    return req
+
+
+def _chunks(items: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+_REASON_CODE = re.compile(r"^([A-Z][A-Za-z]{0,63})(?=[:\s(]|$)")
+
+
+def reason_code(reason: str | None) -> str:
+    """The Kueue-style code a recorded reason begins with (`Inadmissible: ...` -> `Inadmissible`,
+    `QuotaReserved on h100-ondemand` -> `QuotaReserved`); "" when it begins with none (`validated`)."""
+    m = _REASON_CODE.match(reason or "")
+    return m.group(1) if m else ""
+
+
+def _fold(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What events (each with its `id`) change in their requests' state rows: per request the
+    latest state event (`p_sid` its id, 0: none), counts to add, the latest `cluster` event, the
+    first and latest admission, the newest event. The one definition of a request's state that
+    both the incremental update (`_apply`) and the backfill use."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in events:
+        rid, ev, i, at = v["request_id"], v["event"], v["id"], v["at"]
+        d = out.get(rid)
+        if d is None:
+            d = out[rid] = {
+                "p_rid": rid, "p_sid": 0, "p_state": None, "p_reason": None, "p_code": None, "p_flavor": None, "p_run_id": None,
+                "p_details": None, "p_at": None, "p_admits": 0, "p_preempts": 0, "p_rejects": 0, "p_approvals": 0,
+                "p_cid": 0, "p_fa_id": 0, "p_fa_at": None, "p_la_at": None, "p_last": 0,
+            }
+        if i > d["p_last"]:
+            d["p_last"] = i
+        if ev == "cluster":
+            d["p_cid"] = max(d["p_cid"], i)
+            continue
+        if ev == "approved":
+            d["p_approvals"] += 1
+            continue
+        if i > d["p_sid"]:
+            d.update(p_sid=i, p_state=ev, p_reason=v["reason"] or "", p_code=reason_code(v["reason"]),
+                     p_flavor=v["flavor"], p_run_id=v["run_id"], p_details=v["details"], p_at=at)
+        if ev == "admitted":
+            d["p_admits"] += 1
+            if d["p_fa_id"] == 0 or i < d["p_fa_id"]:
+                d["p_fa_id"], d["p_fa_at"] = i, at
+            if d["p_la_at"] is None or _utc(at) > _utc(d["p_la_at"]):
+                d["p_la_at"] = at
+        elif ev == "preempted":
+            d["p_preempts"] += 1
+        elif ev == "rejected":
+            d["p_rejects"] += 1
+    return out
+
+
+def _state_update() -> sa.Update:
+    """One request's state row brought up to date with a batch's `_fold`, whatever the order in
+    which concurrent transactions commit: the state event is taken only if its id is newer than
+    the row's (the latest event by id, as `states_from_log` reads it), counts are added, and the
+    first/latest admission and newest event compare before they replace. Every expression reads
+    the row as it was before this update (SQL's rule for SET)."""
+    s = state_table
+
+    def p(name: str, col: sa.Column) -> sa.BindParameter:
+        return sa.bindparam(name, type_=col.type)
+
+    sid = p("p_sid", s.c.state_event_id)
+    newer = s.c.state_event_id < sid
+    cid, fa_id, last = p("p_cid", s.c.state_event_id), p("p_fa_id", s.c.state_event_id), p("p_last", s.c.state_event_id)
+    la = p("p_la_at", s.c.last_admitted_at)
+    first = sa.and_(fa_id > 0, sa.or_(s.c.first_admitted_id.is_(None), s.c.first_admitted_id > fa_id))
+
+    def pick(col: sa.Column, name: str) -> sa.Case:
+        return sa.case((newer, p(name, col)), else_=col)
+
+    return (
+        s.update()
+        .where(s.c.request_id == sa.bindparam("p_rid", type_=s.c.request_id.type))
+        .values(
+            state=pick(s.c.state, "p_state"),
+            reason=pick(s.c.reason, "p_reason"),
+            reason_code=pick(s.c.reason_code, "p_code"),
+            flavor=pick(s.c.flavor, "p_flavor"),
+            run_id=pick(s.c.run_id, "p_run_id"),
+            details=pick(s.c.details, "p_details"),
+            updated_at=pick(s.c.updated_at, "p_at"),
+            state_event_id=sa.case((newer, sid), else_=s.c.state_event_id),
+            attempts=s.c.attempts + p("p_admits", s.c.attempts),
+            preemptions=s.c.preemptions + p("p_preempts", s.c.preemptions),
+            rejections=s.c.rejections + p("p_rejects", s.c.rejections),
+            approvals=s.c.approvals + p("p_approvals", s.c.approvals),
+            cluster_event_id=sa.case((cid > sa.func.coalesce(s.c.cluster_event_id, 0), cid), else_=s.c.cluster_event_id),
+            first_admitted_id=sa.case((first, fa_id), else_=s.c.first_admitted_id),
+            first_admitted_at=sa.case((first, p("p_fa_at", s.c.first_admitted_at)), else_=s.c.first_admitted_at),
+            last_admitted_at=sa.case(
+                (sa.and_(la.is_not(None), sa.or_(s.c.last_admitted_at.is_(None), s.c.last_admitted_at < la)), la),
+                else_=s.c.last_admitted_at,
+            ),
+            last_event_id=sa.case((last > s.c.last_event_id, last), else_=s.c.last_event_id),
+        )
+    )
+
+
+_STATE_UPDATE = _state_update()
+
+
+def _insert_events(conn: sa.Connection, values: list[dict[str, Any]]) -> None:
+    """Insert events and bring their requests' state rows up to date, in the caller's transaction."""
+    if not values:
+        return
+    ids = conn.execute(events_table.insert().returning(events_table.c.id, sort_by_parameter_order=True), values).scalars().all()
+    conn.execute(_STATE_UPDATE, list(_fold({**v, "id": i} for v, i in zip(values, ids, strict=True)).values()))
+
+
+def _state_row(base: Mapping[str, Any], payload: Mapping[str, Any], folded: Mapping[str, Any]) -> dict[str, Any]:
+    """A new state row: the request's columns (`base`), its payload's name and expected duration,
+    and the `_fold` of all its events."""
+    expected = payload.get("expected_duration")
+    return {
+        "request_id": base["request_id"],
+        "seq": base["seq"],
+        "lane": base["lane"],
+        "team": base["team"],
+        "owner": base["owner"],
+        "name": payload.get("name"),
+        "gpu_type": base["gpu_type"],
+        "gpu_count": base["gpu_count"],
+        "max_cost": base["max_cost"],
+        "expected_duration_s": _seconds(expected),
+        "submitted_at": base["submitted_at"],
+        "state": folded["p_state"],
+        "reason": folded["p_reason"] or "",
+        "reason_code": folded["p_code"] or "",
+        "flavor": folded["p_flavor"],
+        "run_id": folded["p_run_id"],
+        "details": folded["p_details"],
+        "updated_at": folded["p_at"],
+        "state_event_id": folded["p_sid"],
+        "attempts": folded["p_admits"],
+        "preemptions": folded["p_preempts"],
+        "rejections": folded["p_rejects"],
+        "approvals": folded["p_approvals"],
+        "cluster_event_id": folded["p_cid"] or None,
+        "first_admitted_id": folded["p_fa_id"] or None,
+        "first_admitted_at": folded["p_fa_at"],
+        "last_admitted_at": folded["p_la_at"],
+        "last_event_id": folded["p_last"],
+    }
+
+
+def _seconds(value: Any) -> float | None:
+    """Seconds of a stored duration: a timedelta, or the ISO 8601 text a payload holds."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return _DURATION.validate_python(value).total_seconds()
 
 
 def new_request_id() -> str:
@@ -260,9 +523,17 @@ class Ledger:
         self.url = url or default_ledger_url()
         self.engine = engine or _make_engine(self.url)
         self.metadata = metadata
+        self._states: dict[str, tuple[tuple[Any, ...], RequestState]] = {}
+        """request id -> (its state row, the RequestState built from it and its payload)"""
         create_tables(metadata, self.engine)
+        with self.engine.connect() as conn:
+            n_req = conn.execute(sa.select(sa.func.count()).select_from(requests_table)).scalar_one()
+            n_state = conn.execute(sa.select(sa.func.count()).select_from(state_table)).scalar_one()
+        if n_state < n_req:
+            self.backfill_state()
 
-    def _row(self, request: JobRequest, request_id: str, now: datetime) -> dict[str, Any]:
+    @staticmethod
+    def _row(request: JobRequest, request_id: str, now: datetime) -> dict[str, Any]:
         return {
             "request_id": request_id,
             "submitted_at": now,
@@ -335,11 +606,7 @@ class Ledger:
                         raise BatchConflict(conflicts)
                     new = [(rid, req) for rid, (req, _src) in wanted.items() if rid not in existing]
                     if new:
-                        conn.execute(requests_table.insert(), [self._row(req, rid, now) for rid, req in new])
-                        conn.execute(
-                            events_table.insert(),
-                            [{"request_id": rid, "event": "submitted", "at": now, "reason": "validated"} for rid, _ in new],
-                        )
+                        self._insert_requests(conn, new, now)
                 return ids
             except IntegrityError:
                 # A concurrent submitter recorded one of these ids between our read and insert:
@@ -347,6 +614,76 @@ class Ledger:
                 if attempt == 2:
                     raise
         return ids
+
+    @staticmethod
+    def _insert_requests(conn: sa.Connection, new: list[tuple[str, JobRequest]], now: datetime) -> None:
+        """Requests, their `submitted` events and their state rows, in the caller's transaction."""
+        rows = [Ledger._row(req, rid, now) for rid, req in new]
+        seqs = conn.execute(
+            requests_table.insert().returning(requests_table.c.seq, sort_by_parameter_order=True), rows
+        ).scalars().all()
+        events = [{"request_id": rid, "event": "submitted", "at": now, "reason": "validated"} for rid, _ in new]
+        ids = conn.execute(
+            events_table.insert().returning(events_table.c.id, sort_by_parameter_order=True), events
+        ).scalars().all()
+        folded = _fold({**e, "flavor": None, "run_id": None, "details": None, "id": i} for e, i in zip(events, ids, strict=True))
+        conn.execute(
+            state_table.insert(),
+            [
+                _state_row(
+                    {**row, "seq": seq},
+                    {"name": req.name, "expected_duration": req.expected_duration},
+                    folded[rid],
+                )
+                for (rid, req), row, seq in zip(new, rows, seqs, strict=True)
+            ],
+        )
+
+    def backfill_state(self) -> int:
+        """Write the state row of every request that has none, derived from its events (a ledger
+        from before `gp_request_state`, or rows written around the ledger's methods, as the demo
+        history does); return how many were written. Safe to run while others do: a concurrent
+        backfill that wrote the same rows first makes this one read again."""
+        for attempt in range(5):
+            try:
+                with self.engine.begin() as conn:
+                    return self.backfill_state_in(conn)
+            except IntegrityError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        return 0
+
+    @staticmethod
+    def backfill_state_in(conn: sa.Connection) -> int:
+        """`backfill_state` inside the caller's transaction."""
+        r, s, e = requests_table, state_table, events_table
+        missing = conn.execute(
+            sa.select(
+                r.c.request_id, r.c.seq, r.c.lane, r.c.team, r.c.owner, r.c.gpu_type, r.c.gpu_count, r.c.max_cost,
+                r.c.submitted_at, r.c.payload,
+            )
+            .where(~sa.exists().where(s.c.request_id == r.c.request_id))
+            .order_by(r.c.seq)
+        ).mappings().all()
+        written = 0
+        for chunk in _chunks(missing):
+            ids = [row["request_id"] for row in chunk]
+            events = conn.execute(
+                sa.select(e.c.id, e.c.request_id, e.c.event, e.c.at, e.c.reason, e.c.flavor, e.c.run_id, e.c.details)
+                .where(e.c.request_id.in_(ids))
+                .order_by(e.c.id)
+            ).mappings().all()
+            folded = _fold(events)
+            rows = [
+                _state_row(row, json.loads(row["payload"]), folded[row["request_id"]])
+                for row in chunk
+                if row["request_id"] in folded and folded[row["request_id"]]["p_sid"]
+            ]
+            if rows:
+                conn.execute(s.insert(), rows)
+                written += len(rows)
+        return written
 
     def known_ids(self, request_ids: list[str]) -> set[str]:
         """Which of `request_ids` are recorded."""
@@ -404,7 +741,7 @@ class Ledger:
             return 0
         try:
             with self.engine.begin() as conn:
-                conn.execute(events_table.insert(), values)
+                _insert_events(conn, values)
         except IntegrityError as exc:
             raise LedgerError(f"cannot record events: unknown request id among {[v['request_id'] for v in values][:5]}") from exc
         return len(values)
@@ -467,7 +804,97 @@ class Ledger:
     def states(
         self, states: Iterable[str] | None = None, lane: str | None = None, request_id: str | None = None
     ) -> list[RequestState]:
-        """Every request with its latest event, in submission order; optionally filtered."""
+        """Every request with its latest state event, in submission order; optionally filtered by
+        state, lane or id. Read from `gp_request_state` (one row per request, no regrouping of
+        the event log); `states_from_log` is the same answer derived from the events."""
+        s, e = state_table, events_table
+        c = e.alias("cluster_event")
+        # the payload is read only for rows not seen as they are now: a row's own columns (its
+        # request's seq, submission time, lane, team, owner, name, GPUs, max_cost, expected
+        # duration, and its state) identify the RequestState built from it before
+        q = (
+            sa.select(
+                s.c.seq, s.c.request_id, s.c.submitted_at, s.c.state, s.c.reason, s.c.flavor, s.c.run_id,
+                s.c.updated_at, s.c.details, s.c.attempts, s.c.approvals, s.c.preemptions, s.c.cluster_event_id,
+                c.c.reason.label("c_reason"), c.c.at.label("c_at"), c.c.flavor.label("c_flavor"),
+                c.c.details.label("c_details"), s.c.lane, s.c.team, s.c.owner, s.c.name, s.c.gpu_type, s.c.gpu_count,
+                s.c.max_cost, s.c.expected_duration_s,
+            )
+            .outerjoin(c, c.c.id == s.c.cluster_event_id)
+            .order_by(s.c.seq)
+        )
+        if states is not None:
+            q = q.where(s.c.state.in_(tuple(states)))
+        if lane is not None:
+            q = q.where(s.c.lane == lane)
+        if request_id is not None:
+            q = q.where(s.c.request_id == request_id)
+        cache = self._states
+        if len(cache) > PARSED_CACHE_SIZE:
+            cache.clear()
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+            out: list[RequestState | None] = []
+            todo: list[tuple[int, sa.Row, tuple[Any, ...]]] = []
+            for row in rows:
+                sig = tuple(row)
+                hit = cache.get(row.request_id) if not row.approvals else None
+                if hit is not None and hit[0] == sig:
+                    out.append(hit[1])
+                else:
+                    todo.append((len(out), row, sig))
+                    out.append(None)
+            if todo:
+                payloads = self._payloads(conn, [row.request_id for _, row, _ in todo])
+                approvals: dict[str, list[dict[str, Any]]] = {}
+                for chunk in _chunks([row.request_id for _, row, _ in todo if row.approvals]):
+                    aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(
+                        e.c.event == "approved", e.c.request_id.in_(chunk)
+                    ).order_by(e.c.id)
+                    for a in conn.execute(aq):
+                        approvals.setdefault(a.request_id, []).append(
+                            {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
+                        )
+                for i, row, sig in todo:
+                    state = self._state_of(row, payloads[row.request_id], approvals.get(row.request_id, ()))
+                    if not row.approvals:
+                        cache[row.request_id] = (sig, state)
+                    out[i] = state
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _state_of(row: sa.Row, payload: str, approvals: Iterable[dict[str, Any]]) -> RequestState:
+        return RequestState(
+            seq=row.seq,
+            request_id=row.request_id,
+            request=request_from_payload(row.request_id, payload),
+            state=row.state,
+            reason=row.reason,
+            flavor=row.flavor,
+            run_id=row.run_id,
+            submitted_at=_utc(row.submitted_at),
+            updated_at=_utc(row.updated_at),
+            attempts=row.attempts,
+            details=json.loads(row.details) if row.details else {},
+            cluster=None
+            if row.cluster_event_id is None
+            else {
+                **(json.loads(row.c_details) if row.c_details else {}),
+                "reason": row.c_reason,
+                "at": _utc(row.c_at).isoformat(),
+                "flavor": row.c_flavor,
+            },
+            approvals=tuple(approvals),
+            preemptions=row.preemptions,
+        )
+
+    def states_from_log(
+        self, states: Iterable[str] | None = None, lane: str | None = None, request_id: str | None = None
+    ) -> list[RequestState]:
+        """`states`, derived from the event log alone (each request's latest state event, its
+        admissions counted, its latest `cluster` event and its approvals): what the state table
+        must always equal. Regroups every event, so it costs what the state table saves; for
+        checks, not for hot paths."""
         e = events_table
         latest = (
             sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id"))
@@ -487,6 +914,12 @@ class Ledger:
             .group_by(e.c.request_id)
             .subquery()
         )
+        preempts = (
+            sa.select(e.c.request_id, sa.func.count().label("n"))
+            .where(e.c.event == "preempted")
+            .group_by(e.c.request_id)
+            .subquery()
+        )
         r = requests_table
         q = (
             sa.select(
@@ -501,11 +934,13 @@ class Ledger:
                 e.c.at,
                 e.c.details,
                 sa.func.coalesce(admits.c.n, 0).label("attempts"),
+                sa.func.coalesce(preempts.c.n, 0).label("preemptions"),
                 info.c.info_id,
             )
             .join(latest, latest.c.request_id == r.c.request_id)
             .join(e, e.c.id == latest.c.last_id)
             .outerjoin(admits, admits.c.request_id == r.c.request_id)
+            .outerjoin(preempts, preempts.c.request_id == r.c.request_id)
             .outerjoin(info, info.c.request_id == r.c.request_id)
             .order_by(r.c.seq)
         )
@@ -556,6 +991,7 @@ class Ledger:
                 details=json.loads(row.details) if row.details else {},
                 cluster=clusters.get(row.info_id),
                 approvals=tuple(approvals.get(row.request_id, ())),
+                preemptions=row.preemptions,
             )
             for row in rows
         ]
@@ -590,16 +1026,21 @@ class Ledger:
         raise LedgerError(f"unknown request id {request_id!r}")
 
     def reserved_by_lane(self, since: datetime) -> dict[str, Decimal]:
-        """max_cost reserved per lane by requests admitted at least once since `since` (each counted once)."""
-        e, r = events_table, requests_table
-        admitted = sa.select(e.c.request_id).where(e.c.event == "admitted", e.c.at >= _utc(since)).distinct().subquery()
+        """max_cost reserved per lane by requests admitted at least once since `since` (each counted
+        once): those whose latest admission is at or after `since`."""
+        s = state_table
         q = (
-            sa.select(r.c.lane, sa.func.sum(r.c.max_cost))
-            .join(admitted, admitted.c.request_id == r.c.request_id)
-            .group_by(r.c.lane)
+            sa.select(s.c.lane, sa.func.sum(s.c.max_cost))
+            .where(s.c.last_admitted_at >= _utc(since))
+            .group_by(s.c.lane)
         )
         with self.engine.connect() as conn:
             return {lane: Decimal(str(total)) for lane, total in conn.execute(q)}
+
+    def newest_event_id(self) -> int:
+        """The id of the newest event (0: none): any write to the ledger's requests changes it."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.max(events_table.c.id))).scalar() or 0)
 
     def count(self) -> tuple[int, int]:
         """(requests, events) row counts."""

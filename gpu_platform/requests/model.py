@@ -386,6 +386,14 @@ def matching_flavors(
 
     site: the request's site; when the policy declares it under `sites:`, only that site's flavors
     (None, or a policy without sites: no restriction, the site is a label)."""
+    key = ("matching_flavors", lane_name, gpu_type, resource, site)
+    found = policy.derived.get(key)
+    if found is None:
+        found = policy.derived[key] = tuple(_matching_flavors(policy, lane_name, gpu_type, resource, site))
+    return list(found)
+
+
+def _matching_flavors(policy: Policy, lane_name: str, gpu_type: str | None, resource: str, site: str | None) -> list[str]:
     lane = policy.lanes.get(lane_name)
     if lane is None:
         return []

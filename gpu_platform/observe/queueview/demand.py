@@ -1,34 +1,27 @@
 """The queue's numbers straight from the ledger in a few aggregate queries (no request parsing).
 
 This is what `/metrics` and `autoscale plan` read on every scrape or call, so it must stay cheap
-at 10,000+ pending requests: it groups the latest event of each request by lane, GPU type,
-state and flavor in SQL, and parses only the admitted requests' payloads (for their expected
-end). Counts of preemptions and rejections come from the append-only event table, so they only
-ever grow (Prometheus counters).
+at 100,000 pending requests: it groups the ledger's state table (`gp_request_state`, one row per
+request) by lane, GPU type and state in SQL, and reads admitted requests one row each for their
+expected end (admission time + `expected_duration`, a column of the table). Counts of
+preemptions and rejections are the requests' own counts of those append-only events, so they
+only ever grow (Prometheus counters). `DemandCache` serves the last figures again while the
+ledger's newest event id stays the same.
 """
 
 from __future__ import annotations
 
-import json
+import threading
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from functools import lru_cache
 
 import sqlalchemy as sa
 
 from gpu_platform.policy import Policy
-from gpu_platform.requests.ledger import (
-    ACTIVE_STATES,
-    INFO_EVENTS,
-    PENDING_STATES,
-    Ledger,
-    events_table,
-    requests_table,
-)
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, state_table
 from gpu_platform.requests.model import matching_flavors
-from gpu_platform.units import parse_duration
 
 
 def demand_flavor(policy: Policy, lane: str, gpu_type: str | None) -> str | None:
@@ -91,24 +84,105 @@ class Demand:
         return dict(out)
 
 
-@lru_cache(maxsize=1024)
-def _duration(text: str) -> timedelta | None:
-    try:
-        return parse_duration(text)
-    except ValueError:
-        return None
-
-
-def _expected_duration(payload: str | None) -> timedelta | None:
-    """A request's expected_duration from its stored payload (None: absent or unreadable)."""
-    if not payload:
-        return None
-    value = json.loads(payload).get("expected_duration")
-    return _duration(value) if isinstance(value, str) else None
-
-
 def _utc(dt: datetime) -> datetime:
+    if dt.tzinfo is UTC:
+        return dt
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tally:
+    """What `load_demand` reads from the ledger, before the clock is applied: the lanes' figures,
+    admitted ends, and every first admission since `since` (lane, submitted, first admitted)."""
+
+    lanes: dict[str, LaneDemand]
+    admitted_ends: list[tuple[str, int, datetime]]
+    first_admissions: list[tuple[str, datetime, datetime]]
+    since: datetime
+    budget_since: datetime | None
+
+
+def _tally(ledger: Ledger, policy: Policy, since: datetime, budget_since: datetime | None) -> _Tally:
+    """A handful of grouped queries over `gp_request_state` (one row per request): pending grouped
+    by lane, GPU type, flavor and whether it waits for upstream; admitted one row each (for the
+    expected end); the lanes' preemption and rejection counts; first admissions since `since`."""
+    s = state_table
+    lanes = {lane.name: LaneDemand(lane.name) for lane in policy.lanes_by_priority()}
+    # grouped in the order of the covering index `ix_gp_request_state_queue`: read from the index
+    # alone and grouped as it is read (no sort); the few groups per state are merged below
+    pending_q = (
+        sa.select(
+            s.c.lane, s.c.gpu_type, s.c.reason_code, sa.func.count(), sa.func.sum(s.c.gpu_count),
+            sa.func.min(s.c.submitted_at),
+        )
+        .where(s.c.state.in_(PENDING_STATES))
+        .group_by(s.c.state, s.c.lane, s.c.gpu_type, s.c.reason_code)
+    )
+    admitted_q = sa.select(s.c.lane, s.c.flavor, s.c.gpu_count, s.c.updated_at, s.c.expected_duration_s).where(
+        s.c.state.in_(ACTIVE_STATES)
+    )
+    totals_q = (
+        sa.select(s.c.lane, sa.func.sum(s.c.preemptions), sa.func.sum(s.c.rejections))
+        .where(sa.or_(s.c.preemptions > 0, s.c.rejections > 0))
+        .group_by(s.c.lane)
+    )
+    waits_q = sa.select(s.c.lane, s.c.submitted_at, s.c.first_admitted_at).where(s.c.first_admitted_at >= since)
+    first: dict[tuple[str, str | None], str | None] = {}
+    ends: list[tuple[str, int, datetime]] = []
+    with ledger.engine.connect() as conn:
+        for lane, gpu_type, code, n, gpus, oldest in conn.execute(pending_q).all():
+            ld = lanes.get(lane)
+            if ld is None:
+                continue
+            gpus = int(gpus or 0)
+            ld.pending += n
+            if (lane, gpu_type) not in first:
+                first[(lane, gpu_type)] = demand_flavor(policy, lane, gpu_type)
+            key = first[(lane, gpu_type)] or "unknown"
+            ld.gpus_pending[key] = ld.gpus_pending.get(key, 0) + gpus
+            if code == "WaitingForUpstream":
+                ld.gpus_waiting_for_upstream[key] = ld.gpus_waiting_for_upstream.get(key, 0) + gpus
+            oldest = _utc(oldest)
+            if ld.oldest_submitted is None or oldest < ld.oldest_submitted:
+                ld.oldest_submitted = oldest
+        for lane, flavor, gpus, at, expected_s in conn.execute(admitted_q).all():
+            ld = lanes.get(lane)
+            if ld is None:
+                continue
+            key, gpus = flavor or "unknown", int(gpus or 0)
+            ld.admitted += 1
+            ld.gpus_in_use[key] = ld.gpus_in_use.get(key, 0) + gpus
+            if expected_s is not None:
+                ends.append((key, gpus, _utc(at) + timedelta(seconds=expected_s)))
+        for lane, preemptions, rejections in conn.execute(totals_q).all():
+            ld = lanes.get(lane)
+            if ld is not None:
+                ld.preemptions_total, ld.rejections_total = int(preemptions or 0), int(rejections or 0)
+        firsts = [(lane, _utc(submitted), _utc(first_at)) for lane, submitted, first_at in conn.execute(waits_q).all()]
+    if budget_since is not None:
+        for lane, amount in ledger.reserved_by_lane(budget_since).items():
+            if lane in lanes:
+                lanes[lane].budget_reserved = amount
+    return _Tally(lanes, ends, firsts, since, budget_since)
+
+
+def _demand(tally: _Tally, now: datetime, wait_window: timedelta) -> Demand:
+    """The Demand at `now` from a tally (its lanes copied: a caller may change what it gets)."""
+    lanes = {
+        name: replace(
+            ld,
+            gpus_pending=dict(ld.gpus_pending),
+            gpus_in_use=dict(ld.gpus_in_use),
+            gpus_waiting_for_upstream=dict(ld.gpus_waiting_for_upstream),
+        )
+        for name, ld in tally.lanes.items()
+    }
+    demand = Demand(at=now, lanes=lanes, admitted_ends=list(tally.admitted_ends))
+    start = now - wait_window
+    for lane, submitted, first_at in tally.first_admissions:
+        if first_at >= start:
+            demand.waits_s.setdefault(lane, []).append(max(0.0, (first_at - submitted).total_seconds()))
+    return demand
 
 
 def load_demand(
@@ -119,114 +193,49 @@ def load_demand(
     wait_window: timedelta = timedelta(hours=1),
     budget_since: datetime | None = None,
 ) -> Demand:
-    """Aggregate the ledger into per-lane demand.
+    """Aggregate the ledger into per-lane demand (from its state table: no regrouping of events).
 
     wait_window: waits (submission to first admission) of requests first admitted within this
     window before `now` are returned per lane in `waits_s` (for a p95).
     budget_since: start of the budget period for `budget_reserved` (None: not computed).
     """
     now = _utc(now or datetime.now(UTC))
-    e, r = events_table, requests_table
-    lanes = {lane.name: LaneDemand(lane.name) for lane in policy.lanes_by_priority()}
-    # the latest *state* event: `cluster` and `approved` rows inform without changing the state
-    latest = (
-        sa.select(e.c.request_id, sa.func.max(e.c.id).label("last_id"))
-        .where(e.c.event.not_in(INFO_EVENTS))
-        .group_by(e.c.request_id)
-        .subquery()
-    )
-    live = (*PENDING_STATES, *ACTIVE_STATES)
-    # One pass over each request's latest event: pending requests are aggregated in SQL; admitted
-    # ones stay one row each (grouped by their event id) to carry their admission time; their
-    # payloads (for expected_duration) are read by primary key afterwards.
-    one_row = sa.case((e.c.event.in_(ACTIVE_STATES), e.c.id), else_=None)
-    upstream = sa.case((e.c.reason.like("WaitingForUpstream%"), 1), else_=0)
-    grouped = (
-        sa.select(
-            r.c.lane,
-            r.c.gpu_type,
-            e.c.event,
-            e.c.flavor,
-            sa.func.count().label("n"),
-            sa.func.sum(r.c.gpu_count).label("gpus"),
-            sa.func.min(r.c.submitted_at).label("oldest"),
-            sa.func.min(e.c.at).label("at"),
-            sa.func.min(sa.case((e.c.event.in_(ACTIVE_STATES), r.c.seq), else_=None)).label("seq"),
-            upstream.label("upstream"),
-        )
-        .join(latest, latest.c.request_id == r.c.request_id)
-        .join(e, e.c.id == latest.c.last_id)
-        .where(e.c.event.in_(live))
-        .group_by(r.c.lane, r.c.gpu_type, e.c.event, e.c.flavor, one_row, upstream)
-    )
-    totals = (
-        sa.select(r.c.lane, e.c.event, sa.func.count())
-        .join(r, r.c.request_id == e.c.request_id)
-        .where(e.c.event.in_(("preempted", "rejected")))
-        .group_by(r.c.lane, e.c.event)
-    )
-    # first admissions within the window only: the cost follows the window, not the history
-    earlier = e.alias("earlier")
-    waits_q = (
-        sa.select(r.c.lane, r.c.submitted_at, e.c.at)
-        .join(r, r.c.request_id == e.c.request_id)
-        .where(
-            e.c.event == "admitted",
-            e.c.at >= now - wait_window,
-            ~sa.exists().where(
-                earlier.c.request_id == e.c.request_id, earlier.c.event == "admitted", earlier.c.id < e.c.id
-            ),
-        )
-    )
-    demand = Demand(at=now, lanes=lanes)
-    first: dict[tuple[str, str | None], str | None] = {}
-    with ledger.engine.connect() as conn:
-        admitted_rows: list[tuple[int, str, int, datetime]] = []
-        for lane, gpu_type, event, flavor, n, gpus, oldest, at, seq, blocked in conn.execute(grouped):
-            ld = lanes.get(lane)
-            if ld is None:
-                continue
-            gpus = int(gpus or 0)
-            if event in ACTIVE_STATES:
-                ld.admitted += n
-                key = flavor or "unknown"
-                ld.gpus_in_use[key] = ld.gpus_in_use.get(key, 0) + gpus
-                admitted_rows.append((seq, key, gpus, _utc(at)))
-            else:
-                ld.pending += n
-                if (lane, gpu_type) not in first:
-                    first[(lane, gpu_type)] = demand_flavor(policy, lane, gpu_type)
-                key = first[(lane, gpu_type)] or "unknown"
-                ld.gpus_pending[key] = ld.gpus_pending.get(key, 0) + gpus
-                if blocked:
-                    ld.gpus_waiting_for_upstream[key] = ld.gpus_waiting_for_upstream.get(key, 0) + gpus
-                oldest = _utc(oldest)
-                if ld.oldest_submitted is None or oldest < ld.oldest_submitted:
-                    ld.oldest_submitted = oldest
-        payloads: dict[int, str] = {}
-        seqs = [row[0] for row in admitted_rows]
-        for i in range(0, len(seqs), 500):
-            q = sa.select(r.c.seq, r.c.payload).where(r.c.seq.in_(seqs[i : i + 500]))
-            payloads.update((seq, payload) for seq, payload in conn.execute(q))
-        for seq, key, gpus, at in admitted_rows:
-            expected = _expected_duration(payloads.get(seq))
-            if expected is not None:
-                demand.admitted_ends.append((key, gpus, at + expected))
-        for lane, event, n in conn.execute(totals):
-            ld = lanes.get(lane)
-            if ld is None:
-                continue
-            if event == "preempted":
-                ld.preemptions_total = n
-            else:
-                ld.rejections_total = n
-        for lane, submitted, first_at in conn.execute(waits_q):
-            demand.waits_s.setdefault(lane, []).append(max(0.0, (_utc(first_at) - _utc(submitted)).total_seconds()))
-    if budget_since is not None:
-        for lane, amount in ledger.reserved_by_lane(budget_since).items():
-            if lane in lanes:
-                lanes[lane].budget_reserved = amount
-    return demand
+    return _demand(_tally(ledger, policy, now - wait_window, budget_since), now, wait_window)
+
+
+class DemandCache:
+    """`load_demand` for a reader that asks again and again (`/metrics`): the ledger is read
+    again only when its newest event id changed (every write to the requests' state adds an
+    event), the budget period or the policy changed, or the wait window reaches back before
+    what was read; otherwise the figures are the last ones, with the clock applied anew
+    (oldest waits grow, first admissions leave the wait window). One cheap query per hit."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int, datetime | None] | None = None
+        self._tally: _Tally | None = None
+        self._lock = threading.Lock()
+        self.reads = 0
+        """How many times the ledger was aggregated (tests and benchmarks read it)."""
+
+    def load(
+        self,
+        ledger: Ledger,
+        policy: Policy,
+        now: datetime | None = None,
+        *,
+        wait_window: timedelta = timedelta(hours=1),
+        budget_since: datetime | None = None,
+    ) -> Demand:
+        now = _utc(now or datetime.now(UTC))
+        start = now - wait_window
+        with self._lock:
+            key = (ledger.newest_event_id(), id(policy), budget_since)
+            tally = self._tally
+            if tally is None or key != self._key or start < tally.since:
+                tally = _tally(ledger, policy, start, budget_since)
+                self._key, self._tally = key, tally
+                self.reads += 1
+        return _demand(tally, now, wait_window)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -17,6 +17,7 @@ from gpu_platform.admission.model import PendingInfo
 from gpu_platform.observe.queueview.demand import demand_flavor
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, RequestState
+from gpu_platform.requests.model import JobRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,22 @@ class LaneSnapshot:
     waiting: list[WaitingRow] = field(default_factory=list)
 
 
+_TARGETS: dict[int, tuple[JobRequest, str]] = {}
+
+
+def _target(req: JobRequest) -> str:
+    """`req.target`, kept for the (frozen) request object while it is held here (so its id is
+    not reused): asked for every waiting request on every gate tick."""
+    hit = _TARGETS.get(id(req))
+    if hit is not None and hit[0] is req:
+        return hit[1]
+    if len(_TARGETS) >= 200_000:
+        _TARGETS.clear()
+    target = req.target
+    _TARGETS[id(req)] = (req, target)
+    return target
+
+
 def lane_snapshots(
     policy: Policy,
     states: Iterable[RequestState],
@@ -110,44 +127,52 @@ def lane_snapshots(
         if cur is None or rank < cur[0]:
             heads[w.cq] = (rank, w.name, w.message)
     fallback_heads: dict[str, tuple[datetime, str, str]] = {}
+    first_flavor: dict[tuple[str, str | None], str] = {}
+    names: dict[str, JobRequest] = {}
     for s in states:
-        lane = s.request.lane or ""
+        req, rid = s.request, s.request_id
+        names[rid] = req
+        lane = req.lane or ""
         snap = snaps.get(lane)
-        if snap is None or s.request_id in rejected:
+        if snap is None or rid in rejected:
             continue
-        gpus = int(s.request.gpu_count or 0)
-        if s.request_id in admitted_now or (s.state in ACTIVE_STATES and s.request_id not in requeued):
-            flavor = admitted_now.get(s.request_id) or s.flavor or "unknown"
+        gpus = int(req.gpu_count or 0)
+        if rid in admitted_now or (s.state in ACTIVE_STATES and rid not in requeued):
+            flavor = admitted_now.get(rid) or s.flavor or "unknown"
             snap.admitted += 1
             snap.gpus_in_use[flavor] = snap.gpus_in_use.get(flavor, 0) + gpus
-            if running_ids is not None and s.request_id in running_ids:
+            if running_ids is not None and rid in running_ids:
                 snap.running = (snap.running or 0) + 1
-        elif s.state in PENDING_STATES or s.request_id in requeued:
+        elif s.state in PENDING_STATES or rid in requeued:
             snap.pending += 1
-            flavor = demand_flavor(policy, lane, s.request.gpu_type) or "unknown"
+            key = (lane, req.gpu_type)
+            flavor = first_flavor.get(key)
+            if flavor is None:
+                flavor = first_flavor[key] = demand_flavor(policy, lane, req.gpu_type) or "unknown"
             snap.gpus_pending[flavor] = snap.gpus_pending.get(flavor, 0) + gpus
-            snap.oldest_wait_s = max(snap.oldest_wait_s, (now - s.submitted_at).total_seconds())
+            waited = (now - s.submitted_at).total_seconds()
+            if waited > snap.oldest_wait_s:
+                snap.oldest_wait_s = waited
             prev = fallback_heads.get(lane)
             if prev is None or s.submitted_at < prev[0]:
-                fallback_heads[lane] = (s.submitted_at, s.request_id, s.reason)
-            w = wait_by_id.get(s.request_id)
+                fallback_heads[lane] = (s.submitted_at, rid, s.reason)
+            w = wait_by_id.get(rid)
             snap.waiting.append(
                 WaitingRow(
                     position=(w.position or None) if w is not None else s.details.get("position"),
-                    request_id=s.request_id,
-                    name=s.request.name or s.request_id,
-                    owner=s.request.owner or "",
-                    team=s.request.team or "",
-                    target=s.request.target,
+                    request_id=rid,
+                    name=req.name or rid,
+                    owner=req.owner or "",
+                    team=req.team or "",
+                    target=_target(req),
                     gpus=gpus,
-                    waited_s=max(0.0, (now - s.submitted_at).total_seconds()),
+                    waited_s=waited if waited > 0.0 else 0.0,
                     reason=w.message if w is not None else s.reason,
                     eta=datetime.fromtimestamp(w.estimated_start, UTC)
                     if w is not None and w.estimated_start is not None
                     else None,
                 )
             )
-    names = {s.request_id: s.request for s in states}
     for lane, snap in snaps.items():
         snap.waiting.sort(key=lambda r: (r.position is None, r.position or 0, -r.waited_s))
         if not snap.pending:

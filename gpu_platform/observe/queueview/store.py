@@ -53,12 +53,17 @@ def write_gate_snapshot(engine: sa.Engine, snapshots: Iterable[LaneSnapshot], at
 
 
 def read_gate_snapshot(engine: sa.Engine) -> dict[str, GateLane]:
-    """The last tick's view per lane; empty when the gate has not run against this database."""
-    if not sa.inspect(engine).has_table(gate_lanes_table.name):
-        return {}
-    with engine.connect() as conn:
-        out = {}
-        for row in conn.execute(sa.select(gate_lanes_table)):
-            at = row.at if row.at.tzinfo else row.at.replace(tzinfo=UTC)
-            out[row.lane] = GateLane(row.lane, at, row.pending, row.admitted, row.running)
-        return out
+    """The last tick's view per lane; empty when the gate has not run against this database (the
+    table is missing: read and told so by the database, not inspected first, on every scrape)."""
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(gate_lanes_table)).all()
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+        if not sa.inspect(engine).has_table(gate_lanes_table.name):
+            return {}
+        raise exc
+    out = {}
+    for row in rows:
+        at = row.at if row.at.tzinfo else row.at.replace(tzinfo=UTC)
+        out[row.lane] = GateLane(row.lane, at, row.pending, row.admitted, row.running)
+    return out
