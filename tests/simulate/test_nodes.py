@@ -11,6 +11,8 @@ from gpu_platform.policy import load_policy
 from gpu_platform.simulate import TraceJob, lane_report, load_trace, simulate
 from gpu_platform.simulate.des import _Sim
 from gpu_platform.simulate.scenarios import (
+    fifo_backfill_scenario,
+    fifo_scenario,
     pods_for,
     policy_node_gpus,
     policy_scenario,
@@ -163,3 +165,51 @@ def test_a_folded_group_holds_the_sum_of_its_members_placements(pol):
     sim.complete(sim.runs[0], 6.0)
     (group,) = sim._admitted([waiting], 6.0)
     assert dict(group.placement) == {"gpu/node-1": 8.0}
+
+
+@pytest.mark.parametrize("make", [fifo_scenario, fifo_backfill_scenario])
+def test_node_aware_fifo_starts_a_gang_only_on_two_whole_nodes(pol, make):
+    # as the engine test: a, e, f take a node each; b (2 x 8) waits for a to free node-0
+    jobs = [TraceJob(n, 0, 100 if n == "a" else 300, 5, "high") for n in "aef"] + [TraceJob("b", 10, 50, 16, "high")]
+    res = simulate(_on_nodes(pol, make, gpus=32), jobs)
+    runs = _runs(res)
+    assert {k: r.placement for k, r in runs.items() if k != "b"} == {
+        "a": {"gpu/node-0": 5.0}, "e": {"gpu/node-1": 5.0}, "f": {"gpu/node-2": 5.0}}
+    assert runs["b"].first_admit == 100 and runs["b"].placement == {"gpu/node-0": 8.0, "gpu/node-3": 8.0}
+    assert "17 GPUs free in pool but only 1 node(s) have 8 free (needs 2 nodes of 8)" in runs["b"].wait_reason
+    assert res.stranded_gpu_s == pytest.approx(17 * 90)
+    assert _runs(simulate(make(pol, 32), jobs))["b"].first_admit == 10  # quota only: at once
+
+
+@pytest.mark.parametrize("make", [fifo_scenario, fifo_backfill_scenario])
+def test_node_aware_fifo_strands_fragmented_gpus(pol, make):
+    res = simulate(_on_nodes(pol, make), _fragmenting())
+    runs = _runs(res)
+    assert runs["r"].placement == {"gpu/node-0": 4.0} and runs["s"].placement == {"gpu/node-1": 4.0}
+    assert runs["h"].first_admit == 101 and res.stranded_gpu_s == pytest.approx(8 * 90)
+    assert lane_report(res)["total"]["gpu_hours_stranded_by_fragmentation"] == pytest.approx(0.2)
+
+
+def test_node_aware_backfill_uses_the_shadow_time_on_nodes(pol):
+    # 2 nodes of 8. a (8) runs 0-100 on node-0, c (4) 0-50 on node-1. The head b (16 = 2 x 8)
+    # arrives at 1: its pods fit once both have ended, shadow 100. d (4, 60 s) fits node-1 now and
+    # ends at 61 <= 100: backfilled; e (4, 200 s) would end after the shadow: it waits behind b.
+    jobs = [
+        TraceJob("a", 0, 100, 8, "high"),
+        TraceJob("c", 0, 50, 4, "high"),
+        TraceJob("b", 1, 10, 16, "high"),
+        TraceJob("d", 1, 60, 4, "high"),
+        TraceJob("e", 1, 200, 4, "high"),
+    ]
+    runs = _runs(simulate(_on_nodes(pol, fifo_backfill_scenario), jobs))
+    assert runs["d"].first_admit == 1
+    assert runs["b"].first_admit == 100 and runs["e"].first_admit == 110
+    plain = _runs(simulate(_on_nodes(pol, fifo_scenario), jobs))
+    assert plain["d"].first_admit == 110  # no backfill: d waits behind b
+
+
+def test_a_gang_larger_than_the_pools_nodes_is_rejected(pol):
+    res = simulate(_on_nodes(pol, fifo_scenario), [TraceJob("big", 0, 10, 24, "high"), TraceJob("ok", 1, 10, 8, "high")])
+    runs = _runs(res)
+    assert runs["big"].state == "rejected" and "3 x 8 GPUs" in runs["big"].reason
+    assert runs["ok"].first_admit == 1
