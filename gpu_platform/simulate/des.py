@@ -35,6 +35,12 @@ doubled while the engine gets past all of them.
 A job that cannot be admitted even into an empty pool (more GPUs than its queue can ever hold)
 is rejected at submission, as request validation rejects it on the platform, and is reported
 as never admitted.
+
+With a node model (the scenario's `base.nodes`, `scenarios.with_nodes`) the engine also places
+pods on nodes; the placement it returns (`Admission.placement`) is kept on the running workload
+until the run ends, so later calls see those nodes held, and a folded group holds the sum of its
+members' placements. After each instant's admissions the loop adds up the GPUs stranded by
+fragmentation (`_Sim._stranded`) and integrates them until the next instant (`stranded_gpu_s`).
 """
 
 from __future__ import annotations
