@@ -3,13 +3,15 @@
 Trace: the ElasticFlow cluster04 slice shipped in tests/fixtures (2,000 real jobs, lanes from
 the shipped `elasticflow` lane map) tiled back to back until N jobs (each copy shifted by the
 slice's span, ids suffixed), on a pool of --capacity GPUs; so a longer history at the same load,
-where cost should grow linearly with jobs. Kueue: the baseline generator of
+where cost should grow linearly with jobs. The node-aware run is the policy scenario on the
+policy's node shapes (`--node-model policy`: jobs over one node are gangs, placements persist,
+stranded GPU-hours integrated), reported as its own line (`simulate_trace_nodes`). Kueue: the baseline generator of
 examples/simulate (15,000 workloads) and the same with more cohorts (N workloads).
 
 Prints one JSON line per measurement: {"benchmark", "scenario", "jobs", "wall_s", "cpu_s",
 "engine_calls", ...}. Target: 100,000 jobs under 30 s; near-linear growth.
 
-    .venv/bin/python bench/bench_simulate.py [--sizes 12500,25000,50000,100000] [--capacity 768]
+    .venv/bin/python bench/bench_simulate.py [--sizes 12500,25000,50000,100000] [--capacity 768] [--nodes-at 100000]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gpu_platform.cli.simulate import LANE_MAPS
 from gpu_platform.policy import load_policy
 from gpu_platform.simulate import SCENARIOS, lane_report, load_lane_map, load_trace, simulate
 from gpu_platform.simulate.kueue_scenario import load_generator
+from gpu_platform.simulate.scenarios import policy_node_gpus, with_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "tests" / "fixtures" / "simulate" / "elasticflow-cluster04-head2000.csv"
@@ -54,17 +57,22 @@ def tiled(n: int, lane_map: str = "elasticflow"):
     return out
 
 
-def run_trace(name: str, n: int, capacity: float, mix: str = "light") -> dict:
+def run_trace(name: str, n: int, capacity: float, mix: str = "light", nodes: bool = False) -> dict:
     pol = load_policy()
     jobs = tiled(n, MIXES[mix])
     scn = SCENARIOS[name](pol, capacity)
+    if nodes:
+        scn = with_nodes(scn, policy_node_gpus(pol))
     w0, c0 = time.perf_counter(), time.process_time()
     res = simulate(scn, jobs)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     tot = lane_report(res)["total"]
+    extra = {}
+    if nodes:
+        extra = {"nodes": len(scn.base.nodes), "gpu_hours_stranded": tot["gpu_hours_stranded_by_fragmentation"]}
     return {
-        "benchmark": "simulate_trace",
-        "scenario": name,
+        "benchmark": "simulate_trace_nodes" if nodes else "simulate_trace",
+        "scenario": f"{name}, node model policy" if nodes else name,
         "mix": mix,
         "jobs": n,
         "capacity_gpus": capacity,
@@ -76,6 +84,7 @@ def run_trace(name: str, n: int, capacity: float, mix: str = "light") -> dict:
         "preemptions": tot["preemptions"],
         "wait_p95_h": None if tot["wait_s"]["p95"] is None else round(tot["wait_s"]["p95"] / 3600, 2),
         "gpu_utilization": tot["gpu_utilization"],
+        **extra,
     }
 
 
@@ -108,12 +117,15 @@ def main() -> None:
     ap.add_argument("--capacity", type=float, default=768)
     ap.add_argument("--baselines-at", type=int, default=100000, help="also run the baselines (fifo, fifo-backfill, fifo-flavors, strict) at this size (0: no)")
     ap.add_argument("--preempting-at", type=int, default=100000, help="also run the policy on the preempting mix at this size (0: no)")
+    ap.add_argument("--nodes-at", type=int, default=100000, help="also run the policy on the policy's node shapes at this size (0: no)")
     ap.add_argument("--kueue-cohorts", default="5,10", help="Kueue baseline with these cohort counts (5 = the original)")
     args = ap.parse_args()
     for n in (int(x) for x in args.sizes.split(",") if x):
         print(json.dumps(run_trace("policy", n, args.capacity)), flush=True)
     if args.preempting_at:
         print(json.dumps(run_trace("policy", args.preempting_at, args.capacity, "preempting")), flush=True)
+    if args.nodes_at:
+        print(json.dumps(run_trace("policy", args.nodes_at, args.capacity, nodes=True)), flush=True)
     if args.baselines_at:
         for name in ("fifo", "fifo-backfill", "fifo-flavors", "strict"):
             print(json.dumps(run_trace(name, args.baselines_at, args.capacity)), flush=True)

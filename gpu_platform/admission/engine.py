@@ -817,7 +817,6 @@ class _Engine:
             f", borrowing from cohort {cq.parent.name}" if borrowing and cq.parent else ""
         )
         flavors = {r: f for r, (f, _m, _b) in a.flavors.items()}
-        self.admitted.append(Admission(wl.name, cq.name, flavor, borrowing, ADMITTED, msg, flavors))
         self.done.add(wl.name)
         self.status.pop(wl.name, None)
         self.last_tried.pop(wl.name, None)
@@ -830,8 +829,11 @@ class _Engine:
             resource_flavors=flavors if len(set(flavors.values())) > 1 else None,
         )
         self.snap.add_usage(cq, usage)
+        placement = None
         if self.snap.nodes is not None:
             self.snap.nodes.place(held)
+            placement = placement_of(self.snap.nodes, wl.name)
+        self.admitted.append(Admission(wl.name, cq.name, flavor, borrowing, ADMITTED, msg, flavors, placement))
         afs = self.afs.get(cq.name)
         if afs is not None and afs.entry_penalty_rate > 0:
             # The entry penalty reorders the rest of the queue for the cycles that follow.

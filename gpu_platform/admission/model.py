@@ -287,7 +287,11 @@ class ClusterState:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A workload that got quota this cycle (conditions QuotaReserved and Admitted)."""
+    """A workload that got quota this cycle (conditions QuotaReserved and Admitted).
+
+    placement: the nodes its pods were given ({node: GPUs}) when the state has nodes for its
+    flavor; None: quota only (no nodes in the state, or none for that flavor).
+    """
 
     name: str
     cq: str
@@ -296,6 +300,7 @@ class Admission:
     condition: str = ADMITTED
     message: str = ""
     flavors: Mapping[str, str] | None = None
+    placement: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

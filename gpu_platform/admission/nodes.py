@@ -118,13 +118,16 @@ class NodeBook:
             self._set_free(n, self.free[n] - v)
         self.placed[wl.name] = spots
 
-    def release(self, wl: Workload) -> None:
+    def release(self, wl: Workload, remember: bool = True) -> None:
+        """Free the workload's nodes. remember: place() gives it the same nodes again within this
+        book (a victim put back in a cycle); False: it is gone for good (a finished run)."""
         spots = self.placed.pop(wl.name, None)
         if spots is None:
             return
         for n, v in spots:
             self._set_free(n, self.free[n] + v)
-        self._memo[wl.name] = spots
+        if remember:
+            self._memo[wl.name] = spots
 
     def free_total(self, flavor: str) -> float:
         return sum(max(0.0, f) * len(g) for f, g in self._buckets.get(flavor, {}).items())

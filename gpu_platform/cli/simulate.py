@@ -16,7 +16,7 @@ from rich.table import Table
 from gpu_platform.cli.common import fail, policy_option, policy_or_exit
 from gpu_platform.simulate.des import simulate
 from gpu_platform.simulate.report import lane_report
-from gpu_platform.simulate.scenarios import SCENARIOS
+from gpu_platform.simulate.scenarios import SCENARIOS, policy_node_gpus, uniform_node_gpus, with_nodes
 from gpu_platform.simulate.targets import judge, shown
 from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
 
@@ -38,8 +38,11 @@ def _h(v: float | None) -> str:
 
 def print_table(doc: dict, console: Console) -> None:
     for name, rep in doc["scenarios"].items():
+        nodes = rep.get("node_model")
         t = Table(
-            title=f"{name}: {rep['description']} ({rep['capacity_gpus']:g} GPUs, {rep['horizon_s'] / 86400:.1f} days)"
+            title=f"{name}: {rep['description']} ({rep['capacity_gpus']:g} GPUs"
+            + (f" on {nodes['nodes']} nodes" if nodes else "")
+            + f", {rep['horizon_s'] / 86400:.1f} days)"
         )
         for col in (
             "lane",
@@ -51,6 +54,7 @@ def print_table(doc: dict, console: Console) -> None:
             "GPU util",
             "GPU-h lost",
             "preemptions",
+            "GPU-h stranded",
         ):
             t.add_column(col, justify="left" if col == "lane" else "right")
         for lane, f in list(rep["lanes"].items()) + [("all", rep["total"])]:
@@ -66,6 +70,7 @@ def print_table(doc: dict, console: Console) -> None:
                 util,
                 f"{f['gpu_hours_lost_to_preemption']:.1f}",
                 str(f["preemptions"]),
+                "-" if f.get("gpu_hours_stranded_by_fragmentation") is None else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}",
             )
         console.print(t)
 
@@ -132,6 +137,18 @@ def print_targets(targets: dict, console: Console) -> None:
     default=None,
     help="Write report.json, report.html and PNG plots here.",
 )
+@click.option(
+    "--node-gpus",
+    type=float,
+    default=None,
+    help="Place every flavor's GPUs on nodes of N GPUs: jobs over one node are gangs needing whole free nodes.",
+)
+@click.option(
+    "--node-model",
+    type=click.Choice(["policy"]),
+    default=None,
+    help="Place GPUs on the policy's node shapes (resized with --capacity); default: quota only.",
+)
 @click.option("--quiet", is_flag=True, help="No lane table on stderr.")
 @click.option(
     "--fail-on-missed",
@@ -149,6 +166,8 @@ def simulate_cmd(
     checkpoint_interval: float,
     tick: float,
     out_dir: str | None,
+    node_gpus: float | None,
+    node_model: str | None,
     quiet: bool,
     fail_on_missed: bool,
 ) -> None:
@@ -182,6 +201,12 @@ def simulate_cmd(
         problems.append("--capacity: must be > 0")
     if lane_from is not None and lane_map is None:
         problems.append("--lane-from: needs --lane-map FILE")
+    if node_gpus is not None and node_model is not None:
+        problems.append("--node-gpus and --node-model: give one of them")
+    if node_gpus is not None and node_gpus <= 0:
+        problems.append("--node-gpus: must be > 0")
+    if node_model == "policy" and not policy_node_gpus(pol):
+        problems.append("--node-model policy: the policy declares no node shapes (autoscaling.node_pools.<pool>.node_gpus)")
     if problems:
         fail("simulate", problems)
     try:
@@ -199,14 +224,18 @@ def simulate_cmd(
         "capacity_gpus": capacity,
         "checkpoint_interval_s": checkpoint_interval,
         "tick_s": tick,
+        "node_model": node_model or (None if node_gpus is None else f"{node_gpus:g} GPUs per node"),
         "scenarios": {},
     }
     results = {}
     for name in dict.fromkeys(names):
         t0 = time.perf_counter()
-        res = simulate(
-            SCENARIOS[name](pol, capacity), trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval
-        )
+        scn = SCENARIOS[name](pol, capacity)
+        if node_model == "policy":
+            scn = with_nodes(scn, policy_node_gpus(pol))
+        elif node_gpus is not None:
+            scn = with_nodes(scn, uniform_node_gpus(scn.base, node_gpus))
+        res = simulate(scn, trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval)
         rep = lane_report(res)
         rep["simulation_wall_s"] = round(time.perf_counter() - t0, 3)
         doc["scenarios"][name] = rep

@@ -285,8 +285,8 @@ class _Recording(_Sim):
                     held.wl = replace(held.wl, created_at=now)
                 super().arrive(held, now)
 
-    def _start(self, r, flavor, now):  # type: ignore[no-untyped-def]
-        super()._start(r, flavor, now)
+    def _start(self, r, flavor, now, placement=None):  # type: ignore[no-untyped-def]
+        super()._start(r, flavor, now, placement)
         self.segments.setdefault(r.job.job_id, []).append([now, None, flavor, "finished"])
 
     def _evict(self, r, now):  # type: ignore[no-untyped-def]

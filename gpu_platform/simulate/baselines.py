@@ -14,6 +14,17 @@ preempt. A job with more GPUs than the pool is never admitted (reported as such)
 arrivals and completions take effect at the next multiple of the tick, as in the engine loop.
 Each is a plain event loop over a heap of end times: O(n log n) for `fifo`; `fifo-backfill`
 also scans the waiting jobs that fit the free GPUs at each instant where the head is blocked.
+
+With a node model (`scenarios.with_nodes`: the scenario's `base.nodes`), the pool is those nodes,
+all flavors' together (GPUs of a flavor without nodes form one node of their own): a job of g GPUs
+is `pods_for(g, n)` pods of g / pods GPUs, n the smallest node size of the pool, and it starts
+when that many distinct nodes each have its per-pod GPUs free, placed best fit as the engine's
+`NodeBook` does (fullest nodes that hold a pod). EASY backfill then reserves the head's start at
+its shadow time: the first end time at which, releasing the running jobs in end order on a copy of
+the node state, the head's pods fit; a later job starts now only if it fits now and ends by the
+shadow time. The "extra GPUs" rule does not carry over: which nodes a job takes decides whether
+the head still fits, so a count of spare GPUs says nothing. GPU-hours stranded by fragmentation:
+all free GPUs, while the head asks for no more than are free and yet fits no nodes.
 """
 
 from __future__ import annotations
@@ -22,7 +33,11 @@ import heapq
 import math
 from collections import deque
 
+from gpu_platform.admission.model import NodeSpec, Workload
+from gpu_platform.admission.nodes import NodeBook, placement_of
+from gpu_platform.policy import GPU
 from gpu_platform.simulate.des import JobRun, SimResult
+from gpu_platform.simulate.scenarios import pods_for
 from gpu_platform.simulate.trace import TraceJob
 
 BACKFILL_DEPTH = 500
@@ -91,7 +106,10 @@ class _Pool:
 
 
 def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
-    """Replay `jobs` on one FIFO queue of `capacity` GPUs (see the module docstring)."""
+    """Replay `jobs` on one FIFO queue of `capacity` GPUs (see the module docstring); on the
+    scenario's nodes where it has any (`run_fifo_nodes`)."""
+    if scenario.base.nodes:
+        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick)
     runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
     pool = _Pool(capacity)
     queue: deque[JobRun] = deque()
@@ -122,3 +140,143 @@ def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool,
         if r.state == "pending":
             r.reason = "still pending when the trace ended"
     return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick)
+
+
+_NODES = "pool"
+_EPS = 1e-9
+
+
+class _NodePool(_Pool):
+    """The pool's GPUs on nodes (see the module docstring)."""
+
+    def __init__(self, capacity: float, nodes: tuple[NodeSpec, ...], node: float | None):
+        super().__init__(capacity)
+        specs = [NodeSpec(n.name, _NODES, n.gpus) for n in nodes]
+        rest = capacity - sum(n.gpus for n in nodes)
+        if rest > _EPS:  # flavors without nodes: their GPUs as one node
+            specs.append(NodeSpec("pool/without-nodes", _NODES, rest))
+        self.book = NodeBook(specs)
+        self.empty = NodeBook(specs)
+        self.node = node
+        self.wl: dict[str, Workload] = {}
+
+    def workload(self, r: JobRun) -> Workload:
+        wl = self.wl.get(r.job.job_id)
+        if wl is None:
+            pods = pods_for(r.job.gpus, self.node)
+            wl = self.wl[r.job.job_id] = Workload(
+                r.job.job_id, _NODES, {GPU: float(r.job.gpus)}, flavor=_NODES, pods=pods
+            )
+        return wl
+
+    def never(self, r: JobRun) -> str | None:
+        wl = self.workload(r)
+        if self.empty.fits(wl, _NODES):
+            return None
+        pods = wl.pods
+        return f"asks for {pods} x {r.job.gpus / pods:g} GPUs, more than the pool's nodes can ever hold"
+
+    def fits(self, r: JobRun) -> bool:
+        return self.book.fits(self.workload(r), _NODES)
+
+    def begin(self, r: JobRun, now: float) -> None:
+        super().begin(r, now)
+        wl = self.workload(r)
+        self.book.place(wl)
+        r.placement = placement_of(self.book, wl.name)  # type: ignore[assignment]
+
+    def finish_until(self, now: float) -> float | None:
+        last = None
+        while self.ending and self.ending[0][0] <= now:
+            end, _s, r = heapq.heappop(self.ending)
+            self.free += r.job.gpus
+            self.book.release(self.wl.pop(r.job.job_id), remember=False)
+            r.state, r.end, r.used_gpu_s = "done", end, r.job.gpus * r.job.duration_s
+            self.usage.append((end, r.job.lane, -r.job.gpus))
+            last = end
+        return last
+
+    def shadow(self, head: JobRun) -> float:
+        """The first end time at which the head's pods fit, releasing running jobs in end order on
+        a copy of the node state; inf: never (cannot happen for a job the empty pool holds)."""
+        wl = self.workload(head)
+        pods = wl.pods
+        per = wl.requests[GPU] / pods
+        book = self.book
+        count = sum(1 for n in book.by_flavor[_NODES] if book.free[n] + _EPS >= per)
+        free: dict[str, float] = {}
+        for end, _s, r in sorted(self.ending, key=lambda e: e[0]):
+            for n, v in book.placed.get(r.job.job_id, ()):
+                old = free.get(n, book.free[n])
+                free[n] = old + v
+                if old + _EPS < per <= old + v + _EPS:
+                    count += 1
+            if count >= pods:
+                return end
+        return math.inf
+
+    def backfill(self, queue: deque[JobRun], now: float) -> None:
+        """EASY on nodes: each of the next `BACKFILL_DEPTH` waiting jobs that fits now and ends by
+        the head's shadow time starts."""
+        shadow = self.shadow(queue[0])
+        started: list[int] = []
+        for k in range(1, min(len(queue), BACKFILL_DEPTH + 1)):
+            if self.free <= _EPS:
+                break
+            r = queue[k]
+            if r.job.gpus > self.free + _EPS or now + r.job.duration_s > shadow + _EPS:
+                continue
+            if self.fits(r):
+                self.begin(r, now)
+                started.append(k)
+        for k in reversed(started):
+            del queue[k]
+
+    def stranded(self, queue: deque[JobRun]) -> float:
+        """The free GPUs when the head asks for no more than are free and yet fits no nodes."""
+        if not queue or self.free <= _EPS:
+            return 0.0
+        head = queue[0]
+        if head.job.gpus > self.free + _EPS or self.fits(head):
+            return 0.0
+        if not head.wait_reason:
+            head.wait_reason = self.book.refusal(self.workload(head), _NODES) or ""
+        return self.free
+
+
+def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
+    """`run_fifo` on the scenario's nodes (see the module docstring)."""
+    sizes = scenario.node_gpus or {}
+    runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
+    pool = _NodePool(capacity, scenario.base.nodes, min(sizes.values()) if sizes else None)
+    queue: deque[JobRun] = deque()
+    i, n = 0, len(runs)
+    start = runs[0].job.submit_ts if runs else 0.0
+    last = start
+    stranded_s, rate, since = 0.0, 0.0, start
+    while i < n or pool.ending:
+        t_arr = runs[i].job.submit_ts if i < n else math.inf
+        t_end = pool.ending[0][0] if pool.ending else math.inf
+        now = _at(min(t_arr, t_end), tick)
+        stranded_s += rate * (now - since)
+        ended = pool.finish_until(now)
+        if ended is not None:
+            last = max(last, ended)
+        while i < n and runs[i].job.submit_ts <= now:
+            r = runs[i]
+            i += 1
+            why = pool.never(r)
+            if why is not None:
+                r.state, r.reason = "rejected", why
+                continue
+            r.state = "pending"
+            queue.append(r)
+        while queue and pool.fits(queue[0]):
+            pool.begin(queue.popleft(), now)
+        if backfill and queue and pool.free > _EPS:
+            pool.backfill(queue, now)
+        rate, since = pool.stranded(queue), now
+    for r in runs:
+        if r.state == "pending":
+            r.reason = "still pending when the trace ended"
+    return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded_s)

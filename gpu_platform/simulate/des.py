@@ -35,6 +35,12 @@ doubled while the engine gets past all of them.
 A job that cannot be admitted even into an empty pool (more GPUs than its queue can ever hold)
 is rejected at submission, as request validation rejects it on the platform, and is reported
 as never admitted.
+
+With a node model (the scenario's `base.nodes`, `scenarios.with_nodes`) the engine also places
+pods on nodes; the placement it returns (`Admission.placement`) is kept on the running workload
+until the run ends, so later calls see those nodes held, and a folded group holds the sum of its
+members' placements. After each instant's admissions the loop adds up the GPUs stranded by
+fragmentation (`_Sim._stranded`) and integrates them until the next instant (`stranded_gpu_s`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from gpu_platform.admission.model import (
     NEVER,
     STRICT_FIFO,
 )
+from gpu_platform.admission.nodes import NodeBook
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.scenarios import Scenario
 from gpu_platform.simulate.trace import TraceJob
@@ -84,6 +91,8 @@ class JobRun:
     lost_gpu_s: float = 0.0
     used_gpu_s: float = 0.0
     seq: int = 0
+    wait_reason: str = ""  # the engine's message the last time it was shown and still waited
+    placement: dict | None = None  # the nodes of its current (or last) run ({node: GPUs})
 
 
 @dataclass(slots=True)
@@ -98,6 +107,8 @@ class SimResult:
     usage_events: list[tuple[float, str, float]] = field(default_factory=list)
     checkpoint_interval_s: float = 0.0
     tick_s: float = 0.0
+    # GPU-seconds stranded by fragmentation (see `_Sim._stranded`); None: no node model
+    stranded_gpu_s: float | None = None
 
 
 def _queue_key(w: Workload) -> tuple:
@@ -178,6 +189,12 @@ class _Sim:
         # folded running workloads per (queue, flavor, priority), reused while the group is unchanged
         self.group_ver: dict[tuple[str, str, int], int] = {}
         self.folded: dict[tuple[str, str, int], tuple[int, Workload]] = {}
+        # the node model: where running work sits, and the folded groups' summed placements
+        self.book: NodeBook | None = NodeBook(scenario.base.nodes) if scenario.base.nodes else None
+        self.group_place: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.node_flavors = tuple(self.book.by_flavor) if self.book is not None else ()
+        self.usable: dict[tuple, tuple[str, ...]] = {}
+        self.stranded_gpu_s = 0.0
 
     @staticmethod
     def _shape(wl: Workload) -> tuple:
@@ -252,7 +269,10 @@ class _Sim:
         del self.running[name]
         del self.run_of[name]
         self.uncheckpointed.discard(name)
-        self._account(self.running_wl.pop(name), -1)
+        held = self.running_wl.pop(name)
+        self._account(held, -1)
+        if self.book is not None:
+            self.book.release(held, remember=False)
         ran = now - r.start
         r.used_gpu_s += r.job.gpus * ran
         self.usage.append((now, r.job.lane, -r.job.gpus))
@@ -262,7 +282,7 @@ class _Sim:
         self._stop(r, now)
         r.state, r.end = "done", now
 
-    def _start(self, r: JobRun, flavor: str, now: float) -> None:
+    def _start(self, r: JobRun, flavor: str, now: float, placement=None) -> None:
         self._dequeue(r)
         r.state, r.flavor, r.start = "running", flavor, now
         r.queued_s += now - r.queued_since
@@ -272,9 +292,14 @@ class _Sim:
         wl = r.wl
         assert wl is not None
         # Resuming from a checkpoint counts as checkpointed (the lane rule for evidence jobs).
-        self.running[r.job.job_id] = replace(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0)
-        self.running_wl[r.job.job_id] = self.running[r.job.job_id]
-        self._account(self.running[r.job.job_id], 1)
+        # The nodes the engine chose stay the run's: later calls see them held.
+        held = replace(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0, placement=placement)
+        r.placement = placement  # type: ignore[assignment]
+        self.running[r.job.job_id] = held
+        self.running_wl[r.job.job_id] = held
+        self._account(held, 1)
+        if self.book is not None and placement:
+            self.book.place(held)
         self.run_of[r.job.job_id] = r
         if wl.evidence and r.saved_s <= 0:
             self.uncheckpointed.add(r.job.job_id)
@@ -320,8 +345,17 @@ class _Sim:
             k = (w.cq, w.flavor or "", r)
             self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v
             sums[r] = sums.get(r, 0.0) + sign * v
+        if w.placement:
+            spots = self.group_place.setdefault(g, {})
+            for n, v in w.placement.items():
+                left = round(spots.get(n, 0.0) + sign * v, 9)
+                if abs(left) > 1e-9:
+                    spots[n] = left
+                else:
+                    spots.pop(n, None)
         if not names:
             del self.groups[g], self.group_sum[g]
+            self.group_place.pop(g, None)
         prios = self.cq_prios.setdefault(w.cq, {})
         prios[w.priority] = prios.get(w.priority, 0) + sign
         if not prios[w.priority]:
@@ -387,6 +421,7 @@ class _Sim:
                             flavor=flavor,
                             evidence=True,
                             checkpointed=False,
+                            placement=dict(self.group_place[g]) if g in self.group_place else None,
                         ),
                     )
                 out.append(hit[1])
@@ -509,7 +544,7 @@ class _Sim:
             if redo:
                 continue
             for a in res.admitted:
-                self._start(idx[a.name][0], a.flavor, now)
+                self._start(idx[a.name][0], a.flavor, now, a.placement)
             for rej in res.rejected:
                 r = idx[rej.name][0]
                 self._dequeue(r)
@@ -531,6 +566,8 @@ class _Sim:
                 self.fresh[cq] = []
             for info in res.pending:
                 code = info.reason_code
+                if info.name in idx:
+                    idx[info.name][0].wait_reason = info.message
                 if code == BUDGET_EXHAUSTED or (code == INADMISSIBLE and info.cq not in self.strict):
                     if info.name in idx:
                         parked.add((info.cq, idx[info.name][1]))
@@ -562,6 +599,45 @@ class _Sim:
             # (once; victims of that pass wait for the next event).
             self.schedule(now, full=True, settle=False)
 
+    # -- fragmentation -----------------------------------------------------------------------
+    def _usable(self, wl: Workload) -> tuple[str, ...]:
+        """The node-modelled flavors a pending workload may be admitted on (its queue has quota
+        rows for them and the workload allows them)."""
+        key = (wl.cq, wl.flavor, wl.allowed_flavors)
+        out = self.usable.get(key)
+        if out is None:
+            spec = self.specs[wl.cq].flavors
+            out = self.usable[key] = tuple(
+                f
+                for f in self.node_flavors
+                if f in spec
+                and (wl.flavor is None or f == wl.flavor)
+                and (wl.allowed_flavors is None or f in wl.allowed_flavors)
+            )
+        return out
+
+    def _stranded(self) -> float:
+        """GPUs stranded by fragmentation now (after this instant's admissions): summed over the
+        node-modelled flavors, all of a flavor's free GPUs when the waiting head of some queue
+        (its first pending workload in queue order) may use the flavor, asks for no more GPUs
+        than the flavor has free in total, and yet finds no nodes there for its pods."""
+        book = self.book
+        if book is None or not self.pending:
+            return 0.0
+        heads = [
+            min(groups.values(), key=lambda g: g[0][0])[0][1].wl for groups in self.shapes.values() if groups
+        ]
+        total = 0.0
+        for f in self.node_flavors:
+            free = book.free_total(f)
+            if free <= 1e-9:
+                continue
+            for wl in heads:
+                if f in self._usable(wl) and wl.requests.get(GPU, 0.0) <= free + 1e-9 and not book.fits(wl, f):  # type: ignore[union-attr]
+                    total += free
+                    break
+        return total
+
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> tuple[float, float]:
         runs = self.runs
@@ -570,6 +646,8 @@ class _Sim:
         heap = self.heap
         start = runs[0].job.submit_ts if runs else 0.0
         last = start
+        nodes = self.book is not None
+        stranded, since = 0.0, start
         while True:
             while heap and heap[0][3].seq != heap[0][2]:
                 heapq.heappop(heap)
@@ -579,6 +657,8 @@ class _Sim:
             if t == _INF:
                 break
             t_run = t if self.tick <= 0 else math.ceil(t / self.tick - 1e-12) * self.tick
+            if nodes:
+                self.stranded_gpu_s += stranded * (t_run - since)
             freed = False
             arrived = False
             while True:
@@ -595,6 +675,8 @@ class _Sim:
                 ai += 1
             if self.pending and (freed or arrived):
                 self.schedule(t_run, full=freed)
+            if nodes:
+                stranded, since = self._stranded(), t_run
         return start, last
 
 
@@ -636,7 +718,16 @@ def simulate(
         if r.state == "pending":
             r.reason = r.reason or "still pending when the trace ended"
     return SimResult(
-        scenario, sim.runs, start, end, sim.calls, sim.cycles, sim.usage, checkpoint_interval_s, tick
+        scenario,
+        sim.runs,
+        start,
+        end,
+        sim.calls,
+        sim.cycles,
+        sim.usage,
+        checkpoint_interval_s,
+        tick,
+        sim.stranded_gpu_s if sim.book is not None else None,
     )
 
 

@@ -118,7 +118,8 @@ def _usage_plot(path: Path, res: SimResult, title: str, common_end: float | None
 
 
 def _table(rep: dict[str, Any]) -> str:
-    cols = ("lane", "jobs", "never admitted", "wait p50 (h)", "wait p95 (h)", "wait max (h)", "GPU util", "GPU-h lost", "preemptions")
+    cols = ("lane", "jobs", "never admitted", "wait p50 (h)", "wait p95 (h)", "wait max (h)", "GPU util", "GPU-h lost", "preemptions",
+            "GPU-h stranded")
     rows = []
     for lane, f in list(rep["lanes"].items()) + [("all", rep["total"])]:
         w = f["wait_s"]
@@ -129,7 +130,9 @@ def _table(rep: dict[str, Any]) -> str:
         rows.append(
             (lane, f["jobs"], f["never_admitted"], h(w["p50"]), h(w["p95"]), h(w["max"]),
              "-" if f["gpu_utilization"] is None else f"{100 * f['gpu_utilization']:.1f}%",
-             f"{f['gpu_hours_lost_to_preemption']:.1f}", f["preemptions"])
+             f"{f['gpu_hours_lost_to_preemption']:.1f}", f["preemptions"],
+             "-" if f.get("gpu_hours_stranded_by_fragmentation") is None
+             else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}")
         )
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
@@ -166,6 +169,11 @@ def write_trace_report(out: Path, doc: dict[str, Any], results: dict[str, SimRes
                                per_lane(lambda f, r: f["gpu_hours_lost_to_preemption"])),
         "never_admitted.png": ("jobs never admitted", "jobs", per_lane(lambda f, r: f["never_admitted"])),
     }
+    if any(r["total"].get("gpu_hours_stranded_by_fragmentation") is not None for r in scen.values()):
+        # a pool-wide figure: one bar per scenario
+        plots["stranded_gpu_hours.png"] = (
+            "GPU-hours stranded by fragmentation (free, but on no node the waiting head fits)", "GPU-hours",
+            {n: {"all": r["total"].get("gpu_hours_stranded_by_fragmentation") or 0.0} for n, r in scen.items()})
     for name, (title, ylabel, series) in plots.items():
         _grouped_bars(out / name, title, ylabel, series)
         files.append(name)

@@ -8,6 +8,9 @@
   (the whole run for `requeue`, the run for `fail`).
 - never_admitted: jobs with no admission by the end: rejected at submission (larger than their
   queue can ever hold, unknown lane) or still pending when nothing more could run.
+- gpu_hours_stranded_by_fragmentation (total only; None without a node model): GPU-hours that
+  were free on a node-modelled flavor while the waiting head of some queue could use that flavor,
+  asked for no more GPUs than were free there in total, and yet fit no nodes (docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -62,15 +65,22 @@ def lane_report(res: SimResult) -> dict[str, Any]:
     by_lane: dict[str, list[JobRun]] = defaultdict(list)
     for r in res.runs:
         by_lane[r.job.lane].append(r)
+    total = _figures(res.runs, capacity, horizon)
+    stranded = getattr(res, "stranded_gpu_s", None)
+    total["gpu_hours_stranded_by_fragmentation"] = None if stranded is None else round(stranded / 3600, 3)
+    node_gpus = res.scenario.node_gpus
     return {
         "scenario": res.scenario.name,
         "description": res.scenario.description,
         "capacity_gpus": capacity,
+        "node_model": None
+        if node_gpus is None
+        else {"node_gpus": dict(node_gpus), "nodes": len(res.scenario.base.nodes)},
         "horizon_s": round(horizon, 3),
         "engine_calls": res.engine_calls,
         "cycles": res.cycles,
         "lanes": {lane: _figures(runs, capacity, horizon) for lane, runs in sorted(by_lane.items())},
-        "total": _figures(res.runs, capacity, horizon),
+        "total": total,
     }
 
 

@@ -22,12 +22,16 @@ quota or limit that held at least one node of its flavor (the policy's
 `autoscaling.node_pools.<pool>.node_gpus`) keeps at least one node (at most the flavor's new
 capacity), so a lane that could run a node-sized job still can; capacities are rounded to the
 nearest, the remainder going to the first flavor, so they add up to N.
+
+`with_nodes` puts any of these on nodes (`--node-gpus N`, `--node-model policy`): each flavor's
+GPUs (after resizing) become full nodes of its node size plus one smaller node for a remainder,
+and a job larger than one node becomes a gang of pods, one per node (see `with_nodes`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,7 +43,7 @@ from gpu_platform.admission import (
     Workload,
     from_policy,
 )
-from gpu_platform.admission.model import LOWER_PRIORITY, NEVER, STRICT_FIFO
+from gpu_platform.admission.model import LOWER_PRIORITY, NEVER, STRICT_FIFO, NodeSpec
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.requests.model import matching_flavors
 from gpu_platform.simulate.trace import TraceJob
@@ -60,6 +64,9 @@ class Scenario:
     workload: Callable[[TraceJob], Workload | None]
     fast: Callable[..., Any] | None = None
     """A replay without the engine (`baselines.run_fifo`): called as fast(scenario, jobs, tick)."""
+    node_gpus: Mapping[str, float] | None = None
+    """GPUs per node of each flavor placed on nodes (`with_nodes`; base.nodes holds the nodes);
+    None: quota only."""
 
     @property
     def capacity(self) -> float:
@@ -122,6 +129,80 @@ def resize(state: ClusterState, gpus: float, nodes: dict[str, float] | None = No
         for co in state.cohorts
     )
     return replace(state, flavors=flavors, cluster_queues=cqs, cohorts=cohorts)
+
+
+def policy_node_gpus(policy: Policy) -> dict[str, float]:
+    """GPUs per node of each flavor with a node shape in the policy (`Policy.node_shapes`: its
+    node pool's `node_gpus` or its own); flavors without one (shared, MIG) are not placed."""
+    return {name: float(shape.gpus_per_node) for name, shape in policy.node_shapes.items()}
+
+
+def uniform_node_gpus(state: ClusterState, gpus: float) -> dict[str, float]:
+    """`gpus` per node on every flavor of the state that has GPUs."""
+    return {f.name: float(gpus) for f in state.flavors if (f.capacity or {}).get(GPU, 0.0) > 0}
+
+
+def pods_for(gpus: float, node: float | None) -> int:
+    """Pods of a job of `gpus` GPUs on nodes of `node` GPUs: 1 up to one node, else ceil(gpus /
+    node), each asking for gpus / pods (whole nodes when gpus is a multiple of the node size)."""
+    if node is None or node <= 0 or gpus <= node + 1e-9:
+        return 1
+    return math.ceil(gpus / node - 1e-9)
+
+
+def with_nodes(scenario: Scenario, per_flavor_node_gpus: Mapping[str, float]) -> Scenario:
+    """The scenario with its flavors' GPUs on nodes, and its jobs as gangs.
+
+    Each flavor named in `per_flavor_node_gpus` with GPU capacity gets floor(capacity / n) nodes
+    of n GPUs (n capped at the capacity) plus one node of the remainder, named `<flavor>/node-<i>`;
+    flavors left out stay quota only. A job of g GPUs becomes `pods_for(g, n)` pods of g / pods
+    GPUs, one per node, with n the smallest node size among the flavors it may use (its allowed
+    flavors, or its queue's): its pods then fit a node of any of them. A g that is not a multiple
+    of n is split evenly (12 GPUs on 8-GPU nodes: 2 pods of 6).
+    """
+    base = scenario.base
+    node_of: dict[str, float] = {}
+    nodes: list[NodeSpec] = []
+    for f in base.flavors:
+        cap = (f.capacity or {}).get(GPU, 0.0)
+        n = per_flavor_node_gpus.get(f.name)
+        if n is None or cap <= 0:
+            continue
+        if n <= 0:
+            raise ValueError(f"node size of flavor {f.name!r} must be > 0, got {n:g}")
+        n = min(float(n), cap)
+        node_of[f.name] = n
+        full = math.floor(cap / n + 1e-9)
+        sizes = [n] * full
+        rest = cap - full * n
+        if rest > 1e-9:
+            sizes.append(round(rest, 9))
+        nodes += [NodeSpec(f"{f.name}/node-{i}", f.name, g) for i, g in enumerate(sizes)]
+    queue_flavors = {c.name: c.flavors for c in base.cluster_queues}
+    inner = scenario.workload
+    smallest: dict[tuple, float | None] = {}
+
+    def workload(job: TraceJob) -> Workload | None:
+        wl = inner(job)
+        if wl is None:
+            return None
+        flavors = (wl.flavor,) if wl.flavor else wl.allowed_flavors
+        key = (wl.cq, flavors)
+        if key not in smallest:
+            usable = flavors if flavors is not None else queue_flavors.get(wl.cq, ())
+            sizes = [node_of[f] for f in usable if f in node_of]
+            smallest[key] = min(sizes) if sizes else None
+        pods = pods_for(wl.requests.get(GPU, 0.0), smallest[key])
+        return replace(wl, pods=pods) if pods > 1 else wl
+
+    shown = ", ".join(f"{f} {n:g}" for f, n in node_of.items())
+    return replace(
+        scenario,
+        base=replace(base, nodes=tuple(nodes)),
+        workload=workload,
+        description=f"{scenario.description}; on nodes (GPUs per node: {shown})",
+        node_gpus=node_of,
+    )
 
 
 def _gpu_only(state: ClusterState) -> ClusterState:

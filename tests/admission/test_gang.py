@@ -126,3 +126,24 @@ def test_node_book_best_fit_and_release_restore_the_same_nodes() -> None:
     assert set(placement_of(book, "b")) == set(placement_of(book, "a"))
     with pytest.raises(ValueError, match="listed twice"):
         NodeBook([NodeSpec("n", "f", 8), NodeSpec("n", "f", 8)])
+
+
+def test_an_admission_says_which_nodes_its_pods_got() -> None:
+    from gpu_platform.admission import admit_until_stable
+    from gpu_platform.admission.model import ClusterQueueSpec, FlavorSpec, NodeSpec, ResourceQuota, Workload
+
+    gpu = "nvidia.com/gpu"
+    base = ClusterState(
+        cluster_queues=(ClusterQueueSpec("q", (ResourceQuota("f", gpu, 24),)),),
+        flavors=(FlavorSpec("f", False, {gpu: 24}),),
+        nodes=tuple(NodeSpec(f"n{i}", "f", 8) for i in range(3)),
+    )
+    held = Workload("held", "q", {gpu: 4}, flavor="f", admitted_at=1.0, placement={"n1": 4})
+    gang = Workload("gang", "q", {gpu: 16}, pods=2, created_at=2.0)
+    small = Workload("small", "q", {gpu: 4}, created_at=3.0)
+    res = admit_until_stable(replace(base, admitted=(held,), pending=(gang, small), now=5.0))
+    got = {a.name: dict(a.placement) for a in res.admitted}
+    # the gang takes the two whole nodes; the small job packs beside the held one on n1
+    assert got == {"gang": {"n0": 8.0, "n2": 8.0}, "small": {"n1": 4.0}}
+    quota_only = admit_until_stable(replace(base, nodes=(), admitted=(held,), pending=(gang, small), now=5.0))
+    assert all(a.placement is None for a in quota_only.admitted)

@@ -30,6 +30,7 @@ LANE_KEYS = {
     "gpu_hours_lost_to_preemption",
     "never_admitted_reasons",
 }
+TOTAL_KEYS = LANE_KEYS | {"gpu_hours_stranded_by_fragmentation"}
 
 
 def _slice(tmp_path: Path, n: int) -> Path:
@@ -47,12 +48,16 @@ def test_cli_json_shape_and_files(tmp_path):
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert set(doc) == {"trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "scenarios", "targets"}
+    assert set(doc) == {
+        "trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "node_model", "scenarios", "targets"}
+    assert doc["node_model"] is None
     assert doc["trace"]["rows"] == 150 and doc["trace"]["accepted"] == 150
     assert doc["capacity_gpus"] == 128
     assert list(doc["scenarios"]) == ["policy", "fifo", "fifo-backfill", "strict"]
     for rep in doc["scenarios"].values():
-        assert set(rep["total"]) == LANE_KEYS
+        assert set(rep["total"]) == TOTAL_KEYS and rep["total"]["gpu_hours_stranded_by_fragmentation"] is None
+        assert rep["node_model"] is None
+        assert all(set(lane) == LANE_KEYS for lane in rep["lanes"].values())
         assert set(rep["lanes"]) <= {"research_best_effort", "baseline_rebuild", "candidate_train"}
         assert set(rep["total"]["wait_s"]) == {"p50", "p95", "max", "mean"}
         assert sum(lane["jobs"] for lane in rep["lanes"].values()) == 150
@@ -61,6 +66,28 @@ def test_cli_json_shape_and_files(tmp_path):
         assert (out / name).stat().st_size > 0
     assert (out / "usage_policy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "research_best_effort" in (out / "report.html").read_text()
+
+
+def test_cli_node_model_places_jobs_on_nodes(tmp_path):
+    out = tmp_path / "out"
+    args = ["simulate", "--trace", str(_slice(tmp_path, 150)), "--lane-map", "elasticflow", "--capacity", "128",
+            "--compare", "fifo-backfill"]
+    res = CliRunner().invoke(main, [*args, "--node-model", "policy", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["node_model"] == "policy"
+    for rep in doc["scenarios"].values():
+        # 128 GPUs: h100 64 = 8 nodes of 8, l4 32 = 8 nodes of 4, a100 32 = 4 nodes of 8
+        assert rep["node_model"] == {"node_gpus": {"h100-ondemand": 8, "l4-inference": 4, "a100-spot": 8}, "nodes": 20}
+        assert rep["total"]["gpu_hours_stranded_by_fragmentation"] >= 0
+    assert "GPU-h stranded" in res.stderr and "on 20 nodes" in res.stderr
+    assert (out / "stranded_gpu_hours.png").stat().st_size > 0
+    assert "GPU-h stranded" in (out / "report.html").read_text()
+    res = CliRunner().invoke(main, [*args, "--node-gpus", "16", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scenarios"]["policy"]["node_model"]["nodes"] == 8  # 128 / 16
+    res = CliRunner().invoke(main, [*args, "--node-gpus", "8", "--node-model", "policy"])
+    assert res.exit_code == 2 and "give one of them" in res.output
 
 
 def test_cli_missing_column_exits_2(tmp_path):
