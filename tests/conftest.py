@@ -8,6 +8,7 @@ under `make test` the variable is always set, so they never skip there.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,25 @@ os.environ.setdefault("GPU_PLATFORM_CONFIG", "none")
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ROOT / "examples" / "requests"
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_default() -> Iterator[None]:
+    """Each test starts with SIGINT and SIGTERM handled as a fresh Python process handles them
+    (and leaves them so). Under the full suite some test that runs Dagster in process (whose
+    interrupt handling swaps SIGINT's handler and maps SIGTERM to it) left both ignored in its
+    worker, and every process a later test started inherited that: a `metrics serve` or a demo
+    child that SIGTERM no longer stopped."""
+
+    def reset() -> None:
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    reset()
+    yield
+    reset()
 
 
 @pytest.fixture(scope="session")

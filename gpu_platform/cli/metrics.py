@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from datetime import timedelta
 
@@ -107,9 +108,15 @@ def serve(
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"serving http://{shown}:{server.server_port}/metrics (Ctrl-C stops)", err=True)
+    click.echo(f"serving http://{shown}:{server.server_port}/metrics (Ctrl-C or SIGTERM stops)", err=True)
+    stop = threading.Event()
+    # SIGTERM (what Kubernetes sends a pod) stops it cleanly too, even when the process was started
+    # with SIGTERM ignored
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
     try:
-        threading.Event().wait()
+        stop.wait()
     except KeyboardInterrupt:
+        pass
+    finally:
         server.shutdown()
         server.server_close()
