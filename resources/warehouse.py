@@ -2,7 +2,10 @@
 
 DuckDB allows one writing process per file: every asset using this resource is in the
 `duckdb_warehouse` pool (limit 1 in the instance config), and each call opens and closes its
-own connection so no connection outlives a step.
+own connection so no connection outlives a step. Processes outside Dagster open the file too (the
+CLI's `cost report`, `scorecard` and `report` readers, the metrics server's forecast, `feeds
+ingest` and `cost build`): while one holds it, a step's `connect` waits for it (`lock_wait_s`)
+instead of failing on DuckDB's lock error, then fails naming the file and the holder.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gpu_platform.finops.sqlmodels import (
     ensure_raw_tables,
 )
 from gpu_platform.finops.sqlmodels.report import day_model_metrics, model_metrics
+from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.observe.scorecards import model_vars
 from gpu_platform.policy import default_policy_path, load_policy
 
@@ -74,6 +78,8 @@ class Warehouse(dg.ConfigurableResource):
     unreconciled_threshold: share of the day's cost chargeback's (unreconciled) row may hold before
     its blocking check fails (< 0 = project.yml's default, 0.01).
     memory_limit / threads: DuckDB settings ("" / 0 = DuckDB's defaults).
+    lock_wait_s: how long a step waits while another process holds the file (a CLI reader takes
+    well under a second; a `cost build` from a shell can take minutes): then `WarehouseBusy`.
     """
 
     path: str
@@ -83,6 +89,7 @@ class Warehouse(dg.ConfigurableResource):
     unreconciled_threshold: float = -1.0
     memory_limit: str = ""
     threads: int = 0
+    lock_wait_s: float = 300.0
     policy_path: str = ""
     """The policy file whose `scale` and `capacity_signals:` thresholds the scorecard models bind
     ("" = the packaged default)."""
@@ -106,7 +113,7 @@ class Warehouse(dg.ConfigurableResource):
             config["memory_limit"] = self.memory_limit
         if self.threads:
             config["threads"] = self.threads
-        con = duckdb.connect(self.path, read_only=read_only, config=config)
+        con = warehouse_connect(self.path, read_only=read_only, wait_s=self.lock_wait_s, config=config)
         if not read_only:
             ensure_raw_tables(con)
         return con

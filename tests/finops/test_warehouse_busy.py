@@ -76,3 +76,54 @@ def test_other_duckdb_errors_are_not_taken_for_a_lock(tmp_path: Path) -> None:
     with pytest.raises(duckdb.Error) as info:
         connect(bad, wait_s=5)
     assert not isinstance(info.value, WarehouseBusy)
+
+
+READ_HOLD = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+con.execute("select count(*) from raw_requests").fetchall()
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+con.close()
+"""
+
+
+def _reader(path: Path, seconds: float) -> subprocess.Popen:
+    """A process reading the file as `cost report` or the metrics server's forecast does."""
+    proc = subprocess.Popen([sys.executable, "-c", READ_HOLD, str(path), str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_pricing_step_waits_for_a_reader_in_another_process(tmp_path: Path) -> None:
+    """A finops_daily step opening the warehouse while a CLI reader holds it (the demo's UI check
+    runs `scorecard` and `cost report` during pricing runs) waits instead of failing the step on
+    DuckDB's lock error."""
+    from resources.warehouse import Warehouse
+
+    path = tmp_path / "warehouse.duckdb"
+    Warehouse(path=str(path)).connect().close()  # the file with its raw tables
+    proc = _reader(path, 1.0)
+    try:
+        start = time.monotonic()
+        con = Warehouse(path=str(path)).connect()
+        assert con.execute("select count(*) from raw_requests").fetchone() == (0,)
+        con.close()
+        assert time.monotonic() - start >= 0.3
+    finally:
+        proc.wait(timeout=30)
+
+
+def test_a_pricing_step_names_a_holder_that_outlasts_its_wait(tmp_path: Path) -> None:
+    from resources.warehouse import Warehouse
+
+    path = tmp_path / "warehouse.duckdb"
+    Warehouse(path=str(path)).connect().close()
+    proc = _reader(path, 30.0)
+    try:
+        with pytest.raises(WarehouseBusy, match=rf"{path} is being written by another process \(PID {proc.pid}"):
+            Warehouse(path=str(path), lock_wait_s=0.3).connect()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
