@@ -49,6 +49,7 @@ from gpu_platform.admission.model import (
     Rejection,
     TeamLimit,
     Workload,
+    evolve,
 )
 from gpu_platform.admission.nodes import placement_of, pod_shape
 from gpu_platform.admission.preemption import TargetSearch, get_targets
@@ -822,7 +823,7 @@ class _Engine:
         self.last_tried.pop(wl.name, None)
         # Counted in the snapshot but never a victim in this run (like Kueue's assumed workloads,
         # which the cycle's snapshot holds as usage only), so kept off the victim index.
-        held = cq.workloads[wl.name] = replace(
+        held = cq.workloads[wl.name] = evolve(
             wl,
             flavor=flavor,
             admitted_at=self.state.now,

@@ -60,6 +60,7 @@ from gpu_platform.admission.model import (
     LOWER_PRIORITY,
     NEVER,
     STRICT_FIFO,
+    evolve,
 )
 from gpu_platform.admission.nodes import NodeBook
 from gpu_platform.policy import GPU
@@ -293,7 +294,7 @@ class _Sim:
         assert wl is not None
         # Resuming from a checkpoint counts as checkpointed (the lane rule for evidence jobs).
         # The nodes the engine chose stay the run's: later calls see them held.
-        held = replace(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0, placement=placement)
+        held = evolve(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0, placement=placement)
         r.placement = placement  # type: ignore[assignment]
         self.running[r.job.job_id] = held
         self.running_wl[r.job.job_id] = held
@@ -461,7 +462,7 @@ class _Sim:
         for name in self.uncheckpointed:
             r = self.run_of[name]
             if r.job.preemption_policy == "checkpoint_requeue" and now - r.start >= self.ckpt:
-                self.running[name] = replace(self.running[name], checkpointed=True)
+                self.running[name] = evolve(self.running[name], checkpointed=True)
                 done.append(name)
         self.uncheckpointed.difference_update(done)
 

@@ -337,3 +337,22 @@ def test_admission_fair_sharing_from_the_policy_puts_the_team_using_less_first(p
     assert [a.name for a in schedule_cycle(heavy).admitted] == ["perception-1"]
     # Team caps stay the gate's rule beside it: research's max_share still applies.
     assert next(c for c in state.cluster_queues if c.name == "research_best_effort").team_limits is not None
+
+
+def test_evolve_is_dataclasses_replace_for_every_field():
+    """The engine's and simulator's fast copy of a workload equals `dataclasses.replace` field
+    by field, for every field changed alone, and refuses an unknown field as replace does."""
+    import dataclasses
+
+    from gpu_platform.admission.model import evolve
+
+    wl = Workload("w", "cq", {"nvidia.com/gpu": 8.0}, priority=3, created_at=1.5, team="t", pods=2,
+                  allowed_flavors=("h100",), expected_duration_s=60.0, uid="u-1")
+    marker = object()
+    for f in dataclasses.fields(Workload):
+        got, want = evolve(wl, **{f.name: marker}), dataclasses.replace(wl, **{f.name: marker})
+        assert got == want and getattr(got, f.name) is marker
+        assert all(getattr(got, g.name) is getattr(wl, g.name) for g in dataclasses.fields(Workload) if g is not f)
+    assert evolve(wl) == wl and evolve(wl) is not wl
+    with pytest.raises(TypeError, match="flavour"):
+        evolve(wl, flavour="h100")
