@@ -121,9 +121,8 @@ class QueueCollector(Collector):
             lane = pol.lanes[name]
             for f in lane.flavor_names:
                 in_use.add_metric([name, f], ld.gpus_in_use.get(f, 0))
-            for f, n in ld.gpus_in_use.items():
-                if f not in lane.flavor_names:
-                    in_use.add_metric([name, f], n)
+            for f in sorted(ld.gpus_in_use.keys() - set(lane.flavor_names)):
+                in_use.add_metric([name, f], ld.gpus_in_use[f])
             budget.add_metric([name], float(lane.budget))
             reserved.add_metric([name], float(ld.budget_reserved))
             ratio.add_metric([name], float(ld.budget_reserved / lane.budget) if lane.budget else 0.0)

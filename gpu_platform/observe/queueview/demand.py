@@ -11,7 +11,10 @@ ledger's newest event id stays the same.
 
 from __future__ import annotations
 
+import heapq
 import threading
+import time
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -20,7 +23,7 @@ from decimal import Decimal
 import sqlalchemy as sa
 
 from gpu_platform.policy import Policy
-from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, state_table
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, events_table, state_table
 from gpu_platform.requests.model import matching_flavors
 
 
@@ -203,19 +206,324 @@ def load_demand(
     return _demand(_tally(ledger, policy, now - wait_window, budget_since), now, wait_window)
 
 
-class DemandCache:
-    """`load_demand` for a reader that asks again and again (`/metrics`): the ledger is read
-    again only when its newest event id changed (every write to the requests' state adds an
-    event), the budget period or the policy changed, or the wait window reaches back before
-    what was read; otherwise the figures are the last ones, with the clock applied anew
-    (oldest waits grow, first admissions leave the wait window). One cheap query per hit."""
+_ROW_COLS = (
+    state_table.c.request_id, state_table.c.lane, state_table.c.gpu_type, state_table.c.reason_code,
+    state_table.c.gpu_count, state_table.c.submitted_at, state_table.c.state, state_table.c.flavor,
+    state_table.c.updated_at, state_table.c.expected_duration_s, state_table.c.preemptions,
+    state_table.c.rejections, state_table.c.max_cost, state_table.c.first_admitted_at, state_table.c.last_admitted_at,
+)
+_CHANGED_ROWS = sa.select(*_ROW_COLS).where(state_table.c.request_id.in_(sa.bindparam("rids", expanding=True)))
+_PENDING_SET, _ACTIVE_SET = frozenset(PENDING_STATES), frozenset(ACTIVE_STATES)
+_MAX_GAPS = 32
+"""Id ranges not seen yet below the newest seen event id that a scrape asks for again (more are merged)."""
 
-    def __init__(self) -> None:
-        self._key: tuple[int, int, datetime | None] | None = None
-        self._tally: _Tally | None = None
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """What one request adds to the figures (each part None: adds nothing there).
+
+    pending: (lane, flavor key, waits for upstream, GPUs, submitted); active: (lane, flavor key,
+    GPUs, expected end or None); counted: (lane, preemptions, rejections); reserved: (lane,
+    max_cost) when admitted in the budget period; first: (lane, submitted, first admitted) when
+    first admitted at or after the cache's `since`."""
+
+    pending: tuple[str, str, bool, int, datetime] | None
+    active: tuple[str, str, int, datetime | None] | None
+    counted: tuple[str, int, int] | None
+    reserved: tuple[str, Decimal] | None
+    first: tuple[str, datetime, datetime] | None
+
+
+class DemandCache:
+    """`load_demand` for a reader that asks again and again (`/metrics`), kept up to date by the
+    changes alone.
+
+    The first call reads every state row that adds to the figures (pending, admitted, ever
+    preempted or rejected, admitted in the budget period, first admitted in the wait window) and
+    keeps each one's part beside the sums (counts and GPUs per lane and flavor, per-lane counters,
+    budget reserved, expected ends, first admissions, a heap of pending submission times per lane
+    for the oldest wait). Every later call asks the event log for the events after the newest id
+    it has seen (one indexed range; nothing new: nothing else is read), reads the state rows of
+    the requests those events touched, and replaces their parts in the sums: O(changes), not
+    O(queue). The clock is applied anew on every call (oldest waits grow, first admissions leave
+    the wait window). Everything is read again when the policy or the budget period changed, the
+    wait window reaches back before what was read, more events arrived than re-reading would
+    cost, or `refresh_every` passed (a backstop).
+
+    Event ids come from a sequence that PostgreSQL hands out before commit, so a transaction may
+    commit after one with a higher id: ids missing below the newest seen are asked for again on
+    every call for `gap_ttl` (a rolled-back insert leaves a gap for good), so a late commit is
+    applied when it lands. The figures equal `load_demand` at the same moment (the tests compare
+    them after random sequences of changes)."""
+
+    def __init__(
+        self,
+        *,
+        refresh_every: timedelta | None = timedelta(minutes=10),
+        gap_ttl: timedelta = timedelta(minutes=2),
+        changes_limit: int | None = None,
+        slack: int = 64,
+    ) -> None:
+        """refresh_every: read everything again after this long (None: only when needed).
+        gap_ttl: how long ids missing below the newest seen are asked for again.
+        changes_limit: more new events than this in one call are not applied one by one but read
+        in full (None: 2,000 or half the requests kept, whichever is more).
+        slack: stale entries (heap entries of requests no longer pending, first admissions out of
+        the window) kept beyond twice the live ones before they are dropped."""
         self._lock = threading.Lock()
+        self._changes_limit = changes_limit
+        self._slack = slack
+        self._key: tuple[int, datetime | None] | None = None
+        self._ledger: Ledger | None = None
+        self._since = datetime.max.replace(tzinfo=UTC)
+        self._refresh_every = refresh_every.total_seconds() if refresh_every is not None else None
+        self._gap_ttl = gap_ttl.total_seconds()
         self.reads = 0
-        """How many times the ledger was aggregated (tests and benchmarks read it)."""
+        """How many times the ledger was aggregated in full (tests and benchmarks read it)."""
+        self.updates = 0
+        """How many times changes were applied to the kept figures."""
+
+    # --- kept state -------------------------------------------------------------------------
+
+    def _reset(self, policy: Policy, since: datetime, budget_since: datetime | None) -> None:
+        self._policy = policy
+        self._lane_names = [lane.name for lane in policy.lanes_by_priority()]
+        self._known = set(self._lane_names)
+        self._since, self._budget_since = since, budget_since
+        self._flavor: dict[tuple[str, str | None], str] = {}
+        self._rows: dict[str, _Row] = {}
+        self._pend: dict[tuple[str, str, bool], list[int]] = {}
+        self._act: dict[tuple[str, str], list[int]] = {}
+        self._ends: dict[str, tuple[str, int, datetime]] = {}
+        self._counted: dict[str, list[int]] = {}
+        self._reserved: dict[str, Decimal] = {}
+        self._firsts: dict[str, tuple[str, datetime, datetime]] = {}
+        self._oldest: dict[str, list[tuple[datetime, str]]] = {}
+        self._pending_n: dict[str, int] = {}
+        self._high = 0
+        self._gaps: list[tuple[int, int, float]] = []
+        """(first id, last id, monotonic time noticed) of ids not seen below `_high`"""
+        self._read_at = time.monotonic()
+
+    def _row(self, r: sa.Row) -> tuple[str, _Row]:
+        rid, lane, gpu_type, code, gpus, submitted, state, flavor, updated, expected_s, pre, rej, cost, first_at, last_at = r
+        gpus = int(gpus or 0)
+        pending = active = counted = reserved = first = None
+        if state in _PENDING_SET:
+            key = self._flavor.get((lane, gpu_type))
+            if key is None:
+                key = self._flavor[(lane, gpu_type)] = demand_flavor(self._policy, lane, gpu_type) or "unknown"
+            pending = (lane, key, code == "WaitingForUpstream", gpus, _utc(submitted))
+        elif state in _ACTIVE_SET:
+            end = _utc(updated) + timedelta(seconds=expected_s) if expected_s is not None else None
+            active = (lane, flavor or "unknown", gpus, end)
+        if pre or rej:
+            counted = (lane, int(pre or 0), int(rej or 0))
+        if self._budget_since is not None and last_at is not None and _utc(last_at) >= self._budget_since:
+            reserved = (lane, Decimal(cost))
+        if first_at is not None:
+            first_at = _utc(first_at)
+            if first_at >= self._since:
+                first = (lane, _utc(submitted), first_at)
+        return rid, _Row(pending, active, counted, reserved, first)
+
+    def _apply(self, rid: str, new: _Row | None) -> None:
+        """Replace request `rid`'s part of the figures with `new` (None: it adds nothing now)."""
+        if new == _EMPTY:
+            new = None
+        old = self._rows.get(rid)
+        if old == new:
+            return
+        o_p = old.pending if old is not None else None
+        n_p = new.pending if new is not None else None
+        if o_p != n_p:
+            if o_p is not None:
+                lane, key, up, gpus, _ = o_p
+                g = self._pend[(lane, key, up)]
+                g[0] -= 1
+                g[1] -= gpus
+                if not g[0]:
+                    del self._pend[(lane, key, up)]
+                self._pending_n[lane] -= 1
+            if n_p is not None:
+                lane, key, up, gpus, submitted = n_p
+                g = self._pend.setdefault((lane, key, up), [0, 0])
+                g[0] += 1
+                g[1] += gpus
+                self._pending_n[lane] = self._pending_n.get(lane, 0) + 1
+                if o_p is None or o_p[0] != lane or o_p[4] != submitted:
+                    heapq.heappush(self._oldest.setdefault(lane, []), (submitted, rid))
+        o_a = old.active if old is not None else None
+        n_a = new.active if new is not None else None
+        if o_a != n_a:
+            if o_a is not None:
+                g = self._act[(o_a[0], o_a[1])]
+                g[0] -= 1
+                g[1] -= o_a[2]
+                if not g[0]:
+                    del self._act[(o_a[0], o_a[1])]
+                self._ends.pop(rid, None)
+            if n_a is not None:
+                g = self._act.setdefault((n_a[0], n_a[1]), [0, 0])
+                g[0] += 1
+                g[1] += n_a[2]
+                if n_a[3] is not None and n_a[0] in self._known:
+                    self._ends[rid] = (n_a[1], n_a[2], n_a[3])
+        o_c = old.counted if old is not None else None
+        n_c = new.counted if new is not None else None
+        if o_c != n_c:
+            if o_c is not None:
+                c = self._counted[o_c[0]]
+                c[0] -= o_c[1]
+                c[1] -= o_c[2]
+            if n_c is not None:
+                c = self._counted.setdefault(n_c[0], [0, 0])
+                c[0] += n_c[1]
+                c[1] += n_c[2]
+        o_r = old.reserved if old is not None else None
+        n_r = new.reserved if new is not None else None
+        if o_r != n_r:
+            if o_r is not None:
+                self._reserved[o_r[0]] -= o_r[1]
+            if n_r is not None:
+                self._reserved[n_r[0]] = self._reserved.get(n_r[0], Decimal(0)) + n_r[1]
+        n_f = new.first if new is not None else None
+        if n_f is None:
+            self._firsts.pop(rid, None)
+        else:
+            self._firsts[rid] = n_f
+        if new is None:
+            self._rows.pop(rid, None)
+        else:
+            self._rows[rid] = new
+
+    # --- reading the ledger -----------------------------------------------------------------
+
+    def _read_all(self, ledger: Ledger, policy: Policy, since: datetime, budget_since: datetime | None) -> None:
+        """Every state row that adds to the figures, with the newest event id read first (a row
+        changed while this reads has a newer event, applied by the next call)."""
+        self._reset(policy, since, budget_since)
+        s = state_table
+        wheres = [
+            s.c.state.in_(PENDING_STATES + ACTIVE_STATES),
+            sa.or_(s.c.preemptions > 0, s.c.rejections > 0),
+            s.c.first_admitted_at >= since,
+        ]
+        if budget_since is not None:
+            wheres.append(s.c.last_admitted_at >= budget_since)
+        with ledger.engine.connect() as conn:
+            self._high = int(conn.execute(sa.select(sa.func.max(events_table.c.id))).scalar() or 0)
+            rows: dict[str, _Row] = {}
+            for where in wheres:
+                for r in conn.execute(sa.select(*_ROW_COLS).where(where)):
+                    rid, row = self._row(r)
+                    rows[rid] = row
+        for rid, row in rows.items():
+            self._apply(rid, row)
+        self.reads += 1
+
+    def _read_changes(self, ledger: Ledger) -> bool:
+        """Apply the events after the newest seen id (and any that landed in a gap below it);
+        False: more arrived than re-reading everything would cost (nothing applied)."""
+        e = events_table
+        now_m = time.monotonic()
+        self._gaps = [g for g in self._gaps if now_m - g[2] < self._gap_ttl]
+        newer = e.c.id > self._high
+        where = sa.or_(newer, *(e.c.id.between(lo, hi) for lo, hi, _ in self._gaps)) if self._gaps else newer
+        limit = self._changes_limit if self._changes_limit is not None else max(2000, len(self._rows) // 2)
+        with ledger.engine.connect() as conn:
+            found = conn.execute(sa.select(e.c.id, e.c.request_id).where(where).order_by(e.c.id).limit(limit + 1)).all()
+            if not found:
+                return True
+            if len(found) > limit:
+                return False
+            touched = list(dict.fromkeys(rid for _, rid in found))
+            rows: dict[str, sa.Row] = {}
+            for i in range(0, len(touched), 500):
+                for r in conn.execute(_CHANGED_ROWS, {"rids": touched[i : i + 500]}):
+                    rows[r[0]] = r
+        self._note_ids([i for i, _ in found], now_m)
+        for rid in touched:
+            r = rows.get(rid)
+            self._apply(rid, self._row(r)[1] if r is not None else None)
+        self.updates += 1
+        return True
+
+    def _note_ids(self, ids: list[int], now_m: float) -> None:
+        """Mark `ids` (ascending) seen: fill gaps they land in, open gaps for ids they skip."""
+        gaps = []
+        for lo, hi, at in self._gaps:
+            for i in ids[bisect_left(ids, lo) : bisect_right(ids, hi)]:
+                if lo < i:
+                    gaps.append((lo, i - 1, at))
+                lo = i + 1
+            if lo <= hi:
+                gaps.append((lo, hi, at))
+        high = self._high
+        for i in ids:
+            if i > high:
+                if i > high + 1:
+                    gaps.append((high + 1, i - 1, now_m))
+                high = i
+        self._high = high
+        gaps.sort()
+        while len(gaps) > _MAX_GAPS:  # merge the two closest neighbours (ids seen in between are read again: harmless)
+            j = min(range(len(gaps) - 1), key=lambda k: gaps[k + 1][0] - gaps[k][1])
+            gaps[j : j + 2] = [(gaps[j][0], gaps[j + 1][1], max(gaps[j][2], gaps[j + 1][2]))]
+        self._gaps = gaps
+
+    # --- the figures ------------------------------------------------------------------------
+
+    def _oldest_of(self, lane: str) -> datetime | None:
+        heap = self._oldest.get(lane)
+        if not heap:
+            return None
+        n = self._pending_n.get(lane, 0)
+        if len(heap) > 2 * n + self._slack:  # mostly entries of requests no longer pending: build it again
+            heap[:] = [(r.pending[4], rid) for rid, r in self._rows.items() if r.pending is not None and r.pending[0] == lane]
+            heapq.heapify(heap)
+        while heap:
+            submitted, rid = heap[0]
+            r = self._rows.get(rid)
+            if r is not None and r.pending is not None and r.pending[0] == lane and r.pending[4] == submitted:
+                return submitted
+            heapq.heappop(heap)
+        return None
+
+    def _figures(self, now: datetime, start: datetime) -> Demand:
+        lanes = {name: LaneDemand(name) for name in self._lane_names}
+        for (lane, key, up), (n, gpus) in self._pend.items():
+            ld = lanes.get(lane)
+            if ld is None:
+                continue
+            ld.pending += n
+            ld.gpus_pending[key] = ld.gpus_pending.get(key, 0) + gpus
+            if up:
+                ld.gpus_waiting_for_upstream[key] = ld.gpus_waiting_for_upstream.get(key, 0) + gpus
+        for (lane, key), (n, gpus) in self._act.items():
+            ld = lanes.get(lane)
+            if ld is not None:
+                ld.admitted += n
+                ld.gpus_in_use[key] = ld.gpus_in_use.get(key, 0) + gpus
+        for name, ld in lanes.items():
+            if ld.pending:
+                ld.oldest_submitted = self._oldest_of(name)
+            c = self._counted.get(name)
+            if c is not None:
+                ld.preemptions_total, ld.rejections_total = c
+            if name in self._reserved:
+                ld.budget_reserved = self._reserved[name]
+        demand = Demand(at=now, lanes=lanes, admitted_ends=list(self._ends.values()))
+        waits = demand.waits_s
+        kept = 0
+        for lane, submitted, first_at in self._firsts.values():
+            if first_at >= start:
+                kept += 1
+                waits.setdefault(lane, []).append(max(0.0, (first_at - submitted).total_seconds()))
+        if len(self._firsts) > 2 * kept + self._slack:  # most have left the window: forget them, and read again before it
+            self._firsts = {rid: f for rid, f in self._firsts.items() if f[2] >= start}
+            self._since = start
+        return demand
 
     def load(
         self,
@@ -228,14 +536,22 @@ class DemandCache:
     ) -> Demand:
         now = _utc(now or datetime.now(UTC))
         start = now - wait_window
+        budget_since = _utc(budget_since) if budget_since is not None else None
         with self._lock:
-            key = (ledger.newest_event_id(), id(policy), budget_since)
-            tally = self._tally
-            if tally is None or key != self._key or start < tally.since:
-                tally = _tally(ledger, policy, start, budget_since)
-                self._key, self._tally = key, tally
-                self.reads += 1
-        return _demand(tally, now, wait_window)
+            key = (id(policy), budget_since)
+            stale = (
+                key != self._key
+                or ledger is not self._ledger
+                or start < self._since
+                or (self._refresh_every is not None and time.monotonic() - self._read_at >= self._refresh_every)
+            )
+            if stale or not self._read_changes(ledger):
+                self._read_all(ledger, policy, start, budget_since)
+                self._key, self._ledger = key, ledger
+            return self._figures(now, start)
+
+
+_EMPTY = _Row(None, None, None, None, None)
 
 
 def percentile(values: list[float], q: float) -> float:
