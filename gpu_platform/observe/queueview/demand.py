@@ -213,25 +213,14 @@ _ROW_COLS = (
     state_table.c.rejections, state_table.c.max_cost, state_table.c.first_admitted_at, state_table.c.last_admitted_at,
 )
 _CHANGED_ROWS = sa.select(*_ROW_COLS).where(state_table.c.request_id.in_(sa.bindparam("rids", expanding=True)))
+_PENDING_ROWS = sa.select(
+    state_table.c.request_id, state_table.c.lane, state_table.c.gpu_type, state_table.c.reason_code,
+    state_table.c.gpu_count, state_table.c.submitted_at,
+).where(state_table.c.state.in_(PENDING_STATES))
 _PENDING_SET, _ACTIVE_SET = frozenset(PENDING_STATES), frozenset(ACTIVE_STATES)
 _MAX_GAPS = 32
 """Id ranges not seen yet below the newest seen event id that a scrape asks for again (more are merged)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """What one request adds to the figures (each part None: adds nothing there).
-
-    pending: (lane, flavor key, waits for upstream, GPUs, submitted); active: (lane, flavor key,
-    GPUs, expected end or None); counted: (lane, preemptions, rejections); reserved: (lane,
-    max_cost) when admitted in the budget period; first: (lane, submitted, first admitted) when
-    first admitted at or after the cache's `since`."""
-
-    pending: tuple[str, str, bool, int, datetime] | None
-    active: tuple[str, str, int, datetime | None] | None
-    counted: tuple[str, int, int] | None
-    reserved: tuple[str, Decimal] | None
-    first: tuple[str, datetime, datetime] | None
+_UPSTREAM = "WaitingForUpstream"
 
 
 class DemandCache:
@@ -240,15 +229,18 @@ class DemandCache:
 
     The first call reads every state row that adds to the figures (pending, admitted, ever
     preempted or rejected, admitted in the budget period, first admitted in the wait window) and
-    keeps each one's part beside the sums (counts and GPUs per lane and flavor, per-lane counters,
-    budget reserved, expected ends, first admissions, a heap of pending submission times per lane
-    for the oldest wait). Every later call asks the event log for the events after the newest id
-    it has seen (one indexed range; nothing new: nothing else is read), reads the state rows of
-    the requests those events touched, and replaces their parts in the sums: O(changes), not
-    O(queue). The clock is applied anew on every call (oldest waits grow, first admissions leave
-    the wait window). Everything is read again when the policy or the budget period changed, the
-    wait window reaches back before what was read, more events arrived than re-reading would
-    cost, or `refresh_every` passed (a backstop).
+    keeps each one's part of them beside the sums: per request its pending part (lane, flavor
+    key, waits for upstream, GPUs, submitted), active part (lane, flavor, GPUs, expected end),
+    counted part (lane, preemptions, rejections), reserved part (lane, max_cost) and first
+    admission; the sums are counts and GPUs per lane and flavor, per-lane counters and budget,
+    and a heap of pending submission times per lane for the oldest wait. Every later call asks
+    the event log for the events after the newest id it has seen (one indexed range: nothing new,
+    nothing else is read), reads the state rows of the requests those events touched, and
+    replaces their parts in the sums: O(changes), not O(queue). The clock is applied anew on
+    every call (oldest waits grow, first admissions leave the wait window). Everything is read
+    again when the policy or the budget period changed, the wait window reaches back before what
+    was read, more events arrived than applying them one by one would be worth, or
+    `refresh_every` passed (a backstop).
 
     Event ids come from a sequence that PostgreSQL hands out before commit, so a transaction may
     commit after one with a higher id: ids missing below the newest seen are asked for again on
@@ -267,7 +259,7 @@ class DemandCache:
         """refresh_every: read everything again after this long (None: only when needed).
         gap_ttl: how long ids missing below the newest seen are asked for again.
         changes_limit: more new events than this in one call are not applied one by one but read
-        in full (None: 2,000 or half the requests kept, whichever is more).
+        in full (None: 2,000 or a quarter of the requests kept, whichever is more).
         slack: stale entries (heap entries of requests no longer pending, first admissions out of
         the window) kept beyond twice the live ones before they are dropped."""
         self._lock = threading.Lock()
@@ -291,13 +283,17 @@ class DemandCache:
         self._known = set(self._lane_names)
         self._since, self._budget_since = since, budget_since
         self._flavor: dict[tuple[str, str | None], str] = {}
-        self._rows: dict[str, _Row] = {}
+        # each request's parts
+        self._p: dict[str, tuple[str, str, bool, int, datetime]] = {}
+        self._a: dict[str, tuple[str, str, int, datetime | None]] = {}
+        self._c: dict[str, tuple[str, int, int]] = {}
+        self._b: dict[str, tuple[str, Decimal]] = {}
+        self._firsts: dict[str, tuple[str, datetime, datetime]] = {}
+        # the sums
         self._pend: dict[tuple[str, str, bool], list[int]] = {}
         self._act: dict[tuple[str, str], list[int]] = {}
-        self._ends: dict[str, tuple[str, int, datetime]] = {}
         self._counted: dict[str, list[int]] = {}
         self._reserved: dict[str, Decimal] = {}
-        self._firsts: dict[str, tuple[str, datetime, datetime]] = {}
         self._oldest: dict[str, list[tuple[datetime, str]]] = {}
         self._pending_n: dict[str, int] = {}
         self._high = 0
@@ -305,15 +301,22 @@ class DemandCache:
         """(first id, last id, monotonic time noticed) of ids not seen below `_high`"""
         self._read_at = time.monotonic()
 
-    def _row(self, r: sa.Row) -> tuple[str, _Row]:
-        rid, lane, gpu_type, code, gpus, submitted, state, flavor, updated, expected_s, pre, rej, cost, first_at, last_at = r
+    def _key_of(self, lane: str, gpu_type: str | None) -> str:
+        key = self._flavor.get((lane, gpu_type))
+        if key is None:
+            key = self._flavor[(lane, gpu_type)] = demand_flavor(self._policy, lane, gpu_type) or "unknown"
+        return key
+
+    def _parts(self, r: sa.Row) -> tuple:
+        """A state row's parts: (pending, active, counted, reserved, first), each None when it
+        adds nothing there. The pending part keeps the submission time as the database returns
+        it (naive on SQLite, aware on PostgreSQL: one kind per database, so they order; made UTC
+        only for the oldest)."""
+        _, lane, gpu_type, code, gpus, submitted, state, flavor, updated, expected_s, pre, rej, cost, first_at, last_at = r
         gpus = int(gpus or 0)
         pending = active = counted = reserved = first = None
         if state in _PENDING_SET:
-            key = self._flavor.get((lane, gpu_type))
-            if key is None:
-                key = self._flavor[(lane, gpu_type)] = demand_flavor(self._policy, lane, gpu_type) or "unknown"
-            pending = (lane, key, code == "WaitingForUpstream", gpus, _utc(submitted))
+            pending = (lane, self._key_of(lane, gpu_type), code == _UPSTREAM, gpus, submitted)
         elif state in _ACTIVE_SET:
             end = _utc(updated) + timedelta(seconds=expected_s) if expected_s is not None else None
             active = (lane, flavor or "unknown", gpus, end)
@@ -325,112 +328,134 @@ class DemandCache:
             first_at = _utc(first_at)
             if first_at >= self._since:
                 first = (lane, _utc(submitted), first_at)
-        return rid, _Row(pending, active, counted, reserved, first)
+        return pending, active, counted, reserved, first
 
-    def _apply(self, rid: str, new: _Row | None) -> None:
-        """Replace request `rid`'s part of the figures with `new` (None: it adds nothing now)."""
-        if new == _EMPTY:
-            new = None
-        old = self._rows.get(rid)
+    def _set_pending(self, rid: str, new: tuple | None) -> None:
+        old = self._p.get(rid)
         if old == new:
             return
-        o_p = old.pending if old is not None else None
-        n_p = new.pending if new is not None else None
-        if o_p != n_p:
-            if o_p is not None:
-                lane, key, up, gpus, _ = o_p
-                g = self._pend[(lane, key, up)]
+        if old is not None:
+            lane, key, up, gpus, _ = old
+            g = self._pend[(lane, key, up)]
+            g[0] -= 1
+            g[1] -= gpus
+            if not g[0]:
+                del self._pend[(lane, key, up)]
+            self._pending_n[lane] -= 1
+            del self._p[rid]
+        if new is not None:
+            lane, key, up, gpus, submitted = new
+            g = self._pend.get((lane, key, up))
+            if g is None:
+                g = self._pend[(lane, key, up)] = [0, 0]
+            g[0] += 1
+            g[1] += gpus
+            self._pending_n[lane] = self._pending_n.get(lane, 0) + 1
+            self._p[rid] = new
+            if old is None or old[0] != lane or old[4] != submitted:
+                heapq.heappush(self._oldest.setdefault(lane, []), (submitted, rid))
+
+    def _apply(self, rid: str, parts: tuple | None) -> None:
+        """Replace request `rid`'s parts of the figures with `parts` (None: it adds nothing now)."""
+        pending, active, counted, reserved, first = parts if parts is not None else (None, None, None, None, None)
+        self._set_pending(rid, pending)
+        self._set_rest(rid, active, counted, reserved, first)
+
+    def _set_rest(self, rid: str, active: tuple | None, counted: tuple | None, reserved: tuple | None, first: tuple | None) -> None:
+        old = self._a.get(rid)
+        if old != active:
+            if old is not None:
+                g = self._act[(old[0], old[1])]
                 g[0] -= 1
-                g[1] -= gpus
+                g[1] -= old[2]
                 if not g[0]:
-                    del self._pend[(lane, key, up)]
-                self._pending_n[lane] -= 1
-            if n_p is not None:
-                lane, key, up, gpus, submitted = n_p
-                g = self._pend.setdefault((lane, key, up), [0, 0])
+                    del self._act[(old[0], old[1])]
+                del self._a[rid]
+            if active is not None:
+                g = self._act.setdefault((active[0], active[1]), [0, 0])
                 g[0] += 1
-                g[1] += gpus
-                self._pending_n[lane] = self._pending_n.get(lane, 0) + 1
-                if o_p is None or o_p[0] != lane or o_p[4] != submitted:
-                    heapq.heappush(self._oldest.setdefault(lane, []), (submitted, rid))
-        o_a = old.active if old is not None else None
-        n_a = new.active if new is not None else None
-        if o_a != n_a:
-            if o_a is not None:
-                g = self._act[(o_a[0], o_a[1])]
-                g[0] -= 1
-                g[1] -= o_a[2]
-                if not g[0]:
-                    del self._act[(o_a[0], o_a[1])]
-                self._ends.pop(rid, None)
-            if n_a is not None:
-                g = self._act.setdefault((n_a[0], n_a[1]), [0, 0])
-                g[0] += 1
-                g[1] += n_a[2]
-                if n_a[3] is not None and n_a[0] in self._known:
-                    self._ends[rid] = (n_a[1], n_a[2], n_a[3])
-        o_c = old.counted if old is not None else None
-        n_c = new.counted if new is not None else None
-        if o_c != n_c:
-            if o_c is not None:
-                c = self._counted[o_c[0]]
-                c[0] -= o_c[1]
-                c[1] -= o_c[2]
-            if n_c is not None:
-                c = self._counted.setdefault(n_c[0], [0, 0])
-                c[0] += n_c[1]
-                c[1] += n_c[2]
-        o_r = old.reserved if old is not None else None
-        n_r = new.reserved if new is not None else None
-        if o_r != n_r:
-            if o_r is not None:
-                self._reserved[o_r[0]] -= o_r[1]
-            if n_r is not None:
-                self._reserved[n_r[0]] = self._reserved.get(n_r[0], Decimal(0)) + n_r[1]
-        n_f = new.first if new is not None else None
-        if n_f is None:
+                g[1] += active[2]
+                self._a[rid] = active
+        old = self._c.get(rid)
+        if old != counted:
+            if old is not None:
+                c = self._counted[old[0]]
+                c[0] -= old[1]
+                c[1] -= old[2]
+                del self._c[rid]
+            if counted is not None:
+                c = self._counted.setdefault(counted[0], [0, 0])
+                c[0] += counted[1]
+                c[1] += counted[2]
+                self._c[rid] = counted
+        old = self._b.get(rid)
+        if old != reserved:
+            if old is not None:
+                self._reserved[old[0]] -= old[1]
+                del self._b[rid]
+            if reserved is not None:
+                self._reserved[reserved[0]] = self._reserved.get(reserved[0], Decimal(0)) + reserved[1]
+                self._b[rid] = reserved
+        if first is None:
             self._firsts.pop(rid, None)
         else:
-            self._firsts[rid] = n_f
-        if new is None:
-            self._rows.pop(rid, None)
-        else:
-            self._rows[rid] = new
+            self._firsts[rid] = first
 
     # --- reading the ledger -----------------------------------------------------------------
 
     def _read_all(self, ledger: Ledger, policy: Policy, since: datetime, budget_since: datetime | None) -> None:
         """Every state row that adds to the figures, with the newest event id read first (a row
-        changed while this reads has a newer event, applied by the next call)."""
+        changed while this reads has a newer event, applied by the next call). Pending requests,
+        most of the rows, are read with the few columns their part needs and summed in one pass."""
         self._reset(policy, since, budget_since)
         s = state_table
-        wheres = [
-            s.c.state.in_(PENDING_STATES + ACTIVE_STATES),
+        others = [
+            s.c.state.in_(ACTIVE_STATES),
             sa.or_(s.c.preemptions > 0, s.c.rejections > 0),
             s.c.first_admitted_at >= since,
         ]
         if budget_since is not None:
-            wheres.append(s.c.last_admitted_at >= budget_since)
+            others.append(s.c.last_admitted_at >= budget_since)
         with ledger.engine.connect() as conn:
             self._high = int(conn.execute(sa.select(sa.func.max(events_table.c.id))).scalar() or 0)
-            rows: dict[str, _Row] = {}
-            for where in wheres:
+            pending = conn.execute(_PENDING_ROWS).all()
+            rows: dict[str, sa.Row] = {}
+            for where in others:
                 for r in conn.execute(sa.select(*_ROW_COLS).where(where)):
-                    rid, row = self._row(r)
-                    rows[rid] = row
-        for rid, row in rows.items():
-            self._apply(rid, row)
+                    rows[r[0]] = r
+        p, pend, heaps, counts, flavor = self._p, self._pend, self._oldest, self._pending_n, self._flavor
+        for rid, lane, gpu_type, code, gpus, submitted in pending:
+            gpus, up = int(gpus or 0), code == _UPSTREAM
+            key = flavor.get((lane, gpu_type)) or self._key_of(lane, gpu_type)
+            p[rid] = (lane, key, up, gpus, submitted)
+            g = pend.get((lane, key, up))
+            if g is None:
+                g = pend[(lane, key, up)] = [0, 0]
+            g[0] += 1
+            g[1] += gpus
+            heap = heaps.get(lane)
+            if heap is None:
+                heap = heaps[lane] = []
+                counts[lane] = 0
+            heap.append((submitted, rid))
+            counts[lane] += 1
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        for rid, r in rows.items():
+            _, active, counted, reserved, first = self._parts(r)
+            self._set_rest(rid, active, counted, reserved, first)
         self.reads += 1
 
     def _read_changes(self, ledger: Ledger) -> bool:
         """Apply the events after the newest seen id (and any that landed in a gap below it);
-        False: more arrived than re-reading everything would cost (nothing applied)."""
+        False: more arrived than applying them one by one is worth (nothing applied)."""
         e = events_table
         now_m = time.monotonic()
         self._gaps = [g for g in self._gaps if now_m - g[2] < self._gap_ttl]
         newer = e.c.id > self._high
         where = sa.or_(newer, *(e.c.id.between(lo, hi) for lo, hi, _ in self._gaps)) if self._gaps else newer
-        limit = self._changes_limit if self._changes_limit is not None else max(2000, len(self._rows) // 2)
+        kept = len(self._p) + len(self._a)
+        limit = self._changes_limit if self._changes_limit is not None else max(2000, kept // 4)
         with ledger.engine.connect() as conn:
             found = conn.execute(sa.select(e.c.id, e.c.request_id).where(where).order_by(e.c.id).limit(limit + 1)).all()
             if not found:
@@ -445,7 +470,7 @@ class DemandCache:
         self._note_ids([i for i, _ in found], now_m)
         for rid in touched:
             r = rows.get(rid)
-            self._apply(rid, self._row(r)[1] if r is not None else None)
+            self._apply(rid, self._parts(r) if r is not None else None)
         self.updates += 1
         return True
 
@@ -480,13 +505,13 @@ class DemandCache:
             return None
         n = self._pending_n.get(lane, 0)
         if len(heap) > 2 * n + self._slack:  # mostly entries of requests no longer pending: build it again
-            heap[:] = [(r.pending[4], rid) for rid, r in self._rows.items() if r.pending is not None and r.pending[0] == lane]
+            heap[:] = [(p[4], rid) for rid, p in self._p.items() if p[0] == lane]
             heapq.heapify(heap)
         while heap:
             submitted, rid = heap[0]
-            r = self._rows.get(rid)
-            if r is not None and r.pending is not None and r.pending[0] == lane and r.pending[4] == submitted:
-                return submitted
+            p = self._p.get(rid)
+            if p is not None and p[0] == lane and p[4] == submitted:
+                return _utc(submitted)
             heapq.heappop(heap)
         return None
 
@@ -513,7 +538,9 @@ class DemandCache:
                 ld.preemptions_total, ld.rejections_total = c
             if name in self._reserved:
                 ld.budget_reserved = self._reserved[name]
-        demand = Demand(at=now, lanes=lanes, admitted_ends=list(self._ends.values()))
+        known = self._known
+        ends = [(key, gpus, end) for lane, key, gpus, end in self._a.values() if end is not None and lane in known]
+        demand = Demand(at=now, lanes=lanes, admitted_ends=ends)
         waits = demand.waits_s
         kept = 0
         for lane, submitted, first_at in self._firsts.values():
@@ -550,8 +577,6 @@ class DemandCache:
                 self._key, self._ledger = key, ledger
             return self._figures(now, start)
 
-
-_EMPTY = _Row(None, None, None, None, None)
 
 
 def percentile(values: list[float], q: float) -> float:
