@@ -5,8 +5,9 @@ at 100,000 pending requests: it groups the ledger's state table (`gp_request_sta
 request) by lane, GPU type and state in SQL, and reads admitted requests one row each for their
 expected end (admission time + `expected_duration`, a column of the table). Counts of
 preemptions and rejections are the requests' own counts of those append-only events, so they
-only ever grow (Prometheus counters). `DemandCache` serves the last figures again while the
-ledger's newest event id stays the same.
+only ever grow (Prometheus counters). `DemandCache` keeps the figures and each request's part
+of them, and brings them up to date from the events written since it last looked (only the
+requests those touched are read again).
 """
 
 from __future__ import annotations
@@ -288,7 +289,8 @@ class DemandCache:
         self._a: dict[str, tuple[str, str, int, datetime | None]] = {}
         self._c: dict[str, tuple[str, int, int]] = {}
         self._b: dict[str, tuple[str, Decimal]] = {}
-        self._firsts: dict[str, tuple[str, datetime, datetime]] = {}
+        self._firsts: dict[str, tuple[str, datetime, float]] = {}
+        """request id -> (lane, first admitted, its wait in seconds)"""
         # the sums
         self._pend: dict[tuple[str, str, bool], list[int]] = {}
         self._act: dict[tuple[str, str], list[int]] = {}
@@ -327,7 +329,7 @@ class DemandCache:
         if first_at is not None:
             first_at = _utc(first_at)
             if first_at >= self._since:
-                first = (lane, _utc(submitted), first_at)
+                first = (lane, first_at, max(0.0, (first_at - _utc(submitted)).total_seconds()))
         return pending, active, counted, reserved, first
 
     def _set_pending(self, rid: str, new: tuple | None) -> None:
@@ -543,12 +545,15 @@ class DemandCache:
         demand = Demand(at=now, lanes=lanes, admitted_ends=ends)
         waits = demand.waits_s
         kept = 0
-        for lane, submitted, first_at in self._firsts.values():
+        for lane, first_at, wait_s in self._firsts.values():
             if first_at >= start:
                 kept += 1
-                waits.setdefault(lane, []).append(max(0.0, (first_at - submitted).total_seconds()))
+                w = waits.get(lane)
+                if w is None:
+                    w = waits[lane] = []
+                w.append(wait_s)
         if len(self._firsts) > 2 * kept + self._slack:  # most have left the window: forget them, and read again before it
-            self._firsts = {rid: f for rid, f in self._firsts.items() if f[2] >= start}
+            self._firsts = {rid: f for rid, f in self._firsts.items() if f[1] >= start}
             self._since = start
         return demand
 
