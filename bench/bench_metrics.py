@@ -3,11 +3,12 @@ scrapes, wall and CPU time.
 
 Run: .venv/bin/python bench/bench_metrics.py [--sizes 10000,100000] [--admitted 500] [--runs 7] [--profile N]
 Each pending request has a `submitted` and a `waiting` event, each admitted one a `submitted`
-and an `admitted` event (as after a gate tick), on a real SQLite ledger. Three scrapes are timed:
+and an `admitted` event (as after a gate tick), on a real SQLite ledger. These scrapes are timed:
 - `median_ms`: the collector plus prometheus-client's text exposition in process, the ledger
   unchanged since the last scrape (a scrape between two gate ticks that changed nothing);
 - `changed_median_ms`: the same, with one new ledger event before each scrape (written outside
-  the timing), so every scrape aggregates the state table again (a scrape after a busy tick);
+  the timing), so every scrape has a change to apply (a scrape after a tick that moved one
+  request);
 - `burst_median_ms`: the same, with a busy tick's worth of changes (1,000 requests' `waiting`
   events, in one transaction) before each scrape;
 - `first_ms`: the first scrape of a new registry, once (a restarted server reads the queue in full);
