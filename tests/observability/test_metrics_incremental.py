@@ -229,3 +229,23 @@ def test_many_gaps_are_merged_and_still_filled(sqlite_url, policy):
     assert sum(ld.admitted for ld in kept.lanes.values()) == 48
     assert _figures(kept) == _figures(load_demand(walk.led, policy, walk.now, wait_window=WINDOW))
     assert (cache.reads, cache._gaps) == (1, [])
+
+
+def test_a_gap_older_than_its_ttl_is_left_to_the_backstop_read(sqlite_url, policy):
+    walk = _Walk(sqlite_url, policy, 10)
+    walk.submit(4)
+    rids = sorted(walk.states())
+    cache = DemandCache(gap_ttl=timedelta(0))  # gaps forgotten at once: a late commit below is not seen
+    cache.load(walk.led, policy, walk.now, wait_window=WINDOW)
+    top = walk.led.newest_event_id()
+    _write_with_id(walk.led, [_event(rids[0], walk.at(), top + 2)])
+    cache.load(walk.led, policy, walk.now, wait_window=WINDOW)
+    _write_with_id(walk.led, [_event(rids[1], walk.at(), top + 1)])
+    missed = cache.load(walk.led, policy, walk.now, wait_window=WINDOW)
+    assert sum(ld.admitted for ld in missed.lanes.values()) == 1
+    backstop = DemandCache(gap_ttl=timedelta(0), refresh_every=timedelta(0))  # reads in full on every call
+    backstop.load(walk.led, policy, walk.now, wait_window=WINDOW)
+    kept = backstop.load(walk.led, policy, walk.now, wait_window=WINDOW)
+    assert backstop.reads == 2
+    assert sum(ld.admitted for ld in kept.lanes.values()) == 2
+    assert _figures(kept) == _figures(load_demand(walk.led, policy, walk.now, wait_window=WINDOW))
