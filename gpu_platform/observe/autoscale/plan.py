@@ -77,7 +77,11 @@ def plan_pools(policy: Policy, demand: Demand, now: datetime | None = None) -> l
     pending = demand.gpus_pending_by_flavor()
     blocked = demand.gpus_waiting_for_upstream_by_flavor()
     prov = cfg.provisioning
-    checked = {lane.name: set(lane_provisioned_flavors(policy, lane)) for lane in policy.lanes.values()}
+    checked = policy.derived.get("plan_pools_checked")
+    if checked is None:  # the policy's alone (it is frozen): computed once, not on every scrape
+        checked = policy.derived["plan_pools_checked"] = {
+            lane.name: frozenset(lane_provisioned_flavors(policy, lane)) for lane in policy.lanes.values()
+        }
     plans = []
     for pool, scaling in cfg.node_pools.items():
         flavors = tuple(f.name for f in policy.flavors if f.node_pool == pool)
