@@ -250,14 +250,13 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
                      "< 1 GiB, not growing with the file", fm["peak_rss_mib"] < 1024))
     cb = _find(by_name.get("chargeback", []), benchmark="chargeback_rebuild")
     if cb:
-        # issue 23 (part 7): <= 2x; judged on CPU seconds too, since wall time on the shared cores
-        # moves with the other load (both ratios are medians of the same alternating runs)
+        # issue 23 (part 7): <= 2x in wall seconds, what the user waits for (medians of the same
+        # alternating runs); the CPU ratio is shown beside it, never judged in its place
         cpu = cb["rebuild_cpu_s"] / cb["floor_cpu_s"] if cb.get("floor_cpu_s") else None
-        shown = f"{cb['ratio']}x ({cb['rebuild_s']} s / {cb['floor_s']} s)"
+        shown = f"{cb['ratio']}x wall ({cb['rebuild_s']} s / {cb['floor_s']} s)"
         if cpu is not None:
             shown += f"; CPU {cpu:.2f}x ({cb['rebuild_cpu_s']} s / {cb['floor_cpu_s']} s)"
-        rows.append(("chargeback rebuild / GROUP BY pod floor", shown, "<= 2x",
-                     cb["ratio"] <= 2 or (cpu is not None and cpu <= 2)))
+        rows.append(("chargeback rebuild / GROUP BY pod floor (wall)", shown, "<= 2x wall", cb["ratio"] <= 2))
         wt = cb.get("rebuild", {}).get("with_tests")
         if wt:
             rows.append(("chargeback data tests / build", f"{wt['tests_seconds']:.2f} s / {wt['seconds']:.2f} s ({wt['tests']} tests)",
