@@ -69,9 +69,16 @@ def test_concurrent_build_equals_one_model_at_a_time(tmp_path):
     assert concurrent[0].keys() == serial[0].keys() and len(serial[0]) > 40
     for table in serial[0]:
         assert concurrent[0][table] == serial[0][table], table
-    assert concurrent[1:] == serial[1:]
+    # results (and a rebuild's) in the serial order, whatever order the models finished in
+    assert concurrent[1] == serial[1] and concurrent[3] == serial[3]
     names = [n for n in p.order if not p.models[n].is_ephemeral]
     assert [n for n, _, _ in serial[2]] == names and [i for _, i, _ in serial[2]] == list(range(len(names)))
+    # concurrently: each model started once, numbered in start order, after every model it depends on
+    started = [n for n, _, _ in concurrent[2]]
+    assert sorted(started) == sorted(names) and [i for _, i, _ in concurrent[2]] == list(range(len(names)))
+    assert {t for _, _, t in concurrent[2]} == {len(names)}
+    for i, n in enumerate(started):
+        assert p._walk(n, lambda x: p.graph[x]) & set(names) <= set(started[:i]), n
     assert sum(r for _, r in serial[1]) > 200
     assert threads[1] == {threading.main_thread().name}
     assert len(threads[4]) > 1 and all(t.startswith("sqlmodels-build") for t in threads[4])

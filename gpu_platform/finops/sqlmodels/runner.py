@@ -636,14 +636,17 @@ class Project:
         With neither, only unpartitioned models and seeds can be built. Ephemeral models are
         inlined into their children and not built.
 
-        Models whose selected ancestors are built run at the same time, up to `workers` (default:
-        DuckDB's `threads` setting), each on its own cursor of `con` and in its own transaction, as
-        one at a time would (:meth:`build_model`). They start in the order a serial build uses
-        (`progress` is called in that order) and the results come back in it. After a failure no
-        other model starts; the ones already running finish (each commits or rolls back on its
-        own), and the first failure in that order is raised. A connection holding temporary
-        objects, session settings of its own or an open transaction builds one model at a time on
-        `con` itself (a cursor would not see them).
+        Models whose selected ancestors are all built run at the same time, up to `workers`
+        (default: DuckDB's `threads` setting), each on its own cursor of `con` and in its own
+        transaction, as one at a time would (:meth:`build_model`): a model starts only once every
+        selected model it depends on has committed. Of the ready ones, the one with the most
+        selected descendants starts first. `progress(name, i, total)` is called as each starts
+        (`i` counts the models started before it; with one worker, the serial order). The results
+        come back in the serial order whatever the order of completion. After a failure no other
+        model starts; the ones already running finish (each commits or rolls back on its own), and
+        the failure first in the serial order is raised. A connection holding temporary objects,
+        session settings of its own or an open transaction builds one model at a time on `con`
+        itself (a cursor would not see them).
         """
         names = [n for n in self.select(select) if not self.models[n].is_ephemeral]
         con.execute(BUILD_LOG_DDL)
@@ -668,6 +671,14 @@ class Project:
         # every selected ancestor (not only the parents): the same models precede a model as in
         # a serial build, whatever lies between them unselected
         waits_for = {n: self._walk(n, lambda x: self.graph[x]) & chosen for n in names}
+        children: dict[str, set[str]] = {n: set() for n in self.models}
+        for n, refs in self.graph.items():
+            for r in refs:
+                children[r].add(n)
+        # of the models ready to start, the one most others wait for first (then the serial order),
+        # so that a long chain such as int_gpu_busy's starts as early as it can
+        rank = {n: (-len(self._walk(n, lambda x: children[x]) & chosen), i) for i, n in enumerate(names)}
+        waiting = list(names)
         cursors = [con.cursor() for _ in range(workers)]
         idle: queue.SimpleQueue[duckdb.DuckDBPyConnection] = queue.SimpleQueue()
         for cur in cursors:
@@ -689,10 +700,12 @@ class Project:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sqlmodels-build") as pool:
                 try:
                     while True:
-                        # start models in the serial order while each one's ancestors are built
-                        while (not failures and started < len(names) and len(running) < workers
-                               and waits_for[names[started]] <= done):
-                            name = names[started]
+                        while not failures and len(running) < workers:
+                            ready = [n for n in waiting if waits_for[n] <= done]
+                            if not ready:
+                                break
+                            name = min(ready, key=rank.__getitem__)
+                            waiting.remove(name)
                             if progress:
                                 progress(name, started, len(names))
                             running[pool.submit(one, name)] = name
