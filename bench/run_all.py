@@ -257,14 +257,13 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
                      "< 1 GiB, not growing with the file", fm["peak_rss_mib"] < 1024))
     cb = _find(by_name.get("chargeback", []), benchmark="chargeback_rebuild")
     if cb:
-        # issue 23 (part 7): <= 2x; judged on CPU seconds too, since wall time on the shared cores
-        # moves with the other load (both ratios are medians of the same alternating runs)
+        # issue 23 (part 7): <= 2x in wall seconds, what the user waits for (medians of the same
+        # alternating runs); the CPU ratio is shown beside it, never judged in its place
         cpu = cb["rebuild_cpu_s"] / cb["floor_cpu_s"] if cb.get("floor_cpu_s") else None
-        shown = f"{cb['ratio']}x ({cb['rebuild_s']} s / {cb['floor_s']} s)"
+        shown = f"{cb['ratio']}x wall ({cb['rebuild_s']} s / {cb['floor_s']} s)"
         if cpu is not None:
             shown += f"; CPU {cpu:.2f}x ({cb['rebuild_cpu_s']} s / {cb['floor_cpu_s']} s)"
-        rows.append(("chargeback rebuild / GROUP BY pod floor", shown, "<= 2x",
-                     cb["ratio"] <= 2 or (cpu is not None and cpu <= 2)))
+        rows.append(("chargeback rebuild / GROUP BY pod floor (wall)", shown, "<= 2x wall", cb["ratio"] <= 2))
         wt = cb.get("rebuild", {}).get("with_tests")
         if wt:
             rows.append(("chargeback data tests / build", f"{wt['tests_seconds']:.2f} s / {wt['seconds']:.2f} s ({wt['tests']} tests)",
@@ -371,8 +370,22 @@ NOTES = """## Notes
   The bench: 1.64x the floor in CPU seconds (1.55 s / 0.946 s), 2.01x in wall seconds under a load
   average of ~16 on the 2 cores; a one-day rebuild costs the same CPU as before parts 1-6 (1.00x, 1.106 s against 1.11 s,
   medians of 5 alternating runs of both trees).
-  What is left: ~50 models at 15-60 ms each (planning and writing each table) and `int_gpu_busy`;
-  docs/finops.md ("Performance").
+  Then the wall target: the idle machine had the month's rebuild at 2.75x the floor in wall seconds
+  (1.218 s / 0.442 s) though 1.67x in CPU: the floor keeps both DuckDB threads busy, the rebuild ran
+  its 53 models one at a time. Profile (serial 30-day rebuild, every statement timed, CPU ms of
+  1,272): the models' statements 898, commits 233 (mostly the one automatic checkpoint, at
+  `int_gpu_busy`'s commit), `model_builds` rows 81, a `count(*)` per model 32, `describe` 25;
+  Python under 10; `int_gpu_busy` 314, the critical path through it to `budget_burn` ~0.64 s. Now
+  independent models run at the same time, one cursor and transaction each, up to DuckDB's
+  `threads` (a model starts once every selected model it depends on has committed; a failing
+  model rolls back alone and stops the rest from starting), and a new table's row count is its
+  `create ... as` answer. The per-model costs scheduled on two workers take 0.59-0.61 of the
+  serial time; CPU about the same (medians of 5 alternating runs of both trees under load 3.5-5:
+  1.53 -> 1.77 s and 1.98 -> 2.04 s; DuckDB skips its automatic checkpoint while another write
+  transaction is open, so the timed build checkpoints a larger WAL). All 66 tables equal the
+  serial build's. This row is judged on the wall ratio only, the CPU ratio shown beside it (it
+  had been met when either was <= 2). What is left: `int_gpu_busy`'s chain (the critical path);
+  docs/finops.md ("Performance", "Models at the same time").
 - Demo pricing: a pricing run is one in-process Dagster run of 51 steps (every ingest and cost
   asset, one step each for the whole range). Most of a one-day run is the fixed cost of those
   steps, not the day's data: Dagster's SQLite event log commits each of the run's ~3,500

@@ -26,9 +26,11 @@ error and the time of the last successful build, so a report can say which day i
 
 from __future__ import annotations
 
+import queue
 import re
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from graphlib import CycleError, TopologicalSorter
@@ -92,6 +94,45 @@ def record_build(
     except BaseException:
         con.execute("rollback")
         raise
+
+
+def _count(con: duckdb.DuckDBPyConnection, cur: duckdb.DuckDBPyConnection, table: str) -> int:
+    """The rows a `create table ... as` just wrote: DuckDB answers the statement with one `Count`
+    row (as for an insert), so the table is not scanned again; counted when a version does not."""
+    desc = cur.description
+    if desc and len(desc) == 1 and desc[0][0].lower() == "count":
+        (row,) = cur.fetchall()
+        return int(row[0])
+    return int(con.execute(f"select count(*) from {table}").fetchall()[0][0])
+
+
+def _workers(con: duckdb.DuckDBPyConnection, workers: int | None, models: int) -> int:
+    """How many models :meth:`Project.build` runs at a time on `con`: `workers` (default: DuckDB's
+    `threads`), at most one per model; 1 when `con` holds what its cursors would not see (temporary
+    tables or views, a session setting of its own, an open transaction)."""
+    if workers is None:
+        workers = int(con.execute("select current_setting('threads')").fetchall()[0][0])
+    workers = max(1, min(workers, models))
+    if workers == 1:
+        return 1
+    temporary = con.execute(
+        "select (select count(*) from duckdb_tables() where temporary)"
+        " + (select count(*) from duckdb_views() where temporary and not internal)").fetchall()[0][0]
+    if temporary:
+        return 1
+    probe = con.cursor()
+    try:
+        settings = "select name, value from duckdb_settings() order by name"
+        if con.execute(settings).fetchall() != probe.execute(settings).fetchall():
+            return 1
+    finally:
+        probe.close()
+    try:
+        con.execute("begin transaction")
+    except duckdb.TransactionException:
+        return 1  # the caller's transaction: built on con, as before
+    con.execute("rollback")
+    return workers
 
 
 def _main_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -526,9 +567,9 @@ class Project:
         con.execute("begin transaction")
         try:
             if m.is_seed:
-                con.execute(f"create or replace table {m.name} as select * from read_csv($path, header = true)",
-                            {"path": str(m.seed_path)})
-                rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+                rows = _count(con, con.execute(
+                    f"create or replace table {m.name} as select * from read_csv($path, header = true)",
+                    {"path": str(m.seed_path)}), m.name)
                 created = True
             elif m.partition_by:
                 assert span is not None
@@ -536,8 +577,8 @@ class Project:
                 created = m.name not in tables
                 if created:
                     # a new table holds nothing to replace: made from the query at once (planned once)
-                    con.execute(f"create table {m.name} as select * from ({m.sql})", params)
-                    rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+                    rows = _count(con, con.execute(f"create table {m.name} as select * from ({m.sql})", params),
+                                  m.name)
                 else:
                     created = self._add_new_columns(con, m, params)
                     con.execute(f"delete from {m.name} where {m.partition_by} between $day_from and $day_to",
@@ -546,8 +587,7 @@ class Project:
                                        params).fetchall()[0][0]
             else:
                 params = self.bind(m, span, variables)
-                con.execute(f"create or replace table {m.name} as {m.sql}", params)
-                rows = con.execute(f"select count(*) from {m.name}").fetchall()[0][0]
+                rows = _count(con, con.execute(f"create or replace table {m.name} as {m.sql}", params), m.name)
                 created = True
             if created:
                 self._check_columns(con, m)
@@ -588,23 +628,109 @@ class Project:
     def build(
         self, con: duckdb.DuckDBPyConnection, day: str | date | None = None, select: Iterable[str] | None = None,
         progress: Progress | None = None, variables: dict[str, Any] | None = None,
-        days: tuple[str | date, str | date] | None = None,
+        days: tuple[str | date, str | date] | None = None, *, workers: int | None = None,
     ) -> list[ModelResult]:
         """Build the selected models (all by default) in dependency order for `day`, or for every
         day of `days` = (first, last) at once (a backfill: one statement per model).
 
         With neither, only unpartitioned models and seeds can be built. Ephemeral models are
         inlined into their children and not built.
+
+        Models whose selected ancestors are all built run at the same time, up to `workers`
+        (default: DuckDB's `threads` setting), each on its own cursor of `con` and in its own
+        transaction, as one at a time would (:meth:`build_model`): a model starts only once every
+        selected model it depends on has committed. Of the ready ones, the one with the most
+        selected descendants starts first. `progress(name, i, total)` is called as each starts
+        (`i` counts the models started before it; with one worker, the serial order). The results
+        come back in the serial order whatever the order of completion. After a failure no other
+        model starts; the ones already running finish (each commits or rolls back on its own), and
+        the failure first in the serial order is raised. A connection holding temporary objects,
+        session settings of its own or an open transaction builds one model at a time on `con`
+        itself (a cursor would not see them).
         """
         names = [n for n in self.select(select) if not self.models[n].is_ephemeral]
-        results = []
         con.execute(BUILD_LOG_DDL)
         tables = _main_tables(con)  # read once: each model's build adds its own
-        for i, name in enumerate(names):
-            if progress:
-                progress(name, i, len(names))
-            results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
-        return results
+        workers = _workers(con, workers, len(names))
+        if workers <= 1:
+            results = []
+            for i, name in enumerate(names):
+                if progress:
+                    progress(name, i, len(names))
+                results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
+            return results
+        return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
+
+    def _build_concurrently(
+        self, con: duckdb.DuckDBPyConnection, names: list[str], workers: int, tables: set[str],
+        day: str | date | None, progress: Progress | None, variables: dict[str, Any] | None,
+        days: tuple[str | date, str | date] | None,
+    ) -> list[ModelResult]:
+        """:meth:`build` with up to `workers` models at a time (see there)."""
+        chosen = set(names)
+        # every selected ancestor (not only the parents): the same models precede a model as in
+        # a serial build, whatever lies between them unselected
+        waits_for = {n: self._walk(n, lambda x: self.graph[x]) & chosen for n in names}
+        children: dict[str, set[str]] = {n: set() for n in self.models}
+        for n, refs in self.graph.items():
+            for r in refs:
+                children[r].add(n)
+        # of the models ready to start, the one most others wait for first (then the serial order),
+        # so that a long chain such as int_gpu_busy's starts as early as it can
+        rank = {n: (-len(self._walk(n, lambda x: children[x]) & chosen), i) for i, n in enumerate(names)}
+        waiting = list(names)
+        cursors = [con.cursor() for _ in range(workers)]
+        idle: queue.SimpleQueue[duckdb.DuckDBPyConnection] = queue.SimpleQueue()
+        for cur in cursors:
+            idle.put(cur)
+
+        def one(name: str) -> ModelResult:
+            cur = idle.get()
+            try:
+                return self.build_model(cur, name, day, variables, days, known_tables=tables)
+            finally:
+                idle.put(cur)
+
+        results: dict[str, ModelResult] = {}
+        failures: dict[str, BaseException] = {}
+        running: dict[Future[ModelResult], str] = {}
+        done: set[str] = set()
+        started = 0
+        try:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sqlmodels-build") as pool:
+                try:
+                    while True:
+                        while not failures and len(running) < workers:
+                            ready = [n for n in waiting if waits_for[n] <= done]
+                            if not ready:
+                                break
+                            name = min(ready, key=rank.__getitem__)
+                            waiting.remove(name)
+                            if progress:
+                                progress(name, started, len(names))
+                            running[pool.submit(one, name)] = name
+                            started += 1
+                        if not running:
+                            break
+                        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            name = running.pop(fut)
+                            exc = fut.exception()
+                            if exc is None:
+                                results[name] = fut.result()
+                                done.add(name)
+                            else:
+                                failures[name] = exc
+                except BaseException:
+                    for cur in cursors:  # stop what is running (each rolls back), then leave
+                        cur.interrupt()
+                    raise
+        finally:
+            for cur in cursors:
+                cur.close()
+        if failures:
+            raise failures[next(n for n in names if n in failures)]
+        return [results[n] for n in names]
 
     def run_tests(
         self, con: duckdb.DuckDBPyConnection, day: str | date | None = None, select: Iterable[str] | None = None,
