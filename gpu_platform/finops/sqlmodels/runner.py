@@ -122,7 +122,13 @@ def _workers(con: duckdb.DuckDBPyConnection, workers: int | None, models: int) -
         return 1
     probe = con.cursor()
     try:
-        settings = "select name, value from duckdb_settings() order by name"
+        # the progress bar is the client's display, not the build's: a cursor of a connection made
+        # where no terminal is (pytest-xdist, a Dagster step) starts with it on while the connection
+        # has it off, which is no reason to build one model at a time
+        settings = (
+            "select name, value from duckdb_settings() where name not in "
+            "('enable_progress_bar', 'enable_progress_bar_print', 'progress_bar_time') order by name"
+        )
         if con.execute(settings).fetchall() != probe.execute(settings).fetchall():
             return 1
     finally:
