@@ -36,6 +36,7 @@ from gpu_platform.gate.tick import (
     RunInfo,
     TickPlan,
     budget_period_start,
+    gc_paused,
     plan_tick,
     reconcile,
     record_plan,
@@ -382,6 +383,16 @@ def _partition_requests(launches: list[Launch]) -> list[Any]:
 
 
 def _admission_sensor(
+    context: dg.SensorEvaluationContext,
+    ledger: LedgerResource,
+    policy: PolicyResource,
+    settings: PlatformSettings,
+) -> dg.SensorResult | dg.SkipReason:
+    with gc_paused():
+        return _admission_tick(context, ledger, policy, settings)
+
+
+def _admission_tick(
     context: dg.SensorEvaluationContext,
     ledger: LedgerResource,
     policy: PolicyResource,

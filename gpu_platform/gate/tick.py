@@ -11,7 +11,9 @@ that launch happen at most once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import gc
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -47,6 +49,24 @@ TAG_TARGET = "gpu-platform/target"
 """The request's human name, owner and target on its runs: Dagster runs have no name of their
 own, so the run list shows these tags (and filters by them: `gpu-platform/owner=ana@example.com`)."""
 TAG_PRIORITY = PRIORITY_TAG
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for one tick (as the engine pauses it for its cycles).
+
+    A tick allocates some objects per live request (states, waits, queue rows) that live until
+    the tick ends and die by reference counting; with the collector running they are promoted
+    to the oldest generation and set off full collections, which walk every object the process
+    holds (the parsed requests and workloads kept between ticks): 0.16 s every other tick at
+    5,000 pending. What a tick leaves behind is collected after it as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def run_key(request_id: str, attempt: int) -> str:
