@@ -205,6 +205,8 @@ def held_preemptors(states: Iterable[RequestState], holding: Mapping[str, str]) 
     created only once the victims the gate chose (under the lane rules) have released their
     quota, so Kueue finds room and preempts nothing.
     """
+    if not holding:  # only a request still stopping can hold its preemptor back
+        return {}
     by_preemptor: dict[str, list[str]] = {}
     states = list(states)
     for s in states:
@@ -241,17 +243,24 @@ def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInf
     a producer that failed is not waited for (the release checks then refuse the gap).
     """
     states = list(states)
+    # only the outputs some pending request takes as input can make one wait (most take none)
+    inputs: list[tuple[RequestState, tuple[str, ...]]] = []
+    for s in states:
+        if s.state in PENDING_STATES:
+            ids = _input_ids(s.request)
+            if ids:
+                inputs.append((s, ids))
+    if not inputs:
+        return {}
+    wanted = {i for _, ids in inputs for i in ids}
     producers: dict[str, RequestState] = {}
     for s in states:
         for out in s.request.output_artifact_ids:
-            producers[out] = s
+            if out in wanted:
+                producers[out] = s
     blocked: dict[str, PendingInfo] = {}
-    for s in states:
-        if s.state not in PENDING_STATES:
-            continue
-        waits_on = [
-            (i, producers[i]) for i in _input_ids(s.request) if i in producers and producers[i].request_id != s.request_id
-        ]
+    for s, ids in inputs:
+        waits_on = [(i, producers[i]) for i in ids if i in producers and producers[i].request_id != s.request_id]
         if waits_on:
             what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
             blocked[s.request_id] = _held(s, "WaitingForUpstream", f"needs {what}")
@@ -279,9 +288,13 @@ def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[st
     not a member of a roster role that may approve that kind and that no such member has approved
     (`gpu-platform approve --kind incident`): they wait with reason `ApprovalRequired`, naming
     the approver and the roles, and take no quota."""
+    # a lane without `requires_approval` holds nothing back (`admission_approval_problem` says None)
+    lanes = {name for name, lane in policy.lanes.items() if lane.requires_approval is not None}
     held: dict[str, PendingInfo] = {}
+    if not lanes:
+        return held
     for s in states:
-        if s.state not in PENDING_STATES:
+        if s.state not in PENDING_STATES or (s.request.lane or "") not in lanes:
             continue
         why = admission_approval_problem(policy, s.request, s.approvals or (), s.request_id)
         if why:
@@ -324,14 +337,9 @@ def plan_tick(
     unapproved = awaiting_approval(policy, states)
     upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
     held = {k: v for k, v in held_preemptors(states, holding).items() if k not in unapproved}
-    states = [
-        s
-        for s in states
-        if s.request_id not in skip
-        and s.request_id not in upstream
-        and s.request_id not in held
-        and s.request_id not in unapproved
-    ]
+    out = skip | upstream.keys() | held.keys() | unapproved.keys()
+    if out:
+        states = [s for s in states if s.request_id not in out]
     by_id = {s.request_id: s for s in states}
     state = build_state(policy, states, now, checkpointed, spent, holding, node_model, team_usage)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
