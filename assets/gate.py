@@ -262,8 +262,12 @@ def _queue_materialization(
     """The `gpu_queue` materialization when the queue changed since the last one (or it is
     QUEUE_REFRESH_S old), and the sensor's next cursor; writes the per-lane view `/metrics` reads
     on every tick."""
-    current = {s.request_id: s.attempts for s in states}
-    running = {r.request_id for r in runs if r.status == "active" and current.get(r.request_id) == r.attempt}
+    by_req = {s.request_id: s for s in states}
+    running = {
+        r.request_id
+        for r in runs
+        if r.status == "active" and (s := by_req.get(r.request_id)) is not None and s.attempts == r.attempt
+    }
     snaps = lane_snapshots(
         pol,
         states,

@@ -259,7 +259,12 @@ def waiting_for_upstream(states: Iterable[RequestState]) -> dict[str, PendingInf
             if out in wanted:
                 producers[out] = s
     blocked: dict[str, PendingInfo] = {}
+    if not producers:
+        return blocked
+    produced = producers.keys()
     for s, ids in inputs:
+        if produced.isdisjoint(ids):
+            continue
         waits_on = [(i, producers[i]) for i in ids if i in producers and producers[i].request_id != s.request_id]
         if waits_on:
             what = ", ".join(f"{i} from {p.request_id} ({p.state})" for i, p in waits_on)
@@ -478,7 +483,11 @@ def reconcile(
     for r in runs:
         by_req.setdefault(r.request_id, []).append(r)
     for s in states:
-        mine = by_req.get(s.request_id, [])
+        mine = by_req.get(s.request_id)
+        if mine is None:
+            if s.state not in ACTIVE_STATES:
+                continue  # no run and none due: nothing to settle (most of a long queue)
+            mine = []
         current = s.attempts if s.state in ACTIVE_STATES else None
         for r in mine:
             if r.status == "active" and r.attempt != current:
