@@ -422,11 +422,11 @@ def record_plan(ledger: Ledger, plan: TickPlan, states: list[RequestState], host
         rows.append((r.name, "rejected", f"{r.reason_code}: {r.message}", None, None, None))
     for w in plan.waits:
         prev = by_id.get(w.name)
+        if prev is not None and prev.state == "waiting" and prev.reason == w.message and prev.details.get("position") == w.position:
+            continue
         details = {"position": w.position, "of": w.of, "reason_code": w.reason_code, "condition": w.condition}
         if w.estimated_start is not None:
             details["estimated_start"] = datetime.fromtimestamp(w.estimated_start, UTC).isoformat()
-        if prev is not None and prev.state == "waiting" and prev.reason == w.message and prev.details.get("position") == w.position:
-            continue
         rows.append((w.name, "waiting", w.message, None, None, details))
     return ledger.record_many(rows)
 

@@ -149,6 +149,8 @@ state_table = sa.Table(
         sqlite_where=sa.text("preemptions > 0 or rejections > 0"),
         postgresql_where=sa.text("preemptions > 0 or rejections > 0"),
     ),
+    # each row's version by state, for `Ledger.states`' first read: from the index alone
+    sa.Index("ix_gp_request_state_versions", "state", "seq", "request_id", "last_event_id", "approvals"),
 )
 """One row per request: its latest state event (`state` ... `updated_at`, `state_event_id`: that
 event's id; `reason_code`: the Kueue-style code its reason begins with, `""` when none) and
@@ -516,6 +518,23 @@ def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 20) -> N
             time.sleep(min(0.5, 0.02 * (attempt + 1)))
 
 
+_VERSIONS_INDEX = next(ix for ix in state_table.indexes if ix.name == "ix_gp_request_state_versions")
+
+
+def _create_index(index: sa.Index, engine: sa.Engine, attempts: int = 20) -> None:
+    """An index added after its table: `create_all` makes only missing tables, so a ledger whose
+    state table predates the index gets it here (once; a concurrent first use that made it first
+    is an "already exists", as for `create_tables`)."""
+    for attempt in range(attempts):
+        try:
+            index.create(engine, checkfirst=True)
+            return
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
+            if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
+                raise
+            time.sleep(min(0.5, 0.02 * (attempt + 1)))
+
+
 class Ledger:
     """Append-only request ledger over one SQLAlchemy engine."""
 
@@ -526,6 +545,7 @@ class Ledger:
         self._states: dict[str, tuple[tuple[int, int], RequestState]] = {}
         """request id -> ((seq, last_event_id) of its state row, the RequestState built from it)"""
         create_tables(metadata, self.engine)
+        _create_index(_VERSIONS_INDEX, self.engine)
         with self.engine.connect() as conn:
             n_req = conn.execute(sa.select(sa.func.count()).select_from(requests_table)).scalar_one()
             n_state = conn.execute(sa.select(sa.func.count()).select_from(state_table)).scalar_one()
@@ -828,7 +848,7 @@ class Ledger:
         with self.engine.connect() as conn:
             out: list[RequestState | None] = []
             todo: dict[str, int] = {}
-            for rid, seq, last, approvals in conn.execute(versions):
+            for rid, seq, last, approvals in conn.execute(versions).all():
                 hit = cache.get(rid) if not approvals else None
                 if hit is not None and hit[0] == (seq, last):
                     out.append(hit[1])
@@ -865,7 +885,14 @@ class Ledger:
         """The RequestStates of full state `rows` into `out` (at `todo[request_id]`), kept by version."""
         e = events_table
         cache = self._states
-        payloads = self._payloads(conn, [row.request_id for row in rows])
+        # a request row never changes once written: a state row seen before under the same seq
+        # (its request's row) keeps the request parsed then, and its payload is not read again
+        known: dict[str, JobRequest] = {}
+        for row in rows:
+            hit = cache.get(row.request_id)
+            if hit is not None and hit[0][0] == row.seq:
+                known[row.request_id] = hit[1].request
+        payloads = self._payloads(conn, [row.request_id for row in rows if row.request_id not in known])
         approvals: dict[str, list[dict[str, Any]]] = {}
         for chunk in _chunks([row.request_id for row in rows if row.approvals]):
             aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(
@@ -876,17 +903,20 @@ class Ledger:
                     {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
                 )
         for row in rows:
-            state = self._state_of(row, payloads[row.request_id], approvals.get(row.request_id, ()))
+            req = known.get(row.request_id)
+            if req is None:
+                req = request_from_payload(row.request_id, payloads[row.request_id])
+            state = self._state_of(row, req, approvals.get(row.request_id, ()))
             if not row.approvals:
                 cache[row.request_id] = ((row.seq, row.last_event_id), state)
             out[todo[row.request_id]] = state
 
     @staticmethod
-    def _state_of(row: sa.Row, payload: str, approvals: Iterable[dict[str, Any]]) -> RequestState:
+    def _state_of(row: sa.Row, request: JobRequest, approvals: Iterable[dict[str, Any]]) -> RequestState:
         return RequestState(
             seq=row.seq,
             request_id=row.request_id,
-            request=request_from_payload(row.request_id, payload),
+            request=request,
             state=row.state,
             reason=row.reason,
             flavor=row.flavor,
