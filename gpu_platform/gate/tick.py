@@ -12,6 +12,7 @@ that launch happen at most once.
 from __future__ import annotations
 
 import gc
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -148,22 +149,33 @@ def build_state(
     ledger's `approved` events that the policy's approver roster still allows.
     """
     holding = dict(holding or {})
-    admitted, pending = [], []
-    for s in states:
-        if s.request.lane not in policy.lanes:
-            continue
-        kinds = honoured_kinds(policy, s.approvals) if s.approvals else _NONE
-        if s.request_id in holding:
-            admitted.append(
-                AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds)
-            )
-        elif s.state in ACTIVE_STATES:
-            flavor = s.cluster_flavor or s.flavor
-            admitted.append(
-                AdmittedRequest(s.request, flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds)
-            )
-        elif s.state in PENDING_STATES:
-            pending.append(_pending_workload(policy, s, kinds))
+    states = states if isinstance(states, list) else list(states)
+    last = _LAST_SPLIT
+    if not holding and last and last[0] is policy and _same_objects(last[1], states):
+        # the same state objects as last time: the same pending workloads, the same admitted
+        # requests (their checkpoints are looked at again: a run writes them as it goes)
+        active, pending = last[2], list(last[3])
+    else:
+        active, pending = [], []  # active: (state, approval kinds, stopping) in states order
+        for s in states:
+            if s.request.lane not in policy.lanes:
+                continue
+            kinds = honoured_kinds(policy, s.approvals) if s.approvals else _NONE
+            if s.request_id in holding:
+                active.append((s, kinds, True))
+            elif s.state in ACTIVE_STATES:
+                active.append((s, kinds, False))
+            elif s.state in PENDING_STATES:
+                pending.append(_pending_workload(policy, s, kinds))
+        _LAST_SPLIT[:] = [] if holding else [policy, list(states), active, list(pending)]
+    admitted = [
+        AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds)
+        if stopping
+        else AdmittedRequest(
+            s.request, s.cluster_flavor or s.flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds
+        )
+        for s, kinds, stopping in active
+    ]
     state = from_policy(
         policy, admitted, pending, budget_spent=spent, now=_ts(now), node_model=node_model, team_usage=team_usage
     )
@@ -177,6 +189,30 @@ def build_state(
             ),
         )
     return state
+
+
+def _same_objects(a: list[RequestState], b: list[RequestState]) -> bool:
+    """The same RequestState objects in the same order (`Ledger.states` hands out the same object
+    while its row is unchanged, so a steady queue gives the same list again)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+_LAST_SPLIT: list = []
+"""build_state's last split of its states: [policy, states, active (state, kinds), pending workloads]."""
+_LAST_HELD: list = []
+"""plan_tick's last requests held back before admission: [policy, states, unapproved, upstream]."""
+
+
+def _held_back(policy: Policy, states: list[RequestState]) -> tuple[dict[str, PendingInfo], dict[str, PendingInfo]]:
+    """(awaiting_approval, waiting_for_upstream less those) of `states`: functions of the policy
+    and the states alone, so the same objects as last tick give last tick's answer."""
+    last = _LAST_HELD
+    if last and last[0] is policy and _same_objects(last[1], states):
+        return dict(last[2]), dict(last[3])
+    unapproved = awaiting_approval(policy, states)
+    upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
+    _LAST_HELD[:] = [policy, list(states), dict(unapproved), dict(upstream)]
+    return unapproved, upstream
 
 
 _WORKLOADS: dict[str, tuple[RequestState, Policy, frozenset[str], Workload]] = {}
@@ -339,8 +375,7 @@ def plan_tick(
     everyone = list(states)
     skip = set(draining) - set(holding)
     # one reason per waiting request: an approval first (a person must act), then its inputs
-    unapproved = awaiting_approval(policy, states)
-    upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
+    unapproved, upstream = _held_back(policy, everyone)
     held = {k: v for k, v in held_preemptors(states, holding).items() if k not in unapproved}
     out = skip | upstream.keys() | held.keys() | unapproved.keys()
     if out:
