@@ -215,22 +215,30 @@ def _held_back(policy: Policy, states: list[RequestState]) -> tuple[dict[str, Pe
     return unapproved, upstream
 
 
-_WORKLOADS: dict[str, tuple[RequestState, Policy, frozenset[str], Workload]] = {}
+_WORKLOADS: dict[str, tuple[JobRequest, datetime, Policy, frozenset[str], Workload]] = {}
 _WORKLOADS_MAX = 200_000
 
 
 def _pending_workload(policy: Policy, s: RequestState, kinds: frozenset[str]) -> Workload:
-    """A pending request's workload, built again only when its state or the policy is another
-    object than last tick's (`Ledger.states` hands out the same RequestState while its row is
-    unchanged, `load_policy_cached` the same Policy while its file is): most of a long queue
-    does not change between two ticks."""
+    """A pending request's workload, built again only when what it is made of changed: its
+    request object (`Ledger.states` keeps the parsed request of a request id, `request_from_payload`
+    too), its submission time, its honoured approvals or the policy object (`load_policy_cached`
+    hands out the same Policy while its file is unchanged). A new waiting row (another position
+    or reason) changes none of them: most of a long queue does not need a new workload after
+    the queue moved."""
     hit = _WORKLOADS.get(s.request_id)
-    if hit is not None and hit[0] is s and hit[1] is policy and hit[2] == kinds:
-        return hit[3]
+    if (
+        hit is not None
+        and hit[0] is s.request
+        and hit[2] is policy
+        and hit[3] == kinds
+        and hit[1] == s.submitted_at
+    ):
+        return hit[4]
     w = workload_for(policy, s.request, s.request_id, created_at=_ts(s.submitted_at), approvals=kinds)
     if len(_WORKLOADS) >= _WORKLOADS_MAX:
         _WORKLOADS.clear()
-    _WORKLOADS[s.request_id] = (s, policy, kinds, w)
+    _WORKLOADS[s.request_id] = (s.request, s.submitted_at, policy, kinds, w)
     return w
 
 
