@@ -36,6 +36,7 @@ from gpu_platform.gate.tick import (
     RunInfo,
     TickPlan,
     budget_period_start,
+    gc_paused,
     plan_tick,
     reconcile,
     record_plan,
@@ -261,8 +262,12 @@ def _queue_materialization(
     """The `gpu_queue` materialization when the queue changed since the last one (or it is
     QUEUE_REFRESH_S old), and the sensor's next cursor; writes the per-lane view `/metrics` reads
     on every tick."""
-    current = {s.request_id: s.attempts for s in states}
-    running = {r.request_id for r in runs if r.status == "active" and current.get(r.request_id) == r.attempt}
+    by_req = {s.request_id: s for s in states}
+    running = {
+        r.request_id
+        for r in runs
+        if r.status == "active" and (s := by_req.get(r.request_id)) is not None and s.attempts == r.attempt
+    }
     snaps = lane_snapshots(
         pol,
         states,
@@ -382,6 +387,16 @@ def _partition_requests(launches: list[Launch]) -> list[Any]:
 
 
 def _admission_sensor(
+    context: dg.SensorEvaluationContext,
+    ledger: LedgerResource,
+    policy: PolicyResource,
+    settings: PlatformSettings,
+) -> dg.SensorResult | dg.SkipReason:
+    with gc_paused():
+        return _admission_tick(context, ledger, policy, settings)
+
+
+def _admission_tick(
     context: dg.SensorEvaluationContext,
     ledger: LedgerResource,
     policy: PolicyResource,

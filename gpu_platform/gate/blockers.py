@@ -10,7 +10,7 @@ expected free time from each holder's admission time plus its `expected_duration
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -188,14 +188,15 @@ def name_blockers(
     by_id = {s.request_id: s for s in states}
     held = holders(policy, states, holding, admitted_now, now)
     preempted = preempted or {}
-    flavors_of: dict[tuple[str, str | None, str, str | None], list[str]] = {}
+    flavors_of: dict[tuple[str, str | None, str, str | None], tuple[str, ...]] = {}
     # the holders' text depends only on the flavors, unless the waiting request is one of the
     # holders itself (a victim still stopping): one text per flavor list, not one per wait
     texts: dict[tuple[str, ...], tuple[str, frozenset[str]]] = {}
+    fresh = admitted_now or {}
     out = []
     for w in waits:
         s = by_id.get(w.name)
-        if s is None or s.state not in PENDING_STATES or w.name in (admitted_now or {}):
+        if s is None or s.state not in PENDING_STATES or w.name in fresh:
             out.append(w)
             continue
         req = s.request
@@ -204,18 +205,25 @@ def name_blockers(
             extra.append(preemption_text(req, preempted[w.name], checkpoint_of(w.name)))
         if w.reason_code not in NOT_BLOCKED_BY_HOLDERS:
             key = (req.lane or "", req.gpu_type, req.gpu_resource or GPU, req.site)
-            if key not in flavors_of:
-                flavors_of[key] = matching_flavors(policy, *key)
-            flavors = tuple(flavors_of[key])
-            if flavors not in texts:
+            flavors = flavors_of.get(key)
+            if flavors is None:
+                flavors = flavors_of[key] = tuple(matching_flavors(policy, *key))
+            hit = texts.get(flavors)
+            if hit is None:
                 ids = frozenset(h.request_id for f in flavors for h in held.get(f, ()))
-                texts[flavors] = (holder_text(list(flavors), held, ""), ids)
-            text, ids = texts[flavors]
+                hit = texts[flavors] = (holder_text(list(flavors), held, ""), ids)
+            text, ids = hit
             if w.name in ids:
                 text = holder_text(list(flavors), held, w.name)
             if text:
                 extra.append(text)
-        out.append(replace(w, message="; ".join([w.message, *extra])) if extra else w)
+        if extra:
+            # `replace(w, message=...)`, spelled out: one per waiting request (50,000 on a long queue)
+            w = PendingInfo(
+                w.name, w.cq, w.reason_code, w.condition, "; ".join([w.message, *extra]), w.position, w.of,
+                w.estimated_start, w.flavor, w.queue,
+            )
+        out.append(w)
     return out
 
 

@@ -149,6 +149,8 @@ state_table = sa.Table(
         sqlite_where=sa.text("preemptions > 0 or rejections > 0"),
         postgresql_where=sa.text("preemptions > 0 or rejections > 0"),
     ),
+    # each row's version by state, for `Ledger.states`' first read: from the index alone
+    sa.Index("ix_gp_request_state_versions", "state", "seq", "request_id", "last_event_id", "approvals"),
 )
 """One row per request: its latest state event (`state` ... `updated_at`, `state_event_id`: that
 event's id; `reason_code`: the Kueue-style code its reason begins with, `""` when none) and
@@ -516,6 +518,23 @@ def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 20) -> N
             time.sleep(min(0.5, 0.02 * (attempt + 1)))
 
 
+_VERSIONS_INDEX = next(ix for ix in state_table.indexes if ix.name == "ix_gp_request_state_versions")
+
+
+def _create_index(index: sa.Index, engine: sa.Engine, attempts: int = 20) -> None:
+    """An index added after its table: `create_all` makes only missing tables, so a ledger whose
+    state table predates the index gets it here (once; a concurrent first use that made it first
+    is an "already exists", as for `create_tables`)."""
+    for attempt in range(attempts):
+        try:
+            index.create(engine, checkfirst=True)
+            return
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
+            if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
+                raise
+            time.sleep(min(0.5, 0.02 * (attempt + 1)))
+
+
 class Ledger:
     """Append-only request ledger over one SQLAlchemy engine."""
 
@@ -523,9 +542,10 @@ class Ledger:
         self.url = url or default_ledger_url()
         self.engine = engine or _make_engine(self.url)
         self.metadata = metadata
-        self._states: dict[str, tuple[tuple[Any, ...], RequestState]] = {}
-        """request id -> (its state row, the RequestState built from it and its payload)"""
+        self._states: dict[str, tuple[tuple[int, int], RequestState]] = {}
+        """request id -> ((seq, last_event_id) of its state row, the RequestState built from it)"""
         create_tables(metadata, self.engine)
+        _create_index(_VERSIONS_INDEX, self.engine)
         with self.engine.connect() as conn:
             n_req = conn.execute(sa.select(sa.func.count()).select_from(requests_table)).scalar_one()
             n_state = conn.execute(sa.select(sa.func.count()).select_from(state_table)).scalar_one()
@@ -806,68 +826,97 @@ class Ledger:
     ) -> list[RequestState]:
         """Every request with its latest state event, in submission order; optionally filtered by
         state, lane or id. Read from `gp_request_state` (one row per request, no regrouping of
-        the event log); `states_from_log` is the same answer derived from the events."""
-        s, e = state_table, events_table
-        c = e.alias("cluster_event")
-        # the payload is read only for rows not seen as they are now: a row's own columns (its
-        # request's seq, submission time, lane, team, owner, name, GPUs, max_cost, expected
-        # duration, and its state) identify the RequestState built from it before
-        q = (
-            sa.select(
-                s.c.seq, s.c.request_id, s.c.submitted_at, s.c.state, s.c.reason, s.c.flavor, s.c.run_id,
-                s.c.updated_at, s.c.details, s.c.attempts, s.c.approvals, s.c.preemptions, s.c.cluster_event_id,
-                c.c.reason.label("c_reason"), c.c.at.label("c_at"), c.c.flavor.label("c_flavor"),
-                c.c.details.label("c_details"), s.c.lane, s.c.team, s.c.owner, s.c.name, s.c.gpu_type, s.c.gpu_count,
-                s.c.max_cost, s.c.expected_duration_s,
-            )
-            .outerjoin(c, c.c.id == s.c.cluster_event_id)
-            .order_by(s.c.seq)
-        )
+        the event log); `states_from_log` is the same answer derived from the events.
+
+        Two reads: first each matching row's version (its request's `seq` and its newest event's
+        id, `last_event_id`: every event that touches a request moves it), then the whole row,
+        and the payload, only for the rows not seen at that version before; the others are the
+        RequestState built last time. A request with approvals is always read again (its
+        approvals live in the event log)."""
+        s = state_table
+        filters = []
         if states is not None:
-            q = q.where(s.c.state.in_(tuple(states)))
+            filters.append(s.c.state.in_(tuple(states)))
         if lane is not None:
-            q = q.where(s.c.lane == lane)
+            filters.append(s.c.lane == lane)
         if request_id is not None:
-            q = q.where(s.c.request_id == request_id)
+            filters.append(s.c.request_id == request_id)
+        versions = sa.select(s.c.request_id, s.c.seq, s.c.last_event_id, s.c.approvals).where(*filters).order_by(s.c.seq)
         cache = self._states
         if len(cache) > PARSED_CACHE_SIZE:
             cache.clear()
         with self.engine.connect() as conn:
-            rows = conn.execute(q).all()
             out: list[RequestState | None] = []
-            todo: list[tuple[int, sa.Row, tuple[Any, ...]]] = []
-            for row in rows:
-                sig = tuple(row)
-                hit = cache.get(row.request_id) if not row.approvals else None
-                if hit is not None and hit[0] == sig:
+            todo: dict[str, int] = {}
+            for rid, seq, last, approvals in conn.execute(versions).all():
+                hit = cache.get(rid) if not approvals else None
+                if hit is not None and hit[0] == (seq, last):
                     out.append(hit[1])
                 else:
-                    todo.append((len(out), row, sig))
+                    todo[rid] = len(out)
                     out.append(None)
             if todo:
-                payloads = self._payloads(conn, [row.request_id for _, row, _ in todo])
-                approvals: dict[str, list[dict[str, Any]]] = {}
-                for chunk in _chunks([row.request_id for _, row, _ in todo if row.approvals]):
-                    aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(
-                        e.c.event == "approved", e.c.request_id.in_(chunk)
-                    ).order_by(e.c.id)
-                    for a in conn.execute(aq):
-                        approvals.setdefault(a.request_id, []).append(
-                            {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
-                        )
-                for i, row, sig in todo:
-                    state = self._state_of(row, payloads[row.request_id], approvals.get(row.request_id, ()))
-                    if not row.approvals:
-                        cache[row.request_id] = (sig, state)
-                    out[i] = state
-        return out  # type: ignore[return-value]
+                if len(todo) * 4 > len(out):
+                    rows = conn.execute(self._full_rows().where(*filters)).all()
+                else:
+                    rows = [
+                        row
+                        for chunk in _chunks(list(todo))
+                        for row in conn.execute(self._full_rows().where(*filters, s.c.request_id.in_(chunk)))
+                    ]
+                self._build_states(conn, [row for row in rows if row.request_id in todo], todo, out)
+        # a row that left the filter between the two reads (another writer) is left out
+        return [x for x in out if x is not None] if None in out else out  # type: ignore[return-value]
 
     @staticmethod
-    def _state_of(row: sa.Row, payload: str, approvals: Iterable[dict[str, Any]]) -> RequestState:
+    def _full_rows() -> sa.Select:
+        s, e = state_table, events_table
+        c = e.alias("cluster_event")
+        return sa.select(
+            s.c.seq, s.c.request_id, s.c.submitted_at, s.c.state, s.c.reason, s.c.flavor, s.c.run_id,
+            s.c.updated_at, s.c.details, s.c.attempts, s.c.approvals, s.c.preemptions, s.c.cluster_event_id,
+            c.c.reason.label("c_reason"), c.c.at.label("c_at"), c.c.flavor.label("c_flavor"),
+            c.c.details.label("c_details"), s.c.last_event_id,
+        ).outerjoin(c, c.c.id == s.c.cluster_event_id)
+
+    def _build_states(
+        self, conn: sa.Connection, rows: list[sa.Row], todo: Mapping[str, int], out: list[RequestState | None]
+    ) -> None:
+        """The RequestStates of full state `rows` into `out` (at `todo[request_id]`), kept by version."""
+        e = events_table
+        cache = self._states
+        # a request row never changes once written: a state row seen before under the same seq
+        # (its request's row) keeps the request parsed then, and its payload is not read again
+        known: dict[str, JobRequest] = {}
+        for row in rows:
+            hit = cache.get(row.request_id)
+            if hit is not None and hit[0][0] == row.seq:
+                known[row.request_id] = hit[1].request
+        payloads = self._payloads(conn, [row.request_id for row in rows if row.request_id not in known])
+        approvals: dict[str, list[dict[str, Any]]] = {}
+        for chunk in _chunks([row.request_id for row in rows if row.approvals]):
+            aq = sa.select(e.c.request_id, e.c.at, e.c.details).where(
+                e.c.event == "approved", e.c.request_id.in_(chunk)
+            ).order_by(e.c.id)
+            for a in conn.execute(aq):
+                approvals.setdefault(a.request_id, []).append(
+                    {**(json.loads(a.details) if a.details else {}), "at": _utc(a.at).isoformat()}
+                )
+        for row in rows:
+            req = known.get(row.request_id)
+            if req is None:
+                req = request_from_payload(row.request_id, payloads[row.request_id])
+            state = self._state_of(row, req, approvals.get(row.request_id, ()))
+            if not row.approvals:
+                cache[row.request_id] = ((row.seq, row.last_event_id), state)
+            out[todo[row.request_id]] = state
+
+    @staticmethod
+    def _state_of(row: sa.Row, request: JobRequest, approvals: Iterable[dict[str, Any]]) -> RequestState:
         return RequestState(
             seq=row.seq,
             request_id=row.request_id,
-            request=request_from_payload(row.request_id, payload),
+            request=request,
             state=row.state,
             reason=row.reason,
             flavor=row.flavor,
