@@ -325,14 +325,13 @@ def _delimiters(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return offsets, buf[offsets]
 
 
-# _BYTE_MASKS[k]: three little-endian uint32 words whose first k bytes are 0xFF (k = 0..12)
-_BYTE_MASKS = np.array(
-    [np.frombuffer(bytes([255] * k + [0] * (12 - k)), dtype="<u4") for k in range(13)], dtype=np.uint32
-)
+# _LOW_BYTES32[k] / _LOW_BYTES64[k]: a little-endian word whose first k bytes are 0xFF
+_LOW_BYTES32 = np.array([(1 << (8 * k)) - 1 for k in range(5)], dtype=np.uint32)
+_LOW_BYTES64 = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 
 class _Buffer:
-    """One chunk of input as bytes, and every (unaligned) little-endian uint32 of it.
+    """One chunk of input as bytes, and every (unaligned) little-endian uint32 and uint64 of it.
 
     The input is not copied (a chunk of under 16 bytes is padded with newlines: ``length`` is
     the chunk's own, ``size`` the padded one): a view near the end reads its bytes from a
@@ -347,42 +346,46 @@ class _Buffer:
         self.size = len(data)
         self.bytes = np.frombuffer(data, dtype=np.uint8)
         self.words = np.ndarray(shape=(self.size - 3,), dtype="<u4", buffer=data, strides=(1,))
-        self.windows = np.lib.stride_tricks.as_strided(self.bytes, shape=(self.size - 11, 12), strides=(1, 1))
+        self.dwords = np.ndarray(shape=(self.size - 7,), dtype="<u8", buffer=data, strides=(1,))
         self._tail = np.frombuffer(bytes(data[-16:]) + bytes(16), dtype=np.uint8)
-
-    def at(self, index: np.ndarray) -> np.ndarray:
-        """The byte at each index; past either end, the byte at that end."""
-        return np.take(self.bytes, index, mode="clip")
 
     def strings(self, starts: np.ndarray, lengths: np.ndarray) -> pl.Series:
         """Zero-copy strings ``data[start:start+length]`` as a String Series (Arrow string_view).
 
         Each view is four 32-bit words: the length, then the bytes themselves when <= 12, else
         a 4-byte prefix, buffer 0 and the offset (Arrow reads them as int32, so a chunk is at most
-        ``_MAX_CHUNK``, 1 GiB). No string is copied.
+        ``_MAX_CHUNK``, 1 GiB). No string is copied. A view is built as two uint64 words from
+        two unaligned loads (the bytes at ``start`` and at ``start + 4``) and masks.
         """
         n = len(starts)
         lengths = np.maximum(lengths, 0)
-        views = np.empty((n, 4), dtype="<u4")
-        views[:, 0] = lengths
+        views = np.empty((n, 2), dtype="<u8")
         safe = np.minimum(starts, self.size - 12)
         short = lengths <= 12
+        head = self.words[safe] & _LOW_BYTES32[np.minimum(lengths, 4)]
+        views[:, 0] = head
+        views[:, 0] <<= 32
+        views[:, 0] |= lengths.astype(np.uint64)
         if short.all():
-            views[:, 1:] = self.windows[safe].view("<u4") & _BYTE_MASKS[lengths]
+            views[:, 1] = self.dwords[safe + 4] & _LOW_BYTES64[np.clip(lengths - 4, 0, 8)]
+        elif not short.any():
+            views[:, 1] = starts.astype(np.uint64) << 32
         else:
-            views[:, 1] = self.words[safe]
-            views[:, 2] = 0
-            views[:, 3] = starts
-            inline = np.flatnonzero(short)
-            if len(inline):
-                views[inline, 1:] = self.windows[safe[inline]].view("<u4") & _BYTE_MASKS[lengths[inline]]
-        for i in np.flatnonzero(safe != starts):
+            views[:, 1] = np.where(
+                short,
+                self.dwords[safe + 4] & _LOW_BYTES64[np.clip(lengths - 4, 0, 8)],
+                starts.astype(np.uint64) << 32,
+            )
+        late = np.flatnonzero(safe != starts)
+        if len(late):
             # a short string within 12 bytes of the end (a long one starts earlier than that)
-            k = int(lengths[i])
-            lo = int(starts[i]) - (self.size - 16)
-            inline = np.zeros(12, dtype=np.uint8)
-            inline[:k] = self._tail[lo : lo + k]
-            views[i, 1:] = inline.view("<u4")
+            words = views.view("<u4")
+            for i in late.tolist():
+                k = int(lengths[i])
+                lo = int(starts[i]) - (self.size - 16)
+                inline = np.zeros(12, dtype=np.uint8)
+                inline[:k] = self._tail[lo : lo + k]
+                words[i, 1:] = inline.view("<u4")
         arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(self.data)])
         return pl.Series(arr)
 
@@ -448,44 +451,46 @@ class _Dictionary:
 
 
 class _Chunk:
-    """What :func:`_parse_chunk` returns: the fast rows (ids into the :class:`_Dictionary`), their
-    quarantine, the lines left to the tokenizer (their pre-rows and their quarantine), counts."""
+    """What :func:`_parse_chunk` returns, numbered from the piece's own first line (the pieces are
+    parsed independently; :meth:`shift` renumbers them once the earlier pieces' newlines are
+    known): the fast rows as arrays (ids into the :class:`_Dictionary`), their quarantine in
+    parts (one per reason template: line numbers, raw text, detail), the lines left to the
+    tokenizer (their pre-rows and their quarantine), counts."""
 
     def __init__(self) -> None:
-        self.fast = pl.DataFrame(schema=_FAST_SCHEMA)
-        self.quarantine = pl.DataFrame(schema=DCGM_QUARANTINE_SCHEMA)
+        self.fast: dict[str, np.ndarray] = {c: np.zeros(0, dtype=t) for c, t in _FAST_DTYPES.items()}
+        self.quarantine: list[tuple[str, np.ndarray, pl.Series, pl.Series]] = []
         self.slow = pl.DataFrame(schema=_PRE_SCHEMA)
         self.slow_raw: dict[int, str] = {}
         self.slow_quarantine: list[tuple[int, str, str]] = []
         self.rows_in = 0
         self.newlines = 0
 
+    def shift(self, lines: int) -> None:
+        """Renumber the lines of this piece as if ``lines`` lines came before it."""
+        if not lines:
+            return
+        self.fast["source_line"] = self.fast["source_line"] + np.int32(lines)
+        self.quarantine = [(t, numbers + np.int32(lines), raw, d) for t, numbers, raw, d in self.quarantine]
+        if self.slow.height:
+            self.slow = self.slow.with_columns(pl.col("source_line") + lines)
+        self.slow_raw = {k + lines: v for k, v in self.slow_raw.items()}
+        self.slow_quarantine = [(n + lines, text, reason) for n, text, reason in self.slow_quarantine]
 
-_FAST_SCHEMA: dict[str, pl.DataType] = {
-    "source_line": pl.Int32(),
-    "name_id": pl.UInt32(),
-    "block_id": pl.UInt32(),
-    "value": pl.Float64(),
-    "ts_us": pl.Int64(),
+
+_FAST_DTYPES: dict[str, type] = {
+    "source_line": np.int32,
+    "name_id": np.uint32,
+    "block_id": np.uint32,
+    "value": np.float64,
+    "ts_us": np.int64,
 }
 
 
-def _scan(buf: _Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets and bytes of the delimiters, offsets of the newlines) of one piece."""
-    offsets, kinds = _delimiters(buf.bytes[: buf.length])
-    return offsets, kinds, offsets[kinds == 10]
+def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary) -> _Chunk:
+    """Parse one piece of the input, its lines numbered from 1 (see :meth:`_Chunk.shift`).
 
-
-def _parse_chunk(
-    buf: _Buffer,
-    scan: tuple[np.ndarray, np.ndarray, np.ndarray],
-    *,
-    first_line: int,
-    source: str,
-    scraped_at: datetime,
-    dictionary: _Dictionary,
-) -> _Chunk:
-    """Parse one chunk whose first line is line ``first_line + 1`` of the whole input.
+    The piece is scanned and parsed in one go, so that its bytes are still in the cache.
 
     The fast path takes lines shaped ``name{labels} value[ timestamp]`` (no leading blank, one
     space after the last ``}``): the name runs to the first ``{``, the label block to the last
@@ -495,8 +500,9 @@ def _parse_chunk(
     """
     out = _Chunk()
     size, b = buf.length, buf.bytes
-    offsets, kinds, newlines = scan
+    offsets, kinds = _delimiters(b[:size])
     is_newline = kinds == 10
+    newlines = offsets[is_newline]
     out.newlines = len(newlines)
     starts = np.concatenate((np.zeros(1, dtype=np.int64), newlines + 1))
     ends = np.concatenate((newlines, np.array([size], dtype=np.int64)))
@@ -525,7 +531,7 @@ def _parse_chunk(
     c_end = ends[cand]
     c_end -= b[c_end - 1] == 13  # a trailing '\r' is not part of the line
     vstart = c_pc + 2
-    shaped = (vstart < c_end) & (buf.at(c_pc + 1) == 32) & (buf.at(vstart) != 32) & (b[c_end - 1] != 13)
+    shaped = (vstart < c_end) & (b[np.minimum(c_pc + 1, size - 1)] == 32) & (b[np.minimum(vstart, size - 1)] != 32) & (b[c_end - 1] != 13)
     fast = cand[shaped]
     ends[cand] = c_end
     others = ~comment & (ends > starts)
@@ -585,24 +591,24 @@ def _parse_chunk(
             np.isin(value, _FP64_BLANKS),
         )
     bad = np.logical_or.reduce(checks)
-    source_line = (fast + (first_line + 1)).astype(np.int32)
+    source_line = (fast + 1).astype(np.int32)
     good = ~bad
-    out.fast = pl.DataFrame(
-        {
-            "source_line": source_line[good],
-            "name_id": name_id[good],
-            "block_id": block_id[good],
-            "value": value[good],
-            "ts_us": np.where(has_ts[good], ts_ms[good] * 1000, _epoch_us(scraped_at)),
-        },
-        schema=_FAST_SCHEMA,
-    )
+    out.fast = {
+        "source_line": source_line[good],
+        "name_id": name_id[good],
+        "block_id": block_id[good],
+        "value": value[good],
+        "ts_us": np.where(has_ts[good], ts_ms[good] * 1000, _epoch_us(scraped_at)),
+    }
     rows = np.flatnonzero(bad)
     if len(rows):
         causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
-        errors = (name_errors.gather(pl.Series(name_id[rows])), block_errors.gather(pl.Series(block_id[rows])))
+
+        def errors(cause: int, sel: np.ndarray) -> pl.Series:
+            return name_errors.gather(pl.Series(name_id[sel])) if cause == 0 else block_errors.gather(pl.Series(block_id[sel]))
+
         out.quarantine = _fast_quarantine(
-            buf, source, rows, causes, source_line, f_start, f_end, f_v, v_len, errors,
+            buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors,
             values=None if len(unparsed) else vtext,
         )
     lines = np.concatenate(slow)
@@ -610,10 +616,10 @@ def _parse_chunk(
         lines.sort()
 
         def raw(number: int) -> str:
-            i = number - first_line - 1
+            i = number - 1
             return bytes(buf.data[starts[i] : ends[i]]).decode("utf-8").rstrip("\r")
 
-        numbers = (lines + (first_line + 1)).tolist()
+        numbers = (lines + 1).tolist()
         out.slow, out.slow_quarantine, skipped = _slow_path(numbers, raw)
         out.slow_raw = {m: raw(m) for m in out.slow["source_line"].to_list()}
         out.rows_in = len(fast) + len(numbers) - skipped
@@ -642,7 +648,6 @@ _FAST_REASONS: tuple[tuple[str | None, str], ...] = (
 
 def _fast_quarantine(
     buf: _Buffer,
-    source: str,
     rows: np.ndarray,
     causes: np.ndarray,
     source_line: np.ndarray,
@@ -650,47 +655,68 @@ def _fast_quarantine(
     f_end: np.ndarray,
     f_v: np.ndarray,
     v_len: np.ndarray,
-    errors: tuple[pl.Series, pl.Series],
+    errors: Callable[[int, np.ndarray], pl.Series],
     values: pl.Series | None,
-) -> pl.DataFrame:
+) -> list[tuple[str, np.ndarray, pl.Series, pl.Series]]:
     """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
-    built cause by cause, column-wise (one ``format`` per cause, no Python object per line).
-    ``values``: the value text of every fast-path line when none had a timestamp (else None)."""
+    one part per cause (its reason template after ``line N: ``, line numbers, raw text as views,
+    the detail the template takes), column-wise, no Python object per line; the reasons are
+    formatted once for every piece in :func:`_quarantine_frame`. ``values``: the value text of
+    every fast-path line when none had a timestamp (else None)."""
     parts = []
     for cause in np.unique(causes).tolist():
         sel = rows[causes == cause]
         template, column = _FAST_REASONS[cause]
         if template is None:
-            detail = errors[cause].gather(pl.Series(np.flatnonzero(causes == cause), dtype=pl.UInt32))
+            detail = errors(cause, sel)
             template = "{}"
         elif column == "vraw":
             detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
         else:
             t_start = f_v[sel] + v_len[sel] + 1
             detail = buf.strings(t_start, f_end[sel] - t_start)
-        part = pl.DataFrame(
+        parts.append((template, source_line[sel], buf.strings(f_start[sel], f_end[sel] - f_start[sel]), detail))
+    return parts
+
+
+def _quarantine_frame(parts: list[tuple[str, np.ndarray, pl.Series, pl.Series]], source: str) -> pl.DataFrame:
+    """The quarantine rows of every piece's fast-path parts, in line order: one ``format`` per
+    reason template over all pieces."""
+    by_template: dict[str, list[tuple[np.ndarray, pl.Series, pl.Series]]] = {}
+    for template, numbers, raw, detail in parts:
+        by_template.setdefault(template, []).append((numbers, raw, detail))
+    frames = []
+    for template, group in by_template.items():
+        frame = pl.DataFrame(
             {
-                "source_line": source_line[sel],
-                "raw": buf.strings(f_start[sel], f_end[sel] - f_start[sel]),
-                "detail": detail,
+                "source_line": np.concatenate([g[0] for g in group]),
+                "raw": pl.concat([g[1] for g in group]),
+                "detail": pl.concat([g[2] for g in group]),
             }
         )
-        parts.append(
-            part.select(
+        frames.append(
+            frame.select(
                 source=pl.lit(source, dtype=pl.String),
                 source_line=pl.col("source_line"),
                 raw=pl.col("raw"),
                 reason=pl.format("line {}: " + template, pl.col("source_line"), pl.col("detail")),
             )
         )
-    return pl.concat(parts).sort("source_line") if len(parts) > 1 else parts[0]
+    return pl.concat(frames).sort("source_line") if len(frames) > 1 else frames[0]
 
 
 def _assemble(
     chunks: list[_Chunk], dictionary: _Dictionary, *, source: str, scraped_at: datetime
 ) -> FeedBatch:
     """One batch from the chunks: label columns gathered once from the label table by block id."""
-    fast = pl.concat([c.fast for c in chunks]) if len(chunks) > 1 else chunks[0].fast
+    first_line = 0
+    for c in chunks:
+        lines, first_line = first_line, first_line + c.newlines
+        c.shift(lines)
+    fast = pl.DataFrame(
+        {c: np.concatenate([chunk.fast[c] for chunk in chunks]) for c in _FAST_DTYPES},
+        schema={"source_line": pl.Int32, "name_id": pl.UInt32, "block_id": pl.UInt32, "value": pl.Float64, "ts_us": pl.Int64},
+    )
     labels = _label_table(dictionary.block_list, dictionary.block_parsed).select(*LABEL_COLUMNS, "extra_labels")
     block_id = fast["block_id"]
     usable = pl.Series(dictionary.errors("blocks")[0]).not_()  # accepted rows only hold these blocks
@@ -714,7 +740,8 @@ def _assemble(
             **columns,
         }
     ).select(DCGM_SAMPLE_SCHEMA.keys())
-    quarantine = [c.quarantine for c in chunks if c.quarantine.height]
+    parts = [part for c in chunks for part in c.quarantine]
+    quarantine = [_quarantine_frame(parts, source)] if parts else []
     slow = [c.slow for c in chunks if c.slow.height]
     slow_q = [q for c in chunks for q in c.slow_quarantine]
     if slow:
@@ -784,17 +811,7 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
     run = pool.map if pool is not None else map
     try:
-        # line numbers need the newlines of every earlier piece: scan all pieces first
-        scans = list(run(_scan, pieces))
-        first_lines = np.concatenate(([0], np.cumsum([len(s[2]) for s in scans])[:-1])).tolist()
-
-        def parse(args: tuple[_Buffer, tuple[np.ndarray, np.ndarray, np.ndarray], int]) -> _Chunk:
-            piece, scan, first_line = args
-            return _parse_chunk(
-                piece, scan, first_line=first_line, source=source, scraped_at=scraped_at, dictionary=dictionary
-            )
-
-        chunks = list(run(parse, zip(pieces, scans, first_lines, strict=True)))
+        chunks = list(run(lambda piece: _parse_chunk(piece, scraped_at=scraped_at, dictionary=dictionary), pieces))
     finally:
         if pool is not None:
             pool.shutdown()
@@ -804,7 +821,9 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
 _MAX_CHUNK = 1 << 30
 """The largest piece parsed as one buffer (string views hold 32-bit offsets)."""
 _MIN_PIECE = 4 << 20
-"""Inputs are cut into about two pieces per worker thread, none smaller than this."""
+"""Inputs are cut into about two pieces per worker thread, none smaller than this ..."""
+_MAX_PIECE = 8 << 20
+"""... and none larger than this: a piece is scanned and parsed while its bytes are in the cache."""
 
 
 def _workers() -> int:
@@ -815,7 +834,7 @@ def _workers() -> int:
 
 
 def _piece_size(size: int, workers: int) -> int:
-    return min(_MAX_CHUNK, max(_MIN_PIECE, -(-size // (2 * workers))))
+    return min(_MAX_CHUNK, _MAX_PIECE, max(_MIN_PIECE, -(-size // (2 * workers))))
 
 
 def _chunks(buf: bytes, size: int) -> Iterator[memoryview]:
