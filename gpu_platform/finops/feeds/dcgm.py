@@ -646,6 +646,9 @@ _FAST_REASONS: tuple[tuple[str | None, str], ...] = (
 )
 
 
+_QuarantinePart = tuple[str, np.ndarray, pl.Series, "pl.Series | str"]
+
+
 def _fast_quarantine(
     buf: _Buffer,
     rows: np.ndarray,
@@ -657,21 +660,26 @@ def _fast_quarantine(
     v_len: np.ndarray,
     errors: Callable[[int, np.ndarray], pl.Series],
     values: pl.Series | None,
-) -> list[tuple[str, np.ndarray, pl.Series, pl.Series]]:
+) -> list[_QuarantinePart]:
     """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
     one part per cause (its reason template after ``line N: ``, line numbers, raw text as views,
-    the detail the template takes), column-wise, no Python object per line; the reasons are
-    formatted once for every piece in :func:`_quarantine_frame`. ``values``: the value text of
-    every fast-path line when none had a timestamp (else None)."""
-    parts = []
-    for cause in np.unique(causes).tolist():
-        sel = rows[causes == cause]
+    the detail the template takes: a ``str`` when it is the same text on every line, as a DCGM
+    blank sentinel is), column-wise, no Python object per line; the reasons are formatted once
+    for every piece in :func:`_quarantine_frame`. ``values``: the value text of every fast-path
+    line when none had a timestamp (else None)."""
+    parts: list[_QuarantinePart] = []
+    counts = np.bincount(causes, minlength=len(_FAST_REASONS))
+    for cause in np.flatnonzero(counts).tolist():
+        sel = rows[causes == cause] if counts[cause] < len(rows) else rows
         template, column = _FAST_REASONS[cause]
+        detail: pl.Series | str | None
         if template is None:
             detail = errors(cause, sel)
             template = "{}"
         elif column == "vraw":
-            detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
+            detail = _same_text(buf, f_v[sel], v_len[sel])
+            if detail is None:
+                detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
         else:
             t_start = f_v[sel] + v_len[sel] + 1
             detail = buf.strings(t_start, f_end[sel] - t_start)
@@ -679,27 +687,71 @@ def _fast_quarantine(
     return parts
 
 
-def _quarantine_frame(parts: list[tuple[str, np.ndarray, pl.Series, pl.Series]], source: str) -> pl.DataFrame:
-    """The quarantine rows of every piece's fast-path parts, in line order: one ``format`` per
-    reason template over all pieces."""
-    by_template: dict[str, list[tuple[np.ndarray, pl.Series, pl.Series]]] = {}
-    for template, numbers, raw, detail in parts:
-        by_template.setdefault(template, []).append((numbers, raw, detail))
+def _same_text(buf: _Buffer, starts: np.ndarray, lengths: np.ndarray) -> str | None:
+    """The text ``data[start:start+length]`` when it is the same for every row (and 1..24 bytes
+    long, not within 24 bytes of the end), else None: compared as three uint64 words a row."""
+    k = int(lengths[0])
+    if not 0 < k <= 24 or int(starts.max()) + 24 > buf.size or not (lengths == k).all():
+        return None
+    first = int(starts[0])
+    for at in sorted({0, min(8, k - 8), max(0, k - 8)}) if k >= 8 else (0,):
+        words = buf.dwords[starts + at]
+        if k < 8:
+            words &= _LOW_BYTES64[k]
+        if not (words == words[0]).all():
+            return None
+    return bytes(buf.data[first : first + k]).decode("utf-8")
+
+
+def _numbered(numbers: np.ndarray, head: str, tail: str) -> pl.Series:
+    """``f"{head}{n}{tail}"`` for each of ``numbers`` (non-negative, ascending), written into one
+    byte buffer with numpy: the lines with as many digits are a run of equal-width rows."""
+    head_b, tail_b = head.encode(), tail.encode()
+    pieces = []
+    bounds = np.searchsorted(numbers, [10**k for k in range(1, 11)]).tolist()
+    lo = 0
+    for digits, hi in enumerate(bounds, 1):
+        if hi > lo:
+            width = len(head_b) + digits + len(tail_b)
+            row = np.frombuffer(head_b + b"0" * digits + tail_b, dtype=np.uint8)
+            text = np.broadcast_to(row, (hi - lo, width)).copy()
+            rest = numbers[lo:hi]
+            for j in range(len(head_b) + digits - 1, len(head_b) - 1, -1):
+                rest, digit = np.divmod(rest, 10)
+                text[:, j] += digit.astype(np.uint8)
+            offsets = np.arange(hi - lo + 1, dtype=np.int64) * width
+            pieces.append(
+                pl.Series(pa.LargeStringArray.from_buffers(hi - lo, pa.py_buffer(offsets), pa.py_buffer(text)))
+            )
+        lo = hi
+    return pl.concat(pieces) if len(pieces) > 1 else pieces[0]
+
+
+def _quarantine_frame(parts: list[_QuarantinePart], source: str) -> pl.DataFrame:
+    """The quarantine rows of every piece's fast-path parts, in line order: per reason template
+    over all pieces, one ``format``, or, when every line has the same detail, the reason texts
+    written by :func:`_numbered`."""
+    by_template: dict[str, list[_QuarantinePart]] = {}
+    for part in parts:
+        by_template.setdefault(part[0], []).append(part)
     frames = []
     for template, group in by_template.items():
-        frame = pl.DataFrame(
-            {
-                "source_line": np.concatenate([g[0] for g in group]),
-                "raw": pl.concat([g[1] for g in group]),
-                "detail": pl.concat([g[2] for g in group]),
-            }
-        )
+        numbers = np.concatenate([g[1] for g in group])
+        raw = pl.concat([g[2] for g in group])
+        details = {g[3] for g in group if isinstance(g[3], str)}
+        if len(details) == 1 and all(isinstance(g[3], str) for g in group):
+            reason = _numbered(numbers, "line ", ": " + template.format(details.pop()))
+        else:
+            detail = pl.concat(
+                [pl.repeat(g[3], len(g[1]), dtype=pl.String, eager=True) if isinstance(g[3], str) else g[3] for g in group]
+            )
+            reason = pl.DataFrame({"n": numbers, "d": detail}).select(
+                pl.format("line {}: " + template, pl.col("n"), pl.col("d"))
+            ).to_series()
         frames.append(
-            frame.select(
-                source=pl.lit(source, dtype=pl.String),
-                source_line=pl.col("source_line"),
-                raw=pl.col("raw"),
-                reason=pl.format("line {}: " + template, pl.col("source_line"), pl.col("detail")),
+            pl.DataFrame(
+                {"source": pl.repeat(source, len(numbers), dtype=pl.String, eager=True), "source_line": numbers, "raw": raw, "reason": reason},
+                schema=DCGM_QUARANTINE_SCHEMA,
             )
         )
     return pl.concat(frames).sort("source_line") if len(frames) > 1 else frames[0]
