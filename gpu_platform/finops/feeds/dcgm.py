@@ -390,10 +390,11 @@ class _Buffer:
         return pl.Series(arr)
 
 
-def _encode(values: pl.Series) -> tuple[np.ndarray, list[str]]:
-    """Dictionary-encode ``values``: (the code of each value, the distinct values in code order)."""
+def _encode(values: pl.Series, *, distinct: bool = True) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encode ``values``: (the code of each value, the distinct values in code order,
+    numbered in order of first appearance; an empty list unless ``distinct``)."""
     encoded = pac.dictionary_encode(values.to_arrow(compat_level=pl.CompatLevel.newest()))
-    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist() if distinct else []
 
 
 class _Dictionary:
@@ -565,18 +566,34 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
             fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts = (
                 a[keep] for a in (fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts)
             )
-    # metric names come in runs (a scrape prints each metric's lines together): encode the runs
-    names = buf.strings(f_start, f_po - f_start)
-    run = names.rle_id().to_numpy().astype(np.int64)
-    heads = np.flatnonzero(np.diff(run, prepend=-1))
-    if len(heads) * 4 < len(run):
-        codes, distinct = _encode(names.gather(pl.Series(heads, dtype=pl.UInt32)))
-        codes = codes[run]
+    name_len = f_po - f_start
+    if np.count_nonzero(name_len[1:] != name_len[:-1]) * 4 < len(name_len):
+        # metric names come in runs (a scrape prints each metric's lines together): encode the
+        # runs, then the label blocks
+        names = buf.strings(f_start, name_len)
+        run = names.rle_id().to_numpy().astype(np.int64)
+        heads = np.flatnonzero(np.diff(run, prepend=-1))
+        if len(heads) * 4 < len(run):
+            codes, distinct = _encode(names.gather(pl.Series(heads, dtype=pl.UInt32)))
+            codes = codes[run]
+        else:
+            codes, distinct = _encode(names)
+        name_id = dictionary.name_ids(distinct)[codes]
+        codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
+        block_id = dictionary.block_ids(distinct)[codes]
     else:
-        codes, distinct = _encode(names)
-    name_id = dictionary.name_ids(distinct)[codes]
-    codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
-    block_id = dictionary.block_ids(distinct)[codes]
+        # metrics interleaved (a feed that prints HELP/TYPE before each line, one GPU after
+        # another): a history repeats each (metric, label block) pair once a scrape, so encode
+        # the pairs (the text from the line start to the last '}') and split only the distinct
+        # pairs into name and block. Arrow numbers the distinct values in order of first
+        # appearance: pair k first appears where the running maximum of the codes first reaches k.
+        codes, _ = _encode(buf.strings(f_start, f_pc - f_start), distinct=False)
+        heads = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        h_start, h_po, h_pc = f_start[heads], f_po[heads], f_pc[heads]
+        pair_codes, distinct = _encode(buf.strings(h_start, h_po - h_start))
+        name_id = dictionary.name_ids(distinct)[pair_codes][codes]
+        pair_codes, distinct = _encode(buf.strings(h_po + 1, h_pc - h_po - 1))
+        block_id = dictionary.block_ids(distinct)[pair_codes][codes]
     name_bad, name_errors = dictionary.errors("names")
     block_bad, block_errors = dictionary.errors("blocks")
     with np.errstate(invalid="ignore"):
@@ -689,9 +706,10 @@ def _fast_quarantine(
 
 def _same_text(buf: _Buffer, starts: np.ndarray, lengths: np.ndarray) -> str | None:
     """The text ``data[start:start+length]`` when it is the same for every row (and 1..24 bytes
-    long, not within 24 bytes of the end), else None: compared as three uint64 words a row."""
+    long; one under 8 bytes not within 8 bytes of the end), else None: compared as up to three
+    uint64 words a row."""
     k = int(lengths[0])
-    if not 0 < k <= 24 or int(starts.max()) + 24 > buf.size or not (lengths == k).all():
+    if not 0 < k <= 24 or (k < 8 and int(starts.max()) + 8 > buf.size) or not (lengths == k).all():
         return None
     first = int(starts[0])
     for at in sorted({0, min(8, k - 8), max(0, k - 8)}) if k >= 8 else (0,):
