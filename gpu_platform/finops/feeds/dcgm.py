@@ -501,9 +501,12 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     """
     out = _Chunk()
     size, b = buf.length, buf.bytes
+    # (numpy's take and compress are used throughout: they are several times cheaper than
+    # fancy and boolean indexing)
     offsets, kinds = _delimiters(b[:size])
     is_newline = kinds == 10
-    newlines = offsets[is_newline]
+    stream_nl = np.flatnonzero(is_newline)
+    newlines = offsets.take(stream_nl)
     out.newlines = len(newlines)
     starts = np.concatenate((np.zeros(1, dtype=np.int64), newlines + 1))
     ends = np.concatenate((newlines, np.array([size], dtype=np.int64)))
@@ -512,44 +515,56 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     n = len(starts)
     # a fast-path candidate's first delimiter is a '{' and its last a '}': read them off the
     # delimiter stream beside each line's newlines (the stream is small and cache-resident)
-    stream_nl = np.flatnonzero(is_newline)
     after_prev = np.empty(n, dtype=np.int64)
     after_prev[0] = 0
     after_prev[1:] = stream_nl[: n - 1] + 1
     before_next = (stream_nl[:n] if len(stream_nl) >= n else np.append(stream_nl, len(kinds))) - 1
     padded = np.append(kinds, 0)  # index -1 and len(kinds) read the 0
     cand = np.flatnonzero(
-        (before_next > after_prev) & (padded[after_prev] == 123) & (padded[before_next] == 125)
+        (before_next > after_prev) & (padded.take(after_prev) == 123) & (padded.take(before_next) == 125)
     )
-    first = b[starts]
-    comment = first == 35
-    c_start = starts[cand]
-    c_first = first[cand]
-    c_po = offsets[after_prev[cand]]
-    keep = (c_po > c_start) & (c_first != 35) & (c_first != 32) & (c_first != 9)
-    cand, c_start, c_po = cand[keep], c_start[keep], c_po[keep]
-    c_pc = offsets[before_next[cand]]
-    c_end = ends[cand]
-    c_end -= b[c_end - 1] == 13  # a trailing '\r' is not part of the line
+    first = b.take(starts)
+    c_start = starts.take(cand)
+    c_first = first.take(cand)
+    c_po = offsets.take(after_prev.take(cand))
+    keep = np.flatnonzero((c_po > c_start) & (c_first != 35) & (c_first != 32) & (c_first != 9))
+    cand, c_start, c_po = cand.take(keep), c_start.take(keep), c_po.take(keep)
+    c_pc = offsets.take(before_next.take(cand))
+    c_end = ends.take(cand)
+    c_end -= b.take(c_end - 1) == 13  # a trailing '\r' is not part of the line
     vstart = c_pc + 2
-    shaped = (vstart < c_end) & (b[np.minimum(c_pc + 1, size - 1)] == 32) & (b[np.minimum(vstart, size - 1)] != 32) & (b[c_end - 1] != 13)
-    fast = cand[shaped]
+    last = size - 1
+    shaped = np.flatnonzero(
+        (vstart < c_end)
+        & (b.take(np.minimum(c_pc + 1, last)) == 32)
+        & (b.take(np.minimum(vstart, last)) != 32)
+        & (b.take(c_end - 1) != 13)
+    )
+    fast = cand.take(shaped)
     ends[cand] = c_end
-    others = ~comment & (ends > starts)
+    others = (first != 35) & (ends > starts)
     others[fast] = False
     slow = [np.flatnonzero(others)]
-    f_start, f_end, f_po, f_pc, f_v = c_start[shaped], c_end[shaped], c_po[shaped], c_pc[shaped], vstart[shaped]
+    f_start, f_end, f_po, f_pc, f_v = (a.take(shaped) for a in (c_start, c_end, c_po, c_pc, vstart))
     v_len = f_end - f_v
-    vtext = buf.strings(f_v, v_len)
+    # DCGM's int64 blank sentinels are recognised by their bytes; every other value is cast
+    blank = _blank_sentinels(buf, f_v, v_len)
+    rest = np.flatnonzero(~blank) if blank is not None else None
+    vtext = buf.strings(f_v, v_len) if rest is None else buf.strings(f_v[rest], v_len[rest])
     as_float = vtext.cast(pl.Float64, strict=False)
-    value = as_float.to_numpy(writable=True)
+    if rest is None:
+        value = as_float.to_numpy(writable=True)
+    else:
+        value = np.full(len(fast), 1e19)
+        value[rest] = as_float.to_numpy()
     ts_ms = np.zeros(len(fast), dtype=np.int64)
     has_ts = np.zeros(len(fast), dtype=np.bool_)
-    unparsed = np.flatnonzero(as_float.is_null().to_numpy())
+    failed = np.flatnonzero(as_float.is_null().to_numpy())
+    unparsed = failed if rest is None else rest[failed]
     if len(unparsed):
         # a timestamp after the value: split at the first space; what still fails is the tokenizer's
         sub_v, sub_len = f_v[unparsed], v_len[unparsed]
-        space = vtext.gather(pl.Series(unparsed, dtype=pl.UInt32)).str.find(" ", literal=True)
+        space = vtext.gather(pl.Series(failed, dtype=pl.UInt32)).str.find(" ", literal=True)
         found = space.is_not_null().to_numpy()
         cut = space.fill_null(0).to_numpy().astype(np.int64)
         v2 = buf.strings(sub_v, np.where(found, cut, sub_len)).cast(pl.Float64, strict=False)
@@ -610,13 +625,14 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     bad = np.logical_or.reduce(checks)
     source_line = (fast + 1).astype(np.int32)
     good = ~bad
-    out.fast = {
-        "source_line": source_line[good],
-        "name_id": name_id[good],
-        "block_id": block_id[good],
-        "value": value[good],
-        "ts_us": np.where(has_ts[good], ts_ms[good] * 1000, _epoch_us(scraped_at)),
-    }
+    ts_us = np.where(has_ts, ts_ms * 1000, _epoch_us(scraped_at))
+    out.fast = dict(
+        zip(
+            _FAST_DTYPES,
+            (np.compress(good, a) for a in (source_line, name_id, block_id, value, ts_us)),
+            strict=True,
+        )
+    )
     rows = np.flatnonzero(bad)
     if len(rows):
         causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
@@ -624,10 +640,7 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
         def errors(cause: int, sel: np.ndarray) -> pl.Series:
             return name_errors.gather(pl.Series(name_id[sel])) if cause == 0 else block_errors.gather(pl.Series(block_id[sel]))
 
-        out.quarantine = _fast_quarantine(
-            buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors,
-            values=None if len(unparsed) else vtext,
-        )
+        out.quarantine = _fast_quarantine(buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors)
     lines = np.concatenate(slow)
     if len(lines):
         lines.sort()
@@ -643,6 +656,37 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     else:
         out.rows_in = len(fast)
     return out
+
+
+def _u64(text: bytes) -> np.uint64:
+    return np.frombuffer(text, dtype="<u8")[0]
+
+
+_SENTINEL_HEAD = _u64(b"92233720")
+_DIGIT_HIGH, _DIGIT_ZERO, _DIGIT_SIX = _u64(b"\xf0" * 8), _u64(b"0" * 8), _u64(b"\x06" * 8)
+
+
+def _all_digits(words: np.ndarray) -> np.ndarray:
+    """Whether each of the 8 bytes of each word is an ASCII digit."""
+    return ((words & _DIGIT_HIGH) == _DIGIT_ZERO) & (((words + _DIGIT_SIX) & _DIGIT_HIGH) == _DIGIT_ZERO)
+
+
+def _blank_sentinels(buf: _Buffer, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
+    """Which values are DCGM int64 blank sentinels (``9223372036854775794`` and its kin): 19
+    digits starting ``92233720``, read as three words. Any such number is over 9.2e18 and is
+    quarantined with that reason whatever its last digits (1e19 stands in for its value), so
+    it need not be cast. None when there are none."""
+    long = np.flatnonzero(lengths == 19)
+    if not len(long):
+        return None
+    at = starts[long]
+    words = buf.dwords
+    hit = (words[at] == _SENTINEL_HEAD) & _all_digits(words[at + 8]) & _all_digits(words[at + 11])
+    if not hit.any():
+        return None
+    blank = np.zeros(len(starts), dtype=np.bool_)
+    blank[long[hit]] = True
+    return blank
 
 
 def _epoch_us(at: datetime) -> int:
@@ -676,14 +720,12 @@ def _fast_quarantine(
     f_v: np.ndarray,
     v_len: np.ndarray,
     errors: Callable[[int, np.ndarray], pl.Series],
-    values: pl.Series | None,
 ) -> list[_QuarantinePart]:
     """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
     one part per cause (its reason template after ``line N: ``, line numbers, raw text as views,
     the detail the template takes: a ``str`` when it is the same text on every line, as a DCGM
     blank sentinel is), column-wise, no Python object per line; the reasons are formatted once
-    for every piece in :func:`_quarantine_frame`. ``values``: the value text of every fast-path
-    line when none had a timestamp (else None)."""
+    for every piece in :func:`_quarantine_frame`."""
     parts: list[_QuarantinePart] = []
     counts = np.bincount(causes, minlength=len(_FAST_REASONS))
     for cause in np.flatnonzero(counts).tolist():
@@ -696,7 +738,7 @@ def _fast_quarantine(
         elif column == "vraw":
             detail = _same_text(buf, f_v[sel], v_len[sel])
             if detail is None:
-                detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
+                detail = buf.strings(f_v[sel], v_len[sel])
         else:
             t_start = f_v[sel] + v_len[sel] + 1
             detail = buf.strings(t_start, f_end[sel] - t_start)
