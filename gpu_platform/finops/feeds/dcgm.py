@@ -486,6 +486,13 @@ _FAST_DTYPES: dict[str, type] = {
     "value": np.float64,
     "ts_us": np.int64,
 }
+_FAST_SCHEMA: dict[str, pl.DataType] = {
+    "source_line": pl.Int32(),
+    "name_id": pl.UInt32(),
+    "block_id": pl.UInt32(),
+    "value": pl.Float64(),
+    "ts_us": pl.Int64(),
+}
 
 
 def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary) -> _Chunk:
@@ -638,7 +645,9 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
         causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
 
         def errors(cause: int, sel: np.ndarray) -> pl.Series:
-            return name_errors.gather(pl.Series(name_id[sel])) if cause == 0 else block_errors.gather(pl.Series(block_id[sel]))
+            if cause == 0:
+                return name_errors.gather(pl.Series(name_id.take(sel)))
+            return block_errors.gather(pl.Series(block_id.take(sel)))
 
         out.quarantine = _fast_quarantine(buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors)
     lines = np.concatenate(slow)
@@ -742,7 +751,8 @@ def _fast_quarantine(
         else:
             t_start = f_v[sel] + v_len[sel] + 1
             detail = buf.strings(t_start, f_end[sel] - t_start)
-        parts.append((template, source_line[sel], buf.strings(f_start[sel], f_end[sel] - f_start[sel]), detail))
+        raw = buf.strings(f_start[sel], f_end[sel] - f_start[sel])
+        parts.append((template, source_line[sel], raw, detail))
     return parts
 
 
@@ -803,14 +813,22 @@ def _quarantine_frame(parts: list[_QuarantinePart], source: str) -> pl.DataFrame
             reason = _numbered(numbers, "line ", ": " + template.format(details.pop()))
         else:
             detail = pl.concat(
-                [pl.repeat(g[3], len(g[1]), dtype=pl.String, eager=True) if isinstance(g[3], str) else g[3] for g in group]
+                [
+                    pl.repeat(g[3], len(g[1]), dtype=pl.String, eager=True) if isinstance(g[3], str) else g[3]
+                    for g in group
+                ]
             )
             reason = pl.DataFrame({"n": numbers, "d": detail}).select(
                 pl.format("line {}: " + template, pl.col("n"), pl.col("d"))
             ).to_series()
         frames.append(
             pl.DataFrame(
-                {"source": pl.repeat(source, len(numbers), dtype=pl.String, eager=True), "source_line": numbers, "raw": raw, "reason": reason},
+                {
+                    "source": pl.repeat(source, len(numbers), dtype=pl.String, eager=True),
+                    "source_line": numbers,
+                    "raw": raw,
+                    "reason": reason,
+                },
                 schema=DCGM_QUARANTINE_SCHEMA,
             )
         )
@@ -827,7 +845,7 @@ def _assemble(
         c.shift(lines)
     fast = pl.DataFrame(
         {c: np.concatenate([chunk.fast[c] for chunk in chunks]) for c in _FAST_DTYPES},
-        schema={"source_line": pl.Int32, "name_id": pl.UInt32, "block_id": pl.UInt32, "value": pl.Float64, "ts_us": pl.Int64},
+        schema=_FAST_SCHEMA,
     )
     labels = _label_table(dictionary.block_list, dictionary.block_parsed).select(*LABEL_COLUMNS, "extra_labels")
     block_id = fast["block_id"]
@@ -923,7 +941,9 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
     run = pool.map if pool is not None else map
     try:
-        chunks = list(run(lambda piece: _parse_chunk(piece, scraped_at=scraped_at, dictionary=dictionary), pieces))
+        chunks = list(
+            run(lambda piece: _parse_chunk(piece, scraped_at=scraped_at, dictionary=dictionary), pieces)
+        )
     finally:
         if pool is not None:
             pool.shutdown()
