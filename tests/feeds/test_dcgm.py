@@ -765,3 +765,26 @@ def test_values_like_a_sentinel_are_read_as_the_tokenizer_reads_them(scraped_at:
         reasons = ("source_line", "reason")
         assert fast.quarantine.select(reasons).equals(slow.quarantine.select(reasons))
         assert fast.quarantined == 3 * 5
+
+
+def test_sentinel_reasons_after_a_line_left_to_the_tokenizer(scraped_at: datetime) -> None:
+    """A fast-path line whose timestamp does not parse goes to the tokenizer; the lines after it
+    keep their own line numbers and reasons (a value over 9.2e18 that is not a sentinel's
+    digits keeps its own text, though a sentinel with a bad label comes before it)."""
+    lines = [
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0"}} {SENTINEL}',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 1 soon',
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="x"}} {SENTINEL}',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 9.5e18',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1"} 7',
+    ]
+    text = "\n".join(lines) + "\n"
+    batch = parse_text(text, source="t", scraped_at=scraped_at)
+    _assert_invariant(batch, text)
+    assert batch.quarantine.select("source_line", "raw", "reason").rows() == [
+        (1, lines[0], f"line 1: value {SENTINEL} is a DCGM blank sentinel (>= 9.2e18, no data)"),
+        (2, lines[1], "line 2: invalid timestamp 'soon' (expected integer milliseconds)"),
+        (3, lines[2], "line 3: label gpu='x' is not an integer"),
+        (4, lines[3], "line 4: value 9.5e18 is a DCGM blank sentinel (>= 9.2e18, no data)"),
+    ]
+    assert batch.rows.select("source_line", "value").rows() == [(5, 7.0)]

@@ -555,7 +555,7 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     f_start, f_end, f_po, f_pc, f_v = (a.take(shaped) for a in (c_start, c_end, c_po, c_pc, vstart))
     v_len = f_end - f_v
     # DCGM's int64 blank sentinels are recognised by their bytes; every other value is cast
-    blank = _blank_sentinels(buf, f_v, v_len)
+    blank, blank_text = _blank_sentinels(buf, f_v, v_len)
     rest = np.flatnonzero(~blank) if blank is not None else None
     vtext = buf.strings(f_v, v_len) if rest is None else buf.strings(f_v[rest], v_len[rest])
     as_float = vtext.cast(pl.Float64, strict=False)
@@ -588,6 +588,8 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
             fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts = (
                 a[keep] for a in (fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts)
             )
+            if blank is not None:
+                blank = blank[keep]
     name_len = f_po - f_start
     if np.count_nonzero(name_len[1:] != name_len[:-1]) * 4 < len(name_len):
         # metric names come in runs (a scrape prints each metric's lines together): encode the
@@ -649,7 +651,11 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
                 return name_errors.gather(pl.Series(name_id.take(sel)))
             return block_errors.gather(pl.Series(block_id.take(sel)))
 
-        out.quarantine = _fast_quarantine(buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors)
+        # the sentinels' reason takes their text: known already when they are all one number
+        same = (blank, blank_text) if blank_text is not None else None
+        out.quarantine = _fast_quarantine(
+            buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
+        )
     lines = np.concatenate(slow)
     if len(lines):
         lines.sort()
@@ -680,22 +686,32 @@ def _all_digits(words: np.ndarray) -> np.ndarray:
     return ((words & _DIGIT_HIGH) == _DIGIT_ZERO) & (((words + _DIGIT_SIX) & _DIGIT_HIGH) == _DIGIT_ZERO)
 
 
-def _blank_sentinels(buf: _Buffer, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
+def _blank_sentinels(
+    buf: _Buffer, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray | None, str | None]:
     """Which values are DCGM int64 blank sentinels (``9223372036854775794`` and its kin): 19
     digits starting ``92233720``, read as three words. Any such number is over 9.2e18 and is
     quarantined with that reason whatever its last digits (1e19 stands in for its value), so
-    it need not be cast. None when there are none."""
+    it need not be cast. (None, None) when there are none; the second item is their text when
+    every one of them is the same number (as a GPU that does not report a field repeats it)."""
     long = np.flatnonzero(lengths == 19)
     if not len(long):
-        return None
-    at = starts[long]
+        return None, None
+    at = starts.take(long)
     words = buf.dwords
-    hit = (words[at] == _SENTINEL_HEAD) & _all_digits(words[at + 8]) & _all_digits(words[at + 11])
+    middle, tail = words[at + 8], words[at + 11]
+    hit = (words[at] == _SENTINEL_HEAD) & _all_digits(middle) & _all_digits(tail)
     if not hit.any():
-        return None
+        return None, None
     blank = np.zeros(len(starts), dtype=np.bool_)
-    blank[long[hit]] = True
-    return blank
+    hits = long.compress(hit)
+    blank[hits] = True
+    middle, tail = middle.compress(hit), tail.compress(hit)
+    same = None
+    if (middle == middle[0]).all() and (tail == tail[0]).all():
+        first = int(starts[hits[0]])
+        same = bytes(buf.data[first : first + 19]).decode("ascii")
+    return blank, same
 
 
 def _epoch_us(at: datetime) -> int:
@@ -714,6 +730,7 @@ _FAST_REASONS: tuple[tuple[str | None, str], ...] = (
     ("value {} is a DCGM blank sentinel (>= 9.2e18, no data)", "vraw"),
     ("value {} is a DCGM fp64 blank sentinel (no data)", "vraw"),
 )
+_SENTINEL_CAUSE = 5
 
 
 _QuarantinePart = tuple[str, np.ndarray, pl.Series, "pl.Series | str"]
@@ -729,12 +746,14 @@ def _fast_quarantine(
     f_v: np.ndarray,
     v_len: np.ndarray,
     errors: Callable[[int, np.ndarray], pl.Series],
+    sentinels: tuple[np.ndarray, str] | None = None,
 ) -> list[_QuarantinePart]:
     """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
     one part per cause (its reason template after ``line N: ``, line numbers, raw text as views,
     the detail the template takes: a ``str`` when it is the same text on every line, as a DCGM
     blank sentinel is), column-wise, no Python object per line; the reasons are formatted once
-    for every piece in :func:`_quarantine_frame`."""
+    for every piece in :func:`_quarantine_frame`. ``sentinels``: which rows are int64 blank
+    sentinels that all read as the one text given, when they do."""
     parts: list[_QuarantinePart] = []
     counts = np.bincount(causes, minlength=len(_FAST_REASONS))
     for cause in np.flatnonzero(counts).tolist():
@@ -745,7 +764,11 @@ def _fast_quarantine(
             detail = errors(cause, sel)
             template = "{}"
         elif column == "vraw":
-            detail = _same_text(buf, f_v[sel], v_len[sel])
+            detail = None
+            if sentinels is not None and cause == _SENTINEL_CAUSE and sentinels[0].take(sel).all():
+                detail = sentinels[1]
+            if detail is None:
+                detail = _same_text(buf, f_v[sel], v_len[sel])
             if detail is None:
                 detail = buf.strings(f_v[sel], v_len[sel])
         else:
