@@ -21,17 +21,23 @@ Values: NaN, infinities, values >= 9.2e18 (DCGM's int64 blank sentinels such as
 reason. A trailing timestamp (integer milliseconds since the epoch) sets ``ts``; without one
 ``ts`` is the scrape time given by the caller.
 
-Speed: the input is cut at newlines into pieces (about two per core, none under 4 MiB), parsed on a thread per core
-(numpy, polars and Arrow release the GIL). One numpy pass over a piece finds every newline,
-``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}`` followed by one
-space is a fast-path line: its metric name (to the ``{``), label block (to the last ``}``) and
-value become zero-copy Arrow string views into the input, built once each from the offsets.
-Arrow dictionary-encodes the label blocks (metric names by their runs), so each distinct block is
-parsed once in Python and each row carries an integer id, not a copy of its labels, until the
-label columns are gathered once for the accepted rows; polars casts values and timestamps.
-Quarantined fast-path lines are built column-wise, one ``format`` per reason. No Python object
-is created per line. A line the fast path cannot prove well-formed (no labels, a leading blank,
-a delimiter after the value, an unparseable value or timestamp) goes through
+Speed: the input is cut at newlines into pieces (about two per core, none under 4 MiB, none over
+8 MiB, so that a piece is scanned and parsed while its bytes are in the cache), parsed on a thread
+per core (numpy, polars and Arrow release the GIL); each piece numbers its lines from 1 and is
+renumbered once the earlier pieces' newlines are known. One numpy pass over a piece finds every
+newline, ``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}``
+followed by one space is a fast-path line: its metric name (to the ``{``), label block (to the
+last ``}``) and value become zero-copy Arrow string views into the input, built from the offsets.
+Arrow dictionary-encodes the label blocks (metric names by their runs; when metrics interleave,
+as when HELP/TYPE precede every line, the (name, block) pairs, and only the distinct pairs are
+split), so each distinct block is parsed once in Python and each row carries an integer id, not
+a copy of its labels, until the label columns are gathered once for the accepted rows. DCGM's
+int64 blank sentinels are recognised by their bytes (19 digits from ``92233720``); polars casts
+the other values and the timestamps. Quarantined fast-path lines are built column-wise: the raw
+text as views, and per reason one ``format`` over every piece, or, when every line has the same
+detail (one sentinel repeated), the reason texts written into one buffer by numpy. No Python
+object is created per line. A line the fast path cannot prove well-formed (no labels, a leading
+blank, a delimiter after the value, an unparseable value or timestamp) goes through
 :func:`_split_line`, a character-level tokenizer, so correctness never depends on the fast path.
 Lines end at ``\\n`` (a trailing ``\\r`` is ignored); leading blanks are tolerated.
 """
