@@ -563,7 +563,7 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     # DCGM's int64 blank sentinels are recognised by their bytes; every other value is cast
     blank, blank_text = _blank_sentinels(buf, f_v, v_len)
     rest = np.flatnonzero(~blank) if blank is not None else None
-    vtext = buf.strings(f_v, v_len) if rest is None else buf.strings(f_v[rest], v_len[rest])
+    vtext = buf.strings(f_v, v_len) if rest is None else buf.strings(f_v.take(rest), v_len.take(rest))
     as_float = vtext.cast(pl.Float64, strict=False)
     if rest is None:
         value = as_float.to_numpy(writable=True)
@@ -608,9 +608,9 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
             codes = codes[run]
         else:
             codes, distinct = _encode(names)
-        name_id = dictionary.name_ids(distinct)[codes]
+        name_id = dictionary.name_ids(distinct).take(codes)
         codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
-        block_id = dictionary.block_ids(distinct)[codes]
+        block_id = dictionary.block_ids(distinct).take(codes)
     else:
         # metrics interleaved (a feed that prints HELP/TYPE before each line, one GPU after
         # another): a history repeats each (metric, label block) pair once a scrape, so encode
@@ -619,18 +619,18 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
         # appearance: pair k first appears where the running maximum of the codes first reaches k.
         codes, _ = _encode(buf.strings(f_start, f_pc - f_start), distinct=False)
         heads = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
-        h_start, h_po, h_pc = f_start[heads], f_po[heads], f_pc[heads]
+        h_start, h_po, h_pc = f_start.take(heads), f_po.take(heads), f_pc.take(heads)
         pair_codes, distinct = _encode(buf.strings(h_start, h_po - h_start))
-        name_id = dictionary.name_ids(distinct)[pair_codes][codes]
+        name_id = dictionary.name_ids(distinct).take(pair_codes).take(codes)
         pair_codes, distinct = _encode(buf.strings(h_po + 1, h_pc - h_po - 1))
-        block_id = dictionary.block_ids(distinct)[pair_codes][codes]
+        block_id = dictionary.block_ids(distinct).take(pair_codes).take(codes)
     name_bad, name_errors = dictionary.errors("names")
     block_bad, block_errors = dictionary.errors("blocks")
     with np.errstate(invalid="ignore"):
         # one column per reason of _FAST_REASONS, in its order
         checks = (
-            name_bad[name_id],
-            block_bad[block_id],
+            name_bad.take(name_id),
+            block_bad.take(block_id),
             has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
             np.isnan(value),
             np.isinf(value),
@@ -650,7 +650,7 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     )
     rows = np.flatnonzero(bad)
     if len(rows):
-        causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
+        causes = np.argmax(np.stack([c.take(rows) for c in checks]), axis=0)
 
         def errors(cause: int, sel: np.ndarray) -> pl.Series:
             if cause == 0:
@@ -774,14 +774,14 @@ def _fast_quarantine(
             if sentinels is not None and cause == _SENTINEL_CAUSE and sentinels[0].take(sel).all():
                 detail = sentinels[1]
             if detail is None:
-                detail = _same_text(buf, f_v[sel], v_len[sel])
+                detail = _same_text(buf, f_v.take(sel), v_len.take(sel))
             if detail is None:
-                detail = buf.strings(f_v[sel], v_len[sel])
+                detail = buf.strings(f_v.take(sel), v_len.take(sel))
         else:
-            t_start = f_v[sel] + v_len[sel] + 1
-            detail = buf.strings(t_start, f_end[sel] - t_start)
-        raw = buf.strings(f_start[sel], f_end[sel] - f_start[sel])
-        parts.append((template, source_line[sel], raw, detail))
+            t_start = f_v.take(sel) + v_len.take(sel) + 1
+            detail = buf.strings(t_start, f_end.take(sel) - t_start)
+        raw = buf.strings(f_start.take(sel), f_end.take(sel) - f_start.take(sel))
+        parts.append((template, source_line.take(sel), raw, detail))
     return parts
 
 
