@@ -316,7 +316,7 @@ NOTES = """## Notes
   27, part 3), same process, alternating, one core, 1M sample lines of the reference feed, on the
   2-core VM at load average 4-7: 0.82 -> 0.49 CPU-s (min of 7; medians 0.94 -> 0.66), clean
   input 0.90 -> 0.82 (medians 1.02 -> 0.89); load-independent, callgrind on 200k sample lines of
-  the reference feed: 826M -> ~660M instructions a parse. Profile now (reference input, 1M sample
+  the reference feed: 826M -> 649M instructions a parse (clean, 20 scrapes: 915M -> 902M). Profile now (reference input, 1M sample
   lines, one thread, CPU at load ~6): the delimiter pass ~110 ms, the pair encoding ~110 ms
   (1M views, ~100 bytes each hashed), value views and cast ~85 ms, sentinel recognition ~35 ms,
   the quarantine of the 333k sentinel lines ~60 ms (raw views and the numpy-written reasons), the
