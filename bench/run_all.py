@@ -305,19 +305,32 @@ NOTES = """## Notes
   a GPU does not support, so the quarantine path is measured at scale, not only the happy path.
   `ratio` divides our accepted samples per second by prometheus_client's samples per second
   (the well-kept parser of the format; it returns sentinels as samples, so `ratio_lines` also
-  counts our quarantined lines). The parser (`gpu_platform/finops/feeds/dcgm.py`): one numpy
-  pass finds every newline and brace; a line whose first delimiter is `{` and last `}` is on the
-  fast path, its name, label block and value become zero-copy Arrow string views; label blocks
-  are dictionary-encoded (each distinct block parsed once, rows carry an id until the accepted
-  rows' label columns are gathered once); quarantined lines are built column-wise, one `format`
-  per reason. Odd lines go through a character tokenizer, so correctness never depends on the
-  fast path; a property test compares the result with prometheus_client's on generated text.
-  Profile on the reference input (800k lines, one thread, CPU, on the loaded 2-core VM): the
-  delimiter pass ~30 ms, the quarantine of the 100k sentinel lines ~31 ms (its `format` two
-  thirds), value views ~28 ms and their cast ~16 ms, label-block encoding ~19 ms, the fast-path
-  shape checks ~10 ms, metric names ~14 ms; on the clean input the label-block encoding (~22 ms,
-  51 MB of label text hashed) and value views (~20 ms) lead. Pieces of the input are parsed on a
-  thread per core; on a loaded machine that buys nothing (CPU time counts every thread).
+  counts our quarantined lines). The parser (`gpu_platform/finops/feeds/dcgm.py`): the input is
+  cut into pieces of at most 8 MiB, each scanned and parsed in one go while its bytes are in the
+  cache (lines renumbered after). One numpy pass finds every newline and brace; a line whose
+  first delimiter is `{` and last `}` is on the fast path, its name, label block and value become
+  zero-copy Arrow string views; label blocks are dictionary-encoded (each distinct block parsed
+  once, rows carry an id until the accepted rows' label columns are gathered once), and when
+  metrics interleave, as in the reference feed, the (name, block) pairs are encoded once and only
+  the distinct pairs split. DCGM's int64 sentinels are recognised by their bytes (19 digits from
+  `92233720`) and never cast; quarantined lines are built column-wise (raw text as views; when
+  every line of a reason has one detail, as a repeated sentinel does, the reason texts are written
+  into one buffer by numpy, else one `format` per reason over all pieces). Odd lines go through a
+  character tokenizer, so correctness never depends on the fast path; property tests compare
+  the result with prometheus_client's and the tokenizer's on generated text, and the reference feed replicated is
+  checked line by line (tests/feeds/test_dcgm.py). Against the parser before these steps (issue
+  27, part 3), same process, alternating, one core, 1M sample lines of the reference feed, on the
+  2-core VM at load average 4-7: 0.82 -> 0.49 CPU-s (min of 7; medians 0.94 -> 0.66), clean
+  input 0.90 -> 0.82 (medians 1.02 -> 0.89); load-independent, callgrind on 200k sample lines of
+  the reference feed: 826M -> 649M instructions a parse (clean, 20 scrapes: 915M -> 902M). Profile now (reference input, 1M sample
+  lines, one thread, CPU at load ~6): the delimiter pass ~110 ms, the pair encoding ~110 ms
+  (1M views, ~100 bytes each hashed), value views and cast ~85 ms, sentinel recognition ~35 ms,
+  the quarantine of the 333k sentinel lines ~60 ms (raw views and the numpy-written reasons), the
+  per-line shape checks over 2.7M lines (two thirds HELP/TYPE comments) ~70 ms, the output frame
+  ~25 ms. No step is over a sixth, so the >= 100x target needs compiled per-byte code (one pass
+  that tokenizes a line while it is in the cache) rather than more numpy passes: every numpy step
+  here is a separate pass over per-line arrays. Pieces are parsed on a thread per core; on a
+  loaded machine that buys nothing (CPU time counts every thread).
 - Chargeback: the rebuild reads the hourly rollup the loader writes at ingestion
   (`raw_dcgm_hourly`, ~12k rows a day for 512 GPUs), never the 15 s samples (unless two sources
   overlap on a node-day); the floor still reads every sample. The rollup's own cost is reported

@@ -685,3 +685,106 @@ def test_simple_block_reader_agrees_with_the_block_parser(
     if expected[1] is not None:
         expected = (dict.fromkeys((*LABEL_COLUMNS, "extra_labels")), expected[1])
     assert _block_columns(block) == expected
+
+
+def _reference_feed(fixtures: Path, copies: int) -> str:
+    """dcgm-exporter's README output (the two fixtures) replicated, as the DCGM benchmark reads it:
+    HELP/TYPE comments before the sample lines, one sample line in three a blank sentinel."""
+    names = ("dcgm-metrics-baremetal.txt", "dcgm-metrics-k8s-unassigned.txt")
+    text = "".join((fixtures / name).read_text() for name in names)
+    return text * copies
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_reference_feed_replicated_quarantines_every_sentinel_line(
+    pieces: bool, fixtures: Path, scraped_at: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sentinel line of the replicated reference feed is quarantined with its own line number,
+    raw text and reason (line numbers from 1 to 5 digits, across pieces when cut), every other
+    sample line accepted with its value; the comments count for the line numbers only."""
+    text = _reference_feed(fixtures, 800)
+    if pieces:
+        monkeypatch.setattr("gpu_platform.finops.feeds.dcgm._MIN_PIECE", 1000)
+        monkeypatch.setattr("gpu_platform.finops.feeds.dcgm._MAX_PIECE", 7000)
+        monkeypatch.setattr("gpu_platform.finops.feeds.dcgm._workers", lambda: 3)
+    batch = parse_text(text.encode(), source="ref", scraped_at=scraped_at)
+    _assert_invariant(batch, text)
+    lines = text.split("\n")
+    blank_lines = [(n, line) for n, line in enumerate(lines, 1) if line.endswith(" " + SENTINEL)]
+    kept = [
+        (n, float(line.rsplit(" ", 1)[1]))
+        for n, line in enumerate(lines, 1)
+        if line and not line.startswith("#") and not line.endswith(SENTINEL)
+    ]
+    assert len(blank_lines) == 1600 and len(kept) == 3200 and batch.rows_in == 4800
+    assert batch.quarantine.rows() == [
+        ("ref", n, line, f"line {n}: value {SENTINEL} is a DCGM blank sentinel (>= 9.2e18, no data)")
+        for n, line in blank_lines
+    ]
+    assert batch.rows.select("source_line", "value").rows() == kept
+    assert batch.rows["metric"].unique().sort().to_list() == ["DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_SM_CLOCK"]
+    assert batch.rows.filter(pl.col("source_line") == kept[-1][0])["uuid"].to_list() == [
+        "GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"
+    ]
+
+
+def test_blank_values_that_differ_or_end_the_input_keep_their_own_text(scraped_at: datetime) -> None:
+    """Blank values quarantined together but with different texts (two int64 sentinels, a NaN
+    at the very end of the input) each keep their own text in the reason."""
+    values = [SENTINEL, "9223372036854775807", "7"] * 5
+    lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i % 4}"}} {v}' for i, v in enumerate(values)]
+    text = "\n".join([*lines, 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} NaN'])
+    batch = parse_text(text, source="t", scraped_at=scraped_at)
+    _assert_invariant(batch, text)
+    reasons = batch.quarantine.select("source_line", "reason").rows()
+    assert reasons[:2] == [
+        (1, f"line 1: value {SENTINEL} is a DCGM blank sentinel (>= 9.2e18, no data)"),
+        (2, "line 2: value 9223372036854775807 is a DCGM blank sentinel (>= 9.2e18, no data)"),
+    ]
+    assert reasons[-1] == (16, "line 16: value NaN is a blank (no data)")
+    assert batch.rows["value"].to_list() == [7.0] * 5
+
+
+def test_values_like_a_sentinel_are_read_as_the_tokenizer_reads_them(scraped_at: datetime) -> None:
+    """Only 19 digits starting 92233720 are taken for an int64 sentinel without being cast; other
+    long numbers, a sentinel with a timestamp or a non-digit in it are cast (or quarantined)
+    exactly as the character-level tokenizer does, interleaved metrics or not."""
+    values = [
+        SENTINEL, "9199999999999999999", "92233720368547758x4", "922337203685477580", "92233720368547758070",
+        f"{SENTINEL} 1726617600000", "1.5", "12", "1e3",
+    ]
+    names = ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP"]
+    for interleaved in (False, True):
+        lines = [
+            f'{names[i % 3] if interleaved else names[0]}{{gpu="{i % 2}",UUID="GPU-{i % 2}"}} {v}'
+            for i, v in enumerate(values * 3)
+        ]
+        fast = parse_text("\n".join(lines), source="p", scraped_at=scraped_at)
+        slow = parse_text("\n".join(" " + line for line in lines), source="p", scraped_at=scraped_at)
+        assert fast.rows.equals(slow.rows)
+        reasons = ("source_line", "reason")
+        assert fast.quarantine.select(reasons).equals(slow.quarantine.select(reasons))
+        assert fast.quarantined == 3 * 5
+
+
+def test_sentinel_reasons_after_a_line_left_to_the_tokenizer(scraped_at: datetime) -> None:
+    """A fast-path line whose timestamp does not parse goes to the tokenizer; the lines after it
+    keep their own line numbers and reasons (a value over 9.2e18 that is not a sentinel's
+    digits keeps its own text, though a sentinel with a bad label comes before it)."""
+    lines = [
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0"}} {SENTINEL}',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 1 soon',
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="x"}} {SENTINEL}',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 9.5e18',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1"} 7',
+    ]
+    text = "\n".join(lines) + "\n"
+    batch = parse_text(text, source="t", scraped_at=scraped_at)
+    _assert_invariant(batch, text)
+    assert batch.quarantine.select("source_line", "raw", "reason").rows() == [
+        (1, lines[0], f"line 1: value {SENTINEL} is a DCGM blank sentinel (>= 9.2e18, no data)"),
+        (2, lines[1], "line 2: invalid timestamp 'soon' (expected integer milliseconds)"),
+        (3, lines[2], "line 3: label gpu='x' is not an integer"),
+        (4, lines[3], "line 4: value 9.5e18 is a DCGM blank sentinel (>= 9.2e18, no data)"),
+    ]
+    assert batch.rows.select("source_line", "value").rows() == [(5, 7.0)]

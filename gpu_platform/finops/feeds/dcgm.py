@@ -21,17 +21,23 @@ Values: NaN, infinities, values >= 9.2e18 (DCGM's int64 blank sentinels such as
 reason. A trailing timestamp (integer milliseconds since the epoch) sets ``ts``; without one
 ``ts`` is the scrape time given by the caller.
 
-Speed: the input is cut at newlines into pieces (about two per core, none under 4 MiB), parsed on a thread per core
-(numpy, polars and Arrow release the GIL). One numpy pass over a piece finds every newline,
-``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}`` followed by one
-space is a fast-path line: its metric name (to the ``{``), label block (to the last ``}``) and
-value become zero-copy Arrow string views into the input, built once each from the offsets.
-Arrow dictionary-encodes the label blocks (metric names by their runs), so each distinct block is
-parsed once in Python and each row carries an integer id, not a copy of its labels, until the
-label columns are gathered once for the accepted rows; polars casts values and timestamps.
-Quarantined fast-path lines are built column-wise, one ``format`` per reason. No Python object
-is created per line. A line the fast path cannot prove well-formed (no labels, a leading blank,
-a delimiter after the value, an unparseable value or timestamp) goes through
+Speed: the input is cut at newlines into pieces (about two per core, none under 4 MiB, none over
+8 MiB, so that a piece is scanned and parsed while its bytes are in the cache), parsed on a thread
+per core (numpy, polars and Arrow release the GIL); each piece numbers its lines from 1 and is
+renumbered once the earlier pieces' newlines are known. One numpy pass over a piece finds every
+newline, ``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}``
+followed by one space is a fast-path line: its metric name (to the ``{``), label block (to the
+last ``}``) and value become zero-copy Arrow string views into the input, built from the offsets.
+Arrow dictionary-encodes the label blocks (metric names by their runs; when metrics interleave,
+as when HELP/TYPE precede every line, the (name, block) pairs, and only the distinct pairs are
+split), so each distinct block is parsed once in Python and each row carries an integer id, not
+a copy of its labels, until the label columns are gathered once for the accepted rows. DCGM's
+int64 blank sentinels are recognised by their bytes (19 digits from ``92233720``); polars casts
+the other values and the timestamps. Quarantined fast-path lines are built column-wise: the raw
+text as views, and per reason one ``format`` over every piece, or, when every line has the same
+detail (one sentinel repeated), the reason texts written into one buffer by numpy. No Python
+object is created per line. A line the fast path cannot prove well-formed (no labels, a leading
+blank, a delimiter after the value, an unparseable value or timestamp) goes through
 :func:`_split_line`, a character-level tokenizer, so correctness never depends on the fast path.
 Lines end at ``\\n`` (a trailing ``\\r`` is ignored); leading blanks are tolerated.
 """
@@ -325,14 +331,13 @@ def _delimiters(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return offsets, buf[offsets]
 
 
-# _BYTE_MASKS[k]: three little-endian uint32 words whose first k bytes are 0xFF (k = 0..12)
-_BYTE_MASKS = np.array(
-    [np.frombuffer(bytes([255] * k + [0] * (12 - k)), dtype="<u4") for k in range(13)], dtype=np.uint32
-)
+# _LOW_BYTES32[k] / _LOW_BYTES64[k]: a little-endian word whose first k bytes are 0xFF
+_LOW_BYTES32 = np.array([(1 << (8 * k)) - 1 for k in range(5)], dtype=np.uint32)
+_LOW_BYTES64 = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 
 class _Buffer:
-    """One chunk of input as bytes, and every (unaligned) little-endian uint32 of it.
+    """One chunk of input as bytes, and every (unaligned) little-endian uint32 and uint64 of it.
 
     The input is not copied (a chunk of under 16 bytes is padded with newlines: ``length`` is
     the chunk's own, ``size`` the padded one): a view near the end reads its bytes from a
@@ -347,50 +352,55 @@ class _Buffer:
         self.size = len(data)
         self.bytes = np.frombuffer(data, dtype=np.uint8)
         self.words = np.ndarray(shape=(self.size - 3,), dtype="<u4", buffer=data, strides=(1,))
-        self.windows = np.lib.stride_tricks.as_strided(self.bytes, shape=(self.size - 11, 12), strides=(1, 1))
+        self.dwords = np.ndarray(shape=(self.size - 7,), dtype="<u8", buffer=data, strides=(1,))
         self._tail = np.frombuffer(bytes(data[-16:]) + bytes(16), dtype=np.uint8)
-
-    def at(self, index: np.ndarray) -> np.ndarray:
-        """The byte at each index; past either end, the byte at that end."""
-        return np.take(self.bytes, index, mode="clip")
 
     def strings(self, starts: np.ndarray, lengths: np.ndarray) -> pl.Series:
         """Zero-copy strings ``data[start:start+length]`` as a String Series (Arrow string_view).
 
         Each view is four 32-bit words: the length, then the bytes themselves when <= 12, else
         a 4-byte prefix, buffer 0 and the offset (Arrow reads them as int32, so a chunk is at most
-        ``_MAX_CHUNK``, 1 GiB). No string is copied.
+        ``_MAX_CHUNK``, 1 GiB). No string is copied. A view is built as two uint64 words from
+        two unaligned loads (the bytes at ``start`` and at ``start + 4``) and masks.
         """
         n = len(starts)
         lengths = np.maximum(lengths, 0)
-        views = np.empty((n, 4), dtype="<u4")
-        views[:, 0] = lengths
+        views = np.empty((n, 2), dtype="<u8")
         safe = np.minimum(starts, self.size - 12)
         short = lengths <= 12
+        head = self.words[safe] & _LOW_BYTES32[np.minimum(lengths, 4)]
+        views[:, 0] = head
+        views[:, 0] <<= 32
+        views[:, 0] |= lengths.astype(np.uint64)
         if short.all():
-            views[:, 1:] = self.windows[safe].view("<u4") & _BYTE_MASKS[lengths]
+            views[:, 1] = self.dwords[safe + 4] & _LOW_BYTES64[np.clip(lengths - 4, 0, 8)]
+        elif not short.any():
+            views[:, 1] = starts.astype(np.uint64) << 32
         else:
-            views[:, 1] = self.words[safe]
-            views[:, 2] = 0
-            views[:, 3] = starts
-            inline = np.flatnonzero(short)
-            if len(inline):
-                views[inline, 1:] = self.windows[safe[inline]].view("<u4") & _BYTE_MASKS[lengths[inline]]
-        for i in np.flatnonzero(safe != starts):
+            views[:, 1] = np.where(
+                short,
+                self.dwords[safe + 4] & _LOW_BYTES64[np.clip(lengths - 4, 0, 8)],
+                starts.astype(np.uint64) << 32,
+            )
+        late = np.flatnonzero(safe != starts)
+        if len(late):
             # a short string within 12 bytes of the end (a long one starts earlier than that)
-            k = int(lengths[i])
-            lo = int(starts[i]) - (self.size - 16)
-            inline = np.zeros(12, dtype=np.uint8)
-            inline[:k] = self._tail[lo : lo + k]
-            views[i, 1:] = inline.view("<u4")
+            words = views.view("<u4")
+            for i in late.tolist():
+                k = int(lengths[i])
+                lo = int(starts[i]) - (self.size - 16)
+                inline = np.zeros(12, dtype=np.uint8)
+                inline[:k] = self._tail[lo : lo + k]
+                words[i, 1:] = inline.view("<u4")
         arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(self.data)])
         return pl.Series(arr)
 
 
-def _encode(values: pl.Series) -> tuple[np.ndarray, list[str]]:
-    """Dictionary-encode ``values``: (the code of each value, the distinct values in code order)."""
+def _encode(values: pl.Series, *, distinct: bool = True) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encode ``values``: (the code of each value, the distinct values in code order,
+    numbered in order of first appearance; an empty list unless ``distinct``)."""
     encoded = pac.dictionary_encode(values.to_arrow(compat_level=pl.CompatLevel.newest()))
-    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist() if distinct else []
 
 
 class _Dictionary:
@@ -448,19 +458,40 @@ class _Dictionary:
 
 
 class _Chunk:
-    """What :func:`_parse_chunk` returns: the fast rows (ids into the :class:`_Dictionary`), their
-    quarantine, the lines left to the tokenizer (their pre-rows and their quarantine), counts."""
+    """What :func:`_parse_chunk` returns, numbered from the piece's own first line (the pieces are
+    parsed independently; :meth:`shift` renumbers them once the earlier pieces' newlines are
+    known): the fast rows as arrays (ids into the :class:`_Dictionary`), their quarantine in
+    parts (one per reason template: line numbers, raw text, detail), the lines left to the
+    tokenizer (their pre-rows and their quarantine), counts."""
 
     def __init__(self) -> None:
-        self.fast = pl.DataFrame(schema=_FAST_SCHEMA)
-        self.quarantine = pl.DataFrame(schema=DCGM_QUARANTINE_SCHEMA)
+        self.fast: dict[str, np.ndarray] = {c: np.zeros(0, dtype=t) for c, t in _FAST_DTYPES.items()}
+        self.quarantine: list[tuple[str, np.ndarray, pl.Series, pl.Series]] = []
         self.slow = pl.DataFrame(schema=_PRE_SCHEMA)
         self.slow_raw: dict[int, str] = {}
         self.slow_quarantine: list[tuple[int, str, str]] = []
         self.rows_in = 0
         self.newlines = 0
 
+    def shift(self, lines: int) -> None:
+        """Renumber the lines of this piece as if ``lines`` lines came before it."""
+        if not lines:
+            return
+        self.fast["source_line"] = self.fast["source_line"] + np.int32(lines)
+        self.quarantine = [(t, numbers + np.int32(lines), raw, d) for t, numbers, raw, d in self.quarantine]
+        if self.slow.height:
+            self.slow = self.slow.with_columns(pl.col("source_line") + lines)
+        self.slow_raw = {k + lines: v for k, v in self.slow_raw.items()}
+        self.slow_quarantine = [(n + lines, text, reason) for n, text, reason in self.slow_quarantine]
 
+
+_FAST_DTYPES: dict[str, type] = {
+    "source_line": np.int32,
+    "name_id": np.uint32,
+    "block_id": np.uint32,
+    "value": np.float64,
+    "ts_us": np.int64,
+}
 _FAST_SCHEMA: dict[str, pl.DataType] = {
     "source_line": pl.Int32(),
     "name_id": pl.UInt32(),
@@ -470,22 +501,10 @@ _FAST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _scan(buf: _Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets and bytes of the delimiters, offsets of the newlines) of one piece."""
-    offsets, kinds = _delimiters(buf.bytes[: buf.length])
-    return offsets, kinds, offsets[kinds == 10]
+def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary) -> _Chunk:
+    """Parse one piece of the input, its lines numbered from 1 (see :meth:`_Chunk.shift`).
 
-
-def _parse_chunk(
-    buf: _Buffer,
-    scan: tuple[np.ndarray, np.ndarray, np.ndarray],
-    *,
-    first_line: int,
-    source: str,
-    scraped_at: datetime,
-    dictionary: _Dictionary,
-) -> _Chunk:
-    """Parse one chunk whose first line is line ``first_line + 1`` of the whole input.
+    The piece is scanned and parsed in one go, so that its bytes are still in the cache.
 
     The fast path takes lines shaped ``name{labels} value[ timestamp]`` (no leading blank, one
     space after the last ``}``): the name runs to the first ``{``, the label block to the last
@@ -495,8 +514,12 @@ def _parse_chunk(
     """
     out = _Chunk()
     size, b = buf.length, buf.bytes
-    offsets, kinds, newlines = scan
+    # (numpy's take and compress are used throughout: they are several times cheaper than
+    # fancy and boolean indexing)
+    offsets, kinds = _delimiters(b[:size])
     is_newline = kinds == 10
+    stream_nl = np.flatnonzero(is_newline)
+    newlines = offsets.take(stream_nl)
     out.newlines = len(newlines)
     starts = np.concatenate((np.zeros(1, dtype=np.int64), newlines + 1))
     ends = np.concatenate((newlines, np.array([size], dtype=np.int64)))
@@ -505,44 +528,56 @@ def _parse_chunk(
     n = len(starts)
     # a fast-path candidate's first delimiter is a '{' and its last a '}': read them off the
     # delimiter stream beside each line's newlines (the stream is small and cache-resident)
-    stream_nl = np.flatnonzero(is_newline)
     after_prev = np.empty(n, dtype=np.int64)
     after_prev[0] = 0
     after_prev[1:] = stream_nl[: n - 1] + 1
     before_next = (stream_nl[:n] if len(stream_nl) >= n else np.append(stream_nl, len(kinds))) - 1
     padded = np.append(kinds, 0)  # index -1 and len(kinds) read the 0
     cand = np.flatnonzero(
-        (before_next > after_prev) & (padded[after_prev] == 123) & (padded[before_next] == 125)
+        (before_next > after_prev) & (padded.take(after_prev) == 123) & (padded.take(before_next) == 125)
     )
-    first = b[starts]
-    comment = first == 35
-    c_start = starts[cand]
-    c_first = first[cand]
-    c_po = offsets[after_prev[cand]]
-    keep = (c_po > c_start) & (c_first != 35) & (c_first != 32) & (c_first != 9)
-    cand, c_start, c_po = cand[keep], c_start[keep], c_po[keep]
-    c_pc = offsets[before_next[cand]]
-    c_end = ends[cand]
-    c_end -= b[c_end - 1] == 13  # a trailing '\r' is not part of the line
+    first = b.take(starts)
+    c_start = starts.take(cand)
+    c_first = first.take(cand)
+    c_po = offsets.take(after_prev.take(cand))
+    keep = np.flatnonzero((c_po > c_start) & (c_first != 35) & (c_first != 32) & (c_first != 9))
+    cand, c_start, c_po = cand.take(keep), c_start.take(keep), c_po.take(keep)
+    c_pc = offsets.take(before_next.take(cand))
+    c_end = ends.take(cand)
+    c_end -= b.take(c_end - 1) == 13  # a trailing '\r' is not part of the line
     vstart = c_pc + 2
-    shaped = (vstart < c_end) & (buf.at(c_pc + 1) == 32) & (buf.at(vstart) != 32) & (b[c_end - 1] != 13)
-    fast = cand[shaped]
+    last = size - 1
+    shaped = np.flatnonzero(
+        (vstart < c_end)
+        & (b.take(np.minimum(c_pc + 1, last)) == 32)
+        & (b.take(np.minimum(vstart, last)) != 32)
+        & (b.take(c_end - 1) != 13)
+    )
+    fast = cand.take(shaped)
     ends[cand] = c_end
-    others = ~comment & (ends > starts)
+    others = (first != 35) & (ends > starts)
     others[fast] = False
     slow = [np.flatnonzero(others)]
-    f_start, f_end, f_po, f_pc, f_v = c_start[shaped], c_end[shaped], c_po[shaped], c_pc[shaped], vstart[shaped]
+    f_start, f_end, f_po, f_pc, f_v = (a.take(shaped) for a in (c_start, c_end, c_po, c_pc, vstart))
     v_len = f_end - f_v
-    vtext = buf.strings(f_v, v_len)
+    # DCGM's int64 blank sentinels are recognised by their bytes; every other value is cast
+    blank, blank_text = _blank_sentinels(buf, f_v, v_len)
+    rest = np.flatnonzero(~blank) if blank is not None else None
+    vtext = buf.strings(f_v, v_len) if rest is None else buf.strings(f_v.take(rest), v_len.take(rest))
     as_float = vtext.cast(pl.Float64, strict=False)
-    value = as_float.to_numpy(writable=True)
+    if rest is None:
+        value = as_float.to_numpy(writable=True)
+    else:
+        value = np.full(len(fast), 1e19)
+        value[rest] = as_float.to_numpy()
     ts_ms = np.zeros(len(fast), dtype=np.int64)
     has_ts = np.zeros(len(fast), dtype=np.bool_)
-    unparsed = np.flatnonzero(as_float.is_null().to_numpy())
+    failed = np.flatnonzero(as_float.is_null().to_numpy())
+    unparsed = failed if rest is None else rest[failed]
     if len(unparsed):
         # a timestamp after the value: split at the first space; what still fails is the tokenizer's
         sub_v, sub_len = f_v[unparsed], v_len[unparsed]
-        space = vtext.gather(pl.Series(unparsed, dtype=pl.UInt32)).str.find(" ", literal=True)
+        space = vtext.gather(pl.Series(failed, dtype=pl.UInt32)).str.find(" ", literal=True)
         found = space.is_not_null().to_numpy()
         cut = space.fill_null(0).to_numpy().astype(np.int64)
         v2 = buf.strings(sub_v, np.where(found, cut, sub_len)).cast(pl.Float64, strict=False)
@@ -559,25 +594,43 @@ def _parse_chunk(
             fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts = (
                 a[keep] for a in (fast, f_start, f_end, f_po, f_pc, f_v, v_len, value, ts_ms, has_ts)
             )
-    # metric names come in runs (a scrape prints each metric's lines together): encode the runs
-    names = buf.strings(f_start, f_po - f_start)
-    run = names.rle_id().to_numpy().astype(np.int64)
-    heads = np.flatnonzero(np.diff(run, prepend=-1))
-    if len(heads) * 4 < len(run):
-        codes, distinct = _encode(names.gather(pl.Series(heads, dtype=pl.UInt32)))
-        codes = codes[run]
+            if blank is not None:
+                blank = blank[keep]
+    name_len = f_po - f_start
+    if np.count_nonzero(name_len[1:] != name_len[:-1]) * 4 < len(name_len):
+        # metric names come in runs (a scrape prints each metric's lines together): encode the
+        # runs, then the label blocks
+        names = buf.strings(f_start, name_len)
+        run = names.rle_id().to_numpy().astype(np.int64)
+        heads = np.flatnonzero(np.diff(run, prepend=-1))
+        if len(heads) * 4 < len(run):
+            codes, distinct = _encode(names.gather(pl.Series(heads, dtype=pl.UInt32)))
+            codes = codes[run]
+        else:
+            codes, distinct = _encode(names)
+        name_id = dictionary.name_ids(distinct).take(codes)
+        codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
+        block_id = dictionary.block_ids(distinct).take(codes)
     else:
-        codes, distinct = _encode(names)
-    name_id = dictionary.name_ids(distinct)[codes]
-    codes, distinct = _encode(buf.strings(f_po + 1, f_pc - f_po - 1))
-    block_id = dictionary.block_ids(distinct)[codes]
+        # metrics interleaved (a feed that prints HELP/TYPE before each line, one GPU after
+        # another): a history repeats each (metric, label block) pair once a scrape, so encode
+        # the pairs (the text from the line start to the last '}') and split only the distinct
+        # pairs into name and block. Arrow numbers the distinct values in order of first
+        # appearance: pair k first appears where the running maximum of the codes first reaches k.
+        codes, _ = _encode(buf.strings(f_start, f_pc - f_start), distinct=False)
+        heads = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        h_start, h_po, h_pc = f_start.take(heads), f_po.take(heads), f_pc.take(heads)
+        pair_codes, distinct = _encode(buf.strings(h_start, h_po - h_start))
+        name_id = dictionary.name_ids(distinct).take(pair_codes).take(codes)
+        pair_codes, distinct = _encode(buf.strings(h_po + 1, h_pc - h_po - 1))
+        block_id = dictionary.block_ids(distinct).take(pair_codes).take(codes)
     name_bad, name_errors = dictionary.errors("names")
     block_bad, block_errors = dictionary.errors("blocks")
     with np.errstate(invalid="ignore"):
         # one column per reason of _FAST_REASONS, in its order
         checks = (
-            name_bad[name_id],
-            block_bad[block_id],
+            name_bad.take(name_id),
+            block_bad.take(block_id),
             has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
             np.isnan(value),
             np.isinf(value),
@@ -585,41 +638,86 @@ def _parse_chunk(
             np.isin(value, _FP64_BLANKS),
         )
     bad = np.logical_or.reduce(checks)
-    source_line = (fast + (first_line + 1)).astype(np.int32)
+    source_line = (fast + 1).astype(np.int32)
     good = ~bad
-    out.fast = pl.DataFrame(
-        {
-            "source_line": source_line[good],
-            "name_id": name_id[good],
-            "block_id": block_id[good],
-            "value": value[good],
-            "ts_us": np.where(has_ts[good], ts_ms[good] * 1000, _epoch_us(scraped_at)),
-        },
-        schema=_FAST_SCHEMA,
+    ts_us = np.where(has_ts, ts_ms * 1000, _epoch_us(scraped_at))
+    out.fast = dict(
+        zip(
+            _FAST_DTYPES,
+            (np.compress(good, a) for a in (source_line, name_id, block_id, value, ts_us)),
+            strict=True,
+        )
     )
     rows = np.flatnonzero(bad)
     if len(rows):
-        causes = np.argmax(np.stack([c[rows] for c in checks]), axis=0)
-        errors = (name_errors.gather(pl.Series(name_id[rows])), block_errors.gather(pl.Series(block_id[rows])))
+        causes = np.argmax(np.stack([c.take(rows) for c in checks]), axis=0)
+
+        def errors(cause: int, sel: np.ndarray) -> pl.Series:
+            if cause == 0:
+                return name_errors.gather(pl.Series(name_id.take(sel)))
+            return block_errors.gather(pl.Series(block_id.take(sel)))
+
+        # the sentinels' reason takes their text: known already when they are all one number
+        same = (blank, blank_text) if blank_text is not None else None
         out.quarantine = _fast_quarantine(
-            buf, source, rows, causes, source_line, f_start, f_end, f_v, v_len, errors,
-            values=None if len(unparsed) else vtext,
+            buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
         )
     lines = np.concatenate(slow)
     if len(lines):
         lines.sort()
 
         def raw(number: int) -> str:
-            i = number - first_line - 1
+            i = number - 1
             return bytes(buf.data[starts[i] : ends[i]]).decode("utf-8").rstrip("\r")
 
-        numbers = (lines + (first_line + 1)).tolist()
+        numbers = (lines + 1).tolist()
         out.slow, out.slow_quarantine, skipped = _slow_path(numbers, raw)
         out.slow_raw = {m: raw(m) for m in out.slow["source_line"].to_list()}
         out.rows_in = len(fast) + len(numbers) - skipped
     else:
         out.rows_in = len(fast)
     return out
+
+
+def _u64(text: bytes) -> np.uint64:
+    return np.frombuffer(text, dtype="<u8")[0]
+
+
+_SENTINEL_HEAD = _u64(b"92233720")
+_DIGIT_HIGH, _DIGIT_ZERO, _DIGIT_SIX = _u64(b"\xf0" * 8), _u64(b"0" * 8), _u64(b"\x06" * 8)
+
+
+def _all_digits(words: np.ndarray) -> np.ndarray:
+    """Whether each of the 8 bytes of each word is an ASCII digit."""
+    return ((words & _DIGIT_HIGH) == _DIGIT_ZERO) & (((words + _DIGIT_SIX) & _DIGIT_HIGH) == _DIGIT_ZERO)
+
+
+def _blank_sentinels(
+    buf: _Buffer, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray | None, str | None]:
+    """Which values are DCGM int64 blank sentinels (``9223372036854775794`` and its kin): 19
+    digits starting ``92233720``, read as three words. Any such number is over 9.2e18 and is
+    quarantined with that reason whatever its last digits (1e19 stands in for its value), so
+    it need not be cast. (None, None) when there are none; the second item is their text when
+    every one of them is the same number (as a GPU that does not report a field repeats it)."""
+    long = np.flatnonzero(lengths == 19)
+    if not len(long):
+        return None, None
+    at = starts.take(long)
+    words = buf.dwords
+    middle, tail = words[at + 8], words[at + 11]
+    hit = (words[at] == _SENTINEL_HEAD) & _all_digits(middle) & _all_digits(tail)
+    if not hit.any():
+        return None, None
+    blank = np.zeros(len(starts), dtype=np.bool_)
+    hits = long.compress(hit)
+    blank[hits] = True
+    middle, tail = middle.compress(hit), tail.compress(hit)
+    same = None
+    if (middle == middle[0]).all() and (tail == tail[0]).all():
+        first = int(starts[hits[0]])
+        same = bytes(buf.data[first : first + 19]).decode("ascii")
+    return blank, same
 
 
 def _epoch_us(at: datetime) -> int:
@@ -638,11 +736,14 @@ _FAST_REASONS: tuple[tuple[str | None, str], ...] = (
     ("value {} is a DCGM blank sentinel (>= 9.2e18, no data)", "vraw"),
     ("value {} is a DCGM fp64 blank sentinel (no data)", "vraw"),
 )
+_SENTINEL_CAUSE = 5
+
+
+_QuarantinePart = tuple[str, np.ndarray, pl.Series, "pl.Series | str"]
 
 
 def _fast_quarantine(
     buf: _Buffer,
-    source: str,
     rows: np.ndarray,
     causes: np.ndarray,
     source_line: np.ndarray,
@@ -650,47 +751,131 @@ def _fast_quarantine(
     f_end: np.ndarray,
     f_v: np.ndarray,
     v_len: np.ndarray,
-    errors: tuple[pl.Series, pl.Series],
-    values: pl.Series | None,
-) -> pl.DataFrame:
+    errors: Callable[[int, np.ndarray], pl.Series],
+    sentinels: tuple[np.ndarray, str] | None = None,
+) -> list[_QuarantinePart]:
     """The quarantine of fast-path lines ``rows``, ``causes`` their index in :data:`_FAST_REASONS`:
-    built cause by cause, column-wise (one ``format`` per cause, no Python object per line).
-    ``values``: the value text of every fast-path line when none had a timestamp (else None)."""
-    parts = []
-    for cause in np.unique(causes).tolist():
-        sel = rows[causes == cause]
+    one part per cause (its reason template after ``line N: ``, line numbers, raw text as views,
+    the detail the template takes: a ``str`` when it is the same text on every line, as a DCGM
+    blank sentinel is), column-wise, no Python object per line; the reasons are formatted once
+    for every piece in :func:`_quarantine_frame`. ``sentinels``: which rows are int64 blank
+    sentinels that all read as the one text given, when they do."""
+    parts: list[_QuarantinePart] = []
+    counts = np.bincount(causes, minlength=len(_FAST_REASONS))
+    for cause in np.flatnonzero(counts).tolist():
+        sel = rows[causes == cause] if counts[cause] < len(rows) else rows
         template, column = _FAST_REASONS[cause]
+        detail: pl.Series | str | None
         if template is None:
-            detail = errors[cause].gather(pl.Series(np.flatnonzero(causes == cause), dtype=pl.UInt32))
+            detail = errors(cause, sel)
             template = "{}"
         elif column == "vraw":
-            detail = buf.strings(f_v[sel], v_len[sel]) if values is None else values.gather(pl.Series(sel))
+            detail = None
+            if sentinels is not None and cause == _SENTINEL_CAUSE and sentinels[0].take(sel).all():
+                detail = sentinels[1]
+            if detail is None:
+                detail = _same_text(buf, f_v.take(sel), v_len.take(sel))
+            if detail is None:
+                detail = buf.strings(f_v.take(sel), v_len.take(sel))
         else:
-            t_start = f_v[sel] + v_len[sel] + 1
-            detail = buf.strings(t_start, f_end[sel] - t_start)
-        part = pl.DataFrame(
-            {
-                "source_line": source_line[sel],
-                "raw": buf.strings(f_start[sel], f_end[sel] - f_start[sel]),
-                "detail": detail,
-            }
-        )
-        parts.append(
-            part.select(
-                source=pl.lit(source, dtype=pl.String),
-                source_line=pl.col("source_line"),
-                raw=pl.col("raw"),
-                reason=pl.format("line {}: " + template, pl.col("source_line"), pl.col("detail")),
+            t_start = f_v.take(sel) + v_len.take(sel) + 1
+            detail = buf.strings(t_start, f_end.take(sel) - t_start)
+        raw = buf.strings(f_start.take(sel), f_end.take(sel) - f_start.take(sel))
+        parts.append((template, source_line.take(sel), raw, detail))
+    return parts
+
+
+def _same_text(buf: _Buffer, starts: np.ndarray, lengths: np.ndarray) -> str | None:
+    """The text ``data[start:start+length]`` when it is the same for every row (and 1..24 bytes
+    long; one under 8 bytes not within 8 bytes of the end), else None: compared as up to three
+    uint64 words a row."""
+    k = int(lengths[0])
+    if not 0 < k <= 24 or (k < 8 and int(starts.max()) + 8 > buf.size) or not (lengths == k).all():
+        return None
+    first = int(starts[0])
+    for at in sorted({0, min(8, k - 8), max(0, k - 8)}) if k >= 8 else (0,):
+        words = buf.dwords[starts + at]
+        if k < 8:
+            words &= _LOW_BYTES64[k]
+        if not (words == words[0]).all():
+            return None
+    return bytes(buf.data[first : first + k]).decode("utf-8")
+
+
+def _numbered(numbers: np.ndarray, head: str, tail: str) -> pl.Series:
+    """``f"{head}{n}{tail}"`` for each of ``numbers`` (non-negative, ascending), written into one
+    byte buffer with numpy: the lines with as many digits are a run of equal-width rows."""
+    head_b, tail_b = head.encode(), tail.encode()
+    pieces = []
+    bounds = np.searchsorted(numbers, [10**k for k in range(1, 11)]).tolist()
+    lo = 0
+    for digits, hi in enumerate(bounds, 1):
+        if hi > lo:
+            width = len(head_b) + digits + len(tail_b)
+            row = np.frombuffer(head_b + b"0" * digits + tail_b, dtype=np.uint8)
+            text = np.broadcast_to(row, (hi - lo, width)).copy()
+            rest = numbers[lo:hi]
+            for j in range(len(head_b) + digits - 1, len(head_b) - 1, -1):
+                rest, digit = np.divmod(rest, 10)
+                text[:, j] += digit.astype(np.uint8)
+            offsets = np.arange(hi - lo + 1, dtype=np.int64) * width
+            pieces.append(
+                pl.Series(pa.LargeStringArray.from_buffers(hi - lo, pa.py_buffer(offsets), pa.py_buffer(text)))
+            )
+        lo = hi
+    return pl.concat(pieces) if len(pieces) > 1 else pieces[0]
+
+
+def _quarantine_frame(parts: list[_QuarantinePart], source: str) -> pl.DataFrame:
+    """The quarantine rows of every piece's fast-path parts, in line order: per reason template
+    over all pieces, one ``format``, or, when every line has the same detail, the reason texts
+    written by :func:`_numbered`."""
+    by_template: dict[str, list[_QuarantinePart]] = {}
+    for part in parts:
+        by_template.setdefault(part[0], []).append(part)
+    frames = []
+    for template, group in by_template.items():
+        numbers = np.concatenate([g[1] for g in group])
+        raw = pl.concat([g[2] for g in group])
+        details = {g[3] for g in group if isinstance(g[3], str)}
+        if len(details) == 1 and all(isinstance(g[3], str) for g in group):
+            reason = _numbered(numbers, "line ", ": " + template.format(details.pop()))
+        else:
+            detail = pl.concat(
+                [
+                    pl.repeat(g[3], len(g[1]), dtype=pl.String, eager=True) if isinstance(g[3], str) else g[3]
+                    for g in group
+                ]
+            )
+            reason = pl.DataFrame({"n": numbers, "d": detail}).select(
+                pl.format("line {}: " + template, pl.col("n"), pl.col("d"))
+            ).to_series()
+        frames.append(
+            pl.DataFrame(
+                {
+                    "source": pl.repeat(source, len(numbers), dtype=pl.String, eager=True),
+                    "source_line": numbers,
+                    "raw": raw,
+                    "reason": reason,
+                },
+                schema=DCGM_QUARANTINE_SCHEMA,
             )
         )
-    return pl.concat(parts).sort("source_line") if len(parts) > 1 else parts[0]
+    return pl.concat(frames).sort("source_line") if len(frames) > 1 else frames[0]
 
 
 def _assemble(
     chunks: list[_Chunk], dictionary: _Dictionary, *, source: str, scraped_at: datetime
 ) -> FeedBatch:
     """One batch from the chunks: label columns gathered once from the label table by block id."""
-    fast = pl.concat([c.fast for c in chunks]) if len(chunks) > 1 else chunks[0].fast
+    first_line = 0
+    for c in chunks:
+        lines, first_line = first_line, first_line + c.newlines
+        c.shift(lines)
+    fast = pl.DataFrame(
+        {c: np.concatenate([chunk.fast[c] for chunk in chunks]) for c in _FAST_DTYPES},
+        schema=_FAST_SCHEMA,
+    )
     labels = _label_table(dictionary.block_list, dictionary.block_parsed).select(*LABEL_COLUMNS, "extra_labels")
     block_id = fast["block_id"]
     usable = pl.Series(dictionary.errors("blocks")[0]).not_()  # accepted rows only hold these blocks
@@ -714,7 +899,8 @@ def _assemble(
             **columns,
         }
     ).select(DCGM_SAMPLE_SCHEMA.keys())
-    quarantine = [c.quarantine for c in chunks if c.quarantine.height]
+    parts = [part for c in chunks for part in c.quarantine]
+    quarantine = [_quarantine_frame(parts, source)] if parts else []
     slow = [c.slow for c in chunks if c.slow.height]
     slow_q = [q for c in chunks for q in c.slow_quarantine]
     if slow:
@@ -784,17 +970,9 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
     run = pool.map if pool is not None else map
     try:
-        # line numbers need the newlines of every earlier piece: scan all pieces first
-        scans = list(run(_scan, pieces))
-        first_lines = np.concatenate(([0], np.cumsum([len(s[2]) for s in scans])[:-1])).tolist()
-
-        def parse(args: tuple[_Buffer, tuple[np.ndarray, np.ndarray, np.ndarray], int]) -> _Chunk:
-            piece, scan, first_line = args
-            return _parse_chunk(
-                piece, scan, first_line=first_line, source=source, scraped_at=scraped_at, dictionary=dictionary
-            )
-
-        chunks = list(run(parse, zip(pieces, scans, first_lines, strict=True)))
+        chunks = list(
+            run(lambda piece: _parse_chunk(piece, scraped_at=scraped_at, dictionary=dictionary), pieces)
+        )
     finally:
         if pool is not None:
             pool.shutdown()
@@ -804,7 +982,9 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
 _MAX_CHUNK = 1 << 30
 """The largest piece parsed as one buffer (string views hold 32-bit offsets)."""
 _MIN_PIECE = 4 << 20
-"""Inputs are cut into about two pieces per worker thread, none smaller than this."""
+"""Inputs are cut into about two pieces per worker thread, none smaller than this ..."""
+_MAX_PIECE = 8 << 20
+"""... and none larger than this: a piece is scanned and parsed while its bytes are in the cache."""
 
 
 def _workers() -> int:
@@ -815,7 +995,7 @@ def _workers() -> int:
 
 
 def _piece_size(size: int, workers: int) -> int:
-    return min(_MAX_CHUNK, max(_MIN_PIECE, -(-size // (2 * workers))))
+    return min(_MAX_CHUNK, _MAX_PIECE, max(_MIN_PIECE, -(-size // (2 * workers))))
 
 
 def _chunks(buf: bytes, size: int) -> Iterator[memoryview]:
