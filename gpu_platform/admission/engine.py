@@ -180,8 +180,10 @@ class _Engine:
         last_tried: dict[str, dict[str, int]] | None = None,
         parked: set[str] | None = None,
         sticky: dict[str, str] | None = None,
+        estimates: bool = True,
     ):
         self.state = state
+        self.estimates = estimates
         self.snap = Snapshot(state)
         self.dominance = dominance
         self.last_tried = last_tried if last_tried is not None else {}
@@ -933,6 +935,8 @@ class _Engine:
         """
         out: list[PendingInfo] = []
         now = self.state.now
+        if not self.estimates:
+            return self._pending_infos_plain()
         for name, q in self.queues.items():
             cq = self.snap.cqs[name]
             rest = [w for w in q if w.name not in self.done]
@@ -1003,6 +1007,45 @@ class _Engine:
                 )
         return out
 
+    def _pending_infos_plain(self) -> list[PendingInfo]:
+        """pending_infos without estimated starts (estimated_start None): the reasons, positions,
+        flavors and queues are built exactly as there."""
+        out: list[PendingInfo] = []
+        status, done, parked = self.status, self.done, self.parked
+        for name, q in self.queues.items():
+            rest = [w for w in q if w.name not in done]
+            if not rest:
+                continue
+            n = len(rest)
+            head = self.heads.get(name)
+            head_code = status.get(head.name, (PENDING,))[0] if head is not None else PENDING
+            head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
+            prefixes: dict[tuple[str, str], str] = {}
+            for pos, w in enumerate(rest, 1):
+                st = status.get(w.name)
+                if st is None:
+                    code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
+                else:
+                    code, msg, flavor = st
+                prefix = prefixes.get((code, msg))
+                if prefix is None:
+                    prefix = prefixes[(code, msg)] = f"{code}: {msg}; position "
+                out.append(
+                    PendingInfo(
+                        w.name,
+                        name,
+                        code,
+                        QUOTA_RESERVED,
+                        f"{prefix}{pos} of {n}",
+                        pos,
+                        n,
+                        None,
+                        flavor,
+                        "inadmissible" if w.name in parked else "active",
+                    )
+                )
+        return out
+
     def result(self) -> CycleResult:
         return CycleResult(
             list(self.admitted), list(self.preempted), self.pending_infos(), list(self.rejected), self.cycles
@@ -1033,12 +1076,14 @@ def schedule_cycle(state: ClusterState) -> CycleResult:
         return res
 
 
-def admit_until_stable(state: ClusterState, max_cycles: int = 1000) -> CycleResult:
+def admit_until_stable(state: ClusterState, max_cycles: int = 1000, *, estimates: bool = True) -> CycleResult:
     """The gate's loop: cycles back to back until one changes nothing. Admissions are applied
     between cycles; preemptions are not (the caller evicts victims), so a preemptor waits with its
-    quota reserved and blocks its queue; a set-aside head stays set aside (capacity only shrinks)."""
+    quota reserved and blocks its queue; a set-aside head stays set aside (capacity only shrinks).
+    estimates=False: the waiting workloads get no estimated start (None; everything else the
+    same), for callers that never read it (the simulator): it saves a pass over the running work."""
     with _gc_paused():
-        eng = _Engine(state, dominance=True)
+        eng = _Engine(state, dominance=True, estimates=estimates)
         for _ in range(max_cycles):
             if not eng.cycle():
                 break

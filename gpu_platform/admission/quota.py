@@ -61,7 +61,9 @@ class Node:
         }
 
     def local_available(self, fr: FR) -> float:
-        return max(0.0, self.local_quota(fr) - self.usage.get(fr, 0.0))
+        lq = self.lq
+        x = (lq.get(fr, 0.0) if lq is not None else self.local_quota(fr)) - self.usage.get(fr, 0.0)
+        return x if x > 0.0 else 0.0  # max(0.0, x), NaN and -0.0 included
 
     def borrowing_with(self, fr: FR, v: float) -> bool:
         return self.subtree.get(fr, 0.0) < self.usage.get(fr, 0.0) + v
@@ -187,45 +189,68 @@ def usage_of(wl: Workload, flavor: str | None = None) -> dict[FR, float]:
 
 
 def available(node: Node, fr: FR) -> float:
-    """Kueue's `available`: may be negative when over-admitted."""
-    if node.parent is None:
-        return node.subtree.get(fr, 0.0) - node.usage.get(fr, 0.0)
-    parent_avail = available(node.parent, fr)
+    """Kueue's `available`: may be negative when over-admitted.
+
+    (Hot: the min/max builtins and the helper calls are written out; each expression is the
+    one `max(0.0, x)` / `min(a, b)` evaluates, so results are identical bit for bit.)"""
+    parent = node.parent
+    used = node.usage.get(fr, 0.0)
+    if parent is None:
+        return node.subtree.get(fr, 0.0) - used
+    parent_avail = available(parent, fr)
+    lqs = node.lq
+    lq = lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)
     q = node.quotas.get(fr)
     if q is not None and q.borrowing_limit is not None:
-        lq = node.local_quota(fr)
         stored = node.subtree.get(fr, 0.0) - lq
-        used_in_parent = max(0.0, node.usage.get(fr, 0.0) - lq)
-        parent_avail = min(stored - used_in_parent + q.borrowing_limit, parent_avail)
-    return node.local_available(fr) + parent_avail
+        used_in_parent = used - lq
+        if not used_in_parent > 0.0:
+            used_in_parent = 0.0
+        own = stored - used_in_parent + q.borrowing_limit
+        if not parent_avail < own:  # min(own, parent_avail)
+            parent_avail = own
+    local = lq - used
+    return (local if local > 0.0 else 0.0) + parent_avail
 
 
 def potential_available(node: Node, fr: FR) -> float:
     """Kueue's `potentialAvailable`: the most this node could hold with everything else idle."""
-    if node.parent is None:
+    parent = node.parent
+    if parent is None:
         return node.subtree.get(fr, 0.0)
-    avail = node.local_quota(fr) + potential_available(node.parent, fr)
+    lqs = node.lq
+    avail = (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)) + potential_available(parent, fr)
     q = node.quotas.get(fr)
     if q is not None and q.borrowing_limit is not None:
-        avail = min(node.subtree.get(fr, 0.0) + q.borrowing_limit, avail)
+        own = node.subtree.get(fr, 0.0) + q.borrowing_limit
+        if not avail < own:  # min(own, avail)
+            avail = own
     return avail
 
 
 def add_usage(node: Node, fr: FR, v: float) -> None:
-    u = node.usage.get(fr, 0.0)
-    node.usage[fr] = u + v
-    if node.parent is not None:
-        la = max(0.0, node.local_quota(fr) - u)
+    usage = node.usage
+    u = usage.get(fr, 0.0)
+    usage[fr] = u + v
+    parent = node.parent
+    if parent is not None:
+        lqs = node.lq
+        la = (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)) - u
+        if not la > 0.0:
+            la = 0.0
         if v > la:
-            add_usage(node.parent, fr, v - la)
+            add_usage(parent, fr, v - la)
 
 
 def remove_usage(node: Node, fr: FR, v: float) -> None:
-    stored = node.usage.get(fr, 0.0) - node.local_quota(fr)
-    node.usage[fr] = node.usage.get(fr, 0.0) - v
+    usage = node.usage
+    u = usage.get(fr, 0.0)
+    lqs = node.lq
+    stored = u - (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr))
+    usage[fr] = u - v
     if stored <= 0 or node.parent is None:
         return
-    remove_usage(node.parent, fr, min(v, stored))
+    remove_usage(node.parent, fr, v if not stored < v else stored)  # min(v, stored)
 
 
 def quantities_fit_in_quota(node: Node, requests: Mapping[FR, float]) -> tuple[bool, dict[FR, float]]:
@@ -515,16 +540,22 @@ class Snapshot:
         return any(cq.usage.get(fr, 0.0) > cq.quota(fr).nominal for fr in frs)
 
     def available(self, cq: CQNode, fr: FR) -> float:
-        avail = max(0.0, available(cq, fr))
+        avail = available(cq, fr)
+        if not avail > 0.0:  # max(0.0, avail)
+            avail = 0.0
         cap = self.capacity.get(fr)
         if cap is not None:
-            avail = max(0.0, min(avail, cap - self.total_usage.get(fr, 0.0)))
+            left = cap - self.total_usage.get(fr, 0.0)
+            if left < avail:  # min(avail, left)
+                avail = left
+            if not avail > 0.0:
+                avail = 0.0
         return avail
 
     def potential(self, cq: CQNode, fr: FR) -> float:
         pot = potential_available(cq, fr)
         cap = self.capacity.get(fr)
-        return pot if cap is None else min(pot, cap)
+        return pot if cap is None or not cap < pot else cap  # min(pot, cap)
 
     def cohort_free(self, cq: CQNode, fr: FR) -> float:
         """Unused quota this queue could still get from its cohort tree (for messages)."""

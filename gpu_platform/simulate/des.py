@@ -530,7 +530,7 @@ class _Sim:
             if not pending:
                 break
             state = ClusterState(**{**self.base_kw, "admitted": self._admitted(pending, now), "pending": tuple(pending), "now": now})
-            res = admit_until_stable(state)
+            res = admit_until_stable(state, estimates=False)  # it reads no estimated start
             self.calls += 1
             self.cycles += res.cycles
             # A shown workload with identical ones held back behind it moved: ask again showing more.
