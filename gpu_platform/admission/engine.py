@@ -83,16 +83,21 @@ def queue_key(w: Workload):
 def find_height(cq: CQNode, fr: FR, v: float) -> tuple[int, bool]:
     """Kueue's FindHeightOfLowestSubtreeThatFits: the height of the lowest subtree that can hold
     `v` more of fr (0: the queue itself), and whether that subtree is below the root."""
-    if not (cq.quota(fr).nominal < cq.usage.get(fr, 0.0) + v and cq.parent is not None):
-        return 0, cq.parent is not None
+    parent = cq.parent
+    if parent is None:
+        return 0, False
+    q = cq.quotas.get(fr)
+    if not (q.nominal if q is not None else 0.0) < cq.usage.get(fr, 0.0) + v:
+        return 0, True
     remaining = v - cq.local_available(fr)
-    node: CohortNode | None = None
-    for node in cq.ancestors():
-        if not node.borrowing_with(fr, remaining):
+    node: CohortNode = parent
+    while True:
+        if not node.subtree.get(fr, 0.0) < node.usage.get(fr, 0.0) + remaining:  # borrowing_with
             return node.height(), node.parent is not None
         remaining -= node.local_available(fr)
-    assert node is not None
-    return node.height(), node.parent is not None
+        if node.parent is None:
+            return node.height(), False
+        node = node.parent
 
 
 @dataclass(slots=True)
@@ -325,8 +330,14 @@ class _Engine:
         if wl.allowed_flavors is not None and f not in wl.allowed_flavors:
             return f"flavor {f} doesn't match the requested GPU type"
         spec = self.snap.flavors.get(f)
-        if spec is not None and spec.spot and not self._has_spot_quota(cq, f):
-            return f"{cq.name} has no quota of its own on spot flavor {f}"
+        if spec is not None and spec.spot:
+            memo = self.snap.spot_quota
+            key = (cq.name, f)
+            own = memo.get(key)
+            if own is None:
+                own = memo[key] = self._has_spot_quota(cq, f)
+            if not own:
+                return f"{cq.name} has no quota of its own on spot flavor {f}"
         return None
 
     @staticmethod

@@ -89,13 +89,14 @@ class Node:
 
 
 class CohortNode(Node):
-    __slots__ = ("spec", "child_cohorts", "child_cqs")
+    __slots__ = ("spec", "child_cohorts", "child_cqs", "_height")
 
     def __init__(self, spec: CohortSpec):
         super().__init__(spec.name, spec.quotas, spec.fair_weight, False)
         self.spec = spec
         self.child_cohorts: list[CohortNode] = []
         self.child_cqs: list[CQNode] = []
+        self._height: int | None = None  # set once the tree is final (a Snapshot's copy)
 
     def subtree_cqs(self) -> list[CQNode]:
         out = list(self.child_cqs)
@@ -105,6 +106,8 @@ class CohortNode(Node):
 
     def height(self) -> int:
         """Kueue's getNodeHeight: distance to the furthest leaf (a cohort of queues only is 1)."""
+        if self._height is not None:
+            return self._height
         h = min(len(self.child_cohorts) + len(self.child_cqs), 1)
         for c in self.child_cohorts:
             h = max(h, c.height() + 1)
@@ -324,7 +327,7 @@ class _Skeleton:
     and copied (with empty usage) into every Snapshot of it, so a caller that asks the engine many
     times about one policy (the simulator, a drain) does not rebuild the tree each time."""
 
-    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys")
+    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys", "potential", "spot_quota")
 
     def __init__(self, state: ClusterState):
         self.keys = (state.cluster_queues, state.cohorts, state.flavors)
@@ -367,6 +370,11 @@ class _Skeleton:
         for f in state.flavors:
             for r, v in (f.capacity or {}).items():
                 self.capacity[(f.name, r)] = v
+        # Static answers, filled as asked: Snapshot.potential per (queue, fr) (quotas and
+        # capacity only, no usage), and per (queue, flavor) whether the queue has quota of its
+        # own there (the engine's spot rule).
+        self.potential: dict[tuple[str, FR], float] = {}
+        self.spot_quota: dict[tuple[str, str], bool] = {}
 
     def matches(self, state: ClusterState) -> bool:
         k = self.keys
@@ -381,6 +389,7 @@ class _Skeleton:
             n.fair_weight, n.is_cq, n._lendable, n.spec = src.fair_weight, False, src._lendable, src.spec
             n.lq = src.lq
             n.child_cohorts, n.child_cqs, n.parent = [], [], None
+            n._height = src.height()
             cohorts[name] = n
         for name, src in self.cohorts.items():
             if src.parent is not None:
@@ -429,6 +438,8 @@ class Snapshot:
         self.cohorts, self.cqs = sk.copy()
         self.flavors = sk.flavors
         self.capacity = sk.capacity
+        self._potential = sk.potential
+        self.spot_quota = sk.spot_quota
         self.total_usage: dict[FR, float] = {}
         self.nodes: NodeBook | None = NodeBook(state.nodes) if state.nodes else None
         self._add_admitted(state.admitted)
@@ -553,9 +564,15 @@ class Snapshot:
         return avail
 
     def potential(self, cq: CQNode, fr: FR) -> float:
-        pot = potential_available(cq, fr)
-        cap = self.capacity.get(fr)
-        return pot if cap is None or not cap < pot else cap  # min(pot, cap)
+        key = (cq.name, fr)
+        pot = self._potential.get(key)
+        if pot is None:
+            pot = potential_available(cq, fr)
+            cap = self.capacity.get(fr)
+            if cap is not None and cap < pot:  # min(pot, cap)
+                pot = cap
+            self._potential[key] = pot
+        return pot
 
     def cohort_free(self, cq: CQNode, fr: FR) -> float:
         """Unused quota this queue could still get from its cohort tree (for messages)."""
