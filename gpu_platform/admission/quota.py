@@ -13,6 +13,7 @@ it is stored in the parent. A flavor's physical capacity, when known, is one mor
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 
 from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, CohortSpec, ResourceQuota, Workload
@@ -20,6 +21,7 @@ from gpu_platform.admission.nodes import GPU as GPU_RESOURCE
 from gpu_platform.admission.nodes import NodeBook
 
 FR = tuple[str, str]
+_first = operator.itemgetter(0)
 INF = float("inf")
 _ZERO_QUOTA = ResourceQuota("", "", 0.0)
 
@@ -462,24 +464,31 @@ class Snapshot:
         sums: dict[str, dict[FR, float]] = {}
         entries: dict[str, list[tuple[int, int, Workload]]] = {}
         for wl in admitted:
-            cq = cqs.get(wl.cq)
+            qn = wl.cq
+            cq = cqs.get(qn)
             if cq is None:
                 continue
-            cq.workloads[wl.name] = wl
-            if cq._listed.get(wl.name) is not wl:
+            name = wl.name
+            cq.workloads[name] = wl
+            listed = cq._listed
+            if listed.get(name) is not wl:
                 cq._seq += 1
-                entries.setdefault(wl.cq, []).append((wl.priority, cq._seq, wl))
-                cq._listed[wl.name] = wl
-            acc = sums.get(wl.cq)
+                es = entries.get(qn)
+                if es is None:
+                    es = entries[qn] = []
+                es.append((wl.priority, cq._seq, wl))
+                listed[name] = wl
+            acc = sums.get(qn)
             if acc is None:
-                acc = sums[wl.cq] = {}
+                acc = sums[qn] = {}
             rf = wl.resource_flavors
+            flavor = wl.flavor
             for r, v in wl.requests.items():
                 if v > 0:
-                    fr = ((rf.get(r, wl.flavor) if rf else wl.flavor), r)
+                    fr = ((rf.get(r, flavor) if rf else flavor), r)
                     acc[fr] = acc.get(fr, 0.0) + v
         for name, es in entries.items():
-            es.sort(key=lambda t: t[0])  # stable: (priority, insertion order), as put() keeps it
+            es.sort(key=_first)  # stable: (priority, insertion order), as put() keeps it
             cqs[name]._plist = es
         total = self.total_usage
         for name, acc in sums.items():

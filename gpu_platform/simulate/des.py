@@ -410,7 +410,18 @@ class _Sim:
                 # victims and to estimate starts of work with an expected duration (neither applies)
                 ver = self.group_ver[g]
                 hit = self.folded.get(g)
-                if hit is None or hit[0] != ver:
+                if hit is not None and hit[0] != ver:
+                    # the same group changed: only its sums and time differ (evolve: a cheaper copy)
+                    hit = self.folded[g] = (
+                        ver,
+                        evolve(
+                            hit[1],
+                            requests=dict(self.group_sum[g]),
+                            admitted_at=now,
+                            placement=dict(self.group_place[g]) if g in self.group_place else None,
+                        ),
+                    )
+                elif hit is None:
                     hit = self.folded[g] = (
                         ver,
                         Workload(
