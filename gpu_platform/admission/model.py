@@ -263,7 +263,7 @@ def evolve(wl: Workload, **changes) -> Workload:
             raise TypeError(f"Workload has no field(s) {sorted(changes.keys() - _WORKLOAD_FIELDS_SET)}")
         values[i] = v
     new = object.__new__(Workload)
-    for setter, v in zip(_WORKLOAD_SETTERS, values):
+    for setter, v in zip(_WORKLOAD_SETTERS, values, strict=True):
         setter(new, v)
     return new
 
