@@ -170,6 +170,10 @@ class _Sim:
                 seen.add(at)
                 at = parent[at]  # type: ignore[assignment]
             self.root[name] = at
+        # per queue: the root of its cohort tree (its cohort's name where not in a tree)
+        self.cohort_root: dict[str, str | None] = {
+            c.name: self.root.get(c.cohort, c.cohort) for c in scenario.base.cluster_queues  # type: ignore[arg-type]
+        }
         # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
         # without a cohort); absent: no ceiling of its own
         self.ceiling: dict[tuple[str, str, str], float] = {}
@@ -372,19 +376,21 @@ class _Sim:
         # Reclaim and borrow-within-cohort reach across the whole cohort tree (hierarchical
         # cohorts: a lane of `assurance` reclaims from one of `batch` under the same root), so
         # two queues compete when their cohorts share a root, not only when they are the same.
-        cohort = {n: self.root.get(c.cohort, c.cohort) for n, c in specs.items()}
+        cohort = self.cohort_root
         rules = {}
         for p in pending:
-            spec = specs[p.cq]
             key = (p.cq, p.priority)
             if key in rules:
                 continue
-            rules[key] = (spec.within_cluster_queue, spec.reclaim_within_cohort, spec.borrow_within_cohort, spec.cohort)
+            spec = specs[p.cq]
+            rules[key] = (spec.within_cluster_queue, spec.reclaim_within_cohort, spec.borrow_within_cohort, spec.cohort, cohort[p.cq])
+        rule_items = tuple(rules.items())
+        cq_usage, nominal = self.cq_usage, self.nominal
         out: list[Workload] = []
         for g, names in self.groups.items():
             cq, flavor, prio = g
             victim = False
-            for (pcq, pprio), (within, reclaim, borrow, pco) in rules.items():
+            for (pcq, pprio), (within, reclaim, borrow, pco, proot) in rule_items:
                 if pcq == cq:
                     # Kueue: LowerPriority takes lower priorities only; LowerOrNewerEqual also equal
                     # (newer) ones; anything else is taken as "any" to stay on the safe side.
@@ -394,11 +400,11 @@ class _Sim:
                         continue
                     victim = True
                     break
-                if pco is not None and self.root.get(pco, pco) == cohort[cq]:
+                if pco is not None and proot == cohort[cq]:
                     # Kueue takes another queue's workloads only from a queue above its nominal
                     # quota on the flavor (preemption.py `_collect_subtree` / `_valid`:
                     # `within_nominal`); a queue within its nominal there is never a victim.
-                    if self.cq_usage.get((cq, flavor, GPU), 0.0) <= self.nominal.get((cq, flavor), 0.0) + 1e-9:
+                    if cq_usage.get((cq, flavor, GPU), 0.0) <= nominal.get((cq, flavor), 0.0) + 1e-9:
                         continue
                     if reclaim == ANY or (reclaim != NEVER and prio <= pprio) or (borrow != NEVER and prio < pprio):
                         victim = True
