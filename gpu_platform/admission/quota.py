@@ -329,7 +329,7 @@ class _Skeleton:
     and copied (with empty usage) into every Snapshot of it, so a caller that asks the engine many
     times about one policy (the simulator, a drain) does not rebuild the tree each time."""
 
-    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys", "potential", "spot_quota")
+    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys", "potential", "spot_quota", "spare")
 
     def __init__(self, state: ClusterState):
         self.keys = (state.cluster_queues, state.cohorts, state.flavors)
@@ -377,10 +377,32 @@ class _Skeleton:
         # own there (the engine's spot rule).
         self.potential: dict[tuple[str, FR], float] = {}
         self.spot_quota: dict[tuple[str, str], bool] = {}
+        # node sets of released Snapshots, emptied when taken again (see Snapshot.release)
+        self.spare: list[tuple[dict[str, CohortNode], dict[str, CQNode]]] = []
 
     def matches(self, state: ClusterState) -> bool:
         k = self.keys
         return k[0] is state.cluster_queues and k[1] is state.cohorts and k[2] is state.flavors
+
+    def take(self) -> tuple[dict[str, CohortNode], dict[str, CQNode]]:
+        """Nodes for a new Snapshot: a released set emptied of usage and workloads (what `copy`
+        leaves empty; the rest of a node never changes), else a fresh copy."""
+        try:
+            cohorts, cqs = self.spare.pop()
+        except IndexError:
+            return self.copy()
+        for n in cohorts.values():
+            n.usage = {}
+        for c in cqs.values():
+            c.usage, c.workloads, c._plist, c._listed, c._seq = {}, {}, [], {}, 0
+        return cohorts, cqs
+
+    def give_back(self, cohorts: dict[str, CohortNode], cqs: dict[str, CQNode]) -> bool:
+        """Keep a released Snapshot's nodes for `take` (False: enough are kept already)."""
+        if len(self.spare) >= 2:
+            return False
+        self.spare.append((cohorts, cqs))
+        return True
 
     def copy(self) -> tuple[dict[str, CohortNode], dict[str, CQNode]]:
         """Fresh nodes sharing the static dicts (never mutated) with empty usage and workloads."""
@@ -437,7 +459,8 @@ class Snapshot:
 
     def __init__(self, state: ClusterState):
         sk = _skeleton(state)
-        self.cohorts, self.cqs = sk.copy()
+        self._skeleton: _Skeleton | None = sk
+        self.cohorts, self.cqs = sk.take()
         self.flavors = sk.flavors
         self.capacity = sk.capacity
         self._potential = sk.potential
@@ -450,11 +473,19 @@ class Snapshot:
                 self.nodes.place(wl)
 
     def release(self) -> None:
-        """Break the tree's parent/child reference cycles once the snapshot is done with, so it is
-        freed at once rather than by the cyclic GC (a simulator makes one per engine call)."""
-        for node in self.cohorts.values():
-            node.child_cohorts = []
-            node.child_cqs = []
+        """Once the snapshot is done with: its nodes go back to the policy's skeleton, which hands
+        them (emptied) to the next Snapshot of that policy state, or, the skeleton holding enough,
+        the tree's parent/child reference cycles are broken so it is freed at once rather than by
+        the cyclic GC (a simulator makes one per engine call). The snapshot is not to be read
+        after a later Snapshot of the same policy state is built. A second release does nothing."""
+        sk = self._skeleton
+        if sk is None:
+            return
+        self._skeleton = None
+        if not sk.give_back(self.cohorts, self.cqs):
+            for node in self.cohorts.values():
+                node.child_cohorts = []
+                node.child_cqs = []
 
     def _add_admitted(self, admitted: Iterable[Workload]) -> None:
         """add_workload for each, in bulk: usage is summed per queue and added once per
