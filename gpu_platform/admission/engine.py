@@ -245,6 +245,8 @@ class _Engine:
             n: c.spec.admission_fair_sharing for n, c in self.snap.cqs.items() if c.spec.admission_fair_sharing
         }
         for name, q in self.queues.items():
+            if len(q) < 2:
+                continue
             if name in self.afs:
                 q.sort(key=self._afs_key(name))
             else:
@@ -667,9 +669,14 @@ class _Engine:
         self.cycles += 1
         changed = False
         entries: list[_Entry] = []
+        queues, heads = self.queues, self.heads
         for name, cq in self.snap.cqs.items():
+            if not queues[name]:  # what _head finds in an empty queue (its sticky entry dropped)
+                self.sticky.pop(name, None)
+                heads[name] = None
+                continue
             head = self._head(name)
-            self.heads[name] = head
+            heads[name] = head
             if head is None or head.name in self.waiting:
                 continue
             entries.append(self._nominate(head, cq))
