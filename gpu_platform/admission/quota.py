@@ -261,10 +261,14 @@ def remove_usage(node: Node, fr: FR, v: float) -> None:
 def quantities_fit_in_quota(node: Node, requests: Mapping[FR, float]) -> tuple[bool, dict[FR, float]]:
     fits = True
     remaining: dict[FR, float] = {}
+    usage, subtree, lqs = node.usage, node.subtree, node.lq
     for fr, v in requests.items():
-        if node.usage.get(fr, 0.0) + v > node.subtree.get(fr, 0.0):
+        u = usage.get(fr, 0.0)
+        if u + v > subtree.get(fr, 0.0):
             fits = False
-        remaining[fr] = max(0.0, v - node.local_available(fr))
+        local = (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)) - u  # local_available
+        x = v - (local if local > 0.0 else 0.0)
+        remaining[fr] = x if x > 0.0 else 0.0  # max(0.0, x)
     return fits, remaining
 
 
