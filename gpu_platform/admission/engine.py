@@ -67,7 +67,19 @@ _BIG = 1 << 30
 
 
 def _n(v: float) -> str:
-    return f"{v:g}"
+    # messages format the same few quantities over and over: remembered by value (zero and NaN
+    # aside: -0.0 equals 0.0 but prints "-0"); an int and its equal float print the same
+    text = _N_TEXT.get(v)
+    if text is None:
+        text = f"{v:g}"
+        if v != 0 and v == v:
+            if len(_N_TEXT) >= 4096:
+                _N_TEXT.clear()
+            _N_TEXT[v] = text
+    return text
+
+
+_N_TEXT: dict[float, str] = {}
 
 
 def gpu_units(w: Workload) -> float:
@@ -420,39 +432,44 @@ class _Engine:
         fung = self.fungibility(cq)
         last = {} if pin is not None else self.last_tried.get(wl.name, {})
         done: set[str] = set()
-        for r in sorted(wl.requests):
-            v = wl.requests[r]
+        requests = wl.requests
+        notes = a.notes
+        fits_quota, refusal = self._fits_quota, self._flavor_refusal
+        for r in sorted(requests):
+            v = requests[r]
             if v <= 0 or r in done:
                 continue
             group = cq.by_resource.get(r)
             if group is None:
                 if self.state.ignore_undeclared_resources:
                     continue
-                a.notes.append(f"resource {r} unavailable in ClusterQueue {cq.name}")
+                notes.append(f"resource {r} unavailable in ClusterQueue {cq.name}")
                 a.flavors.clear()
                 a.mode = M_NOFIT
                 return a
-            reqs = {rr: wl.requests[rr] for rr in sorted(group.covered) if wl.requests.get(rr, 0) > 0}
+            covered = group.covered
+            reqs = {rr: requests[rr] for rr in (sorted(covered) if len(covered) > 1 else covered) if requests.get(rr, 0) > 0}
             done.update(reqs)
             best: dict[str, tuple[str, int, int]] | None = None
             best_mode = (NOFIT, _BIG)
             attempted = -1
             start = last.get(r, -1) + 1
-            for idx in range(start, len(group.flavors)):
+            flavors = group.flavors
+            for idx in range(start, len(flavors)):
                 attempted = idx
-                f = group.flavors[idx]
+                f = flavors[idx]
                 if pin is not None and all(pin.get(rr) != f for rr in reqs):
                     continue
-                why = self._flavor_refusal(wl, cq, f)
+                why = refusal(wl, cq, f)
                 if why:
-                    a.notes.append(why)
+                    notes.append(why)
                     continue
                 rep = (FIT, 0)
                 assigns: dict[str, tuple[str, int, int]] = {}
                 for rr, vv in reqs.items():
-                    pm, borrow, note = self._fits_quota(wl, cq, (f, rr), vv)
+                    pm, borrow, note = fits_quota(wl, cq, (f, rr), vv)
                     if note:
-                        a.notes.append(note)
+                        notes.append(note)
                     mode = (pm, borrow)
                     if _is_preferred(rep, mode, fung):
                         rep = mode
