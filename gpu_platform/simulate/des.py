@@ -68,6 +68,10 @@ from gpu_platform.simulate.scenarios import Scenario
 from gpu_platform.simulate.trace import TraceJob
 
 _INF = math.inf
+# ClusterState's slot setters of the fields each engine call sets (see `_Sim._state`)
+_CS_ADMITTED = ClusterState.__dict__["admitted"].__set__
+_CS_PENDING = ClusterState.__dict__["pending"].__set__
+_CS_NOW = ClusterState.__dict__["now"].__set__
 
 
 @dataclass(slots=True)
@@ -191,6 +195,9 @@ class _Sim:
         self.fits_cache: dict[tuple, str | None] = {}
         # the scenario's state as constructor arguments (dataclasses.replace costs twice as much)
         self.base_kw = {f.name: getattr(scenario.base, f.name) for f in fields(scenario.base)}
+        self.base_fields = tuple(
+            (ClusterState.__dict__[name].__set__, v) for name, v in self.base_kw.items() if name not in ("admitted", "pending", "now")
+        )
         # folded running workloads per (queue, flavor, priority), reused while the group is unchanged
         self.group_ver: dict[tuple[str, str, int], int] = {}
         self.folded: dict[tuple[str, str, int], tuple[int, Workload]] = {}
@@ -445,6 +452,18 @@ class _Sim:
                 out.append(hit[1])
         return tuple(out)
 
+    def _state(self, admitted: tuple[Workload, ...], pending: tuple[Workload, ...], now: float) -> ClusterState:
+        """The scenario's state with these admitted and pending workloads at `now`: what
+        `ClusterState(**{**base, ...})` builds (ClusterState has no __post_init__), its fields set
+        through their slots rather than by keyword."""
+        new = object.__new__(ClusterState)
+        for setter, value in self.base_fields:
+            setter(new, value)
+        _CS_ADMITTED(new, admitted)
+        _CS_PENDING(new, pending)
+        _CS_NOW(new, now)
+        return new
+
     def _bound(self, wl: Workload) -> bool:
         """True when wl cannot be admitted before its own queue's usage drops (see the module doc)."""
         spec = self.specs[wl.cq]
@@ -546,7 +565,7 @@ class _Sim:
                     idx[r.job.job_id] = (r, sh, followers)
             if not pending:
                 break
-            state = ClusterState(**{**self.base_kw, "admitted": self._admitted(pending, now), "pending": tuple(pending), "now": now})
+            state = self._state(self._admitted(pending, now), tuple(pending), now)
             res = admit_until_stable(state, estimates=False)  # it reads no estimated start
             self.calls += 1
             self.cycles += res.cycles

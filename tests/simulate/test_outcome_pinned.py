@@ -45,3 +45,18 @@ def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest)
         )
     assert (res.engine_calls, res.cycles, sum(r.preemptions for r in res.runs)) == (calls, cycles, preemptions)
     assert h.hexdigest() == digest
+
+
+def test_engine_state_is_the_keyword_built_one():
+    """The state each engine call gets (built through ClusterState's slots) equals the one built
+    by keyword from the scenario's state."""
+    from gpu_platform.admission import ClusterState
+    from gpu_platform.simulate.des import _Sim
+
+    scn = SCENARIOS["policy"](load_policy(), 768)
+    jobs = _tiled("elasticflow", 1)[:50]
+    sim = _Sim(scn, jobs, 0.0, 1800.0, 16, 1, True, True)
+    wls = tuple(r.wl for r in sim.runs[:3])
+    got = sim._state(wls[:1], wls[1:], 42.0)
+    assert type(got) is ClusterState
+    assert got == ClusterState(**{**sim.base_kw, "admitted": wls[:1], "pending": wls[1:], "now": 42.0})
