@@ -610,7 +610,7 @@ class _Engine:
     # -- one cycle --------------------------------------------------------------------------
     def _order(self, entries: list[_Entry]) -> Iterator[_Entry]:
         if not self.state.fair_sharing:
-            yield from sorted(entries, key=lambda e: (e.a.borrowing, queue_key(e.wl)))
+            yield from entries if len(entries) < 2 else sorted(entries, key=lambda e: (e.a.borrowing, queue_key(e.wl)))
             return
         by_root: dict[int, list[_Entry]] = {}
         roots: dict[int, CohortNode] = {}
