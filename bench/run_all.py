@@ -353,7 +353,8 @@ NOTES = """## Notes
   quota answers (potential, spot rule, cohort heights) memoized per policy skeleton, the quota
   arithmetic and `evolve` written without helper and min/max calls. Before/after, min of 3
   interleaved runs of 25k jobs under shared load: light 10.73 -> 8.34 s CPU (-22%), preempting
-  9.77 -> 7.72 s (-21%); 3k light-mix jobs, callgrind instructions less start-up: 5.57 G -> 4.21 G.
+  9.77 -> 7.72 s (-21%); 3k jobs, callgrind instructions less start-up: light 5.57 G -> 4.21 G, preempting
+  5.92 G -> 4.53 G.
   The light mix is the ElasticFlow map (training lanes only),
   the preempting mix the fleet map (incident and release shares reclaiming borrowed GPUs):
   that is the realistic input for the target, since reclaim is what the shipped policy does.
