@@ -67,7 +67,19 @@ _BIG = 1 << 30
 
 
 def _n(v: float) -> str:
-    return f"{v:g}"
+    # messages format the same few quantities over and over: remembered by value (zero and NaN
+    # aside: -0.0 equals 0.0 but prints "-0"); an int and its equal float print the same
+    text = _N_TEXT.get(v)
+    if text is None:
+        text = f"{v:g}"
+        if v != 0 and v == v:
+            if len(_N_TEXT) >= 4096:
+                _N_TEXT.clear()
+            _N_TEXT[v] = text
+    return text
+
+
+_N_TEXT: dict[float, str] = {}
 
 
 def gpu_units(w: Workload) -> float:
@@ -83,16 +95,21 @@ def queue_key(w: Workload):
 def find_height(cq: CQNode, fr: FR, v: float) -> tuple[int, bool]:
     """Kueue's FindHeightOfLowestSubtreeThatFits: the height of the lowest subtree that can hold
     `v` more of fr (0: the queue itself), and whether that subtree is below the root."""
-    if not (cq.quota(fr).nominal < cq.usage.get(fr, 0.0) + v and cq.parent is not None):
-        return 0, cq.parent is not None
+    parent = cq.parent
+    if parent is None:
+        return 0, False
+    q = cq.quotas.get(fr)
+    if not (q.nominal if q is not None else 0.0) < cq.usage.get(fr, 0.0) + v:
+        return 0, True
     remaining = v - cq.local_available(fr)
-    node: CohortNode | None = None
-    for node in cq.ancestors():
-        if not node.borrowing_with(fr, remaining):
+    node: CohortNode = parent
+    while True:
+        if not node.subtree.get(fr, 0.0) < node.usage.get(fr, 0.0) + remaining:  # borrowing_with
             return node.height(), node.parent is not None
         remaining -= node.local_available(fr)
-    assert node is not None
-    return node.height(), node.parent is not None
+        if node.parent is None:
+            return node.height(), False
+        node = node.parent
 
 
 @dataclass(slots=True)
@@ -180,8 +197,10 @@ class _Engine:
         last_tried: dict[str, dict[str, int]] | None = None,
         parked: set[str] | None = None,
         sticky: dict[str, str] | None = None,
+        estimates: bool = True,
     ):
         self.state = state
+        self.estimates = estimates
         self.snap = Snapshot(state)
         self.dominance = dominance
         self.last_tried = last_tried if last_tried is not None else {}
@@ -238,6 +257,8 @@ class _Engine:
             n: c.spec.admission_fair_sharing for n, c in self.snap.cqs.items() if c.spec.admission_fair_sharing
         }
         for name, q in self.queues.items():
+            if len(q) < 2:
+                continue
             if name in self.afs:
                 q.sort(key=self._afs_key(name))
             else:
@@ -323,8 +344,14 @@ class _Engine:
         if wl.allowed_flavors is not None and f not in wl.allowed_flavors:
             return f"flavor {f} doesn't match the requested GPU type"
         spec = self.snap.flavors.get(f)
-        if spec is not None and spec.spot and not self._has_spot_quota(cq, f):
-            return f"{cq.name} has no quota of its own on spot flavor {f}"
+        if spec is not None and spec.spot:
+            memo = self.snap.spot_quota
+            key = (cq.name, f)
+            own = memo.get(key)
+            if own is None:
+                own = memo[key] = self._has_spot_quota(cq, f)
+            if not own:
+                return f"{cq.name} has no quota of its own on spot flavor {f}"
         return None
 
     @staticmethod
@@ -405,39 +432,44 @@ class _Engine:
         fung = self.fungibility(cq)
         last = {} if pin is not None else self.last_tried.get(wl.name, {})
         done: set[str] = set()
-        for r in sorted(wl.requests):
-            v = wl.requests[r]
+        requests = wl.requests
+        notes = a.notes
+        fits_quota, refusal = self._fits_quota, self._flavor_refusal
+        for r in sorted(requests):
+            v = requests[r]
             if v <= 0 or r in done:
                 continue
             group = cq.by_resource.get(r)
             if group is None:
                 if self.state.ignore_undeclared_resources:
                     continue
-                a.notes.append(f"resource {r} unavailable in ClusterQueue {cq.name}")
+                notes.append(f"resource {r} unavailable in ClusterQueue {cq.name}")
                 a.flavors.clear()
                 a.mode = M_NOFIT
                 return a
-            reqs = {rr: wl.requests[rr] for rr in sorted(group.covered) if wl.requests.get(rr, 0) > 0}
+            covered = group.covered
+            reqs = {rr: requests[rr] for rr in (sorted(covered) if len(covered) > 1 else covered) if requests.get(rr, 0) > 0}
             done.update(reqs)
             best: dict[str, tuple[str, int, int]] | None = None
             best_mode = (NOFIT, _BIG)
             attempted = -1
             start = last.get(r, -1) + 1
-            for idx in range(start, len(group.flavors)):
+            flavors = group.flavors
+            for idx in range(start, len(flavors)):
                 attempted = idx
-                f = group.flavors[idx]
+                f = flavors[idx]
                 if pin is not None and all(pin.get(rr) != f for rr in reqs):
                     continue
-                why = self._flavor_refusal(wl, cq, f)
+                why = refusal(wl, cq, f)
                 if why:
-                    a.notes.append(why)
+                    notes.append(why)
                     continue
                 rep = (FIT, 0)
                 assigns: dict[str, tuple[str, int, int]] = {}
                 for rr, vv in reqs.items():
-                    pm, borrow, note = self._fits_quota(wl, cq, (f, rr), vv)
+                    pm, borrow, note = fits_quota(wl, cq, (f, rr), vv)
                     if note:
-                        a.notes.append(note)
+                        notes.append(note)
                     mode = (pm, borrow)
                     if _is_preferred(rep, mode, fung):
                         rep = mode
@@ -578,7 +610,7 @@ class _Engine:
     # -- one cycle --------------------------------------------------------------------------
     def _order(self, entries: list[_Entry]) -> Iterator[_Entry]:
         if not self.state.fair_sharing:
-            yield from sorted(entries, key=lambda e: (e.a.borrowing, queue_key(e.wl)))
+            yield from entries if len(entries) < 2 else sorted(entries, key=lambda e: (e.a.borrowing, queue_key(e.wl)))
             return
         by_root: dict[int, list[_Entry]] = {}
         roots: dict[int, CohortNode] = {}
@@ -654,9 +686,14 @@ class _Engine:
         self.cycles += 1
         changed = False
         entries: list[_Entry] = []
+        queues, heads = self.queues, self.heads
         for name, cq in self.snap.cqs.items():
+            if not queues[name]:  # what _head finds in an empty queue (its sticky entry dropped)
+                self.sticky.pop(name, None)
+                heads[name] = None
+                continue
             head = self._head(name)
-            self.heads[name] = head
+            heads[name] = head
             if head is None or head.name in self.waiting:
                 continue
             entries.append(self._nominate(head, cq))
@@ -933,6 +970,8 @@ class _Engine:
         """
         out: list[PendingInfo] = []
         now = self.state.now
+        if not self.estimates:
+            return self._pending_infos_plain()
         for name, q in self.queues.items():
             cq = self.snap.cqs[name]
             rest = [w for w in q if w.name not in self.done]
@@ -1003,6 +1042,45 @@ class _Engine:
                 )
         return out
 
+    def _pending_infos_plain(self) -> list[PendingInfo]:
+        """pending_infos without estimated starts (estimated_start None): the reasons, positions,
+        flavors and queues are built exactly as there."""
+        out: list[PendingInfo] = []
+        status, done, parked = self.status, self.done, self.parked
+        for name, q in self.queues.items():
+            rest = [w for w in q if w.name not in done]
+            if not rest:
+                continue
+            n = len(rest)
+            head = self.heads.get(name)
+            head_code = status.get(head.name, (PENDING,))[0] if head is not None else PENDING
+            head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
+            prefixes: dict[tuple[str, str], str] = {}
+            for pos, w in enumerate(rest, 1):
+                st = status.get(w.name)
+                if st is None:
+                    code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
+                else:
+                    code, msg, flavor = st
+                prefix = prefixes.get((code, msg))
+                if prefix is None:
+                    prefix = prefixes[(code, msg)] = f"{code}: {msg}; position "
+                out.append(
+                    PendingInfo(
+                        w.name,
+                        name,
+                        code,
+                        QUOTA_RESERVED,
+                        f"{prefix}{pos} of {n}",
+                        pos,
+                        n,
+                        None,
+                        flavor,
+                        "inadmissible" if w.name in parked else "active",
+                    )
+                )
+        return out
+
     def result(self) -> CycleResult:
         return CycleResult(
             list(self.admitted), list(self.preempted), self.pending_infos(), list(self.rejected), self.cycles
@@ -1033,12 +1111,14 @@ def schedule_cycle(state: ClusterState) -> CycleResult:
         return res
 
 
-def admit_until_stable(state: ClusterState, max_cycles: int = 1000) -> CycleResult:
+def admit_until_stable(state: ClusterState, max_cycles: int = 1000, *, estimates: bool = True) -> CycleResult:
     """The gate's loop: cycles back to back until one changes nothing. Admissions are applied
     between cycles; preemptions are not (the caller evicts victims), so a preemptor waits with its
-    quota reserved and blocks its queue; a set-aside head stays set aside (capacity only shrinks)."""
+    quota reserved and blocks its queue; a set-aside head stays set aside (capacity only shrinks).
+    estimates=False: the waiting workloads get no estimated start (None; everything else the
+    same), for callers that never read it (the simulator): it saves a pass over the running work."""
     with _gc_paused():
-        eng = _Engine(state, dominance=True)
+        eng = _Engine(state, dominance=True, estimates=estimates)
         for _ in range(max_cycles):
             if not eng.cycle():
                 break

@@ -121,10 +121,20 @@ def order_key(cq_name: str, afs: AdmissionFairSharing | None = None):
 
         return afs_key
 
-    def key(w: Workload):
-        return (not w.evicted, w.cq == cq_name, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
+    key = _ORDER_KEYS.get(cq_name)
+    if key is None:
 
+        def key(w: Workload):
+            return (not w.evicted, w.cq == cq_name, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
+
+        if len(_ORDER_KEYS) > 4096:
+            _ORDER_KEYS.clear()
+        _ORDER_KEYS[cq_name] = key
     return key
+
+
+# order_key's key per preemptor queue without Admission Fair Sharing (it depends on the name only)
+_ORDER_KEYS: dict[str, object] = {}
 
 
 def _evicted_first(*groups: list[_Cand]) -> list[_Cand]:

@@ -13,6 +13,7 @@ it is stored in the parent. A flavor's physical capacity, when known, is one mor
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 
 from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, CohortSpec, ResourceQuota, Workload
@@ -20,6 +21,7 @@ from gpu_platform.admission.nodes import GPU as GPU_RESOURCE
 from gpu_platform.admission.nodes import NodeBook
 
 FR = tuple[str, str]
+_first = operator.itemgetter(0)
 INF = float("inf")
 _ZERO_QUOTA = ResourceQuota("", "", 0.0)
 
@@ -61,7 +63,9 @@ class Node:
         }
 
     def local_available(self, fr: FR) -> float:
-        return max(0.0, self.local_quota(fr) - self.usage.get(fr, 0.0))
+        lq = self.lq
+        x = (lq.get(fr, 0.0) if lq is not None else self.local_quota(fr)) - self.usage.get(fr, 0.0)
+        return x if x > 0.0 else 0.0  # max(0.0, x), NaN and -0.0 included
 
     def borrowing_with(self, fr: FR, v: float) -> bool:
         return self.subtree.get(fr, 0.0) < self.usage.get(fr, 0.0) + v
@@ -87,13 +91,14 @@ class Node:
 
 
 class CohortNode(Node):
-    __slots__ = ("spec", "child_cohorts", "child_cqs")
+    __slots__ = ("spec", "child_cohorts", "child_cqs", "_height")
 
     def __init__(self, spec: CohortSpec):
         super().__init__(spec.name, spec.quotas, spec.fair_weight, False)
         self.spec = spec
         self.child_cohorts: list[CohortNode] = []
         self.child_cqs: list[CQNode] = []
+        self._height: int | None = None  # set once the tree is final (a Snapshot's copy)
 
     def subtree_cqs(self) -> list[CQNode]:
         out = list(self.child_cqs)
@@ -103,6 +108,8 @@ class CohortNode(Node):
 
     def height(self) -> int:
         """Kueue's getNodeHeight: distance to the furthest leaf (a cohort of queues only is 1)."""
+        if self._height is not None:
+            return self._height
         h = min(len(self.child_cohorts) + len(self.child_cqs), 1)
         for c in self.child_cohorts:
             h = max(h, c.height() + 1)
@@ -187,54 +194,81 @@ def usage_of(wl: Workload, flavor: str | None = None) -> dict[FR, float]:
 
 
 def available(node: Node, fr: FR) -> float:
-    """Kueue's `available`: may be negative when over-admitted."""
-    if node.parent is None:
-        return node.subtree.get(fr, 0.0) - node.usage.get(fr, 0.0)
-    parent_avail = available(node.parent, fr)
+    """Kueue's `available`: may be negative when over-admitted.
+
+    (Hot: the min/max builtins and the helper calls are written out; each expression is the
+    one `max(0.0, x)` / `min(a, b)` evaluates, so results are identical bit for bit.)"""
+    parent = node.parent
+    used = node.usage.get(fr, 0.0)
+    if parent is None:
+        return node.subtree.get(fr, 0.0) - used
+    parent_avail = available(parent, fr)
+    lqs = node.lq
+    lq = lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)
     q = node.quotas.get(fr)
     if q is not None and q.borrowing_limit is not None:
-        lq = node.local_quota(fr)
         stored = node.subtree.get(fr, 0.0) - lq
-        used_in_parent = max(0.0, node.usage.get(fr, 0.0) - lq)
-        parent_avail = min(stored - used_in_parent + q.borrowing_limit, parent_avail)
-    return node.local_available(fr) + parent_avail
+        used_in_parent = used - lq
+        if not used_in_parent > 0.0:
+            used_in_parent = 0.0
+        own = stored - used_in_parent + q.borrowing_limit
+        if not parent_avail < own:  # min(own, parent_avail)
+            parent_avail = own
+    local = lq - used
+    return (local if local > 0.0 else 0.0) + parent_avail
 
 
 def potential_available(node: Node, fr: FR) -> float:
     """Kueue's `potentialAvailable`: the most this node could hold with everything else idle."""
-    if node.parent is None:
+    parent = node.parent
+    if parent is None:
         return node.subtree.get(fr, 0.0)
-    avail = node.local_quota(fr) + potential_available(node.parent, fr)
+    lqs = node.lq
+    avail = (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)) + potential_available(parent, fr)
     q = node.quotas.get(fr)
     if q is not None and q.borrowing_limit is not None:
-        avail = min(node.subtree.get(fr, 0.0) + q.borrowing_limit, avail)
+        own = node.subtree.get(fr, 0.0) + q.borrowing_limit
+        if not avail < own:  # min(own, avail)
+            avail = own
     return avail
 
 
 def add_usage(node: Node, fr: FR, v: float) -> None:
-    u = node.usage.get(fr, 0.0)
-    node.usage[fr] = u + v
-    if node.parent is not None:
-        la = max(0.0, node.local_quota(fr) - u)
+    usage = node.usage
+    u = usage.get(fr, 0.0)
+    usage[fr] = u + v
+    parent = node.parent
+    if parent is not None:
+        lqs = node.lq
+        la = (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)) - u
+        if not la > 0.0:
+            la = 0.0
         if v > la:
-            add_usage(node.parent, fr, v - la)
+            add_usage(parent, fr, v - la)
 
 
 def remove_usage(node: Node, fr: FR, v: float) -> None:
-    stored = node.usage.get(fr, 0.0) - node.local_quota(fr)
-    node.usage[fr] = node.usage.get(fr, 0.0) - v
+    usage = node.usage
+    u = usage.get(fr, 0.0)
+    lqs = node.lq
+    stored = u - (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr))
+    usage[fr] = u - v
     if stored <= 0 or node.parent is None:
         return
-    remove_usage(node.parent, fr, min(v, stored))
+    remove_usage(node.parent, fr, v if not stored < v else stored)  # min(v, stored)
 
 
 def quantities_fit_in_quota(node: Node, requests: Mapping[FR, float]) -> tuple[bool, dict[FR, float]]:
     fits = True
     remaining: dict[FR, float] = {}
+    usage, subtree, lqs = node.usage, node.subtree, node.lq
     for fr, v in requests.items():
-        if node.usage.get(fr, 0.0) + v > node.subtree.get(fr, 0.0):
+        u = usage.get(fr, 0.0)
+        if u + v > subtree.get(fr, 0.0):
             fits = False
-        remaining[fr] = max(0.0, v - node.local_available(fr))
+        local = (lqs.get(fr, 0.0) if lqs is not None else node.local_quota(fr)) - u  # local_available
+        x = v - (local if local > 0.0 else 0.0)
+        remaining[fr] = x if x > 0.0 else 0.0  # max(0.0, x)
     return fits, remaining
 
 
@@ -299,7 +333,7 @@ class _Skeleton:
     and copied (with empty usage) into every Snapshot of it, so a caller that asks the engine many
     times about one policy (the simulator, a drain) does not rebuild the tree each time."""
 
-    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys")
+    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys", "potential", "spot_quota", "spare")
 
     def __init__(self, state: ClusterState):
         self.keys = (state.cluster_queues, state.cohorts, state.flavors)
@@ -342,10 +376,37 @@ class _Skeleton:
         for f in state.flavors:
             for r, v in (f.capacity or {}).items():
                 self.capacity[(f.name, r)] = v
+        # Static answers, filled as asked: Snapshot.potential per (queue, fr) (quotas and
+        # capacity only, no usage), and per (queue, flavor) whether the queue has quota of its
+        # own there (the engine's spot rule).
+        self.potential: dict[tuple[str, FR], float] = {}
+        self.spot_quota: dict[tuple[str, str], bool] = {}
+        # node sets of released Snapshots, emptied when taken again (see Snapshot.release)
+        self.spare: list[tuple[dict[str, CohortNode], dict[str, CQNode]]] = []
 
     def matches(self, state: ClusterState) -> bool:
         k = self.keys
         return k[0] is state.cluster_queues and k[1] is state.cohorts and k[2] is state.flavors
+
+    def take(self) -> tuple[dict[str, CohortNode], dict[str, CQNode]]:
+        """Nodes for a new Snapshot: a released set emptied of usage and workloads (what `copy`
+        leaves empty; the rest of a node never changes), else a fresh copy."""
+        try:
+            cohorts, cqs = self.spare.pop()
+        except IndexError:
+            return self.copy()
+        for n in cohorts.values():
+            n.usage = {}
+        for c in cqs.values():
+            c.usage, c.workloads, c._plist, c._listed, c._seq = {}, {}, [], {}, 0
+        return cohorts, cqs
+
+    def give_back(self, cohorts: dict[str, CohortNode], cqs: dict[str, CQNode]) -> bool:
+        """Keep a released Snapshot's nodes for `take` (False: enough are kept already)."""
+        if len(self.spare) >= 2:
+            return False
+        self.spare.append((cohorts, cqs))
+        return True
 
     def copy(self) -> tuple[dict[str, CohortNode], dict[str, CQNode]]:
         """Fresh nodes sharing the static dicts (never mutated) with empty usage and workloads."""
@@ -356,6 +417,7 @@ class _Skeleton:
             n.fair_weight, n.is_cq, n._lendable, n.spec = src.fair_weight, False, src._lendable, src.spec
             n.lq = src.lq
             n.child_cohorts, n.child_cqs, n.parent = [], [], None
+            n._height = src.height()
             cohorts[name] = n
         for name, src in self.cohorts.items():
             if src.parent is not None:
@@ -401,9 +463,12 @@ class Snapshot:
 
     def __init__(self, state: ClusterState):
         sk = _skeleton(state)
-        self.cohorts, self.cqs = sk.copy()
+        self._skeleton: _Skeleton | None = sk
+        self.cohorts, self.cqs = sk.take()
         self.flavors = sk.flavors
         self.capacity = sk.capacity
+        self._potential = sk.potential
+        self.spot_quota = sk.spot_quota
         self.total_usage: dict[FR, float] = {}
         self.nodes: NodeBook | None = NodeBook(state.nodes) if state.nodes else None
         self._add_admitted(state.admitted)
@@ -412,11 +477,19 @@ class Snapshot:
                 self.nodes.place(wl)
 
     def release(self) -> None:
-        """Break the tree's parent/child reference cycles once the snapshot is done with, so it is
-        freed at once rather than by the cyclic GC (a simulator makes one per engine call)."""
-        for node in self.cohorts.values():
-            node.child_cohorts = []
-            node.child_cqs = []
+        """Once the snapshot is done with: its nodes go back to the policy's skeleton, which hands
+        them (emptied) to the next Snapshot of that policy state, or, the skeleton holding enough,
+        the tree's parent/child reference cycles are broken so it is freed at once rather than by
+        the cyclic GC (a simulator makes one per engine call). The snapshot is not to be read
+        after a later Snapshot of the same policy state is built. A second release does nothing."""
+        sk = self._skeleton
+        if sk is None:
+            return
+        self._skeleton = None
+        if not sk.give_back(self.cohorts, self.cqs):
+            for node in self.cohorts.values():
+                node.child_cohorts = []
+                node.child_cqs = []
 
     def _add_admitted(self, admitted: Iterable[Workload]) -> None:
         """add_workload for each, in bulk: usage is summed per queue and added once per
@@ -426,24 +499,31 @@ class Snapshot:
         sums: dict[str, dict[FR, float]] = {}
         entries: dict[str, list[tuple[int, int, Workload]]] = {}
         for wl in admitted:
-            cq = cqs.get(wl.cq)
+            qn = wl.cq
+            cq = cqs.get(qn)
             if cq is None:
                 continue
-            cq.workloads[wl.name] = wl
-            if cq._listed.get(wl.name) is not wl:
+            name = wl.name
+            cq.workloads[name] = wl
+            listed = cq._listed
+            if listed.get(name) is not wl:
                 cq._seq += 1
-                entries.setdefault(wl.cq, []).append((wl.priority, cq._seq, wl))
-                cq._listed[wl.name] = wl
-            acc = sums.get(wl.cq)
+                es = entries.get(qn)
+                if es is None:
+                    es = entries[qn] = []
+                es.append((wl.priority, cq._seq, wl))
+                listed[name] = wl
+            acc = sums.get(qn)
             if acc is None:
-                acc = sums[wl.cq] = {}
+                acc = sums[qn] = {}
             rf = wl.resource_flavors
+            flavor = wl.flavor
             for r, v in wl.requests.items():
                 if v > 0:
-                    fr = ((rf.get(r, wl.flavor) if rf else wl.flavor), r)
+                    fr = ((rf.get(r, flavor) if rf else flavor), r)
                     acc[fr] = acc.get(fr, 0.0) + v
         for name, es in entries.items():
-            es.sort(key=lambda t: t[0])  # stable: (priority, insertion order), as put() keeps it
+            es.sort(key=_first)  # stable: (priority, insertion order), as put() keeps it
             cqs[name]._plist = es
         total = self.total_usage
         for name, acc in sums.items():
@@ -515,16 +595,28 @@ class Snapshot:
         return any(cq.usage.get(fr, 0.0) > cq.quota(fr).nominal for fr in frs)
 
     def available(self, cq: CQNode, fr: FR) -> float:
-        avail = max(0.0, available(cq, fr))
+        avail = available(cq, fr)
+        if not avail > 0.0:  # max(0.0, avail)
+            avail = 0.0
         cap = self.capacity.get(fr)
         if cap is not None:
-            avail = max(0.0, min(avail, cap - self.total_usage.get(fr, 0.0)))
+            left = cap - self.total_usage.get(fr, 0.0)
+            if left < avail:  # min(avail, left)
+                avail = left
+            if not avail > 0.0:
+                avail = 0.0
         return avail
 
     def potential(self, cq: CQNode, fr: FR) -> float:
-        pot = potential_available(cq, fr)
-        cap = self.capacity.get(fr)
-        return pot if cap is None else min(pot, cap)
+        key = (cq.name, fr)
+        pot = self._potential.get(key)
+        if pot is None:
+            pot = potential_available(cq, fr)
+            cap = self.capacity.get(fr)
+            if cap is not None and cap < pot:  # min(pot, cap)
+                pot = cap
+            self._potential[key] = pot
+        return pot
 
     def cohort_free(self, cq: CQNode, fr: FR) -> float:
         """Unused quota this queue could still get from its cohort tree (for messages)."""

@@ -68,6 +68,10 @@ from gpu_platform.simulate.scenarios import Scenario
 from gpu_platform.simulate.trace import TraceJob
 
 _INF = math.inf
+# ClusterState's slot setters of the fields each engine call sets (see `_Sim._state`)
+_CS_ADMITTED = ClusterState.__dict__["admitted"].__set__
+_CS_PENDING = ClusterState.__dict__["pending"].__set__
+_CS_NOW = ClusterState.__dict__["now"].__set__
 
 
 @dataclass(slots=True)
@@ -170,6 +174,10 @@ class _Sim:
                 seen.add(at)
                 at = parent[at]  # type: ignore[assignment]
             self.root[name] = at
+        # per queue: the root of its cohort tree (its cohort's name where not in a tree)
+        self.cohort_root: dict[str, str | None] = {
+            c.name: self.root.get(c.cohort, c.cohort) for c in scenario.base.cluster_queues  # type: ignore[arg-type]
+        }
         # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
         # without a cohort); absent: no ceiling of its own
         self.ceiling: dict[tuple[str, str, str], float] = {}
@@ -187,6 +195,9 @@ class _Sim:
         self.fits_cache: dict[tuple, str | None] = {}
         # the scenario's state as constructor arguments (dataclasses.replace costs twice as much)
         self.base_kw = {f.name: getattr(scenario.base, f.name) for f in fields(scenario.base)}
+        self.base_fields = tuple(
+            (ClusterState.__dict__[name].__set__, v) for name, v in self.base_kw.items() if name not in ("admitted", "pending", "now")
+        )
         # folded running workloads per (queue, flavor, priority), reused while the group is unchanged
         self.group_ver: dict[tuple[str, str, int], int] = {}
         self.folded: dict[tuple[str, str, int], tuple[int, Workload]] = {}
@@ -372,19 +383,21 @@ class _Sim:
         # Reclaim and borrow-within-cohort reach across the whole cohort tree (hierarchical
         # cohorts: a lane of `assurance` reclaims from one of `batch` under the same root), so
         # two queues compete when their cohorts share a root, not only when they are the same.
-        cohort = {n: self.root.get(c.cohort, c.cohort) for n, c in specs.items()}
+        cohort = self.cohort_root
         rules = {}
         for p in pending:
-            spec = specs[p.cq]
             key = (p.cq, p.priority)
             if key in rules:
                 continue
-            rules[key] = (spec.within_cluster_queue, spec.reclaim_within_cohort, spec.borrow_within_cohort, spec.cohort)
+            spec = specs[p.cq]
+            rules[key] = (spec.within_cluster_queue, spec.reclaim_within_cohort, spec.borrow_within_cohort, spec.cohort, cohort[p.cq])
+        rule_items = tuple(rules.items())
+        cq_usage, nominal = self.cq_usage, self.nominal
         out: list[Workload] = []
         for g, names in self.groups.items():
             cq, flavor, prio = g
             victim = False
-            for (pcq, pprio), (within, reclaim, borrow, pco) in rules.items():
+            for (pcq, pprio), (within, reclaim, borrow, pco, proot) in rule_items:
                 if pcq == cq:
                     # Kueue: LowerPriority takes lower priorities only; LowerOrNewerEqual also equal
                     # (newer) ones; anything else is taken as "any" to stay on the safe side.
@@ -394,11 +407,11 @@ class _Sim:
                         continue
                     victim = True
                     break
-                if pco is not None and self.root.get(pco, pco) == cohort[cq]:
+                if pco is not None and proot == cohort[cq]:
                     # Kueue takes another queue's workloads only from a queue above its nominal
                     # quota on the flavor (preemption.py `_collect_subtree` / `_valid`:
                     # `within_nominal`); a queue within its nominal there is never a victim.
-                    if self.cq_usage.get((cq, flavor, GPU), 0.0) <= self.nominal.get((cq, flavor), 0.0) + 1e-9:
+                    if cq_usage.get((cq, flavor, GPU), 0.0) <= nominal.get((cq, flavor), 0.0) + 1e-9:
                         continue
                     if reclaim == ANY or (reclaim != NEVER and prio <= pprio) or (borrow != NEVER and prio < pprio):
                         victim = True
@@ -410,7 +423,18 @@ class _Sim:
                 # victims and to estimate starts of work with an expected duration (neither applies)
                 ver = self.group_ver[g]
                 hit = self.folded.get(g)
-                if hit is None or hit[0] != ver:
+                if hit is not None and hit[0] != ver:
+                    # the same group changed: only its sums and time differ (evolve: a cheaper copy)
+                    hit = self.folded[g] = (
+                        ver,
+                        evolve(
+                            hit[1],
+                            requests=dict(self.group_sum[g]),
+                            admitted_at=now,
+                            placement=dict(self.group_place[g]) if g in self.group_place else None,
+                        ),
+                    )
+                elif hit is None:
                     hit = self.folded[g] = (
                         ver,
                         Workload(
@@ -427,6 +451,18 @@ class _Sim:
                     )
                 out.append(hit[1])
         return tuple(out)
+
+    def _state(self, admitted: tuple[Workload, ...], pending: tuple[Workload, ...], now: float) -> ClusterState:
+        """The scenario's state with these admitted and pending workloads at `now`: what
+        `ClusterState(**{**base, ...})` builds (ClusterState has no __post_init__), its fields set
+        through their slots rather than by keyword."""
+        new = object.__new__(ClusterState)
+        for setter, value in self.base_fields:
+            setter(new, value)
+        _CS_ADMITTED(new, admitted)
+        _CS_PENDING(new, pending)
+        _CS_NOW(new, now)
+        return new
 
     def _bound(self, wl: Workload) -> bool:
         """True when wl cannot be admitted before its own queue's usage drops (see the module doc)."""
@@ -529,8 +565,8 @@ class _Sim:
                     idx[r.job.job_id] = (r, sh, followers)
             if not pending:
                 break
-            state = ClusterState(**{**self.base_kw, "admitted": self._admitted(pending, now), "pending": tuple(pending), "now": now})
-            res = admit_until_stable(state)
+            state = self._state(self._admitted(pending, now), tuple(pending), now)
+            res = admit_until_stable(state, estimates=False)  # it reads no estimated start
             self.calls += 1
             self.cycles += res.cycles
             # A shown workload with identical ones held back behind it moved: ask again showing more.

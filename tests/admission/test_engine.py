@@ -356,3 +356,41 @@ def test_evolve_is_dataclasses_replace_for_every_field():
     assert evolve(wl) == wl and evolve(wl) is not wl
     with pytest.raises(TypeError, match="flavour"):
         evolve(wl, flavour="h100")
+
+
+def test_without_estimates_only_the_estimated_start_is_left_out():
+    """admit_until_stable(estimates=False) (the simulator's calls) gives what the default gives,
+    estimated starts aside, on a nearly full pool where heads preempt and wait."""
+    state = synthetic_state(400, 300, seed=5)
+    full = admit_until_stable(state)
+    plain = admit_until_stable(state, estimates=False)
+    assert full.admitted == plain.admitted and full.preempted == plain.preempted
+    assert full.rejected == plain.rejected and full.cycles == plain.cycles
+    assert any(p.estimated_start is not None for p in full.pending)
+    assert all(p.estimated_start is None for p in plain.pending)
+    assert [replace(p, estimated_start=None) for p in full.pending] == plain.pending
+
+
+def test_released_snapshot_nodes_come_back_empty():
+    """A released Snapshot's nodes serve the next Snapshot of the same policy state with nothing of
+    the first left in them (usage, workloads, victim order), and a second release is harmless."""
+    from gpu_platform.admission.quota import Snapshot, _skeleton
+
+    busy = synthetic_state(0, 300, seed=2)
+    idle = replace(busy, admitted=busy.admitted[:5])
+    fresh = Snapshot(idle)
+    want = {n: (dict(c.usage), dict(c.workloads), list(c.by_priority())) for n, c in fresh.cqs.items()}
+    want_cohorts = {n: dict(c.usage) for n, c in fresh.cohorts.items()}
+    first = Snapshot(busy)
+    first.release()
+    first.release()
+    sk = _skeleton(busy)
+    assert len(sk.spare) == len({id(s[0]) for s in sk.spare})  # never the same nodes twice
+    again = Snapshot(idle)
+    assert again.cqs is first.cqs  # the released nodes, reused
+    assert {n: (dict(c.usage), dict(c.workloads), list(c.by_priority())) for n, c in again.cqs.items()} == want
+    assert {n: dict(c.usage) for n, c in again.cohorts.items()} == want_cohorts
+    assert any(c.usage for c in again.cqs.values())
+    assert admit_until_stable(replace(idle, pending=busy.admitted[5:40])) == admit_until_stable(
+        replace(idle, pending=busy.admitted[5:40])
+    )
