@@ -406,10 +406,7 @@ NOTES = """## Notes
   1.53 -> 1.77 s and 1.98 -> 2.04 s; DuckDB skips its automatic checkpoint while another write
   transaction is open, so the timed build checkpoints a larger WAL). All 66 tables equal the
   serial build's. This row is judged on the wall ratio only, the CPU ratio shown beside it (it
-  had been met when either was <= 2). `int_gpu_busy`, the head of the critical path, bounds its read
-  of the 15 s samples (multi-source node-days only) by those days' range too: where the planner
-  built its semi join's hash table on the samples' side it had hashed every sample of the period
-  (0.8 s CPU of 1.0 s on 30 days x 512 GPUs; now 0.21-0.25 s, same rows). And a cursor's progress
+  had been met when either was <= 2). And a cursor's progress
   bar setting (on where no terminal is, off on the connection) no longer sends the build back to one
   model at a time. docs/finops.md ("Performance", "Models at the same time").
 - Demo pricing: a pricing run is one in-process Dagster run of 51 steps (every ingest and cost

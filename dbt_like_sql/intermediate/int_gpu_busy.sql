@@ -3,8 +3,21 @@
 -- staging model of the samples) applied per (source, load day) when each file is loaded, so a rebuild never
 -- re-reads the 15 s samples; here the key normalisation (lower-case host, '' -> NULL) and the
 -- multi-source check run on that small table. Only node-days fed by more than one source are read
--- sample by sample, to deduplicate; with none, that branch reads no sample (its days' range is empty).
-with normalised as (
+-- sample by sample, to deduplicate; with none, that branch's join has an empty side and reads nothing.
+with source as not materialized (
+
+    -- the raw samples, for multi-source node-days only (the semi join below)
+    -- load_day: the day whose feed directory the sample was loaded under (NULL for seeded tables)
+    select *, day as load_day from {{ source('raw_dcgm_samples') }}
+    where ts >= {{ var('day_from') }}::timestamp
+      and ts < {{ var('day_to') }}::timestamp + interval 1 day
+      and metric in ('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL')
+      -- values near 2^63 are DCGM blank sentinels, not data
+      and value is not null and not isnan(value) and value >= 0 and value < 1e15
+
+),
+
+normalised as (
 
     select
         cast(hour as date) as day,
@@ -60,24 +73,6 @@ multi_source as (
     group by day, hostname
     -- a NULL source counts as one more source (the raw table requires one; this keeps the rule exact)
     having count(distinct source) + max(case when source is null then 1 else 0 end) > 1
-
-),
-
-source as not materialized (
-
-    -- the raw samples, for multi-source node-days only (the semi join below); the days' range as a
-    -- filter of its own, so that with no such node-day no sample is read whichever side of the semi
-    -- join the planner builds its hash table on (on the parquet side it read every sample: 0.8 s of a
-    -- 1.0 s model)
-    -- load_day: the day whose feed directory the sample was loaded under (NULL for seeded tables)
-    select *, day as load_day from {{ source('raw_dcgm_samples') }}
-    where ts >= {{ var('day_from') }}::timestamp
-      and ts < {{ var('day_to') }}::timestamp + interval 1 day
-      and metric in ('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL')
-      -- values near 2^63 are DCGM blank sentinels, not data
-      and value is not null and not isnan(value) and value >= 0 and value < 1e15
-      and ts >= (select min(day) from multi_source)::timestamp
-      and ts < (select max(day) from multi_source)::timestamp + interval 1 day
 
 ),
 
