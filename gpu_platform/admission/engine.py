@@ -967,23 +967,26 @@ class _Engine:
         The estimate assumes nothing else arrives: the workload starts once the running jobs
         (on its flavors, in its cohort tree) that end first have freed what it and everything
         ahead of it in its lane need. None: no estimate (over budget, or larger than the lane can hold).
+        Without `estimates` (the simulator never reads them) every estimated start is None and the
+        rest is built the same way.
         """
         out: list[PendingInfo] = []
         now = self.state.now
-        if not self.estimates:
-            return self._pending_infos_plain()
+        estimating = self.estimates
+        est = None
         for name, q in self.queues.items():
             cq = self.snap.cqs[name]
             rest = [w for w in q if w.name not in self.done]
             if not rest:
                 continue
             n = len(rest)
-            resource = "nvidia.com/gpu"
-            if not any(resource in w.requests for w in rest[:8]):
-                resource = next(iter(rest[0].requests), resource)
-            cq_flavors = [f for g in cq.groups for f in g.flavors]
-            avail = {f: self.snap.available(cq, (f, resource)) for f in cq_flavors}
-            pot = {f: self.snap.potential(cq, (f, resource)) for f in cq_flavors}
+            if estimating:
+                resource = "nvidia.com/gpu"
+                if not any(resource in w.requests for w in rest[:8]):
+                    resource = next(iter(rest[0].requests), resource)
+                cq_flavors = [f for g in cq.groups for f in g.flavors]
+                avail = {f: self.snap.available(cq, (f, resource)) for f in cq_flavors}
+                pot = {f: self.snap.potential(cq, (f, resource)) for f in cq_flavors}
             by_set: dict[tuple, tuple] = {}
             head = self.heads.get(name)
             head_code = self.status.get(head.name, (PENDING,))[0] if head is not None else PENDING
@@ -993,33 +996,36 @@ class _Engine:
             node_blocked = self.node_blocked
             prefixes: dict[tuple[str, str], str] = {}
             for pos, w in enumerate(rest, 1):
-                raw_key = (w.flavor, w.allowed_flavors)
-                info = by_set.get(raw_key)
-                if info is None:
-                    key = self._flavor_set(w)
-                    fl = frozenset(f for f in cq_flavors if key is None or f in key)
-                    info = by_set[raw_key] = (
-                        max((avail[f] for f in fl), default=0.0),
-                        max((pot[f] for f in fl), default=0.0),
-                        *self._free_events(cq, resource, fl),
-                    )
-                supply, ceiling, times, cum = info
-                amount = w.requests.get(resource, 0.0)
-                demand += amount
-                short = demand - supply
-                if amount > ceiling + _EPS:
-                    est = None
-                elif short <= _EPS:
-                    est = now
-                else:
-                    i = bisect.bisect_left(cum, short - _EPS)
-                    est = times[i] if i < len(times) else None
+                if estimating:
+                    raw_key = (w.flavor, w.allowed_flavors)
+                    info = by_set.get(raw_key)
+                    if info is None:
+                        key = self._flavor_set(w)
+                        fl = frozenset(f for f in cq_flavors if key is None or f in key)
+                        info = by_set[raw_key] = (
+                            max((avail[f] for f in fl), default=0.0),
+                            max((pot[f] for f in fl), default=0.0),
+                            *self._free_events(cq, resource, fl),
+                        )
+                    supply, ceiling, times, cum = info
+                    amount = w.requests.get(resource, 0.0)
+                    demand += amount
+                    short = demand - supply
+                    if amount > ceiling + _EPS:
+                        est = None
+                    elif short <= _EPS:
+                        est = now
+                    else:
+                        i = bisect.bisect_left(cum, short - _EPS)
+                        est = times[i] if i < len(times) else None
                 st = status.get(w.name)
                 if st is None:
                     code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
                 else:
                     code, msg, flavor = st
-                    if code in (BUDGET_EXHAUSTED, TEAM_LIMIT) or (code == INADMISSIBLE and w.name in node_blocked):
+                    if not estimating:
+                        pass  # est stays None
+                    elif code in (BUDGET_EXHAUSTED, TEAM_LIMIT) or (code == INADMISSIBLE and w.name in node_blocked):
                         est = None
                     elif code == PENDING_PREEMPTION:
                         est = now
@@ -1042,45 +1048,6 @@ class _Engine:
                 )
         return out
 
-    def _pending_infos_plain(self) -> list[PendingInfo]:
-        """pending_infos without estimated starts (estimated_start None): the reasons, positions,
-        flavors and queues are built exactly as there."""
-        out: list[PendingInfo] = []
-        status, done, parked = self.status, self.done, self.parked
-        for name, q in self.queues.items():
-            rest = [w for w in q if w.name not in done]
-            if not rest:
-                continue
-            n = len(rest)
-            head = self.heads.get(name)
-            head_code = status.get(head.name, (PENDING,))[0] if head is not None else PENDING
-            head_text = f"behind head {head.name} ({head_code})" if head is not None else "behind the queue head"
-            prefixes: dict[tuple[str, str], str] = {}
-            for pos, w in enumerate(rest, 1):
-                st = status.get(w.name)
-                if st is None:
-                    code, msg, flavor = PENDING, f"{name}: waiting {head_text}", None
-                else:
-                    code, msg, flavor = st
-                prefix = prefixes.get((code, msg))
-                if prefix is None:
-                    prefix = prefixes[(code, msg)] = f"{code}: {msg}; position "
-                out.append(
-                    PendingInfo(
-                        w.name,
-                        name,
-                        code,
-                        QUOTA_RESERVED,
-                        f"{prefix}{pos} of {n}",
-                        pos,
-                        n,
-                        None,
-                        flavor,
-                        "inadmissible" if w.name in parked else "active",
-                    )
-                )
-        return out
-
     def result(self) -> CycleResult:
         return CycleResult(
             list(self.admitted), list(self.preempted), self.pending_infos(), list(self.rejected), self.cycles
@@ -1088,7 +1055,7 @@ class _Engine:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """The engine allocates only acyclic objects (one PendingInfo per waiting workload); pausing
     the cyclic GC keeps 100k-workload queues from paying for repeated full collections."""
     was_enabled = gc.isenabled()
@@ -1103,7 +1070,7 @@ def _gc_paused() -> Iterator[None]:
 def schedule_cycle(state: ClusterState) -> CycleResult:
     """One admission cycle: each queue's head is admitted, preempts, or waits; every pending
     workload gets a reason, position, queue and estimated start."""
-    with _gc_paused():
+    with gc_paused():
         eng = _Engine(state)
         eng.cycle()
         res = eng.result()
@@ -1117,7 +1084,7 @@ def admit_until_stable(state: ClusterState, max_cycles: int = 1000, *, estimates
     quota reserved and blocks its queue; a set-aside head stays set aside (capacity only shrinks).
     estimates=False: the waiting workloads get no estimated start (None; everything else the
     same), for callers that never read it (the simulator): it saves a pass over the running work."""
-    with _gc_paused():
+    with gc_paused():
         eng = _Engine(state, dominance=True, estimates=estimates)
         for _ in range(max_cycles):
             if not eng.cycle():
@@ -1136,7 +1103,7 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
     Stops after a cycle that admits nothing, preempts nothing and leaves the queues as they were,
     or when nothing is left to try. `per_cycle` holds what each cycle did; the result's lists
     cover the whole run."""
-    with _gc_paused():
+    with gc_paused():
         carry = _Carry()
         admitted_all: list[Admission] = []
         preempted_all: list[Preemption] = []

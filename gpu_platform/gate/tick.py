@@ -11,16 +11,16 @@ that launch happen at most once.
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from gpu_platform.admission.engine import admit_until_stable
+from gpu_platform.admission.engine import gc_paused as engine_gc_paused
 from gpu_platform.admission.model import (
     ClusterState,
     CycleResult,
@@ -52,8 +52,7 @@ own, so the run list shows these tags (and filters by them: `gpu-platform/owner=
 TAG_PRIORITY = PRIORITY_TAG
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused() -> contextlib.AbstractContextManager[None]:
     """The cyclic garbage collector paused for one tick (as the engine pauses it for its cycles).
 
     A tick allocates some objects per live request (states, waits, queue rows) that live until
@@ -61,13 +60,7 @@ def gc_paused() -> Iterator[None]:
     to the oldest generation and set off full collections, which walk every object the process
     holds (the parsed requests and workloads kept between ticks): 0.16 s every other tick at
     5,000 pending. What a tick leaves behind is collected after it as usual."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+    return engine_gc_paused()
 
 
 def run_key(request_id: str, attempt: int) -> str:

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -508,9 +508,15 @@ def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 20) -> N
     (the other process's tables are then there, and any still missing is created), up to
     `attempts` times; every other error propagates. Used for the ledger's tables and for those
     that live beside them (lineage, the gate's lane view)."""
+    _retry_create_race(lambda: meta.create_all(engine, checkfirst=True), attempts)
+
+
+def _retry_create_race(create: Callable[[], None], attempts: int) -> None:
+    """`create()`, tried again (up to `attempts` times) while it fails on another process having
+    created the same object first (`_CREATE_RACE`); every other error propagates at once."""
     for attempt in range(attempts):
         try:
-            meta.create_all(engine, checkfirst=True)
+            create()
             return
         except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
             if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
@@ -525,14 +531,7 @@ def _create_index(index: sa.Index, engine: sa.Engine, attempts: int = 20) -> Non
     """An index added after its table: `create_all` makes only missing tables, so a ledger whose
     state table predates the index gets it here (once; a concurrent first use that made it first
     is an "already exists", as for `create_tables`)."""
-    for attempt in range(attempts):
-        try:
-            index.create(engine, checkfirst=True)
-            return
-        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
-            if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
-                raise
-            time.sleep(min(0.5, 0.02 * (attempt + 1)))
+    _retry_create_race(lambda: index.create(engine, checkfirst=True), attempts)
 
 
 class Ledger:
