@@ -71,8 +71,14 @@ from gpu_platform.finops.feeds.schemas import (
     FeedSchemaError,
 )
 
+try:
+    from gpu_platform.finops.feeds import _dcgm_scan
+except ImportError:  # installed without a C compiler: the numpy scan does the same, slower
+    _dcgm_scan = None
+
 __all__ = [
     "LABEL_COLUMNS",
+    "SCAN_PATH",
     "PrometheusQueryError",
     "ScrapeError",
     "parse_file",
@@ -115,6 +121,13 @@ _COLUMN_FOR_LABEL: dict[str, str] = {
     "container": "container",
     "container_name": "container",
 }
+
+SCAN_PATH: str = "compiled" if _dcgm_scan is not None else "numpy"
+"""How :func:`parse_text` scans its input: ``"compiled"`` (the C extension
+``gpu_platform.finops.feeds._dcgm_scan``, built at install when a C compiler is present) or
+``"numpy"`` (its fallback; the same result, slower)."""
+_HASH_SEED = int.from_bytes(os.urandom(8), "little")
+"""Seeds the compiled scan's hash tables (so that no input can be made to collide in them)."""
 
 BLANK_THRESHOLD = 9.2e18
 _FP64_BLANKS = (140737488355328.0, 140737488355329.0, 140737488355330.0, 140737488355331.0)
@@ -512,6 +525,8 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     well-formed fails :func:`parse_label_block` with its reason, as the tokenizer's block would.
     Every other line goes to :func:`_split_line`.
     """
+    if SCAN_PATH == "compiled":
+        return _parse_chunk_compiled(buf, scraped_at=scraped_at, dictionary=dictionary)
     out = _Chunk()
     size, b = buf.length, buf.bytes
     # (numpy's take and compress are used throughout: they are several times cheaper than
@@ -575,18 +590,7 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
     failed = np.flatnonzero(as_float.is_null().to_numpy())
     unparsed = failed if rest is None else rest[failed]
     if len(unparsed):
-        # a timestamp after the value: split at the first space; what still fails is the tokenizer's
-        sub_v, sub_len = f_v[unparsed], v_len[unparsed]
-        space = vtext.gather(pl.Series(failed, dtype=pl.UInt32)).str.find(" ", literal=True)
-        found = space.is_not_null().to_numpy()
-        cut = space.fill_null(0).to_numpy().astype(np.int64)
-        v2 = buf.strings(sub_v, np.where(found, cut, sub_len)).cast(pl.Float64, strict=False)
-        t2 = buf.strings(sub_v + cut + 1, np.where(found, sub_len - cut - 1, 0)).cast(pl.Int64, strict=False)
-        ok = found & v2.is_not_null().to_numpy() & t2.is_not_null().to_numpy()
-        value[unparsed] = v2.fill_null(0.0).to_numpy()
-        ts_ms[unparsed] = t2.fill_null(0).to_numpy()
-        has_ts[unparsed] = ok
-        v_len[unparsed] = np.where(found, cut, sub_len)
+        ok = _split_timestamps(buf, vtext, failed, unparsed, f_v, v_len, value, ts_ms, has_ts)
         if not ok.all():
             slow.append(fast[unparsed[~ok]])
             keep = np.ones(len(fast), dtype=np.bool_)
@@ -624,6 +628,135 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
         name_id = dictionary.name_ids(distinct).take(pair_codes).take(codes)
         pair_codes, distinct = _encode(buf.strings(h_po + 1, h_pc - h_po - 1))
         block_id = dictionary.block_ids(distinct).take(pair_codes).take(codes)
+    _fast_rows(
+        out, buf, dictionary, scraped_at, fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id,
+        (blank, blank_text) if blank_text is not None else None,
+    )
+    lines = np.concatenate(slow)
+    if len(lines):
+
+        def raw(number: int) -> str:
+            i = number - 1
+            return bytes(buf.data[starts[i] : ends[i]]).decode("utf-8").rstrip("\r")
+
+        _slow_rows(out, lines, raw)
+    out.rows_in += len(fast)
+    return out
+
+
+def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary) -> _Chunk:
+    """:func:`_parse_chunk` with the per-byte work done by the compiled scan, in one pass over the
+    piece: which lines are on the fast path (the same rule), their offsets, their metric names
+    and label blocks numbered (each distinct one is then checked or parsed once, as there), their
+    values and timestamps read when the text is a plain decimal number that binary64 arithmetic
+    reads exactly (the value the cast gives), DCGM's int64 sentinels recognised by their bytes.
+    A value the scan does not read (NaN, Inf, long mantissas, ...) is cast here as the numpy path
+    casts it; everything after that is the numpy path's own code."""
+    out = _Chunk()
+    data = buf.data if buf.length == buf.size else memoryview(buf.data)[: buf.length]
+    newlines, fast_cols, names, blocks, slow_cols, sentinel_at, sentinel_same = _dcgm_scan.scan(data, _HASH_SEED)
+    out.newlines = newlines
+    fast, f_start, f_po, f_pc, f_end, v_len, ts_ms = (np.frombuffer(c, dtype=np.int64) for c in fast_cols[:7])
+    value = np.frombuffer(fast_cols[7], dtype=np.float64)
+    status = np.frombuffer(fast_cols[8], dtype=np.uint8)
+    name_code, block_code = (np.frombuffer(c, dtype=np.uint32) for c in fast_cols[9:])
+    f_v = f_pc + 2
+    has_ts = status == 1
+    blank = status == 2 if sentinel_at >= 0 else None
+    blank_text = bytes(buf.data[sentinel_at : sentinel_at + 19]).decode("ascii") if sentinel_at >= 0 and sentinel_same else None
+    n_start, n_len = (np.frombuffer(c, dtype=np.int64) for c in names)
+    name_id = dictionary.name_ids(buf.strings(n_start, n_len).to_list()).take(name_code)
+    b_start, b_len = (np.frombuffer(c, dtype=np.int64) for c in blocks)
+    block_id = dictionary.block_ids(buf.strings(b_start, b_len).to_list()).take(block_code)
+    s_line, s_start, s_end = (np.frombuffer(c, dtype=np.int64) for c in slow_cols)
+    deferred = np.flatnonzero(status == 3)
+    if len(deferred):
+        # values the scan left alone: cast as the numpy path casts them
+        value, ts_ms, v_len = value.copy(), ts_ms.copy(), v_len.copy()
+        vtext = buf.strings(f_v.take(deferred), v_len.take(deferred))
+        as_float = vtext.cast(pl.Float64, strict=False)
+        value[deferred] = as_float.to_numpy()
+        failed = np.flatnonzero(as_float.is_null().to_numpy())
+        unparsed = deferred[failed]
+        if len(unparsed):
+            ok = _split_timestamps(buf, vtext, failed, unparsed, f_v, v_len, value, ts_ms, has_ts)
+            if not ok.all():
+                drop = unparsed[~ok]
+                s_line, s_start, s_end = (
+                    np.concatenate((a, b.take(drop))) for a, b in ((s_line, fast), (s_start, f_start), (s_end, f_end))
+                )
+                keep = np.ones(len(fast), dtype=np.bool_)
+                keep[drop] = False
+                fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id = (
+                    a[keep] for a in (fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id)
+                )
+                if blank is not None:
+                    blank = blank[keep]
+    _fast_rows(
+        out, buf, dictionary, scraped_at, fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id,
+        (blank, blank_text) if blank_text is not None else None,
+    )
+    if len(s_line):
+        spans = dict(zip((s_line + 1).tolist(), zip(s_start.tolist(), s_end.tolist(), strict=True), strict=True))
+
+        def raw(number: int) -> str:
+            start, end = spans[number]
+            return bytes(buf.data[start:end]).decode("utf-8").rstrip("\r")
+
+        _slow_rows(out, s_line, raw)
+    out.rows_in += len(fast)
+    return out
+
+
+def _split_timestamps(
+    buf: _Buffer,
+    vtext: pl.Series,
+    failed: np.ndarray,
+    unparsed: np.ndarray,
+    f_v: np.ndarray,
+    v_len: np.ndarray,
+    value: np.ndarray,
+    ts_ms: np.ndarray,
+    has_ts: np.ndarray,
+) -> np.ndarray:
+    """A timestamp after the value: the rows ``unparsed`` (``failed``: their index in ``vtext``,
+    the value texts that did not cast) split at the first space, value and timestamp cast;
+    ``value``, ``ts_ms``, ``has_ts`` and ``v_len`` of those rows are set. Returns whether each
+    of them is a sample (what is not goes to the tokenizer)."""
+    sub_v, sub_len = f_v[unparsed], v_len[unparsed]
+    space = vtext.gather(pl.Series(failed, dtype=pl.UInt32)).str.find(" ", literal=True)
+    found = space.is_not_null().to_numpy()
+    cut = space.fill_null(0).to_numpy().astype(np.int64)
+    v2 = buf.strings(sub_v, np.where(found, cut, sub_len)).cast(pl.Float64, strict=False)
+    t2 = buf.strings(sub_v + cut + 1, np.where(found, sub_len - cut - 1, 0)).cast(pl.Int64, strict=False)
+    ok = found & v2.is_not_null().to_numpy() & t2.is_not_null().to_numpy()
+    value[unparsed] = v2.fill_null(0.0).to_numpy()
+    ts_ms[unparsed] = t2.fill_null(0).to_numpy()
+    has_ts[unparsed] = ok
+    v_len[unparsed] = np.where(found, cut, sub_len)
+    return ok
+
+
+def _fast_rows(
+    out: _Chunk,
+    buf: _Buffer,
+    dictionary: _Dictionary,
+    scraped_at: datetime,
+    fast: np.ndarray,
+    f_start: np.ndarray,
+    f_end: np.ndarray,
+    f_v: np.ndarray,
+    v_len: np.ndarray,
+    value: np.ndarray,
+    ts_ms: np.ndarray,
+    has_ts: np.ndarray,
+    name_id: np.ndarray,
+    block_id: np.ndarray,
+    same: tuple[np.ndarray, str] | None,
+) -> None:
+    """The fast-path lines ``fast`` (their index in the piece), read: accepted rows into
+    ``out.fast``, the others into ``out.quarantine`` with their reasons. ``same``: which rows are
+    int64 blank sentinels and their one text, when every one of them reads the same."""
     name_bad, name_errors = dictionary.errors("names")
     block_bad, block_errors = dictionary.errors("blocks")
     with np.errstate(invalid="ignore"):
@@ -658,25 +791,19 @@ def _parse_chunk(buf: _Buffer, *, scraped_at: datetime, dictionary: _Dictionary)
             return block_errors.gather(pl.Series(block_id.take(sel)))
 
         # the sentinels' reason takes their text: known already when they are all one number
-        same = (blank, blank_text) if blank_text is not None else None
         out.quarantine = _fast_quarantine(
             buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
         )
-    lines = np.concatenate(slow)
-    if len(lines):
-        lines.sort()
 
-        def raw(number: int) -> str:
-            i = number - 1
-            return bytes(buf.data[starts[i] : ends[i]]).decode("utf-8").rstrip("\r")
 
-        numbers = (lines + 1).tolist()
-        out.slow, out.slow_quarantine, skipped = _slow_path(numbers, raw)
-        out.slow_raw = {m: raw(m) for m in out.slow["source_line"].to_list()}
-        out.rows_in = len(fast) + len(numbers) - skipped
-    else:
-        out.rows_in = len(fast)
-    return out
+def _slow_rows(out: _Chunk, lines: np.ndarray, raw: Callable[[int], str]) -> None:
+    """The lines ``lines`` (their index in the piece, any order) through the tokenizer;
+    ``raw(n)``: the text of line number ``n`` (from 1)."""
+    lines = np.sort(lines)
+    numbers = (lines + 1).tolist()
+    out.slow, out.slow_quarantine, skipped = _slow_path(numbers, raw)
+    out.slow_raw = {m: raw(m) for m in out.slow["source_line"].to_list()}
+    out.rows_in += len(numbers) - skipped
 
 
 def _u64(text: bytes) -> np.uint64:

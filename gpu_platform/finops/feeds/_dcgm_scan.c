@@ -1,0 +1,444 @@
+/*
+ * The per-byte scan of gpu_platform.finops.feeds.dcgm in one pass over a piece of the input.
+ *
+ * scan(data, seed) reads the lines of ``data`` (a bytes-like object) and, with the GIL released,
+ * does what the numpy passes of dcgm._parse_chunk do for each line:
+ *
+ * - a line that is empty or starts with '#' is skipped (it counts for the line numbers only);
+ * - a fast-path line: its first byte is not '#', ' ' or '\t'; the first of the bytes '{', '|',
+ *   '}' in it is a '{' after the first byte (end of the metric name) and the last is a '}'
+ *   (end of the label block), followed by one space and a value that does not start with a
+ *   space; one trailing '\r' is not part of the line (a second one sends the line to the
+ *   tokenizer). Its offsets are recorded, its metric name and label block numbered by two
+ *   hash tables (in order of first appearance in the piece), and its value read:
+ *     status 0: the whole text after the space is a decimal number read exactly (value);
+ *     status 1: a decimal number, one space, integer milliseconds (value, ts; vlen is the
+ *               value's length);
+ *     status 2: a DCGM int64 blank sentinel: 19 digits starting 92233720 (value 1e19);
+ *     status 3: anything else (NaN, Inf, long mantissas, large exponents, ...): left to the
+ *               caller's cast, the same one the numpy path makes, so no value is guessed.
+ *   Decimal numbers are read only when exact in binary64 arithmetic: at most 19 digits whose
+ *   integer is <= 2^53 and a power of ten of at most 22 (one correctly rounded multiplication
+ *   or division), which is what every correctly rounded parser returns; anything else is
+ *   status 3. Timestamps: an optional sign and 1..18 digits.
+ * - every other non-empty line is recorded for the character-level tokenizer (its line index,
+ *   start and end).
+ *
+ * Nothing here allocates Python objects until the scan is over; the arrays come back as bytes
+ * (native byte order) for numpy.frombuffer.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- growable arrays ------------------------------------------------------------------ */
+
+typedef struct {
+    Py_ssize_t n, cap;
+    int64_t *line, *start, *po, *pc, *end, *vlen, *ts;
+    double *value;
+    uint8_t *status;
+    uint32_t *name, *block;
+} FastRows;
+
+typedef struct {
+    Py_ssize_t n, cap;
+    int64_t *line, *start, *end;
+} SlowRows;
+
+static int grow(void **p, Py_ssize_t cap, size_t item) {
+    void *q = realloc(*p, (size_t)cap * item);
+    if (q == NULL) return -1;
+    *p = q;
+    return 0;
+}
+
+static int fast_reserve(FastRows *f) {
+    if (f->n < f->cap) return 0;
+    Py_ssize_t cap = f->cap ? 2 * f->cap : 4096;
+    if (grow((void **)&f->line, cap, 8) || grow((void **)&f->start, cap, 8) || grow((void **)&f->po, cap, 8) ||
+        grow((void **)&f->pc, cap, 8) || grow((void **)&f->end, cap, 8) || grow((void **)&f->vlen, cap, 8) ||
+        grow((void **)&f->ts, cap, 8) || grow((void **)&f->value, cap, 8) || grow((void **)&f->status, cap, 1) ||
+        grow((void **)&f->name, cap, 4) || grow((void **)&f->block, cap, 4))
+        return -1;
+    f->cap = cap;
+    return 0;
+}
+
+static void fast_free(FastRows *f) {
+    free(f->line); free(f->start); free(f->po); free(f->pc); free(f->end); free(f->vlen);
+    free(f->ts); free(f->value); free(f->status); free(f->name); free(f->block);
+}
+
+static int slow_push(SlowRows *s, int64_t line, int64_t start, int64_t end) {
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 256;
+        if (grow((void **)&s->line, cap, 8) || grow((void **)&s->start, cap, 8) || grow((void **)&s->end, cap, 8))
+            return -1;
+        s->cap = cap;
+    }
+    s->line[s->n] = line;
+    s->start[s->n] = start;
+    s->end[s->n] = end;
+    s->n++;
+    return 0;
+}
+
+static void slow_free(SlowRows *s) { free(s->line); free(s->start); free(s->end); }
+
+/* ---- hashing: (offset, length) keys into the piece, numbered in order of first appearance ---- */
+
+static inline uint64_t mix(uint64_t a, uint64_t b) {
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+#define K1 0xa0761d6478bd642full
+#define K2 0xe7037ed1a0b428dbull
+#define K3 0x8ebc6af09c88c6e3ull
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t seed) {
+    uint64_t h = seed ^ mix((uint64_t)n ^ K1, K2);
+    while (n >= 16) {
+        h = mix(load64(p) ^ K1 ^ h, load64(p + 8) ^ K2);
+        p += 16;
+        n -= 16;
+    }
+    uint8_t tail[16] = {0};
+    memcpy(tail, p, n);
+    h = mix(load64(tail) ^ K1 ^ h, load64(tail + 8) ^ K3);
+    return mix(h ^ K2, (uint64_t)n ^ K3);
+}
+
+typedef struct {
+    uint32_t *slots; /* code + 1; 0 is empty */
+    size_t mask;
+    Py_ssize_t n, cap;
+    uint64_t *hash;
+    int64_t *start, *len;
+} Table;
+
+static int table_init(Table *t) {
+    memset(t, 0, sizeof(*t));
+    t->mask = 1023;
+    t->slots = calloc(t->mask + 1, sizeof(uint32_t));
+    return t->slots ? 0 : -1;
+}
+
+static void table_free(Table *t) { free(t->slots); free(t->hash); free(t->start); free(t->len); }
+
+static int table_rehash(Table *t) {
+    size_t mask = 2 * t->mask + 1;
+    uint32_t *slots = calloc(mask + 1, sizeof(uint32_t));
+    if (slots == NULL) return -1;
+    for (Py_ssize_t c = 0; c < t->n; c++) {
+        size_t i = (size_t)t->hash[c] & mask;
+        while (slots[i]) i = (i + 1) & mask;
+        slots[i] = (uint32_t)c + 1;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = mask;
+    return 0;
+}
+
+/* The code of data[start:start+len]; -1 when out of memory. */
+static int64_t table_code(Table *t, const uint8_t *data, int64_t start, int64_t len, uint64_t seed) {
+    uint64_t h = hash_bytes(data + start, (size_t)len, seed);
+    size_t i = (size_t)h & t->mask;
+    for (;;) {
+        uint32_t s = t->slots[i];
+        if (s == 0) break;
+        Py_ssize_t c = s - 1;
+        if (t->hash[c] == h && t->len[c] == len && memcmp(data + t->start[c], data + start, (size_t)len) == 0)
+            return c;
+        i = (i + 1) & t->mask;
+    }
+    if (t->n == t->cap) {
+        Py_ssize_t cap = t->cap ? 2 * t->cap : 256;
+        if (grow((void **)&t->hash, cap, 8) || grow((void **)&t->start, cap, 8) || grow((void **)&t->len, cap, 8))
+            return -1;
+        t->cap = cap;
+    }
+    Py_ssize_t c = t->n++;
+    t->hash[c] = h;
+    t->start[c] = start;
+    t->len[c] = len;
+    t->slots[i] = (uint32_t)c + 1;
+    if ((size_t)t->n * 2 > t->mask && table_rehash(t)) return -1;
+    return c;
+}
+
+/* ---- numbers ------------------------------------------------------------------------- */
+
+static const double POW10[23] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+#define IS_DIGIT(c) ((unsigned)((c) - '0') < 10u)
+
+/* A decimal number [+-]?(d+(.d*)?|.d+)([eE][+-]?d+)? filling [p, end), read exactly: 1 and
+   *out, or 0 when the text is not one or its value would need more than one rounding. */
+static int parse_float(const uint8_t *p, const uint8_t *end, double *out) {
+    int neg = 0;
+    if (p < end && (*p == '-' || *p == '+')) {
+        neg = *p == '-';
+        p++;
+    }
+    uint64_t m = 0;
+    int nd = 0, frac = 0, any = 0;
+    while (p < end && *p == '0') {
+        p++;
+        any = 1;
+    }
+    while (p < end && IS_DIGIT(*p)) {
+        if (nd >= 19) return 0;
+        m = m * 10 + (uint64_t)(*p - '0');
+        nd++;
+        p++;
+        any = 1;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (nd == 0) {
+            while (p < end && *p == '0') {
+                p++;
+                frac++;
+                any = 1;
+            }
+        }
+        while (p < end && IS_DIGIT(*p)) {
+            if (nd >= 19) return 0;
+            m = m * 10 + (uint64_t)(*p - '0');
+            nd++;
+            frac++;
+            p++;
+            any = 1;
+        }
+    }
+    if (!any) return 0;
+    int e = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = 0, ed = 0;
+        if (p < end && (*p == '+' || *p == '-')) {
+            eneg = *p == '-';
+            p++;
+        }
+        while (p < end && IS_DIGIT(*p)) {
+            if (ed >= 4) return 0;
+            e = e * 10 + (*p - '0');
+            ed++;
+            p++;
+        }
+        if (ed == 0) return 0;
+        if (eneg) e = -e;
+    }
+    if (p != end) return 0;
+    int e10 = e - frac;
+    if (e10 < -22 || e10 > 22 || m > (1ull << 53)) return 0;
+    double v = (double)m;
+    if (e10 < 0)
+        v /= POW10[-e10];
+    else
+        v *= POW10[e10];
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* An integer [+-]?d{1,18} filling [p, end). */
+static int parse_int(const uint8_t *p, const uint8_t *end, int64_t *out) {
+    int neg = 0;
+    if (p < end && (*p == '-' || *p == '+')) {
+        neg = *p == '-';
+        p++;
+    }
+    if (p >= end || end - p > 18) return 0;
+    int64_t v = 0;
+    for (; p < end; p++) {
+        if (!IS_DIGIT(*p)) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+static const uint8_t SENTINEL_HEAD[8] = {'9', '2', '2', '3', '3', '7', '2', '0'};
+
+static int is_sentinel(const uint8_t *p, int64_t len) {
+    if (len != 19 || memcmp(p, SENTINEL_HEAD, 8) != 0) return 0;
+    for (int i = 8; i < 19; i++)
+        if (!IS_DIGIT(p[i])) return 0;
+    return 1;
+}
+
+/* ---- the scan ------------------------------------------------------------------------ */
+
+typedef struct {
+    FastRows fast;
+    SlowRows slow;
+    Table names, blocks;
+    int64_t newlines;
+    int64_t sentinel_first; /* start of the first sentinel's value, -1 when none */
+    int sentinel_same;      /* every sentinel's text is the first one's */
+} Scan;
+
+static uint8_t DELIM[256];
+
+/* 0 when fine, -1 when out of memory. */
+static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r) {
+    Py_ssize_t s = 0;
+    int64_t line = 0;
+    while (s < size) {
+        const uint8_t *nl = memchr(b + s, '\n', (size_t)(size - s));
+        Py_ssize_t e = nl ? nl - b : size;
+        r->newlines += nl != NULL;
+        if (e > s && b[s] != '#') {
+            uint8_t first = b[s];
+            Py_ssize_t po = s, pc = e - 1;
+            int fast = 0;
+            if (first != ' ' && first != '\t' && first != '{') {
+                while (po < e && !DELIM[b[po]]) po++;
+                if (po < e && b[po] == '{') {
+                    while (!DELIM[b[pc]]) pc--;
+                    if (pc > po && b[pc] == '}') {
+                        Py_ssize_t ce = e - (b[e - 1] == '\r');
+                        Py_ssize_t v = pc + 2;
+                        fast = v < ce && b[pc + 1] == ' ' && b[v] != ' ' && b[ce - 1] != '\r';
+                        if (fast) {
+                            FastRows *f = &r->fast;
+                            if (fast_reserve(f)) return -1;
+                            Py_ssize_t k = f->n++;
+                            int64_t vlen = ce - v;
+                            double value = 0.0;
+                            int64_t ts = 0;
+                            uint8_t status;
+                            if (is_sentinel(b + v, vlen)) {
+                                status = 2;
+                                value = 1e19;
+                                if (r->sentinel_first < 0) {
+                                    r->sentinel_first = v;
+                                } else if (r->sentinel_same && memcmp(b + v, b + r->sentinel_first, 19) != 0) {
+                                    r->sentinel_same = 0;
+                                }
+                            } else if (parse_float(b + v, b + ce, &value)) {
+                                status = 0;
+                            } else {
+                                const uint8_t *sp = memchr(b + v, ' ', (size_t)vlen);
+                                if (sp != NULL && parse_float(b + v, sp, &value) && parse_int(sp + 1, b + ce, &ts)) {
+                                    status = 1;
+                                    vlen = sp - (b + v);
+                                } else {
+                                    status = 3;
+                                    value = 0.0;
+                                    ts = 0;
+                                }
+                            }
+                            int64_t name = table_code(&r->names, b, s, po - s, seed);
+                            int64_t block = table_code(&r->blocks, b, po + 1, pc - po - 1, seed ^ K3);
+                            if (name < 0 || block < 0) return -1;
+                            f->line[k] = line;
+                            f->start[k] = s;
+                            f->po[k] = po;
+                            f->pc[k] = pc;
+                            f->end[k] = ce;
+                            f->vlen[k] = vlen;
+                            f->ts[k] = ts;
+                            f->value[k] = value;
+                            f->status[k] = status;
+                            f->name[k] = (uint32_t)name;
+                            f->block[k] = (uint32_t)block;
+                        }
+                    }
+                }
+            }
+            if (!fast && slow_push(&r->slow, line, s, e)) return -1;
+        }
+        line++;
+        s = e + 1;
+    }
+    return 0;
+}
+
+static PyObject *as_bytes(const void *p, Py_ssize_t n, size_t item) {
+    return PyBytes_FromStringAndSize(n ? (const char *)p : "", n * (Py_ssize_t)item);
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(data, seed) -> (newlines, fast, names, blocks, slow, sentinel_first, sentinel_same)\n\n"
+             "fast: bytes of (line, start, po, pc, end, vlen, ts as int64; value float64; status uint8;\n"
+             "name, block uint32 codes); names, blocks: (start, len) int64 of each code; slow: (line,\n"
+             "start, end) int64 of each line left to the tokenizer. See the module's source.");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "y*K", &view, &seed)) return NULL;
+    Scan r;
+    memset(&r, 0, sizeof(r));
+    r.sentinel_first = -1;
+    r.sentinel_same = 1;
+    int rc = -1;
+    if (table_init(&r.names) == 0 && table_init(&r.blocks) == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = scan_piece((const uint8_t *)view.buf, view.len, (uint64_t)seed, &r);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    PyObject *out = NULL;
+    if (rc != 0) {
+        PyErr_NoMemory();
+    } else {
+        FastRows *f = &r.fast;
+        Py_ssize_t n = f->n;
+        PyObject *fast = Py_BuildValue(
+            "(NNNNNNNNNNN)", as_bytes(f->line, n, 8), as_bytes(f->start, n, 8), as_bytes(f->po, n, 8),
+            as_bytes(f->pc, n, 8), as_bytes(f->end, n, 8), as_bytes(f->vlen, n, 8), as_bytes(f->ts, n, 8),
+            as_bytes(f->value, n, 8), as_bytes(f->status, n, 1), as_bytes(f->name, n, 4), as_bytes(f->block, n, 4));
+        PyObject *names = Py_BuildValue("(NN)", as_bytes(r.names.start, r.names.n, 8), as_bytes(r.names.len, r.names.n, 8));
+        PyObject *blocks =
+            Py_BuildValue("(NN)", as_bytes(r.blocks.start, r.blocks.n, 8), as_bytes(r.blocks.len, r.blocks.n, 8));
+        PyObject *slow = Py_BuildValue("(NNN)", as_bytes(r.slow.line, r.slow.n, 8), as_bytes(r.slow.start, r.slow.n, 8),
+                                       as_bytes(r.slow.end, r.slow.n, 8));
+        if (fast && names && blocks && slow)
+            out = Py_BuildValue("(LNNNNLO)", (long long)r.newlines, fast, names, blocks, slow,
+                                (long long)r.sentinel_first, r.sentinel_same ? Py_True : Py_False);
+        else {
+            Py_XDECREF(fast);
+            Py_XDECREF(names);
+            Py_XDECREF(blocks);
+            Py_XDECREF(slow);
+        }
+    }
+    fast_free(&r.fast);
+    slow_free(&r.slow);
+    table_free(&r.names);
+    table_free(&r.blocks);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_dcgm_scan",
+    "One compiled pass over dcgm-exporter text: line shapes, offsets, values, name and label-block codes.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__dcgm_scan(void) {
+    DELIM['{'] = DELIM['|'] = DELIM['}'] = 1;
+    return PyModule_Create(&module);
+}
