@@ -38,7 +38,7 @@
 
 typedef struct {
     Py_ssize_t n, cap;
-    int64_t *line, *start, *po, *pc, *end, *vlen, *ts;
+    int64_t *line, *start, *v, *end, *vlen, *ts;
     double *value;
     uint8_t *status;
     uint32_t *name, *block;
@@ -56,11 +56,12 @@ static int grow(void **p, Py_ssize_t cap, size_t item) {
     return 0;
 }
 
-static int fast_reserve(FastRows *f) {
+/* room for one more row; the first reservation is ``hint`` rows */
+static int fast_reserve(FastRows *f, Py_ssize_t hint) {
     if (f->n < f->cap) return 0;
-    Py_ssize_t cap = f->cap ? 2 * f->cap : 4096;
-    if (grow((void **)&f->line, cap, 8) || grow((void **)&f->start, cap, 8) || grow((void **)&f->po, cap, 8) ||
-        grow((void **)&f->pc, cap, 8) || grow((void **)&f->end, cap, 8) || grow((void **)&f->vlen, cap, 8) ||
+    Py_ssize_t cap = f->cap ? 2 * f->cap : hint;
+    if (grow((void **)&f->line, cap, 8) || grow((void **)&f->start, cap, 8) || grow((void **)&f->v, cap, 8) ||
+        grow((void **)&f->end, cap, 8) || grow((void **)&f->vlen, cap, 8) ||
         grow((void **)&f->ts, cap, 8) || grow((void **)&f->value, cap, 8) || grow((void **)&f->status, cap, 1) ||
         grow((void **)&f->name, cap, 4) || grow((void **)&f->block, cap, 4))
         return -1;
@@ -69,7 +70,7 @@ static int fast_reserve(FastRows *f) {
 }
 
 static void fast_free(FastRows *f) {
-    free(f->line); free(f->start); free(f->po); free(f->pc); free(f->end); free(f->vlen);
+    free(f->line); free(f->start); free(f->v); free(f->end); free(f->vlen);
     free(f->ts); free(f->value); free(f->status); free(f->name); free(f->block);
 }
 
@@ -317,7 +318,7 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
                         fast = v < ce && b[pc + 1] == ' ' && b[v] != ' ' && b[ce - 1] != '\r';
                         if (fast) {
                             FastRows *f = &r->fast;
-                            if (fast_reserve(f)) return -1;
+                            if (fast_reserve(f, size / 64 + 1024)) return -1;
                             Py_ssize_t k = f->n++;
                             int64_t vlen = ce - v;
                             double value = 0.0;
@@ -349,8 +350,7 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
                             if (name < 0 || block < 0) return -1;
                             f->line[k] = line;
                             f->start[k] = s;
-                            f->po[k] = po;
-                            f->pc[k] = pc;
+                            f->v[k] = v;
                             f->end[k] = ce;
                             f->vlen[k] = vlen;
                             f->ts[k] = ts;
@@ -370,17 +370,61 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
     return 0;
 }
 
-static PyObject *as_bytes(const void *p, Py_ssize_t n, size_t item) {
-    return PyBytes_FromStringAndSize(n ? (const char *)p : "", n * (Py_ssize_t)item);
+/* ---- Block: memory from malloc handed to Python without a copy (a writable buffer) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    void *p;
+    Py_ssize_t len;
+} Block;
+
+static int block_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Block *b = (Block *)self;
+    return PyBuffer_FillInfo(view, self, b->p, b->len, 0, flags);
+}
+
+static void block_dealloc(PyObject *self) {
+    free(((Block *)self)->p);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs block_as_buffer = {block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_dcgm_scan.Block",
+    .tp_doc = "Memory filled by the scan, readable through the buffer protocol.",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = block_dealloc,
+    .tp_as_buffer = &block_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+/* A Block owning ``*p`` (n items of ``item`` bytes); ``*p`` is NULL afterwards (also on failure,
+   when it is freed). */
+static PyObject *as_block(void *pp, Py_ssize_t n, size_t item) {
+    void **p = (void **)pp;
+    if (*p == NULL && (*p = malloc(1)) == NULL) return PyErr_NoMemory();
+    Block *b = PyObject_New(Block, &BlockType);
+    if (b == NULL) {
+        free(*p);
+        *p = NULL;
+        return NULL;
+    }
+    b->p = *p;
+    b->len = n * (Py_ssize_t)item;
+    *p = NULL;
+    return (PyObject *)b;
 }
 
 PyDoc_STRVAR(scan_doc,
              "scan(data, seed) -> (newlines, fast, names, blocks, slow, sentinel_first, sentinel_same)\n\n"
-             "fast: bytes of (line, start, po, pc, end, vlen, ts as int64; value float64; status uint8;\n"
-             "name, block uint32 codes); names, blocks: (start, len) int64 of each code; slow: (line,\n"
-             "start, end) int64 of each line left to the tokenizer. See the module's source.");
+             "fast: buffers of (line, start, value start, end, value length, ts as int64; value float64;\n"
+             "status uint8; name, block uint32 codes); names, blocks: (start, length) int64 of each code;\n"
+             "slow: (line, start, end) int64 of each line left to the tokenizer. See the module's source.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
+    (void)self;
     Py_buffer view;
     unsigned long long seed;
     if (!PyArg_ParseTuple(args, "y*K", &view, &seed)) return NULL;
@@ -402,14 +446,15 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         FastRows *f = &r.fast;
         Py_ssize_t n = f->n;
         PyObject *fast = Py_BuildValue(
-            "(NNNNNNNNNNN)", as_bytes(f->line, n, 8), as_bytes(f->start, n, 8), as_bytes(f->po, n, 8),
-            as_bytes(f->pc, n, 8), as_bytes(f->end, n, 8), as_bytes(f->vlen, n, 8), as_bytes(f->ts, n, 8),
-            as_bytes(f->value, n, 8), as_bytes(f->status, n, 1), as_bytes(f->name, n, 4), as_bytes(f->block, n, 4));
-        PyObject *names = Py_BuildValue("(NN)", as_bytes(r.names.start, r.names.n, 8), as_bytes(r.names.len, r.names.n, 8));
+            "(NNNNNNNNNN)", as_block(&f->line, n, 8), as_block(&f->start, n, 8), as_block(&f->v, n, 8),
+            as_block(&f->end, n, 8), as_block(&f->vlen, n, 8), as_block(&f->ts, n, 8), as_block(&f->value, n, 8),
+            as_block(&f->status, n, 1), as_block(&f->name, n, 4), as_block(&f->block, n, 4));
+        PyObject *names =
+            Py_BuildValue("(NN)", as_block(&r.names.start, r.names.n, 8), as_block(&r.names.len, r.names.n, 8));
         PyObject *blocks =
-            Py_BuildValue("(NN)", as_bytes(r.blocks.start, r.blocks.n, 8), as_bytes(r.blocks.len, r.blocks.n, 8));
-        PyObject *slow = Py_BuildValue("(NNN)", as_bytes(r.slow.line, r.slow.n, 8), as_bytes(r.slow.start, r.slow.n, 8),
-                                       as_bytes(r.slow.end, r.slow.n, 8));
+            Py_BuildValue("(NN)", as_block(&r.blocks.start, r.blocks.n, 8), as_block(&r.blocks.len, r.blocks.n, 8));
+        PyObject *slow = Py_BuildValue("(NNN)", as_block(&r.slow.line, r.slow.n, 8),
+                                       as_block(&r.slow.start, r.slow.n, 8), as_block(&r.slow.end, r.slow.n, 8));
         if (fast && names && blocks && slow)
             out = Py_BuildValue("(LNNNNLO)", (long long)r.newlines, fast, names, blocks, slow,
                                 (long long)r.sentinel_first, r.sentinel_same ? Py_True : Py_False);
@@ -427,18 +472,149 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- Arrow string views and numbered texts ----------------------------------------- */
+
+static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (view->itemsize != 8 || view->format == NULL || (strcmp(view->format, "q") && strcmp(view->format, "l") &&
+                                                         strcmp(view->format, "<q") && strcmp(view->format, "=q"))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(views_doc,
+             "views(data, starts, lengths) -> buffer of Arrow string views (16 bytes each) of\n"
+             "data[start:start+length] (buffer 0 is data; a negative length is 0); starts and\n"
+             "lengths are int64 arrays, every string within data.");
+
+static PyObject *views(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *starts_obj, *lengths_obj;
+    Py_buffer data, starts, lengths;
+    if (!PyArg_ParseTuple(args, "y*OO", &data, &starts_obj, &lengths_obj)) return NULL;
+    if (int64_buffer(starts_obj, &starts, "starts") < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (int64_buffer(lengths_obj, &lengths, "lengths") < 0) {
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    Py_ssize_t n = starts.len / 8;
+    PyObject *out = NULL;
+    int bad = lengths.len / 8 != n;
+    uint8_t *p = bad ? NULL : malloc((size_t)(n ? n : 1) * 16);
+    if (!bad && p != NULL) {
+        const int64_t *st = starts.buf, *ln = lengths.buf;
+        const uint8_t *d = data.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && !bad; i++) {
+            int64_t s = st[i], k = ln[i] > 0 ? ln[i] : 0;
+            uint8_t *w = p + 16 * i;
+            if (s < 0 || s + k > data.len || k > INT32_MAX) {
+                bad = 1;
+                break;
+            }
+            int32_t len32 = (int32_t)k;
+            memset(w, 0, 16);
+            memcpy(w, &len32, 4);
+            if (k <= 12) {
+                memcpy(w + 4, d + s, (size_t)k);
+            } else {
+                int32_t offset = (int32_t)s;
+                memcpy(w + 4, d + s, 4);
+                memcpy(w + 12, &offset, 4);
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (bad) {
+        free(p);
+        PyErr_SetString(PyExc_ValueError, "views: a string outside the data, or arrays of different lengths");
+    } else if (p == NULL) {
+        PyErr_NoMemory();
+    } else {
+        out = as_block(&p, n, 16);
+    }
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+PyDoc_STRVAR(numbered_doc,
+             "numbered(numbers, head, tail) -> (offsets, data): the texts head + str(n) + tail of each\n"
+             "of numbers (an int64 array) as an Arrow large_string array's int64 offsets and bytes.");
+
+static PyObject *numbered(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *numbers_obj;
+    Py_buffer numbers, head, tail;
+    if (!PyArg_ParseTuple(args, "Oy*y*", &numbers_obj, &head, &tail)) return NULL;
+    if (int64_buffer(numbers_obj, &numbers, "numbers") < 0) {
+        PyBuffer_Release(&tail);
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    Py_ssize_t n = numbers.len / 8;
+    const int64_t *num = numbers.buf;
+    int64_t *offsets = malloc((size_t)(n + 1) * 8);
+    uint8_t *text = malloc((size_t)(n ? n : 1) * (size_t)(head.len + tail.len + 20));
+    PyObject *out = NULL;
+    if (offsets != NULL && text != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        uint8_t *w = text;
+        offsets[0] = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(w, head.buf, (size_t)head.len);
+            w += head.len;
+            int64_t v = num[i];
+            uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+            if (v < 0) *w++ = '-';
+            uint8_t digits[20];
+            int k = 0;
+            do {
+                digits[k++] = (uint8_t)('0' + u % 10);
+                u /= 10;
+            } while (u);
+            while (k) *w++ = digits[--k];
+            memcpy(w, tail.buf, (size_t)tail.len);
+            w += tail.len;
+            offsets[i + 1] = w - text;
+        }
+        Py_END_ALLOW_THREADS
+        Py_ssize_t size = (Py_ssize_t)offsets[n];
+        out = Py_BuildValue("(NN)", as_block(&offsets, n + 1, 8), as_block(&text, size, 1));
+    } else {
+        free(offsets);
+        free(text);
+        PyErr_NoMemory();
+    }
+    PyBuffer_Release(&numbers);
+    PyBuffer_Release(&tail);
+    PyBuffer_Release(&head);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"views", views, METH_VARARGS, views_doc},
+    {"numbered", numbered, METH_VARARGS, numbered_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_dcgm_scan",
     "One compiled pass over dcgm-exporter text: line shapes, offsets, values, name and label-block codes.",
-    -1, methods,
+    -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__dcgm_scan(void) {
     DELIM['{'] = DELIM['|'] = DELIM['}'] = 1;
+    if (PyType_Ready(&BlockType) < 0) return NULL;
     return PyModule_Create(&module);
 }

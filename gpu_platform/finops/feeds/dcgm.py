@@ -374,9 +374,17 @@ class _Buffer:
         Each view is four 32-bit words: the length, then the bytes themselves when <= 12, else
         a 4-byte prefix, buffer 0 and the offset (Arrow reads them as int32, so a chunk is at most
         ``_MAX_CHUNK``, 1 GiB). No string is copied. A view is built as two uint64 words from
-        two unaligned loads (the bytes at ``start`` and at ``start + 4``) and masks.
+        two unaligned loads (the bytes at ``start`` and at ``start + 4``) and masks (the compiled
+        scan's module writes them in one loop).
         """
         n = len(starts)
+        if SCAN_PATH == "compiled":
+            views = _dcgm_scan.views(
+                self.data, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64)
+            )
+            return pl.Series(
+                pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(self.data)])
+            )
         lengths = np.maximum(lengths, 0)
         views = np.empty((n, 2), dtype="<u8")
         safe = np.minimum(starts, self.size - 12)
@@ -656,11 +664,10 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
     data = buf.data if buf.length == buf.size else memoryview(buf.data)[: buf.length]
     newlines, fast_cols, names, blocks, slow_cols, sentinel_at, sentinel_same = _dcgm_scan.scan(data, _HASH_SEED)
     out.newlines = newlines
-    fast, f_start, f_po, f_pc, f_end, v_len, ts_ms = (np.frombuffer(c, dtype=np.int64) for c in fast_cols[:7])
-    value = np.frombuffer(fast_cols[7], dtype=np.float64)
-    status = np.frombuffer(fast_cols[8], dtype=np.uint8)
-    name_code, block_code = (np.frombuffer(c, dtype=np.uint32) for c in fast_cols[9:])
-    f_v = f_pc + 2
+    fast, f_start, f_v, f_end, v_len, ts_ms = (np.frombuffer(c, dtype=np.int64) for c in fast_cols[:6])
+    value = np.frombuffer(fast_cols[6], dtype=np.float64)
+    status = np.frombuffer(fast_cols[7], dtype=np.uint8)
+    name_code, block_code = (np.frombuffer(c, dtype=np.uint32) for c in fast_cols[8:])
     has_ts = status == 1
     blank = status == 2 if sentinel_at >= 0 else None
     blank_text = bytes(buf.data[sentinel_at : sentinel_at + 19]).decode("ascii") if sentinel_at >= 0 and sentinel_same else None
@@ -672,7 +679,6 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
     deferred = np.flatnonzero(status == 3)
     if len(deferred):
         # values the scan left alone: cast as the numpy path casts them
-        value, ts_ms, v_len = value.copy(), ts_ms.copy(), v_len.copy()
         vtext = buf.strings(f_v.take(deferred), v_len.take(deferred))
         as_float = vtext.cast(pl.Float64, strict=False)
         value[deferred] = as_float.to_numpy()
@@ -931,8 +937,12 @@ def _same_text(buf: _Buffer, starts: np.ndarray, lengths: np.ndarray) -> str | N
 
 def _numbered(numbers: np.ndarray, head: str, tail: str) -> pl.Series:
     """``f"{head}{n}{tail}"`` for each of ``numbers`` (non-negative, ascending), written into one
-    byte buffer with numpy: the lines with as many digits are a run of equal-width rows."""
+    byte buffer with numpy: the lines with as many digits are a run of equal-width rows (by the
+    compiled scan's module: in one loop)."""
     head_b, tail_b = head.encode(), tail.encode()
+    if SCAN_PATH == "compiled":
+        offsets, text = _dcgm_scan.numbered(np.ascontiguousarray(numbers, dtype=np.int64), head_b, tail_b)
+        return pl.Series(pa.LargeStringArray.from_buffers(len(numbers), pa.py_buffer(offsets), pa.py_buffer(text)))
     pieces = []
     bounds = np.searchsorted(numbers, [10**k for k in range(1, 11)]).tolist()
     lo = 0
