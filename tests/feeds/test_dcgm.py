@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_platform.finops.feeds import dcgm
 from gpu_platform.finops.feeds.dcgm import (
     PrometheusQueryError,
     ScrapeError,
@@ -31,6 +32,16 @@ from gpu_platform.finops.feeds.schemas import (
 )
 
 SENTINEL = "9223372036854775794"
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def scan_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both scans of parse_text: the compiled one (the C extension built
+    at install) and the numpy one it falls back to without a compiler."""
+    if request.param == "compiled" and dcgm._dcgm_scan is None:
+        pytest.skip("the compiled scan is not built (installed without a C compiler)")
+    monkeypatch.setattr(dcgm, "SCAN_PATH", request.param)
+    return request.param
 
 
 def _data_lines(text: str) -> int:
