@@ -20,7 +20,8 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo demo-seed ui-check test lint bench test-gpu test-cluster clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the DCGM parser's compiled scan (optional: without a C compiler the numpy scan is used)
+$(STAMP): pyproject.toml setup.py gpu_platform/finops/feeds/_dcgm_scan.c
 	@$(PYTHON) -c "import sys; assert sys.version_info >= (3, 11), sys.version" || { echo "needs Python 3.11 (set PYTHON=)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -14,7 +14,9 @@ Our parser runs 5 times (median; input as the bytes an HTTP answer or a file rea
 the same text. ``ratio``: our accepted samples per second over prometheus_client's samples per
 second (it returns the sentinel lines as samples too: ``ratio_lines`` counts ours the same way).
 ``*_per_cpu_s`` divide by process CPU time, which other load on the machine disturbs less
-than wall-clock time (ours may use a thread per core: its CPU time counts them all).
+than wall-clock time (ours may use a thread per core: its CPU time counts them all). ``scan``:
+which scan the parser used (``compiled``: the C extension built at install; ``numpy``: its
+fallback without a compiler).
 
 Run: ``.venv/bin/python bench/bench_dcgm_parse.py [--scrapes N]``
 """
@@ -103,7 +105,7 @@ def _time(fn, runs: int) -> tuple[list[float], list[float]]:
 def measure(name: str, text: str, runs: int, slice_lines: int) -> dict:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpu_platform.finops.feeds.dcgm import parse_text
+    from gpu_platform.finops.feeds.dcgm import SCAN_PATH, parse_text
 
     data = text.encode()
     at = datetime(2024, 9, 18, tzinfo=UTC)
@@ -125,6 +127,7 @@ def measure(name: str, text: str, runs: int, slice_lines: int) -> dict:
     return {
         "benchmark": "dcgm_parse",
         "input": name,
+        "scan": SCAN_PATH,
         "lines": text.count("\n"),
         "bytes": len(data),
         "samples": samples,

@@ -10,13 +10,16 @@
  *   (end of the label block), followed by one space and a value that does not start with a
  *   space; one trailing '\r' is not part of the line (a second one sends the line to the
  *   tokenizer). Its offsets are recorded, its metric name and label block numbered by two
- *   hash tables (in order of first appearance in the piece), and its value read:
+ *   hash tables (in order of first appearance in the piece; a key equal to the previous line's
+ *   is not hashed again), and its value read:
  *     status 0: the whole text after the space is a decimal number read exactly (value);
  *     status 1: a decimal number, one space, integer milliseconds (value, ts; vlen is the
  *               value's length);
  *     status 2: a DCGM int64 blank sentinel: 19 digits starting 92233720 (value 1e19);
  *     status 3: anything else (NaN, Inf, long mantissas, large exponents, ...): left to the
- *               caller's cast, the same one the numpy path makes, so no value is guessed.
+ *               caller's cast, the same one the numpy path makes, so no value is guessed;
+ *   and why a value read is not a sample (``cause``: the index of its reason in
+ *   dcgm._FAST_REASONS, 0 when it is one; the name and label block checks are the caller's).
  *   Decimal numbers are read only when exact in binary64 arithmetic: at most 19 digits whose
  *   integer is <= 2^53 and a power of ten of at most 22 (one correctly rounded multiplication
  *   or division), which is what every correctly rounded parser returns; anything else is
@@ -30,6 +33,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +44,7 @@ typedef struct {
     Py_ssize_t n, cap;
     int64_t *line, *start, *v, *end, *vlen, *ts;
     double *value;
-    uint8_t *status;
+    uint8_t *status, *cause;
     uint32_t *name, *block;
 } FastRows;
 
@@ -62,7 +66,7 @@ static int fast_reserve(FastRows *f, Py_ssize_t hint) {
     Py_ssize_t cap = f->cap ? 2 * f->cap : hint;
     if (grow((void **)&f->line, cap, 8) || grow((void **)&f->start, cap, 8) || grow((void **)&f->v, cap, 8) ||
         grow((void **)&f->end, cap, 8) || grow((void **)&f->vlen, cap, 8) ||
-        grow((void **)&f->ts, cap, 8) || grow((void **)&f->value, cap, 8) || grow((void **)&f->status, cap, 1) ||
+        grow((void **)&f->ts, cap, 8) || grow((void **)&f->value, cap, 8) || grow((void **)&f->status, cap, 1) || grow((void **)&f->cause, cap, 1) ||
         grow((void **)&f->name, cap, 4) || grow((void **)&f->block, cap, 4))
         return -1;
     f->cap = cap;
@@ -71,7 +75,7 @@ static int fast_reserve(FastRows *f, Py_ssize_t hint) {
 
 static void fast_free(FastRows *f) {
     free(f->line); free(f->start); free(f->v); free(f->end); free(f->vlen);
-    free(f->ts); free(f->value); free(f->status); free(f->name); free(f->block);
+    free(f->ts); free(f->value); free(f->status); free(f->cause); free(f->name); free(f->block);
 }
 
 static int slow_push(SlowRows *s, int64_t line, int64_t start, int64_t end) {
@@ -285,6 +289,53 @@ static int is_sentinel(const uint8_t *p, int64_t len) {
 
 /* ---- the scan ------------------------------------------------------------------------ */
 
+static uint8_t DELIM[256];
+
+/* The first of '{', '|', '}' in b[p:e], or e: eight bytes at a time (the lowest byte that
+   matches is found exactly by the zero-byte test of each pattern), then byte by byte. */
+static inline Py_ssize_t first_delimiter(const uint8_t *b, Py_ssize_t p, Py_ssize_t e) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    while (p + 8 <= e) {
+        uint64_t x = load64(b + p);
+        uint64_t y = x ^ (0x7Bull * ones), z = x ^ (0x7Cull * ones), w = x ^ (0x7Dull * ones);
+        uint64_t m = (((y - ones) & ~y) | ((z - ones) & ~z) | ((w - ones) & ~w)) & highs;
+        if (m) return p + (__builtin_ctzll(m) >> 3);
+        p += 8;
+    }
+#endif
+    while (p < e && !DELIM[b[p]]) p++;
+    return p;
+}
+
+/* Why a value is not a sample, as dcgm._FAST_REASONS numbers them (0: it is one): a timestamp
+   out of range, NaN, an infinity, >= 9.2e18, one of DCGM's fp64 blanks. */
+static inline uint8_t value_cause(double value, int has_ts, int64_t ts) {
+    if (has_ts && (ts > 100000000000000LL || ts < -100000000000000LL)) return 2;
+    if (value != value) return 3;
+    if (value == HUGE_VAL || value == -HUGE_VAL) return 4;
+    if (value >= 9.2e18) return 5;
+    if (value == 140737488355328.0 || value == 140737488355329.0 || value == 140737488355330.0 ||
+        value == 140737488355331.0)
+        return 6;
+    return 0;
+}
+
+/* A code from ``t`` with a one-entry cache of the previous key (consecutive lines often share
+   their metric name or their label block). */
+typedef struct {
+    int64_t start, len, code;
+} Last;
+
+static inline int64_t cached_code(Table *t, Last *last, const uint8_t *b, int64_t start, int64_t len, uint64_t seed) {
+    if (last->code >= 0 && last->len == len && memcmp(b + last->start, b + start, (size_t)len) == 0) return last->code;
+    int64_t code = table_code(t, b, start, len, seed);
+    last->start = start;
+    last->len = len;
+    last->code = code;
+    return code;
+}
+
 typedef struct {
     FastRows fast;
     SlowRows slow;
@@ -294,12 +345,11 @@ typedef struct {
     int sentinel_same;      /* every sentinel's text is the first one's */
 } Scan;
 
-static uint8_t DELIM[256];
-
 /* 0 when fine, -1 when out of memory. */
 static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r) {
     Py_ssize_t s = 0;
     int64_t line = 0;
+    Last last_name = {0, 0, -1}, last_block = {0, 0, -1};
     while (s < size) {
         const uint8_t *nl = memchr(b + s, '\n', (size_t)(size - s));
         Py_ssize_t e = nl ? nl - b : size;
@@ -309,7 +359,7 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
             Py_ssize_t po = s, pc = e - 1;
             int fast = 0;
             if (first != ' ' && first != '\t' && first != '{') {
-                while (po < e && !DELIM[b[po]]) po++;
+                po = first_delimiter(b, s, e);
                 if (po < e && b[po] == '{') {
                     while (!DELIM[b[pc]]) pc--;
                     if (pc > po && b[pc] == '}') {
@@ -345,8 +395,8 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
                                     ts = 0;
                                 }
                             }
-                            int64_t name = table_code(&r->names, b, s, po - s, seed);
-                            int64_t block = table_code(&r->blocks, b, po + 1, pc - po - 1, seed ^ K3);
+                            int64_t name = cached_code(&r->names, &last_name, b, s, po - s, seed);
+                            int64_t block = cached_code(&r->blocks, &last_block, b, po + 1, pc - po - 1, seed ^ K3);
                             if (name < 0 || block < 0) return -1;
                             f->line[k] = line;
                             f->start[k] = s;
@@ -356,6 +406,7 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
                             f->ts[k] = ts;
                             f->value[k] = value;
                             f->status[k] = status;
+                            f->cause[k] = status == 3 ? 0 : value_cause(value, status == 1, ts);
                             f->name[k] = (uint32_t)name;
                             f->block[k] = (uint32_t)block;
                         }
@@ -420,8 +471,8 @@ static PyObject *as_block(void *pp, Py_ssize_t n, size_t item) {
 PyDoc_STRVAR(scan_doc,
              "scan(data, seed) -> (newlines, fast, names, blocks, slow, sentinel_first, sentinel_same)\n\n"
              "fast: buffers of (line, start, value start, end, value length, ts as int64; value float64;\n"
-             "status uint8; name, block uint32 codes); names, blocks: (start, length) int64 of each code;\n"
-             "slow: (line, start, end) int64 of each line left to the tokenizer. See the module's source.");
+             "status, cause uint8; name, block uint32 codes); names, blocks: (start, length) int64 of\n"
+             "each code; slow: (line, start, end) int64 of each line left to the tokenizer. See the module's source.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
@@ -446,9 +497,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         FastRows *f = &r.fast;
         Py_ssize_t n = f->n;
         PyObject *fast = Py_BuildValue(
-            "(NNNNNNNNNN)", as_block(&f->line, n, 8), as_block(&f->start, n, 8), as_block(&f->v, n, 8),
+            "(NNNNNNNNNNN)", as_block(&f->line, n, 8), as_block(&f->start, n, 8), as_block(&f->v, n, 8),
             as_block(&f->end, n, 8), as_block(&f->vlen, n, 8), as_block(&f->ts, n, 8), as_block(&f->value, n, 8),
-            as_block(&f->status, n, 1), as_block(&f->name, n, 4), as_block(&f->block, n, 4));
+            as_block(&f->status, n, 1), as_block(&f->cause, n, 1), as_block(&f->name, n, 4),
+            as_block(&f->block, n, 4));
         PyObject *names =
             Py_BuildValue("(NN)", as_block(&r.names.start, r.names.n, 8), as_block(&r.names.len, r.names.n, 8));
         PyObject *blocks =

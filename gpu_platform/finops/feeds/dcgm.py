@@ -666,8 +666,8 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
     out.newlines = newlines
     fast, f_start, f_v, f_end, v_len, ts_ms = (np.frombuffer(c, dtype=np.int64) for c in fast_cols[:6])
     value = np.frombuffer(fast_cols[6], dtype=np.float64)
-    status = np.frombuffer(fast_cols[7], dtype=np.uint8)
-    name_code, block_code = (np.frombuffer(c, dtype=np.uint32) for c in fast_cols[8:])
+    status, cause = (np.frombuffer(c, dtype=np.uint8) for c in fast_cols[7:9])
+    name_code, block_code = (np.frombuffer(c, dtype=np.uint32) for c in fast_cols[9:])
     has_ts = status == 1
     blank = status == 2 if sentinel_at >= 0 else None
     blank_text = bytes(buf.data[sentinel_at : sentinel_at + 19]).decode("ascii") if sentinel_at >= 0 and sentinel_same else None
@@ -686,6 +686,8 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
         unparsed = deferred[failed]
         if len(unparsed):
             ok = _split_timestamps(buf, vtext, failed, unparsed, f_v, v_len, value, ts_ms, has_ts)
+        cause[deferred] = _value_causes(value.take(deferred), ts_ms.take(deferred), has_ts.take(deferred))
+        if len(unparsed):
             if not ok.all():
                 drop = unparsed[~ok]
                 s_line, s_start, s_end = (
@@ -693,14 +695,15 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
                 )
                 keep = np.ones(len(fast), dtype=np.bool_)
                 keep[drop] = False
-                fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id = (
-                    a[keep] for a in (fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id)
+                fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id, cause = (
+                    a[keep]
+                    for a in (fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id, cause)
                 )
                 if blank is not None:
                     blank = blank[keep]
     _fast_rows(
         out, buf, dictionary, scraped_at, fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id,
-        (blank, blank_text) if blank_text is not None else None,
+        (blank, blank_text) if blank_text is not None else None, cause,
     )
     if len(s_line):
         spans = dict(zip((s_line + 1).tolist(), zip(s_start.tolist(), s_end.tolist(), strict=True), strict=True))
@@ -759,12 +762,21 @@ def _fast_rows(
     name_id: np.ndarray,
     block_id: np.ndarray,
     same: tuple[np.ndarray, str] | None,
+    value_cause: np.ndarray | None = None,
 ) -> None:
     """The fast-path lines ``fast`` (their index in the piece), read: accepted rows into
     ``out.fast``, the others into ``out.quarantine`` with their reasons. ``same``: which rows are
-    int64 blank sentinels and their one text, when every one of them reads the same."""
+    int64 blank sentinels and their one text, when every one of them reads the same.
+    ``value_cause``: why each value or timestamp is not a sample, when the caller knows it (the
+    index of its reason in :data:`_FAST_REASONS`, 0 when it is one; see :func:`_value_causes`)."""
     name_bad, name_errors = dictionary.errors("names")
     block_bad, block_errors = dictionary.errors("blocks")
+    if value_cause is not None:
+        _fast_rows_by_cause(
+            out, buf, scraped_at, fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id, same,
+            value_cause, (name_bad, name_errors), (block_bad, block_errors),
+        )
+        return
     with np.errstate(invalid="ignore"):
         # one column per reason of _FAST_REASONS, in its order
         checks = (
@@ -797,6 +809,76 @@ def _fast_rows(
             return block_errors.gather(pl.Series(block_id.take(sel)))
 
         # the sentinels' reason takes their text: known already when they are all one number
+        out.quarantine = _fast_quarantine(
+            buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
+        )
+
+
+def _value_causes(value: np.ndarray, ts_ms: np.ndarray, has_ts: np.ndarray) -> np.ndarray:
+    """Why each value or timestamp is not a sample: the index in :data:`_FAST_REASONS` of the
+    first reason that holds (its checks 2..6, in :func:`_fast_rows`' order), 0 when none does."""
+    with np.errstate(invalid="ignore"):
+        checks = (
+            has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
+            np.isnan(value),
+            np.isinf(value),
+            value >= BLANK_THRESHOLD,
+            np.isin(value, _FP64_BLANKS),
+        )
+    cause = np.zeros(len(value), dtype=np.uint8)
+    for reason, check in reversed(list(enumerate(checks, 2))):
+        cause[check] = reason
+    return cause
+
+
+def _fast_rows_by_cause(
+    out: _Chunk,
+    buf: _Buffer,
+    scraped_at: datetime,
+    fast: np.ndarray,
+    f_start: np.ndarray,
+    f_end: np.ndarray,
+    f_v: np.ndarray,
+    v_len: np.ndarray,
+    value: np.ndarray,
+    ts_ms: np.ndarray,
+    has_ts: np.ndarray,
+    name_id: np.ndarray,
+    block_id: np.ndarray,
+    same: tuple[np.ndarray, str] | None,
+    value_cause: np.ndarray,
+    names: tuple[np.ndarray, pl.Series],
+    blocks: tuple[np.ndarray, pl.Series],
+) -> None:
+    """:func:`_fast_rows` when the value checks are done (``value_cause``): a row is quarantined
+    for its metric name, else its label block, else its value cause, as there."""
+    (name_bad, name_errors), (block_bad, block_errors) = names, blocks
+    bad = value_cause != 0
+    by_name = name_bad.take(name_id) if name_bad.any() else None
+    by_block = block_bad.take(block_id) if block_bad.any() else None
+    for check in (by_name, by_block):
+        if check is not None:
+            bad |= check
+    source_line = (fast + 1).astype(np.int32)
+    ts_us = np.where(has_ts, ts_ms * 1000, _epoch_us(scraped_at))
+    columns = (source_line, name_id, block_id, value, ts_us)
+    if bad.any():
+        good = ~bad
+        columns = tuple(np.compress(good, a) for a in columns)
+    out.fast = {c: np.ascontiguousarray(a, dtype=t) for (c, t), a in zip(_FAST_DTYPES.items(), columns, strict=True)}
+    rows = np.flatnonzero(bad)
+    if len(rows):
+        causes = value_cause.take(rows)
+        if by_block is not None:
+            causes = np.where(by_block.take(rows), 1, causes)
+        if by_name is not None:
+            causes = np.where(by_name.take(rows), 0, causes)
+
+        def errors(cause: int, sel: np.ndarray) -> pl.Series:
+            if cause == 0:
+                return name_errors.gather(pl.Series(name_id.take(sel)))
+            return block_errors.gather(pl.Series(block_id.take(sel)))
+
         out.quarantine = _fast_quarantine(
             buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
         )
