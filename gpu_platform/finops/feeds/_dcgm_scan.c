@@ -456,6 +456,11 @@ static PyTypeObject BlockType = {
 static PyObject *as_block(void *pp, Py_ssize_t n, size_t item) {
     void **p = (void **)pp;
     if (*p == NULL && (*p = malloc(1)) == NULL) return PyErr_NoMemory();
+    if (n > 0) {
+        /* give back the unused capacity (shrinking does not move the data) */
+        void *q = realloc(*p, (size_t)n * item);
+        if (q != NULL) *p = q;
+    }
     Block *b = PyObject_New(Block, &BlockType);
     if (b == NULL) {
         free(*p);
