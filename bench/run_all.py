@@ -307,30 +307,40 @@ NOTES = """## Notes
   (the well-kept parser of the format; it returns sentinels as samples, so `ratio_lines` also
   counts our quarantined lines). The parser (`gpu_platform/finops/feeds/dcgm.py`): the input is
   cut into pieces of at most 8 MiB, each scanned and parsed in one go while its bytes are in the
-  cache (lines renumbered after). One numpy pass finds every newline and brace; a line whose
-  first delimiter is `{` and last `}` is on the fast path, its name, label block and value become
-  zero-copy Arrow string views; label blocks are dictionary-encoded (each distinct block parsed
-  once, rows carry an id until the accepted rows' label columns are gathered once), and when
-  metrics interleave, as in the reference feed, the (name, block) pairs are encoded once and only
-  the distinct pairs split. DCGM's int64 sentinels are recognised by their bytes (19 digits from
-  `92233720`) and never cast; quarantined lines are built column-wise (raw text as views; when
-  every line of a reason has one detail, as a repeated sentinel does, the reason texts are written
-  into one buffer by numpy, else one `format` per reason over all pieces). Odd lines go through a
-  character tokenizer, so correctness never depends on the fast path; property tests compare
-  the result with prometheus_client's and the tokenizer's on generated text, and the reference feed replicated is
-  checked line by line (tests/feeds/test_dcgm.py). Against the parser before these steps (issue
-  27, part 3), same process, alternating, one core, 1M sample lines of the reference feed, on the
-  2-core VM at load average 4-7: 0.82 -> 0.49 CPU-s (min of 7; medians 0.94 -> 0.66), clean
-  input 0.90 -> 0.82 (medians 1.02 -> 0.89); load-independent, callgrind on 200k sample lines of
-  the reference feed: 826M -> 649M instructions a parse (clean, 20 scrapes: 915M -> 902M). Profile now (reference input, 1M sample
-  lines, one thread, CPU at load ~6): the delimiter pass ~110 ms, the pair encoding ~110 ms
-  (1M views, ~100 bytes each hashed), value views and cast ~85 ms, sentinel recognition ~35 ms,
-  the quarantine of the 333k sentinel lines ~60 ms (raw views and the numpy-written reasons), the
-  per-line shape checks over 2.7M lines (two thirds HELP/TYPE comments) ~70 ms, the output frame
-  ~25 ms. No step is over a sixth, so the >= 100x target needs compiled per-byte code (one pass
-  that tokenizes a line while it is in the cache) rather than more numpy passes: every numpy step
-  here is a separate pass over per-line arrays. Pieces are parsed on a thread per core; on a
-  loaded machine that buys nothing (CPU time counts every thread).
+  cache (lines renumbered after), on a thread per core. The per-byte scan is compiled
+  (`gpu_platform/finops/feeds/_dcgm_scan.c`, a C extension `setup.py` builds at install; optional,
+  see README): the profile of the numpy parser had no step over a sixth of the time, each numpy
+  step a separate pass over per-line arrays (2.7M lines on the reference input, two thirds
+  HELP/TYPE comments), so those passes became one loop that tokenizes a line while it is in the
+  cache. It finds each line, skips comments, applies the fast-path rule (the first of `{`, `|`, `}`
+  is a `{`, found eight bytes at a time; the last is a `}` followed by one space and the value),
+  numbers metric names and label blocks with two hash tables (seeded; a key equal to the previous
+  line's is not hashed again), reads a value when it is a plain decimal that binary64 arithmetic
+  reads exactly (at most 19 digits, integer <= 2^53, power of ten <= 22: one correctly rounded
+  operation, so the value polars' cast gives, bit for bit; NaN, Inf, long mantissas and the like
+  are still cast by polars) and timestamps of 1-18 digits, recognises DCGM's int64 sentinels by
+  their bytes (19 digits from `92233720`) and says why a value is not a sample. Its arrays come
+  back without a copy; the extension also writes the Arrow string views of the quarantined lines
+  and their numbered reason texts. The rest is unchanged: each distinct label block is parsed
+  once in Python, rows carry ids until the accepted rows' label columns are gathered once, the
+  quarantine is built column-wise. Without a compiler the numpy scan (one numpy pass for
+  newlines and braces, string views and polars casts) runs with the same result, about 3x
+  slower; `SCAN_PATH` in dcgm.py and `scan` in this benchmark's JSON say which ran. Odd lines go
+  through a character tokenizer, so correctness never depends on the fast path; every test of
+  tests/feeds/test_dcgm.py runs on both scans (property tests against prometheus_client and the
+  tokenizer, the reference feed replicated checked line by line) and tests/feeds/test_dcgm_scan.py
+  compares the two scans on generated text (odd lines, escapes, CRLF, no trailing newline, huge
+  lines, sentinels, NaN/Inf, timestamps, values bit for bit). Compiled against numpy scan (issue
+  27, part 3), same process, alternating, medians of 7 on the full inputs, 2-core VM at load
+  average ~0.8: reference 0.59 -> 0.20 CPU-s, clean 0.82 -> 0.28; this benchmark in one run at
+  that load: reference 69.2x -> 180.6x wall (CPU 41.6x -> 124.1x; 205.9x wall at load 0.5),
+  clean 142.7x -> 347.8x (CPU 90.2x -> 243.3x). Profile now (reference input, one thread, CPU):
+  the compiled scan ~40% (about 80-95 ms for 190 MB), the quarantine of the 341k sentinel lines
+  ~25% (views, reason texts and their frame), the per-row checks and the accepted rows' arrays
+  ~15%, the UTF-8 check of the input ~7%, the output frame the rest; on the clean input the
+  output frame (label columns gathered for 1M rows) is now the largest step after the scan.
+  Pieces are parsed on a thread per core; on a loaded machine that buys nothing (CPU time counts
+  every thread).
 - Chargeback: the rebuild reads the hourly rollup the loader writes at ingestion
   (`raw_dcgm_hourly`, ~12k rows a day for 512 GPUs), never the 15 s samples (unless two sources
   overlap on a node-day); the floor still reads every sample. The rollup's own cost is reported

@@ -24,7 +24,13 @@ reason. A trailing timestamp (integer milliseconds since the epoch) sets ``ts``;
 Speed: the input is cut at newlines into pieces (about two per core, none under 4 MiB, none over
 8 MiB, so that a piece is scanned and parsed while its bytes are in the cache), parsed on a thread
 per core (numpy, polars and Arrow release the GIL); each piece numbers its lines from 1 and is
-renumbered once the earlier pieces' newlines are known. One numpy pass over a piece finds every
+renumbered once the earlier pieces' newlines are known. The per-byte work is done by a compiled
+scan (the C extension ``_dcgm_scan``, built at install when a C compiler is present;
+:data:`SCAN_PATH` says which scan is in use): in one pass over a piece it finds each line's shape
+and offsets by the rule below, numbers the metric names and label blocks with hash tables, reads
+plain decimal values and timestamps where binary64 arithmetic reads them exactly (the value the
+cast gives; anything else is cast as below) and recognises the sentinels; the rest is the same
+code on both scans. Without the extension, numpy does it: one numpy pass over a piece finds every
 newline, ``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}``
 followed by one space is a fast-path line: its metric name (to the ``{``), label block (to the
 last ``}``) and value become zero-copy Arrow string views into the input, built from the offsets.
