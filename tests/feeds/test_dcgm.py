@@ -39,7 +39,7 @@ def scan_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Every test here runs on both scans of parse_text: the compiled one (the C extension built
     at install) and the numpy one it falls back to without a compiler."""
     if request.param == "compiled" and dcgm._dcgm_scan is None:
-        pytest.skip("the compiled scan is not built (installed without a C compiler)")
+        pytest.skip("needs the compiled DCGM scan (gpu_platform/finops/feeds/_dcgm_scan.c), which was not built: install a C compiler (apt install gcc) and run: make install")
     monkeypatch.setattr(dcgm, "SCAN_PATH", request.param)
     return request.param
 

@@ -25,7 +25,7 @@ from gpu_platform.finops.feeds import dcgm
 from gpu_platform.finops.feeds.schemas import FeedBatch
 
 pytestmark = pytest.mark.skipif(
-    dcgm._dcgm_scan is None, reason="the compiled scan is not built (installed without a C compiler)"
+    dcgm._dcgm_scan is None, reason="needs the compiled DCGM scan (gpu_platform/finops/feeds/_dcgm_scan.c), which was not built: install a C compiler (apt install gcc) and run: make install"
 )
 
 AT = datetime(2024, 9, 18, 12, 0, tzinfo=UTC)
