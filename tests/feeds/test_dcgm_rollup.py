@@ -136,3 +136,34 @@ def test_random_samples_rolled_up_from_the_table_match_the_reference(tmp_path: P
         assert any(r[9] > r[10] for r in written), "the sample set should hold repeated timestamps"
         rollup_dcgm_samples(con, days=(DAY, DAY))
         _assert_matches_reference(con)
+
+
+def test_microsecond_hour_ends_and_infinite_timestamps_roll_up_like_the_reference(tmp_path: Path) -> None:
+    """Samples written with microsecond timestamps (history from Parquet, not a scrape): one in
+    the last half millisecond of an hour (a rounded millisecond would index second 3,600 and fail
+    the load) and the hour's last microsecond, next to samples at +-infinity, each alone and
+    repeated; every group equals the reference query's."""
+    hour_end = datetime(2024, 9, 18, 10, 59, 59)
+    stamps = [hour_end + timedelta(microseconds=999_500), hour_end + timedelta(microseconds=999_999),
+              hour_end + timedelta(microseconds=999_999), datetime(2024, 9, 18, 10, 0, 0)]
+    infinite = ["infinity", "-infinity", "infinity"]
+    with duckdb.connect(str(tmp_path / "wh.duckdb")) as con:
+        ensure_tables(con)
+        for i, ts in enumerate(stamps):
+            con.execute(
+                "insert into raw_dcgm_samples (ts, metric, value, hostname, gpu, pod, source, source_line, day) "
+                "values (?, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE', 0.5, 'node-1', 0, 'p', 'history.parquet', ?, ?)",
+                [ts, i + 1, DAY],
+            )
+        for i, ts in enumerate(infinite):
+            con.execute(
+                "insert into raw_dcgm_samples (ts, metric, value, hostname, gpu, pod, source, source_line, day) "
+                "values (CAST(? AS TIMESTAMP), 'DCGM_FI_PROF_GR_ENGINE_ACTIVE', 0.5, 'node-1', 0, 'p', 'history.parquet', ?, ?)",
+                [ts, 100 + i, DAY],
+            )
+        rollup_dcgm_samples(con)
+        written = _assert_matches_reference(con)
+    by_hour = {r[0]: (r[9], r[10]) for r in written}  # DuckDB gives +-infinity as datetime.max / .min
+    assert by_hour[datetime(2024, 9, 18, 10)] == (4, 3)
+    assert by_hour[datetime.max] == (2, 1)
+    assert by_hour[datetime.min] == (1, 1)

@@ -149,11 +149,21 @@ _ROLLUP_SELECT = """
 # Distinct timestamps without a hash set per group: the seconds of the hour that hold a sample, as
 # a 3,600-bit bitmap per group (450 bytes, however many samples). When every sample has a second of
 # its own, the count of set bits equals the samples and every timestamp is distinct; a group with
-# two samples in one second (a repeat, or sampling faster than 1 Hz) is recounted exactly.
+# two samples in one second (a repeat, or sampling faster than 1 Hz) is recounted exactly. The
+# second is taken from whole microseconds by floor division: `epoch_ms` rounds, so a sample in
+# the last half millisecond of an hour would index second 3,600 and fail the whole load. An
+# infinite timestamp has no second (NULL, not set; a group of only those counts 0), so its group
+# is recounted exactly.
 _SECONDS_SET = (
-    "bit_count(bitstring_agg(CAST((epoch_ms(ts) - epoch_ms(date_trunc('hour', ts))) // 1000 AS INTEGER), 0, 3599))"
+    "coalesce(bit_count(bitstring_agg("
+    "CAST((epoch_us(ts) - epoch_us(date_trunc('hour', ts))) // 1000000 AS INTEGER), 0, 3599)), 0)"
 )
-_EXACT_DISTINCT = "count(DISTINCT epoch_us(ts))"  # on the integer: ~2.5x cheaper than on the timestamp
+# On the integer: ~2.5x cheaper than on the timestamp. `epoch_us` of +-infinity is NULL, which
+# count(DISTINCT) would skip, so those two get integers of their own no finite timestamp has.
+_EXACT_DISTINCT = (
+    "count(DISTINCT coalesce(epoch_us(ts), CASE WHEN ts > TIMESTAMP '2000-01-01' "
+    "THEN 9223372036854775807 ELSE -9223372036854775807 END))"
+)
 _ROLLUP_KEYS = ("hour", "metric", "hostname", "gpu", "gpu_instance_id", "namespace", "pod", "source", "day")
 _ROLLUP_COLUMNS = ", ".join(f'"{c}"' for c in [*DCGM_HOURLY_SCHEMA, "day"])
 _ROLLUP_STAGE = "_dcgm_rollup"
