@@ -773,92 +773,14 @@ def _fast_rows(
     """The fast-path lines ``fast`` (their index in the piece), read: accepted rows into
     ``out.fast``, the others into ``out.quarantine`` with their reasons. ``same``: which rows are
     int64 blank sentinels and their one text, when every one of them reads the same.
-    ``value_cause``: why each value or timestamp is not a sample, when the caller knows it (the
-    index of its reason in :data:`_FAST_REASONS`, 0 when it is one; see :func:`_value_causes`)."""
+    ``value_cause``: why each value or timestamp is not a sample (see :func:`_value_causes`),
+    when the caller knows it (the compiled scan does); else it is worked out here. A row is
+    quarantined for its metric name, else its label block, else its value cause: the order of
+    :data:`_FAST_REASONS`."""
+    if value_cause is None:
+        value_cause = _value_causes(value, ts_ms, has_ts)
     name_bad, name_errors = dictionary.errors("names")
     block_bad, block_errors = dictionary.errors("blocks")
-    if value_cause is not None:
-        _fast_rows_by_cause(
-            out, buf, scraped_at, fast, f_start, f_end, f_v, v_len, value, ts_ms, has_ts, name_id, block_id, same,
-            value_cause, (name_bad, name_errors), (block_bad, block_errors),
-        )
-        return
-    with np.errstate(invalid="ignore"):
-        # one column per reason of _FAST_REASONS, in its order
-        checks = (
-            name_bad.take(name_id),
-            block_bad.take(block_id),
-            has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
-            np.isnan(value),
-            np.isinf(value),
-            value >= BLANK_THRESHOLD,
-            np.isin(value, _FP64_BLANKS),
-        )
-    bad = np.logical_or.reduce(checks)
-    source_line = (fast + 1).astype(np.int32)
-    good = ~bad
-    ts_us = np.where(has_ts, ts_ms * 1000, _epoch_us(scraped_at))
-    out.fast = dict(
-        zip(
-            _FAST_DTYPES,
-            (np.compress(good, a) for a in (source_line, name_id, block_id, value, ts_us)),
-            strict=True,
-        )
-    )
-    rows = np.flatnonzero(bad)
-    if len(rows):
-        causes = np.argmax(np.stack([c.take(rows) for c in checks]), axis=0)
-
-        def errors(cause: int, sel: np.ndarray) -> pl.Series:
-            if cause == 0:
-                return name_errors.gather(pl.Series(name_id.take(sel)))
-            return block_errors.gather(pl.Series(block_id.take(sel)))
-
-        # the sentinels' reason takes their text: known already when they are all one number
-        out.quarantine = _fast_quarantine(
-            buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
-        )
-
-
-def _value_causes(value: np.ndarray, ts_ms: np.ndarray, has_ts: np.ndarray) -> np.ndarray:
-    """Why each value or timestamp is not a sample: the index in :data:`_FAST_REASONS` of the
-    first reason that holds (its checks 2..6, in :func:`_fast_rows`' order), 0 when none does."""
-    with np.errstate(invalid="ignore"):
-        checks = (
-            has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
-            np.isnan(value),
-            np.isinf(value),
-            value >= BLANK_THRESHOLD,
-            np.isin(value, _FP64_BLANKS),
-        )
-    cause = np.zeros(len(value), dtype=np.uint8)
-    for reason, check in reversed(list(enumerate(checks, 2))):
-        cause[check] = reason
-    return cause
-
-
-def _fast_rows_by_cause(
-    out: _Chunk,
-    buf: _Buffer,
-    scraped_at: datetime,
-    fast: np.ndarray,
-    f_start: np.ndarray,
-    f_end: np.ndarray,
-    f_v: np.ndarray,
-    v_len: np.ndarray,
-    value: np.ndarray,
-    ts_ms: np.ndarray,
-    has_ts: np.ndarray,
-    name_id: np.ndarray,
-    block_id: np.ndarray,
-    same: tuple[np.ndarray, str] | None,
-    value_cause: np.ndarray,
-    names: tuple[np.ndarray, pl.Series],
-    blocks: tuple[np.ndarray, pl.Series],
-) -> None:
-    """:func:`_fast_rows` when the value checks are done (``value_cause``): a row is quarantined
-    for its metric name, else its label block, else its value cause, as there."""
-    (name_bad, name_errors), (block_bad, block_errors) = names, blocks
     bad = value_cause != 0
     by_name = name_bad.take(name_id) if name_bad.any() else None
     by_block = block_bad.take(block_id) if block_bad.any() else None
@@ -885,9 +807,27 @@ def _fast_rows_by_cause(
                 return name_errors.gather(pl.Series(name_id.take(sel)))
             return block_errors.gather(pl.Series(block_id.take(sel)))
 
+        # the sentinels' reason takes their text: known already when they are all one number
         out.quarantine = _fast_quarantine(
             buf, rows, causes, source_line, f_start, f_end, f_v, v_len, errors, same
         )
+
+
+def _value_causes(value: np.ndarray, ts_ms: np.ndarray, has_ts: np.ndarray) -> np.ndarray:
+    """Why each value or timestamp is not a sample: the index in :data:`_FAST_REASONS` of the
+    first reason that holds (its reasons 2..6, in that order), 0 when none does."""
+    with np.errstate(invalid="ignore"):
+        checks = (
+            has_ts & (np.abs(ts_ms) > _MAX_ABS_TS_MS),
+            np.isnan(value),
+            np.isinf(value),
+            value >= BLANK_THRESHOLD,
+            np.isin(value, _FP64_BLANKS),
+        )
+    cause = np.zeros(len(value), dtype=np.uint8)
+    for reason, check in reversed(list(enumerate(checks, 2))):
+        cause[check] = reason
+    return cause
 
 
 def _slow_rows(out: _Chunk, lines: np.ndarray, raw: Callable[[int], str]) -> None:
