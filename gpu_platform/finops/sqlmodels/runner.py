@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import queue
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from graphlib import CycleError, TopologicalSorter
@@ -139,6 +141,62 @@ def _workers(con: duckdb.DuckDBPyConnection, workers: int | None, models: int) -
         return 1  # the caller's transaction: built on con, as before
     con.execute("rollback")
     return workers
+
+
+BUILD_CHECKPOINT_THRESHOLD = "1GiB"
+"""DuckDB's `checkpoint_threshold` while :meth:`Project.build` runs (DuckDB's default is 16 MiB):
+the build's commits append to the WAL, and the warehouse is checkpointed once, when the build's
+connection closes (or at the first commit after the build past the threshold set before), not in
+the middle of the build, where a checkpoint holds the model whose commit crossed 16 MiB (a month's
+`int_gpu_busy`) while its dependents wait. The WAL is written and synced at every commit as
+before, so durability is the same; the bound keeps a very large backfill's WAL from growing
+without limit."""
+
+_checkpoint_lock = threading.Lock()
+_checkpoint_deferred: dict[str, tuple[int, str]] = {}
+"""Database path -> (builds running on it in this process, the threshold to restore)."""
+
+
+@contextmanager
+def _deferred_checkpoints(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Raise `con`'s database's `checkpoint_threshold` to :data:`BUILD_CHECKPOINT_THRESHOLD` for
+    the block (never lower it) and restore the previous value after the last of this process's
+    builds on that database ends (the setting is the database's, shared by its connections). An
+    in-memory database never checkpoints: left as it is."""
+    (path,) = con.execute(
+        "select path from duckdb_databases() where database_name = current_database()").fetchall()[0]
+    if not path:
+        yield
+        return
+    with _checkpoint_lock:
+        running, before = _checkpoint_deferred.get(path, (0, ""))
+        if not running:
+            before = con.execute("select current_setting('checkpoint_threshold')").fetchall()[0][0]
+            if _size_bytes(before) < _size_bytes(BUILD_CHECKPOINT_THRESHOLD):
+                con.execute("set checkpoint_threshold = $v", {"v": BUILD_CHECKPOINT_THRESHOLD})
+        _checkpoint_deferred[path] = (running + 1, before)
+    try:
+        yield
+    finally:
+        with _checkpoint_lock:
+            running, before = _checkpoint_deferred.pop(path)
+            if running > 1:
+                _checkpoint_deferred[path] = (running - 1, before)
+            else:
+                con.execute("set checkpoint_threshold = $v", {"v": before})
+
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?i?b|bytes)?\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
+
+
+def _size_bytes(text: str) -> float:
+    """Bytes of a DuckDB memory size as `current_setting` shows it ('16.0 MiB', '1.8 GiB')."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a DuckDB size: {text!r}")
+    return float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
 
 
 def _main_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -658,14 +716,15 @@ class Project:
         con.execute(BUILD_LOG_DDL)
         tables = _main_tables(con)  # read once: each model's build adds its own
         workers = _workers(con, workers, len(names))
-        if workers <= 1:
-            results = []
-            for i, name in enumerate(names):
-                if progress:
-                    progress(name, i, len(names))
-                results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
-            return results
-        return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
+        with _deferred_checkpoints(con):
+            if workers <= 1:
+                results = []
+                for i, name in enumerate(names):
+                    if progress:
+                        progress(name, i, len(names))
+                    results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
+                return results
+            return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
 
     def _build_concurrently(
         self, con: duckdb.DuckDBPyConnection, names: list[str], workers: int, tables: set[str],
