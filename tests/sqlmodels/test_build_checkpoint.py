@@ -1,6 +1,7 @@
-"""`Project.build` defers DuckDB's automatic checkpoint to the end: no checkpoint in the middle of
-a build (the WAL keeps the build's commits), the threshold restored after the last build on the
-database, never lowered, and an in-memory database left as it is."""
+"""The database-wide DuckDB settings `Project.build` holds while it runs: the automatic checkpoint
+deferred to the end (none in the middle of a build: the WAL keeps the build's commits; the
+threshold restored after the last build on the database, never lowered; an in-memory database
+left as it is) and, while models run at the same time, DuckDB's threads divided among them."""
 
 from __future__ import annotations
 
@@ -107,3 +108,21 @@ def test_failed_build_restores(tmp_path):
     with pytest.raises(duckdb.ConversionException):
         Project.load(root).build(con)
     assert _threshold(con) == before
+
+
+def test_threads_divided_among_concurrent_models(tmp_path):
+    db = tmp_path / "w.duckdb"
+    con = duckdb.connect(str(db), config={"threads": 4})
+    p = _project(tmp_path / "proj", models=4, rows=10)
+    seen: list[int] = []
+    p.build(con, progress=lambda *a: seen.append(con.execute("select current_setting('threads')").fetchall()[0][0]),
+            workers=2)
+    assert seen == [2, 2, 2, 2]
+    assert con.execute("select current_setting('threads')").fetchall()[0][0] == 4
+    # one model at a time keeps every thread for it
+    seen.clear()
+    p.build(con, progress=lambda *a: seen.append(con.execute("select current_setting('threads')").fetchall()[0][0]),
+            workers=1)
+    assert seen == [4, 4, 4, 4]
+    # the tables are the ones built
+    assert [con.execute(f"select count(*) from m{i}").fetchall()[0][0] for i in range(4)] == [10] * 4

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from graphlib import CycleError, TopologicalSorter
@@ -117,9 +117,10 @@ def _workers(con: duckdb.DuckDBPyConnection, workers: int | None, models: int) -
     workers = max(1, min(workers, models))
     if workers == 1:
         return 1
+    # temporary tables and views live in catalog temp (information_schema lists both, and is
+    # cheaper to read than duckdb_tables() and duckdb_views(), which size every table)
     temporary = con.execute(
-        "select (select count(*) from duckdb_tables() where temporary)"
-        " + (select count(*) from duckdb_views() where temporary and not internal)").fetchall()[0][0]
+        "select count(*) from information_schema.tables where table_catalog = 'temp'").fetchall()[0][0]
     if temporary:
         return 1
     probe = con.cursor()
@@ -152,38 +153,64 @@ the middle of the build, where a checkpoint holds the model whose commit crossed
 before, so durability is the same; the bound keeps a very large backfill's WAL from growing
 without limit."""
 
-_checkpoint_lock = threading.Lock()
-_checkpoint_deferred: dict[str, tuple[int, str]] = {}
-"""Database path -> (builds running on it in this process, the threshold to restore)."""
+_settings_lock = threading.Lock()
+_settings_held: dict[tuple[str, str], tuple[int, str, bool]] = {}
+"""(database path, setting) -> (builds holding it in this process, the value before, whether changed)."""
 
 
 @contextmanager
-def _deferred_checkpoints(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Raise `con`'s database's `checkpoint_threshold` to :data:`BUILD_CHECKPOINT_THRESHOLD` for
-    the block (never lower it) and restore the previous value after the last of this process's
-    builds on that database ends (the setting is the database's, shared by its connections). An
-    in-memory database never checkpoints: left as it is."""
+def _held_setting(
+    con: duckdb.DuckDBPyConnection, name: str, wanted: Callable[[str], str | None],
+) -> Iterator[None]:
+    """Set the database-wide DuckDB setting `name` to `wanted(current value)` for the block (None:
+    leave it) and restore the value it had after the last of this process's builds holding it on
+    that database ends (the setting is the database's, shared by all its connections). An
+    in-memory database is left as it is (it never checkpoints; its threads are its owner's)."""
     (path,) = con.execute(
         "select path from duckdb_databases() where database_name = current_database()").fetchall()[0]
     if not path:
         yield
         return
-    with _checkpoint_lock:
-        running, before = _checkpoint_deferred.get(path, (0, ""))
-        if not running:
-            before = con.execute("select current_setting('checkpoint_threshold')").fetchall()[0][0]
-            if _size_bytes(before) < _size_bytes(BUILD_CHECKPOINT_THRESHOLD):
-                con.execute("set checkpoint_threshold = $v", {"v": BUILD_CHECKPOINT_THRESHOLD})
-        _checkpoint_deferred[path] = (running + 1, before)
+    key = (path, name)
+    with _settings_lock:
+        holders, before, changed = _settings_held.get(key, (0, "", False))
+        if not holders:
+            before = str(con.execute("select current_setting($n)", {"n": name}).fetchall()[0][0])
+            value = wanted(before)
+            changed = value is not None
+            if changed:
+                # the name is this module's constant, never a user's; the value is bound
+                con.execute(f"set {name} = $v", {"v": value})
+        _settings_held[key] = (holders + 1, before, changed)
     try:
         yield
     finally:
-        with _checkpoint_lock:
-            running, before = _checkpoint_deferred.pop(path)
-            if running > 1:
-                _checkpoint_deferred[path] = (running - 1, before)
-            else:
-                con.execute("set checkpoint_threshold = $v", {"v": before})
+        with _settings_lock:
+            holders, before, changed = _settings_held.pop(key)
+            if holders > 1:
+                _settings_held[key] = (holders - 1, before, changed)
+            elif changed:
+                con.execute(f"set {name} = $v", {"v": before})
+
+
+def _deferred_checkpoints(con: duckdb.DuckDBPyConnection) -> AbstractContextManager[None]:
+    """DuckDB's `checkpoint_threshold` raised to :data:`BUILD_CHECKPOINT_THRESHOLD` for the block
+    (never lowered)."""
+    return _held_setting(con, "checkpoint_threshold", lambda before: (
+        BUILD_CHECKPOINT_THRESHOLD if _size_bytes(before) < _size_bytes(BUILD_CHECKPOINT_THRESHOLD) else None))
+
+
+def _threads_per_model(con: duckdb.DuckDBPyConnection, workers: int) -> AbstractContextManager[None]:
+    """DuckDB's `threads` divided among `workers` models built at the same time, for the block:
+    each model's statements then run on threads // workers threads (at least 1) instead of every
+    model asking for all of them. Most models read tables under one row group (122,880 rows),
+    which a single thread scans anyway; with two models on two threads each the cores were
+    oversubscribed (measured: less CPU and wall per rebuild, see docs/finops.md)."""
+    def wanted(before: str) -> str | None:
+        per_model = max(1, int(before) // workers)
+        return str(per_model) if per_model < int(before) else None
+
+    return _held_setting(con, "threads", wanted)
 
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?i?b|bytes)?\s*$", re.I)
@@ -724,7 +751,8 @@ class Project:
                         progress(name, i, len(names))
                     results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
                 return results
-            return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
+            with _threads_per_model(con, workers):
+                return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
 
     def _build_concurrently(
         self, con: duckdb.DuckDBPyConnection, names: list[str], workers: int, tables: set[str],
