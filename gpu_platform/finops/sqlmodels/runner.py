@@ -165,7 +165,8 @@ def _held_setting(
     """Set the database-wide DuckDB setting `name` to `wanted(current value)` for the block (None:
     leave it) and restore the value it had after the last of this process's builds holding it on
     that database ends (the setting is the database's, shared by all its connections). An
-    in-memory database is left as it is (it never checkpoints; its threads are its owner's)."""
+    in-memory database is left as it is: it never checkpoints, and two of them have no path to
+    tell them apart by, so a setting held on one could be restored on the other."""
     (path,) = con.execute(
         "select path from duckdb_databases() where database_name = current_database()").fetchall()[0]
     if not path:
