@@ -437,8 +437,10 @@ NOTES = """## Notes
   Measured under other jobs' load (2.1-2.3), the bench's rebuild child, the two trees
   alternating, medians of 7: CPU 2.389 -> 1.998 s (-16%), wall 2.349 -> 1.983 s; the close 0.143
   -> 0.346 s, so build and close together 2.411 -> 2.329 s (-3%). A one-day rebuild: CPU 1.177 ->
-  1.149 s. The idle machine's ratio is `make bench`'s. docs/finops.md ("Performance", "The
-  build's checkpoint and threads").
+  1.149 s. The whole bench (`--runs 5 --no-tests`, invocations alternating, load 2.1-2.7): wall
+  ratio 1.71x and 1.38x after, 2.00x and 1.83x before (the load flatters wall ratios: the floor's
+  two threads slow more). The idle machine's ratio is `make bench`'s. docs/finops.md
+  ("Performance", "The build's checkpoint and threads").
 - Demo pricing: a pricing run is one in-process Dagster run of 51 steps (every ingest and cost
   asset, one step each for the whole range). Most of a one-day run is the fixed cost of those
   steps, not the day's data: Dagster's SQLite event log commits each of the run's ~3,500
