@@ -261,11 +261,12 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
         # alternating runs); the CPU ratio is shown beside it, never judged in its place
         cpu = cb["rebuild_cpu_s"] / cb["floor_cpu_s"] if cb.get("floor_cpu_s") else None
         shown = f"{cb['ratio']}x wall ({cb['rebuild_s']} s / {cb['floor_s']} s)"
+        if cb.get("rebuild_close_s") is not None:
+            # the rebuild is the build and the close that checkpoints it into the file; both shown
+            shown = (f"{cb['ratio']}x wall ({cb['rebuild_s']} s = build {cb['rebuild_build_s']} s + close "
+                     f"{cb['rebuild_close_s']} s, / {cb['floor_s']} s)")
         if cpu is not None:
             shown += f"; CPU {cpu:.2f}x ({cb['rebuild_cpu_s']} s / {cb['floor_cpu_s']} s)"
-        if cb.get("rebuild_close_s") is not None:
-            # part 8: the build defers DuckDB's checkpoint to the close; shown, not in the ratio
-            shown += f"; close {cb['rebuild_close_s']} s"
         rows.append(("chargeback rebuild / GROUP BY pod floor (wall)", shown, "<= 2x wall", cb["ratio"] <= 2))
         wt = cb.get("rebuild", {}).get("with_tests")
         if wt:
@@ -430,7 +431,8 @@ NOTES = """## Notes
   read tables under one row group, which one thread scans anyway); and each of the bench's three
   builds spent ~23 ms in probes before its first model. Now `Project.build` raises the threshold
   to 1 GiB while it runs (every commit still writes and syncs the WAL; the warehouse is
-  checkpointed once, at the close, reported as `rebuild_close_s` beside the ratio and not in it),
+  checkpointed once, at the close, which the bench times and counts in the rebuild: `rebuild_s` is
+  build + close, the seed's writes checkpointed untimed before the clock starts),
   divides `threads` among the models running at the same time (1 each here), and counts
   temporary objects in `information_schema` (both settings restored after the last build on the
   database; SQL models unchanged, results the same, 347 data tests pass, reconciliation exact).
