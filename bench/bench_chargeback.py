@@ -20,7 +20,10 @@ alternating --runs times (default 3; medians reported) on the same page-cached f
   floor    select pod, count(*), avg(value) from read_parquet(...) group by pod
   rebuild  every cost model for the whole period as one partition range (a single-run backfill;
            raw_dcgm_samples is a view over the same Parquet files, read only for multi-source
-           node-days; raw_dcgm_hourly a table), then the unpartitioned marts
+           node-days; raw_dcgm_hourly a table), then the unpartitioned marts, and the close of
+           the warehouse connection (it checkpoints the build's WAL into the file; the seed's
+           writes are checkpointed before the clock starts). rebuild_s is build + close;
+           rebuild_build_s and rebuild_close_s are its two parts
 One more rebuild also runs every data test over the period (rebuild.with_tests; untimed for the
 ratio, counted in peak_rss_mib). Targets (issue "FinOps on real bills"): rebuild_s <= 3 x floor_s;
 data tests no longer than the build; peak RSS <= 1.5 GiB with tests (DuckDB memory_limit 3GB,
@@ -280,6 +283,9 @@ def run_rebuild(gpus: int, days: int, threads: int, with_tests: bool = True) -> 
     con = duckdb.connect(str(wh), config={"threads": threads, "memory_limit": MEMORY_LIMIT})
     t_seed = time.perf_counter()
     seed_warehouse(con, gpus, days)
+    # the seed's writes checkpointed before the clock starts: what the build's commits and its close
+    # then write to the file is the build's own
+    con.execute("checkpoint")
     seed_s = time.perf_counter() - t_seed
     project = Project.load(default_project_path())
     # unpartitioned models with only unpartitioned ancestors (ledger staging, seeds) once before the
@@ -319,7 +325,12 @@ def run_rebuild(gpus: int, days: int, threads: int, with_tests: bool = True) -> 
             "reconciliation_days": recon[0],
             "reconciliation_max_abs_difference": float(recon[1] or 0),
         })
+    # the close checkpoints what the build's commits left in the WAL into the file: part of the
+    # rebuild's cost (a Dagster step closes its warehouse connection when its model is built), so
+    # it is timed and counted in the ratio; build alone and close alone are reported beside it
+    t_close = time.perf_counter()
     con.close()
+    result["close_seconds"] = time.perf_counter() - t_close
     return result
 
 
@@ -396,7 +407,7 @@ def main() -> None:
         rebuilds.append(_child("rebuild", args.gpus, days, args.threads))
     tested = None if args.no_tests else _child("rebuild", args.gpus, days, args.threads, with_tests=True)
     floor_s = statistics.median(f["seconds"] for f in floors)
-    rebuild_s = statistics.median(r["seconds"] for r in rebuilds)
+    rebuild_s = statistics.median(r["seconds"] + r["close_seconds"] for r in rebuilds)
     ratio = rebuild_s / floor_s
     rss_build = max(r["peak_rss_mib"] for r in rebuilds)
     rss_all = max([rss_build] + ([tested["peak_rss_mib"]] if tested else []))
@@ -413,6 +424,8 @@ def main() -> None:
         "floor_s": round(floor_s, 3),
         "rebuild_s": round(rebuild_s, 3),
         "rebuild_cpu_s": round(statistics.median(r["cpu_seconds"] for r in rebuilds), 3),
+        "rebuild_build_s": round(statistics.median(r["seconds"] for r in rebuilds), 3),
+        "rebuild_close_s": round(statistics.median(r["close_seconds"] for r in rebuilds), 3),
         "floor_cpu_s": round(statistics.median(f["cpu_seconds"] for f in floors), 3),
         "ratio": round(ratio, 2),
         "ratio_target": 2.0,

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import queue
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from graphlib import CycleError, TopologicalSorter
@@ -115,9 +117,10 @@ def _workers(con: duckdb.DuckDBPyConnection, workers: int | None, models: int) -
     workers = max(1, min(workers, models))
     if workers == 1:
         return 1
+    # temporary tables and views live in catalog temp (information_schema lists both, and is
+    # cheaper to read than duckdb_tables() and duckdb_views(), which size every table)
     temporary = con.execute(
-        "select (select count(*) from duckdb_tables() where temporary)"
-        " + (select count(*) from duckdb_views() where temporary and not internal)").fetchall()[0][0]
+        "select count(*) from information_schema.tables where table_catalog = 'temp'").fetchall()[0][0]
     if temporary:
         return 1
     probe = con.cursor()
@@ -139,6 +142,89 @@ def _workers(con: duckdb.DuckDBPyConnection, workers: int | None, models: int) -
         return 1  # the caller's transaction: built on con, as before
     con.execute("rollback")
     return workers
+
+
+BUILD_CHECKPOINT_THRESHOLD = "1GiB"
+"""DuckDB's `checkpoint_threshold` while :meth:`Project.build` runs (DuckDB's default is 16 MiB):
+the build's commits append to the WAL, and the warehouse is checkpointed once, when the build's
+connection closes (or at the first commit after the build past the threshold set before), not in
+the middle of the build, where a checkpoint holds the model whose commit crossed 16 MiB (a month's
+`int_gpu_busy`) while its dependents wait. The WAL is written and synced at every commit as
+before, so durability is the same; the bound keeps a very large backfill's WAL from growing
+without limit."""
+
+_settings_lock = threading.Lock()
+_settings_held: dict[tuple[str, str], tuple[int, str, bool]] = {}
+"""(database path, setting) -> (builds holding it in this process, the value before, whether changed)."""
+
+
+@contextmanager
+def _held_setting(
+    con: duckdb.DuckDBPyConnection, name: str, wanted: Callable[[str], str | None],
+) -> Iterator[None]:
+    """Set the database-wide DuckDB setting `name` to `wanted(current value)` for the block (None:
+    leave it) and restore the value it had after the last of this process's builds holding it on
+    that database ends (the setting is the database's, shared by all its connections). An
+    in-memory database is left as it is: it never checkpoints, and two of them have no path to
+    tell them apart by, so a setting held on one could be restored on the other."""
+    (path,) = con.execute(
+        "select path from duckdb_databases() where database_name = current_database()").fetchall()[0]
+    if not path:
+        yield
+        return
+    key = (path, name)
+    with _settings_lock:
+        holders, before, changed = _settings_held.get(key, (0, "", False))
+        if not holders:
+            before = str(con.execute("select current_setting($n)", {"n": name}).fetchall()[0][0])
+            value = wanted(before)
+            changed = value is not None
+            if changed:
+                # the name is this module's constant, never a user's; the value is bound
+                con.execute(f"set {name} = $v", {"v": value})
+        _settings_held[key] = (holders + 1, before, changed)
+    try:
+        yield
+    finally:
+        with _settings_lock:
+            holders, before, changed = _settings_held.pop(key)
+            if holders > 1:
+                _settings_held[key] = (holders - 1, before, changed)
+            elif changed:
+                con.execute(f"set {name} = $v", {"v": before})
+
+
+def _deferred_checkpoints(con: duckdb.DuckDBPyConnection) -> AbstractContextManager[None]:
+    """DuckDB's `checkpoint_threshold` raised to :data:`BUILD_CHECKPOINT_THRESHOLD` for the block
+    (never lowered)."""
+    return _held_setting(con, "checkpoint_threshold", lambda before: (
+        BUILD_CHECKPOINT_THRESHOLD if _size_bytes(before) < _size_bytes(BUILD_CHECKPOINT_THRESHOLD) else None))
+
+
+def _threads_per_model(con: duckdb.DuckDBPyConnection, workers: int) -> AbstractContextManager[None]:
+    """DuckDB's `threads` divided among `workers` models built at the same time, for the block:
+    each model's statements then run on threads // workers threads (at least 1) instead of every
+    model asking for all of them. Most models read tables under one row group (122,880 rows),
+    which a single thread scans anyway; with two models on two threads each the cores were
+    oversubscribed (measured: less CPU and wall per rebuild, see docs/finops.md)."""
+    def wanted(before: str) -> str | None:
+        per_model = max(1, int(before) // workers)
+        return str(per_model) if per_model < int(before) else None
+
+    return _held_setting(con, "threads", wanted)
+
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?i?b|bytes)?\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
+
+
+def _size_bytes(text: str) -> float:
+    """Bytes of a DuckDB memory size as `current_setting` shows it ('16.0 MiB', '1.8 GiB')."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a DuckDB size: {text!r}")
+    return float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
 
 
 def _main_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -658,14 +744,16 @@ class Project:
         con.execute(BUILD_LOG_DDL)
         tables = _main_tables(con)  # read once: each model's build adds its own
         workers = _workers(con, workers, len(names))
-        if workers <= 1:
-            results = []
-            for i, name in enumerate(names):
-                if progress:
-                    progress(name, i, len(names))
-                results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
-            return results
-        return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
+        with _deferred_checkpoints(con):
+            if workers <= 1:
+                results = []
+                for i, name in enumerate(names):
+                    if progress:
+                        progress(name, i, len(names))
+                    results.append(self.build_model(con, name, day, variables, days, known_tables=tables))
+                return results
+            with _threads_per_model(con, workers):
+                return self._build_concurrently(con, names, workers, tables, day, progress, variables, days)
 
     def _build_concurrently(
         self, con: duckdb.DuckDBPyConnection, names: list[str], workers: int, tables: set[str],
