@@ -177,3 +177,81 @@ def test_a_reason_with_blockers_named_keeps_every_other_field_of_the_wait(policy
     assert out.message.startswith("Inadmissible: no room; the GPUs it can use (")
     assert "req-holder" in out.message or (holder.name or "") in out.message
     assert out == replace(w, message=out.message)
+
+
+def _runs_both_ways(instance, states):
+    """The sensor's incremental read of the runs (its cache as the ticks left it, then updated)
+    and a read from scratch (cache emptied), the clock-dependent starting_for set aside."""
+    from assets import gate
+
+    warm = gate._runs(instance, states)
+    cache = gate._RUN_CACHE
+    saved = (cache.instance_key, dict(cache.runs), cache.full_at)
+    cache.instance_key = None
+    try:
+        cold = gate._runs(instance, states)
+    finally:
+        cache.instance_key, cache.runs, cache.full_at = saved
+    for w, c in zip(warm, cold, strict=True):
+        assert (w.starting_for is None) == (c.starting_for is None)
+        if w.starting_for is not None:
+            assert abs(w.starting_for - c.starting_for) < 5.0
+    assert [replace(r, starting_for=None) for r in warm] == [replace(r, starting_for=None) for r in cold]
+    return warm
+
+
+def test_runs_read_incrementally_equal_runs_read_from_scratch(env, policy, monkeypatch):
+    """Between ticks runs finish, fail, are canceled, deleted, replaced, added, start; requests
+    leave and join the live set: the cached read sees each change as a full read does."""
+    from assets import gate
+
+    instance, ledger, _resources, _home = env
+    rids = [submit(ledger, policy, "baseline_rebuild", output_artifact_ids=[f"b-{i}"]) for i in range(8)]
+    ledger.record_many([(rid, "admitted", "test", "h100-ondemand", None, {"attempt": 1}) for rid in rids])
+    runs = {rid: add_run(instance, rid, 1, lane="baseline_rebuild") for rid in rids[:6]}
+    starting = add_run(instance, rids[6], 1, dg.DagsterRunStatus.STARTING, lane="baseline_rebuild")
+
+    def live():
+        return ledger.states(LIVE)
+
+    first = _runs_both_ways(instance, live())
+    assert {r.request_id for r in first} == set(rids[:7])
+    assert next(r for r in first if r.run_id == starting).starting_for is not None
+
+    # nothing changed: the same runs again, read from the cache
+    again = _runs_both_ways(instance, live())
+    assert [replace(r, starting_for=None) for r in again] == [replace(r, starting_for=None) for r in first]
+    instance.report_run_failed(instance.get_run_by_id(runs[rids[0]]))
+    instance.report_run_canceled(instance.get_run_by_id(runs[rids[1]]))
+    instance.delete_run(runs[rids[2]])
+    second = _runs_both_ways(instance, live())
+    by_id = {r.run_id: r for r in second}
+    assert by_id[runs[rids[0]]].status == "failure"
+    assert by_id[runs[rids[1]]].status == "canceled"
+    assert runs[rids[2]] not in by_id
+
+    # a run deleted and another added between two ticks; a run of a request with none yet; the
+    # starting run started
+    instance.delete_run(runs[rids[3]])
+    runs[rids[3]] = add_run(instance, rids[3], 2, dg.DagsterRunStatus.SUCCESS, lane="baseline_rebuild")
+    runs[rids[7]] = add_run(instance, rids[7], 1, dg.DagsterRunStatus.NOT_STARTED, lane="baseline_rebuild")
+    instance.report_run_canceled(instance.get_run_by_id(starting))
+    third = _runs_both_ways(instance, live())
+    by_id = {r.run_id: r for r in third}
+    assert by_id[runs[rids[3]]].status == "success" and by_id[runs[rids[3]]].attempt == 2
+    assert by_id[runs[rids[7]]].phase == "NOT_STARTED" and by_id[runs[rids[7]]].starting_for is not None
+    assert by_id[starting].status == "canceled" and by_id[starting].starting_for is None
+
+    # a request that leaves the live set takes its runs with it; one that comes back brings them
+    ledger.record(rids[4], "finished", "test")
+    assert rids[4] not in {r.request_id for r in _runs_both_ways(instance, live())}
+    back = [*live(), replace(ledger.state(rids[4]), state="admitted")]
+    assert rids[4] in {r.request_id for r in _runs_both_ways(instance, back)}
+    assert _runs_both_ways(instance, []) == []
+    assert _runs_both_ways(instance, live())
+
+    # a gate tag changed by hand keeps its status: seen at the next full read
+    instance.add_run_tags(runs[rids[5]], {"gpu-platform/flavor": "a100-ondemand"})
+    assert {r.run_id: r for r in gate._runs(instance, live())}[runs[rids[5]]].flavor == ""
+    monkeypatch.setattr(gate.time, "monotonic", lambda: gate._RUN_CACHE.full_at + gate.RUNS_FULL_READ_S + 1)
+    assert {r.run_id: r for r in gate._runs(instance, live())}[runs[rids[5]]].flavor == "a100-ondemand"
