@@ -29,7 +29,7 @@ from gpu_platform.gate.blockers import (
     victim_run_message,
     victim_run_tags,
 )
-from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
+from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint_under
 from gpu_platform.gate.tick import (
     TAG_ATTEMPT,
     TAG_FLAVOR,
@@ -503,7 +503,7 @@ def _admission_tick(
         pol,
         states,
         now,
-        checkpointed=lambda rid: has_checkpoint(checkpoints_under(work_root, rid)),
+        checkpointed=lambda rid: has_checkpoint_under(work_root, rid),
         draining=settled.draining,
         spent=led.reserved_by_lane(budget_period_start(pol.budget_period, now)),
         holding=holding,

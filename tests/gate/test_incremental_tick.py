@@ -77,8 +77,18 @@ def _check_same_as_from_scratch(policy, env) -> int:
     assert warm_plan.preemptions == cold_plan.preemptions
     assert warm_plan.rejections == cold_plan.rejections
     assert warm_snaps == cold_snaps
-    assert queue_digest(warm_snaps) == queue_digest(cold_snaps)
+    assert queue_digest(warm_snaps) == queue_digest(cold_snaps) == _encoded_digest(cold_snaps)
     return len(warm_states)
+
+
+def _encoded_digest(snaps) -> str:
+    """queue_digest as it reads, without its last-document cache."""
+    saved = list(snapshot_module._LAST_DIGEST)
+    snapshot_module._LAST_DIGEST.clear()
+    try:
+        return queue_digest(snaps)
+    finally:
+        snapshot_module._LAST_DIGEST[:] = saved
 
 
 def _launch(instance, ledger, result, runs, status=dg.DagsterRunStatus.STARTED):
@@ -255,3 +265,22 @@ def test_runs_read_incrementally_equal_runs_read_from_scratch(env, policy, monke
     assert {r.run_id: r for r in gate._runs(instance, live())}[runs[rids[5]]].flavor == ""
     monkeypatch.setattr(gate.time, "monotonic", lambda: gate._RUN_CACHE.full_at + gate.RUNS_FULL_READ_S + 1)
     assert {r.run_id: r for r in gate._runs(instance, live())}[runs[rids[5]]].flavor == "a100-ondemand"
+
+
+def test_queue_digest_kept_for_the_same_document_only():
+    """queue_digest keeps its last document's digest: the same document gives it again, any change
+    of what a person reads (a reason, a position, a count) a new one, equal to one encoded afresh."""
+    from gpu_platform.observe.queueview.snapshot import LaneSnapshot, WaitingRow
+
+    def snaps(reason="Inadmissible: no room", position=1, pending=1, waited=5.0):
+        row = WaitingRow(position, "req-1", "one", "ana", "team-a", "exp", 1, waited, reason, None)
+        return [LaneSnapshot("research_best_effort", pending=pending, gpus_pending={"h100-ondemand": 1}, waiting=[row])]
+
+    base = queue_digest(snaps())
+    assert queue_digest(snaps(waited=50.0)) == base  # the clock is not part of it
+    seen = {base}
+    for changed in (snaps(reason="Inadmissible: other"), snaps(position=2), snaps(pending=2), snaps()):
+        digest = queue_digest(changed)
+        assert digest == _encoded_digest(changed)
+        seen.add(digest)
+    assert len(seen) == 4
