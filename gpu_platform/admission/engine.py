@@ -541,17 +541,25 @@ class _Engine:
         budget = self.budget[name]
         cq = self.snap.cqs[name]
         team_limited = name in self.team_caps
+        # a long queue over its lane's budget sets aside every workload in one call, most of them
+        # at a handful of max_cost values: one status per value (zero aside, see _n)
+        over_budget: dict[float, tuple[str, str, None]] = {}
         while i < len(q):
             w = q[i]
             if w.name in self.done or w.name in self.parked:
                 i += 1
                 continue
             if budget is not None and w.max_cost is not None and w.max_cost > budget + _EPS and not w.cost_approval:
-                self.status[w.name] = (
-                    BUDGET_EXHAUSTED,
-                    f"max_cost {_n(w.max_cost)} exceeds lane {name}'s remaining budget {_n(max(0.0, budget))}",
-                    None,
-                )
+                st = over_budget.get(w.max_cost)
+                if st is None:
+                    st = (
+                        BUDGET_EXHAUSTED,
+                        f"max_cost {_n(w.max_cost)} exceeds lane {name}'s remaining budget {_n(max(0.0, budget))}",
+                        None,
+                    )
+                    if w.max_cost != 0:
+                        over_budget[w.max_cost] = st
+                self.status[w.name] = st
                 self.parked.add(w.name)
                 i += 1
                 continue
