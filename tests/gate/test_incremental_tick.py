@@ -21,7 +21,7 @@ from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger
 from tests.gate.helpers import add_run, submit, tick
 
 LIVE = (*PENDING_STATES, *ACTIVE_STATES)
-_CACHES = (tick_module._WORKLOADS, tick_module._INPUTS, snapshot_module._TARGETS)
+_CACHES = (tick_module._WORKLOADS, tick_module._INPUTS, snapshot_module._TARGETS, snapshot_module._ENTRIES)
 
 
 def _decide(policy, led, states, now, home):
@@ -284,3 +284,34 @@ def test_queue_digest_kept_for_the_same_document_only():
         assert digest == _encoded_digest(changed)
         seen.add(digest)
     assert len(seen) == 4
+
+
+def test_waiting_rows_follow_a_new_state_object_of_the_same_request(policy):
+    """lane_snapshots keeps what it reads of each state object; a new object for the same request
+    (another lane, submission time or request) is read afresh, and the wait is exactly
+    `(now - submitted_at).total_seconds()`, odd microseconds included."""
+    from gpu_platform.requests.ledger import RequestState
+    from gpu_platform.requests.model import validate_request
+    from tests.gate.helpers import raw_request
+
+    now = datetime(2026, 12, 1, 12, 0, 0, 999_999, tzinfo=UTC)
+    req = validate_request(raw_request("candidate_train", gpu_type="h100-ondemand"), policy)
+    other = validate_request(raw_request("labeler_batch", gpu_count=2), policy)
+    first = RequestState(1, "req-w", req, "waiting", "old reason", None, None,
+                         now - timedelta(seconds=7, microseconds=3), now, 0, {"position": 4})
+
+    def rows(state):
+        snaps = {s.lane: s for s in lane_snapshots(policy, [state], now)}
+        return {lane: s.waiting for lane, s in snaps.items() if s.waiting}
+
+    assert rows(first) == {"candidate_train": [
+        (4, "req-w", req.name or "req-w", req.owner or "", req.team or "", req.target, req.gpu_count, 7.000003,
+         "old reason", None)
+    ]}
+    earlier = replace(first, submitted_at=datetime(2026, 11, 30, 1, 2, 3, 456_789, tzinfo=UTC), reason="new reason")
+    (row,) = rows(earlier)["candidate_train"]
+    assert row.waited_s == (now - earlier.submitted_at).total_seconds() and row.reason == "new reason"
+    moved = replace(first, request=other)
+    (row,) = rows(moved)["labeler_batch"]
+    assert row.gpus == 2 and row.target == other.target
+    assert rows(first)["candidate_train"][0].waited_s == 7.000003  # the first object still reads as before

@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from gpu_platform.admission.model import PendingInfo
@@ -99,6 +99,29 @@ def _static(req: JobRequest) -> tuple[str | None, str, str, str, int]:
     return static
 
 
+_ENTRIES: dict[int, tuple] = {}
+"""Per state object (by id, the object kept alongside so its id is not reused) what lane_snapshots
+reads of it on every tick: the object, its request, id, lane, the waiting row's static part (name,
+owner, team, target, GPUs) and its submission time in whole microseconds. `Ledger.states` hands
+out the same RequestState while its row is unchanged (a frozen object: what it gives never changes)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(dt: datetime) -> int:
+    """`dt` in whole microseconds since the epoch: differences of two are exact, as timedelta's."""
+    return (dt - _EPOCH) // _MICRO
+
+
+def _entry(s: RequestState) -> tuple:
+    req = s.request
+    name, owner, team, target, gpus = _static(req)
+    hit = (s, req, s.request_id, req.lane or "", name or s.request_id, owner, team, target, gpus, _micros(s.submitted_at))
+    _ENTRIES[id(s)] = hit
+    return hit
+
+
 def lane_snapshots(
     policy: Policy,
     states: Iterable[RequestState],
@@ -129,22 +152,27 @@ def lane_snapshots(
         cur = heads.get(w.cq)
         if cur is None or rank < cur[0]:
             heads[w.cq] = (rank, w.name, w.message)
-    fallback_heads: dict[str, tuple[datetime, str, str, JobRequest]] = {}
+    fallback_heads: dict[str, tuple[int, str, str, JobRequest]] = {}
     first_flavor: dict[tuple[str, str | None], str] = {}
     head_ids = {h[1] for h in heads.values()}
     names: dict[str, JobRequest] = {}
     fromtimestamp = datetime.fromtimestamp
     etas: dict[float, datetime] = {}  # many waits share an estimated start (now, or one end of running work)
     row_new, row_type = tuple.__new__, WaitingRow
+    now_us = _micros(now)
+    entries = _ENTRIES
+    if len(entries) >= 200_000:
+        entries.clear()
     for s in states:
-        req, rid = s.request, s.request_id
+        hit = entries.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = _entry(s)
+        _s, req, rid, lane, name, owner, team, target, gpus, submitted_us = hit
         if rid in head_ids:
             names[rid] = req
-        lane = req.lane or ""
         snap = snaps.get(lane)
         if snap is None or rid in rejected:
             continue
-        name, owner, team, target, gpus = _static(req)
         state = s.state
         if rid in admitted_now or (state in ACTIVE_STATES and rid not in requeued):
             flavor = admitted_now.get(rid) or s.flavor or "unknown"
@@ -160,13 +188,13 @@ def lane_snapshots(
                 flavor = first_flavor[key] = demand_flavor(policy, lane, req.gpu_type) or "unknown"
             pending_gpus = snap.gpus_pending
             pending_gpus[flavor] = pending_gpus.get(flavor, 0) + gpus
-            submitted = s.submitted_at
-            waited = (now - submitted).total_seconds()
+            # (now - submitted_at).total_seconds(), from whole microseconds as timedelta does it
+            waited = (now_us - submitted_us) / 1_000_000
             if waited > snap.oldest_wait_s:
                 snap.oldest_wait_s = waited
             prev = fallback_heads.get(lane)
-            if prev is None or submitted < prev[0]:
-                fallback_heads[lane] = (submitted, rid, s.reason, req)
+            if prev is None or submitted_us < prev[0]:
+                fallback_heads[lane] = (submitted_us, rid, s.reason, req)
             w = wait_by_id.get(rid)
             if w is not None:
                 position = w.position or None
@@ -183,7 +211,7 @@ def lane_snapshots(
             snap.waiting.append(
                 row_new(
                     row_type,
-                    (position, rid, name or rid, owner, team, target, gpus, waited if waited > 0.0 else 0.0, reason, eta),
+                    (position, rid, name, owner, team, target, gpus, waited if waited > 0.0 else 0.0, reason, eta),
                 )
             )
     for lane, snap in snaps.items():
