@@ -414,3 +414,27 @@ def test_released_snapshot_nodes_come_back_empty():
     assert admit_until_stable(replace(idle, pending=busy.admitted[5:40])) == admit_until_stable(
         replace(idle, pending=busy.admitted[5:40])
     )
+
+
+def test_queue_order_kept_only_for_the_same_workload_objects(pol: Policy) -> None:
+    """The engine keeps each queue's last sorted order for the same workload objects in the same
+    order; a replaced workload (another creation time) is sorted afresh, and the list handed out
+    is the engine's own (changing it leaves the kept order alone)."""
+    from gpu_platform.admission import engine
+
+    pending = [
+        PendingRequest(req(f"o{i}", "release_eval", 1, max_cost=Decimal("40")), created_at=10 - i) for i in range(5)
+    ]
+    state = from_policy(pol, pending=pending, budget_spent={"release_eval": 59990})  # all over budget: all wait
+
+    def order(st):
+        return [p.name for p in sorted(admit_until_stable(st).pending, key=lambda p: p.position)]
+
+    assert order(state) == ["o4", "o3", "o2", "o1", "o0"]
+    assert order(state) == ["o4", "o3", "o2", "o1", "o0"]
+    moved = replace(state, pending=tuple(replace(w, created_at=-1.0) if w.name == "o1" else w for w in state.pending))
+    assert order(moved) == ["o1", "o4", "o3", "o2", "o0"]
+    ws = list(moved.pending)
+    got = engine._in_queue_order("lane-x", ws)
+    got.reverse()
+    assert engine._in_queue_order("lane-x", list(ws)) == sorted(ws, key=engine.queue_key)
