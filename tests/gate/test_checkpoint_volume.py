@@ -95,3 +95,28 @@ def test_preempted_evidence_job_checkpoint_is_found_after_its_pod_is_gone(tmp_pa
         # Requeued and admitted again later, the job resumes from the checkpoint on the volume.
         again = _run_program(_pod_env(job, volume), tmp_path / "pod-2", cand, steps=30)
         assert (first["resumed_from_step"], again["resumed_from_step"]) == (0, 20)
+
+
+def test_has_checkpoint_under_answers_as_the_long_way(tmp_path):
+    """The gate's per-tick check says what has_checkpoint(checkpoints_under(...)) says, before and
+    after a checkpoint appears (it keeps the path, never the answer)."""
+    from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint, has_checkpoint_under
+
+    root = tmp_path / "work"
+    rid = "perc:exp/1"
+
+    def both() -> bool:
+        short, long = has_checkpoint_under(root, rid), has_checkpoint(checkpoints_under(root, rid))
+        assert short == long
+        return short
+
+    assert not both()  # no directory
+    ckpt = checkpoints_under(root, rid)
+    ckpt.mkdir(parents=True)
+    assert not both()  # empty
+    (ckpt / "notes.txt").write_text("x")
+    assert not both()  # no ckpt-* file
+    (ckpt / "training_run").mkdir()
+    (ckpt / "training_run" / "ckpt-00000003.npz").write_bytes(b"x")
+    assert both()
+    assert not has_checkpoint_under(root, "perc_exp/1")  # another id, another directory

@@ -21,7 +21,7 @@ from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger
 from tests.gate.helpers import add_run, submit, tick
 
 LIVE = (*PENDING_STATES, *ACTIVE_STATES)
-_CACHES = (tick_module._WORKLOADS, tick_module._INPUTS, snapshot_module._TARGETS)
+_CACHES = (tick_module._WORKLOADS, tick_module._INPUTS, snapshot_module._TARGETS, snapshot_module._ENTRIES)
 
 
 def _decide(policy, led, states, now, home):
@@ -77,8 +77,18 @@ def _check_same_as_from_scratch(policy, env) -> int:
     assert warm_plan.preemptions == cold_plan.preemptions
     assert warm_plan.rejections == cold_plan.rejections
     assert warm_snaps == cold_snaps
-    assert queue_digest(warm_snaps) == queue_digest(cold_snaps)
+    assert queue_digest(warm_snaps) == queue_digest(cold_snaps) == _encoded_digest(cold_snaps)
     return len(warm_states)
+
+
+def _encoded_digest(snaps) -> str:
+    """queue_digest as it reads, without its last-document cache."""
+    saved = list(snapshot_module._LAST_DIGEST)
+    snapshot_module._LAST_DIGEST.clear()
+    try:
+        return queue_digest(snaps)
+    finally:
+        snapshot_module._LAST_DIGEST[:] = saved
 
 
 def _launch(instance, ledger, result, runs, status=dg.DagsterRunStatus.STARTED):
@@ -177,3 +187,131 @@ def test_a_reason_with_blockers_named_keeps_every_other_field_of_the_wait(policy
     assert out.message.startswith("Inadmissible: no room; the GPUs it can use (")
     assert "req-holder" in out.message or (holder.name or "") in out.message
     assert out == replace(w, message=out.message)
+
+
+def _runs_both_ways(instance, states):
+    """The sensor's incremental read of the runs (its cache as the ticks left it, then updated)
+    and a read from scratch (cache emptied), the clock-dependent starting_for set aside."""
+    from assets import gate
+
+    warm = gate._runs(instance, states)
+    cache = gate._RUN_CACHE
+    saved = (cache.instance_key, dict(cache.runs), cache.full_at)
+    cache.instance_key = None
+    try:
+        cold = gate._runs(instance, states)
+    finally:
+        cache.instance_key, cache.runs, cache.full_at = saved
+    for w, c in zip(warm, cold, strict=True):
+        assert (w.starting_for is None) == (c.starting_for is None)
+        if w.starting_for is not None:
+            assert abs(w.starting_for - c.starting_for) < 5.0
+    assert [replace(r, starting_for=None) for r in warm] == [replace(r, starting_for=None) for r in cold]
+    return warm
+
+
+def test_runs_read_incrementally_equal_runs_read_from_scratch(env, policy, monkeypatch):
+    """Between ticks runs finish, fail, are canceled, deleted, replaced, added, start; requests
+    leave and join the live set: the cached read sees each change as a full read does."""
+    from assets import gate
+
+    instance, ledger, _resources, _home = env
+    rids = [submit(ledger, policy, "baseline_rebuild", output_artifact_ids=[f"b-{i}"]) for i in range(8)]
+    ledger.record_many([(rid, "admitted", "test", "h100-ondemand", None, {"attempt": 1}) for rid in rids])
+    runs = {rid: add_run(instance, rid, 1, lane="baseline_rebuild") for rid in rids[:6]}
+    starting = add_run(instance, rids[6], 1, dg.DagsterRunStatus.STARTING, lane="baseline_rebuild")
+
+    def live():
+        return ledger.states(LIVE)
+
+    first = _runs_both_ways(instance, live())
+    assert {r.request_id for r in first} == set(rids[:7])
+    assert next(r for r in first if r.run_id == starting).starting_for is not None
+
+    # nothing changed: the same runs again, read from the cache
+    again = _runs_both_ways(instance, live())
+    assert [replace(r, starting_for=None) for r in again] == [replace(r, starting_for=None) for r in first]
+    instance.report_run_failed(instance.get_run_by_id(runs[rids[0]]))
+    instance.report_run_canceled(instance.get_run_by_id(runs[rids[1]]))
+    instance.delete_run(runs[rids[2]])
+    second = _runs_both_ways(instance, live())
+    by_id = {r.run_id: r for r in second}
+    assert by_id[runs[rids[0]]].status == "failure"
+    assert by_id[runs[rids[1]]].status == "canceled"
+    assert runs[rids[2]] not in by_id
+
+    # a run deleted and another added between two ticks; a run of a request with none yet; the
+    # starting run started
+    instance.delete_run(runs[rids[3]])
+    runs[rids[3]] = add_run(instance, rids[3], 2, dg.DagsterRunStatus.SUCCESS, lane="baseline_rebuild")
+    runs[rids[7]] = add_run(instance, rids[7], 1, dg.DagsterRunStatus.NOT_STARTED, lane="baseline_rebuild")
+    instance.report_run_canceled(instance.get_run_by_id(starting))
+    third = _runs_both_ways(instance, live())
+    by_id = {r.run_id: r for r in third}
+    assert by_id[runs[rids[3]]].status == "success" and by_id[runs[rids[3]]].attempt == 2
+    assert by_id[runs[rids[7]]].phase == "NOT_STARTED" and by_id[runs[rids[7]]].starting_for is not None
+    assert by_id[starting].status == "canceled" and by_id[starting].starting_for is None
+
+    # a request that leaves the live set takes its runs with it; one that comes back brings them
+    ledger.record(rids[4], "finished", "test")
+    assert rids[4] not in {r.request_id for r in _runs_both_ways(instance, live())}
+    back = [*live(), replace(ledger.state(rids[4]), state="admitted")]
+    assert rids[4] in {r.request_id for r in _runs_both_ways(instance, back)}
+    assert _runs_both_ways(instance, []) == []
+    assert _runs_both_ways(instance, live())
+
+    # a gate tag changed by hand keeps its status: seen at the next full read
+    instance.add_run_tags(runs[rids[5]], {"gpu-platform/flavor": "a100-ondemand"})
+    assert {r.run_id: r for r in gate._runs(instance, live())}[runs[rids[5]]].flavor == ""
+    monkeypatch.setattr(gate.time, "monotonic", lambda: gate._RUN_CACHE.full_at + gate.RUNS_FULL_READ_S + 1)
+    assert {r.run_id: r for r in gate._runs(instance, live())}[runs[rids[5]]].flavor == "a100-ondemand"
+
+
+def test_queue_digest_kept_for_the_same_document_only():
+    """queue_digest keeps its last document's digest: the same document gives it again, any change
+    of what a person reads (a reason, a position, a count) a new one, equal to one encoded afresh."""
+    from gpu_platform.observe.queueview.snapshot import LaneSnapshot, WaitingRow
+
+    def snaps(reason="Inadmissible: no room", position=1, pending=1, waited=5.0):
+        row = WaitingRow(position, "req-1", "one", "ana", "team-a", "exp", 1, waited, reason, None)
+        return [LaneSnapshot("research_best_effort", pending=pending, gpus_pending={"h100-ondemand": 1}, waiting=[row])]
+
+    base = queue_digest(snaps())
+    assert queue_digest(snaps(waited=50.0)) == base  # the clock is not part of it
+    seen = {base}
+    for changed in (snaps(reason="Inadmissible: other"), snaps(position=2), snaps(pending=2), snaps()):
+        digest = queue_digest(changed)
+        assert digest == _encoded_digest(changed)
+        seen.add(digest)
+    assert len(seen) == 4
+
+
+def test_waiting_rows_follow_a_new_state_object_of_the_same_request(policy):
+    """lane_snapshots keeps what it reads of each state object; a new object for the same request
+    (another lane, submission time or request) is read afresh, and the wait is exactly
+    `(now - submitted_at).total_seconds()`, odd microseconds included."""
+    from gpu_platform.requests.ledger import RequestState
+    from gpu_platform.requests.model import validate_request
+    from tests.gate.helpers import raw_request
+
+    now = datetime(2026, 12, 1, 12, 0, 0, 999_999, tzinfo=UTC)
+    req = validate_request(raw_request("candidate_train", gpu_type="h100-ondemand"), policy)
+    other = validate_request(raw_request("labeler_batch", gpu_count=2), policy)
+    first = RequestState(1, "req-w", req, "waiting", "old reason", None, None,
+                         now - timedelta(seconds=7, microseconds=3), now, 0, {"position": 4})
+
+    def rows(state):
+        snaps = {s.lane: s for s in lane_snapshots(policy, [state], now)}
+        return {lane: s.waiting for lane, s in snaps.items() if s.waiting}
+
+    assert rows(first) == {"candidate_train": [
+        (4, "req-w", req.name or "req-w", req.owner or "", req.team or "", req.target, req.gpu_count, 7.000003,
+         "old reason", None)
+    ]}
+    earlier = replace(first, submitted_at=datetime(2026, 11, 30, 1, 2, 3, 456_789, tzinfo=UTC), reason="new reason")
+    (row,) = rows(earlier)["candidate_train"]
+    assert row.waited_s == (now - earlier.submitted_at).total_seconds() and row.reason == "new reason"
+    moved = replace(first, request=other)
+    (row,) = rows(moved)["labeler_batch"]
+    assert row.gpus == 2 and row.target == other.target
+    assert rows(first)["candidate_train"][0].waited_s == 7.000003  # the first object still reads as before

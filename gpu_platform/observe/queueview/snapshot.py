@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from gpu_platform.admission.model import PendingInfo
@@ -82,20 +82,44 @@ class LaneSnapshot:
     waiting: list[WaitingRow] = field(default_factory=list)
 
 
-_TARGETS: dict[int, tuple[JobRequest, str]] = {}
+_TARGETS: dict[int, tuple[JobRequest, tuple[str | None, str, str, str, int]]] = {}
 
 
-def _target(req: JobRequest) -> str:
-    """`req.target`, kept for the (frozen) request object while it is held here (so its id is
-    not reused): asked for every waiting request on every gate tick."""
+def _static(req: JobRequest) -> tuple[str | None, str, str, str, int]:
+    """A waiting row's part that is the request's own (name, owner, team, target, GPUs), kept for
+    the (frozen) request object while it is held here (so its id is not reused): asked for every
+    waiting request on every gate tick."""
     hit = _TARGETS.get(id(req))
     if hit is not None and hit[0] is req:
         return hit[1]
     if len(_TARGETS) >= 200_000:
         _TARGETS.clear()
-    target = req.target
-    _TARGETS[id(req)] = (req, target)
-    return target
+    static = (req.name, req.owner or "", req.team or "", req.target, int(req.gpu_count or 0))
+    _TARGETS[id(req)] = (req, static)
+    return static
+
+
+_ENTRIES: dict[int, tuple] = {}
+"""Per state object (by id, the object kept alongside so its id is not reused) what lane_snapshots
+reads of it on every tick: the object, its request, id, lane, the waiting row's static part (name,
+owner, team, target, GPUs) and its submission time in whole microseconds. `Ledger.states` hands
+out the same RequestState while its row is unchanged (a frozen object: what it gives never changes)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(dt: datetime) -> int:
+    """`dt` in whole microseconds since the epoch: differences of two are exact, as timedelta's."""
+    return (dt - _EPOCH) // _MICRO
+
+
+def _entry(s: RequestState) -> tuple:
+    req = s.request
+    name, owner, team, target, gpus = _static(req)
+    hit = (s, req, s.request_id, req.lane or "", name or s.request_id, owner, team, target, gpus, _micros(s.submitted_at))
+    _ENTRIES[id(s)] = hit
+    return hit
 
 
 def lane_snapshots(
@@ -128,20 +152,27 @@ def lane_snapshots(
         cur = heads.get(w.cq)
         if cur is None or rank < cur[0]:
             heads[w.cq] = (rank, w.name, w.message)
-    fallback_heads: dict[str, tuple[datetime, str, str, JobRequest]] = {}
+    fallback_heads: dict[str, tuple[int, str, str, JobRequest]] = {}
     first_flavor: dict[tuple[str, str | None], str] = {}
     head_ids = {h[1] for h in heads.values()}
     names: dict[str, JobRequest] = {}
     fromtimestamp = datetime.fromtimestamp
+    etas: dict[float, datetime] = {}  # many waits share an estimated start (now, or one end of running work)
+    row_new, row_type = tuple.__new__, WaitingRow
+    now_us = _micros(now)
+    entries = _ENTRIES
+    if len(entries) >= 200_000:
+        entries.clear()
     for s in states:
-        req, rid = s.request, s.request_id
+        hit = entries.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = _entry(s)
+        _s, req, rid, lane, name, owner, team, target, gpus, submitted_us = hit
         if rid in head_ids:
             names[rid] = req
-        lane = req.lane or ""
         snap = snaps.get(lane)
         if snap is None or rid in rejected:
             continue
-        gpus = int(req.gpu_count or 0)
         state = s.state
         if rid in admitted_now or (state in ACTIVE_STATES and rid not in requeued):
             flavor = admitted_now.get(rid) or s.flavor or "unknown"
@@ -157,32 +188,30 @@ def lane_snapshots(
                 flavor = first_flavor[key] = demand_flavor(policy, lane, req.gpu_type) or "unknown"
             pending_gpus = snap.gpus_pending
             pending_gpus[flavor] = pending_gpus.get(flavor, 0) + gpus
-            submitted = s.submitted_at
-            waited = (now - submitted).total_seconds()
+            # (now - submitted_at).total_seconds(), from whole microseconds as timedelta does it
+            waited = (now_us - submitted_us) / 1_000_000
             if waited > snap.oldest_wait_s:
                 snap.oldest_wait_s = waited
             prev = fallback_heads.get(lane)
-            if prev is None or submitted < prev[0]:
-                fallback_heads[lane] = (submitted, rid, s.reason, req)
+            if prev is None or submitted_us < prev[0]:
+                fallback_heads[lane] = (submitted_us, rid, s.reason, req)
             w = wait_by_id.get(rid)
             if w is not None:
                 position = w.position or None
                 reason = w.message
-                eta = fromtimestamp(w.estimated_start, UTC) if w.estimated_start is not None else None
+                start = w.estimated_start
+                if start is None:
+                    eta = None
+                else:
+                    eta = etas.get(start)
+                    if eta is None:
+                        eta = etas[start] = fromtimestamp(start, UTC)
             else:
                 position, reason, eta = s.details.get("position"), s.reason, None
             snap.waiting.append(
-                WaitingRow(
-                    position,
-                    rid,
-                    req.name or rid,
-                    req.owner or "",
-                    req.team or "",
-                    _target(req),
-                    gpus,
-                    waited if waited > 0.0 else 0.0,
-                    reason,
-                    eta,
+                row_new(
+                    row_type,
+                    (position, rid, name, owner, team, target, gpus, waited if waited > 0.0 else 0.0, reason, eta),
                 )
             )
     for lane, snap in snaps.items():
@@ -257,7 +286,16 @@ def queue_digest(snaps: Iterable[LaneSnapshot]) -> str:
         ]
         for snap in snaps
     ]
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    last = _LAST_DIGEST
+    if last and last[0] == doc:  # a steady queue: the same document as last tick (50k rows: 0.1 s to encode)
+        return last[1]
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    _LAST_DIGEST[:] = [doc, digest]
+    return digest
+
+
+_LAST_DIGEST: list = []
+"""queue_digest's last document and its digest."""
 
 
 def flavor_rows(policy: Policy, snap: LaneSnapshot) -> list[dict[str, int | str]]:
