@@ -82,28 +82,36 @@ class LaneSnapshot:
     waiting: list[WaitingRow] = field(default_factory=list)
 
 
-_TARGETS: dict[int, tuple[JobRequest, tuple[str | None, str, str, str, int]]] = {}
+_KEPT_MAX = 200_000
+"""Entries an identity cache below holds before it starts afresh (more than a fleet's live requests)."""
+
+
+def _kept(cache: dict[int, tuple], obj: object, value: tuple) -> tuple:
+    """Store `value` for the frozen `obj` in `cache` (keyed by its id, the object kept beside the
+    value so the id is not reused while it is there) and return it."""
+    if len(cache) >= _KEPT_MAX:
+        cache.clear()
+    cache[id(obj)] = (obj, value)
+    return value
+
+
+_STATICS: dict[int, tuple[JobRequest, tuple[str | None, str, str, str, int]]] = {}
 
 
 def _static(req: JobRequest) -> tuple[str | None, str, str, str, int]:
-    """A waiting row's part that is the request's own (name, owner, team, target, GPUs), kept for
-    the (frozen) request object while it is held here (so its id is not reused): asked for every
-    waiting request on every gate tick."""
-    hit = _TARGETS.get(id(req))
+    """A waiting row's part that is the request's own (name, owner, team, target, GPUs), kept per
+    (frozen) request object: asked for every waiting request on every gate tick."""
+    hit = _STATICS.get(id(req))
     if hit is not None and hit[0] is req:
         return hit[1]
-    if len(_TARGETS) >= 200_000:
-        _TARGETS.clear()
-    static = (req.name, req.owner or "", req.team or "", req.target, int(req.gpu_count or 0))
-    _TARGETS[id(req)] = (req, static)
-    return static
+    return _kept(_STATICS, req, (req.name, req.owner or "", req.team or "", req.target, int(req.gpu_count or 0)))
 
 
 _ENTRIES: dict[int, tuple] = {}
-"""Per state object (by id, the object kept alongside so its id is not reused) what lane_snapshots
-reads of it on every tick: the object, its request, id, lane, the waiting row's static part (name,
-owner, team, target, GPUs) and its submission time in whole microseconds. `Ledger.states` hands
-out the same RequestState while its row is unchanged (a frozen object: what it gives never changes)."""
+"""Per state object what lane_snapshots reads of it on every tick: its request, id, lane, the
+waiting row's static part (name, owner, team, target, GPUs) and its submission time in whole
+microseconds. `Ledger.states` hands out the same RequestState while its row is unchanged (a frozen
+object: what it gives never changes)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
@@ -117,9 +125,8 @@ def _micros(dt: datetime) -> int:
 def _entry(s: RequestState) -> tuple:
     req = s.request
     name, owner, team, target, gpus = _static(req)
-    hit = (s, req, s.request_id, req.lane or "", name or s.request_id, owner, team, target, gpus, _micros(s.submitted_at))
-    _ENTRIES[id(s)] = hit
-    return hit
+    return _kept(_ENTRIES, s, (req, s.request_id, req.lane or "", name or s.request_id, owner, team, target, gpus,
+                               _micros(s.submitted_at)))
 
 
 def lane_snapshots(
@@ -158,16 +165,13 @@ def lane_snapshots(
     names: dict[str, JobRequest] = {}
     fromtimestamp = datetime.fromtimestamp
     etas: dict[float, datetime] = {}  # many waits share an estimated start (now, or one end of running work)
-    row_new, row_type = tuple.__new__, WaitingRow
+    row_new, row_type = tuple.__new__, WaitingRow  # a WaitingRow from one tuple, without its __new__
     now_us = _micros(now)
     entries = _ENTRIES
-    if len(entries) >= 200_000:
-        entries.clear()
     for s in states:
         hit = entries.get(id(s))
-        if hit is None or hit[0] is not s:
-            hit = _entry(s)
-        _s, req, rid, lane, name, owner, team, target, gpus, submitted_us = hit
+        req, rid, lane, name, owner, team, target, gpus, submitted_us = (
+            hit[1] if hit is not None and hit[0] is s else _entry(s))
         if rid in head_ids:
             names[rid] = req
         snap = snaps.get(lane)
