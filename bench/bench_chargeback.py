@@ -188,7 +188,10 @@ def run_ingest(gpus: int, days: int, threads: int) -> dict:
         rollup_dcgm_samples(con)
         seconds += time.perf_counter() - t0
         cpu += time.process_time() - c0
+        # untimed: keep the file's rows and empty the table, so that each timed rollup writes a
+        # new day beside nothing to delete, as the loader's rollup of a newly loaded day does
         con.execute("insert into period select * from raw_dcgm_hourly")
+        con.execute("delete from raw_dcgm_hourly")
     rows = con.execute("select count(*) from period").fetchall()[0][0]
     con.execute(f"copy period to '{hourly_file(gpus, days)}' (format parquet)")
     return {"seconds": seconds, "cpu_seconds": cpu, "scan_seconds": scan_s, "scan_cpu_seconds": scan_cpu,
