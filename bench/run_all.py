@@ -385,12 +385,16 @@ NOTES = """## Notes
   deletes nothing); they are copied out untimed. Issue 27 asks for this figure to be robust (a
   median of paired runs, seeding excluded), not for a bound; it is judged "near-linear" as the
   table's other growth figures are (under 1.25x the size ratio: < 10x for 8x), and reads 9.1x, not
-  strictly linear. Left: the production load (`stream_batches`) rolls up its staged DuckDB table,
-  which costs about twice the same rollup over the Parquet file (0.51 s against 0.27 s a 512-GPU
-  day, 4.2-4.4 s against 2.3 s at 4,096; not profiled further: the Parquet reader hands strings
-  over as dictionary vectors, a table scan as flat ones, which is the likely difference); rolling
-  up each parsed batch as it is staged (its labels still categorical) and merging the partial
-  bitmaps at the end is the next step there.
+  strictly linear. The production load (`stream_batches`, `load_dcgm_day`) rolls up its staged
+  DuckDB table, not Parquet; measured on one 512-GPU bench day loaded through it into a DuckDB
+  file (two DuckDB threads, CPU seconds, two runs each), the rollup's cost follows the order of its input:
+  split into 8 files of interleaved nodes, 0.49-0.55 s CPU (about twice the 0.29 s over the
+  Parquet file); split into 64 per-node files, as a per-node collector writes them, 0.30-0.32 s
+  (consecutive samples share a group). Rolling up from the just-written `raw_dcgm_samples` rows
+  instead (a large insert into a database file is written out compressed before the commit) gave
+  0.32-0.35 s and 0.33-0.39 s: faster on interleaved files, slower on per-node ones, so it was not
+  kept. The load itself (checks, staging, the insert) is ~94% of a day's load: 4.4-4.8 s CPU at
+  512 GPUs, 42 s at 4,096 in 16 files (22 s wall).
 - Simulator: every admission call runs the real engine (`admit_until_stable`) over the running
   work (folded per queue, flavor and priority where nothing shown may preempt it) and the shown
   waiting work; docs/simulator.md ("Performance") has the profile. What made a call cheap
@@ -416,6 +420,13 @@ NOTES = """## Notes
   The simulator is single-threaded, so its target is judged on the process's CPU time; on
   these 2 shared cores its wall time has ranged from 1x to 10x its CPU time with other load.
   The FIFO baselines do not use the engine (0.5-0.7 s per 100k jobs).
+  Host to host, this figure moves more than the others: the 2026-12-04 run's host was faster on
+  most rows (the 50k tick 1.77 -> 0.67 s, the admission cycle 0.048 -> 0.040 s) and slower on the
+  simulator (light mix 29.5 -> 33.8 s, strict baseline 20.1 -> 24.5 s). The code did not slow
+  down: on that host the commit of the 29.5 s run (a86879b) and the run's commit, alternated
+  three times, took 8.16-8.28 s and 8.15-8.33 s CPU for 25k jobs of the light mix. The profile
+  has no step over 8% of the run (`_add_admitted`, the bulk usage sum of each call's snapshot,
+  is the largest); a further cut needs the snapshot kept between calls.
 - Admission cycle: each run gets a new policy state (as each gate tick builds one), so the
   cached cohort tree is rebuilt every time. Of a 10k-pending cycle about half is the reasons,
   positions and estimated starts of the 10k waiting workloads (`pending_infos`): built without
