@@ -374,18 +374,16 @@ NOTES = """## Notes
   an hour's last half millisecond (microsecond history written straight to `raw_dcgm_samples`)
   indexed second 3,600 and failed the whole load; it now floors whole microseconds.
   Measured again on an idle host (2026-12-04, one thread, so parallel overhead is out of the
-  figure; `--child ingest`, two runs each): 0.54 s -> 4.73-4.93 s CPU for 2 days, 8.7-9.1x for 8x
+  figure; `--child ingest`, two runs each): 0.54 s -> 4.72-4.93 s CPU for 2 days, 8.7-9.1x for 8x
   the samples (+9-14% a sample at 4,096 GPUs); with the bench's two threads the CPU figure adds
-  the cost of merging the threads' tables, which grows with the groups (5.2-5.9 s, wall 2.8-3.1 s:
-  7.2x). Rolling up each hour of a day on its own (a table's row groups pruned by `ts`, ~5,000
+  DuckDB's parallel overhead, larger at 4,096 GPUs (5.2-5.9 s CPU, wall 2.8-3.1 s: 7.2x). Rolling up each hour of a day on its own (a table's row groups pruned by `ts`, ~5,000
   groups a query at 4,096 GPUs) was no faster (from a DuckDB table holding the day: 24 queries
   4.23-4.31 s against one 4.18-4.20 s), so the excess is not a cache cliff that a smaller hash
-  table would avoid. The timed
-  rollup no longer deletes the last file's rows (a bench artifact: the loader's rollup of a new day
-  deletes nothing); they are copied out untimed. Issue 27 asks for this figure to be robust (a
+  table would avoid. The timed rollup no longer deletes the last file's rows (a bench artifact:
+  the loader's rollup of a new day deletes nothing); they are copied out untimed. Issue 27 asks for this figure to be robust (a
   median of paired runs, seeding excluded), not for a bound; it is judged "near-linear" as the
-  table's other growth figures are (under 1.25x the size ratio: < 10x for 8x), and reads 9.1x, not
-  strictly linear. The production load (`stream_batches`, `load_dcgm_day`) rolls up its staged
+  table's other growth figures are (under 1.25x the size ratio: < 10x for 8x), and reads 8.8-9.1x
+  (this run 8.81x), not strictly linear. The production load (`stream_batches`, `load_dcgm_day`) rolls up its staged
   DuckDB table, not Parquet; measured on one 512-GPU bench day loaded through it into a DuckDB
   file (two DuckDB threads, CPU seconds, two runs each), the rollup's cost follows the order of its input:
   split into 8 files of interleaved nodes, 0.49-0.55 s CPU (about twice the 0.29 s over the
@@ -393,7 +391,7 @@ NOTES = """## Notes
   (consecutive samples share a group). Rolling up from the just-written `raw_dcgm_samples` rows
   instead (a large insert into a database file is written out compressed before the commit) gave
   0.32-0.35 s and 0.33-0.39 s: faster on interleaved files, slower on per-node ones, so it was not
-  kept. The load itself (checks, staging, the insert) is ~94% of a day's load: 4.4-4.8 s CPU at
+  kept. The load itself (checks, staging, the insert) is ~90% of a day's load: 4.4-4.8 s CPU at
   512 GPUs, 42 s at 4,096 in 16 files (22 s wall).
 - Simulator: every admission call runs the real engine (`admit_until_stable`) over the running
   work (folded per queue, flavor and priority where nothing shown may preempt it) and the shown
