@@ -373,26 +373,29 @@ NOTES = """## Notes
   not kept. Also fixed: the bitmap's second came from `epoch_ms`, which rounds, so a sample in
   an hour's last half millisecond (microsecond history written straight to `raw_dcgm_samples`)
   indexed second 3,600 and failed the whole load; it now floors whole microseconds.
-  Measured again on an idle host (2026-12-04, one thread, so parallel overhead is out of the
-  figure; `--child ingest`, two runs each): 0.54 s -> 4.72-4.93 s CPU for 2 days, 8.7-9.1x for 8x
+  Measured again on an idle host (2026-12-04, load average under 1 before each command; one
+  thread, so parallel overhead is out of the figure; `bench/bench_chargeback.py --child ingest
+  --days 2 --gpus G --threads 1`, two runs each, wall equal to CPU): 0.54 s -> 4.72-4.93 s CPU for 2 days, 8.7-9.1x for 8x
   the samples (+9-14% a sample at 4,096 GPUs); with the bench's two threads the CPU figure adds
   DuckDB's parallel overhead, larger at 4,096 GPUs (5.2-5.9 s CPU, wall 2.8-3.1 s: 7.2x). Rolling up each hour of a day on its own (a table's row groups pruned by `ts`, ~5,000
-  groups a query at 4,096 GPUs) was no faster (from a DuckDB table holding the day: 24 queries
-  4.23-4.31 s against one 4.18-4.20 s), so the excess is not a cache cliff that a smaller hash
+  groups a query at 4,096 GPUs) was no faster (`bench/probe_dcgm_rollup.py hourly --gpus 4096`:
+  from a DuckDB table holding the day, 24 queries 4.47-4.57 s CPU against one 4.33-4.57 s, wall
+  the same), so the excess is not a cache cliff that a smaller hash
   table would avoid. The timed rollup no longer deletes the last file's rows (a bench artifact:
   the loader's rollup of a new day deletes nothing); they are copied out untimed. Issue 27 asks for this figure to be robust (a
   median of paired runs, seeding excluded), not for a bound; it is judged "near-linear" as the
   table's other growth figures are (under 1.25x the size ratio: < 10x for 8x), and reads 8.8-9.1x
   (this run 8.81x), not strictly linear. The production load (`stream_batches`, `load_dcgm_day`) rolls up its staged
-  DuckDB table, not Parquet; measured on one 512-GPU bench day loaded through it into a DuckDB
-  file (two DuckDB threads, CPU seconds, two runs each), the rollup's cost follows the order of its input:
-  split into 8 files of interleaved nodes, 0.49-0.55 s CPU (about twice the 0.29 s over the
-  Parquet file); split into 64 per-node files, as a per-node collector writes them, 0.30-0.32 s
-  (consecutive samples share a group). Rolling up from the just-written `raw_dcgm_samples` rows
-  instead (a large insert into a database file is written out compressed before the commit) gave
-  0.32-0.35 s and 0.33-0.39 s: faster on interleaved files, slower on per-node ones, so it was not
-  kept. The load itself (checks, staging, the insert) is ~90% of a day's load: 4.4-4.8 s CPU at
-  512 GPUs, 42 s at 4,096 in 16 files (22 s wall).
+  DuckDB table, not Parquet; `bench/probe_dcgm_rollup.py load --gpus 512 --files N --threads 2`
+  loads one bench day that way into a DuckDB file (two runs each, load average 0.5-1.1): the
+  rollup's cost follows the order of its input. Split into 8 files of interleaved nodes it took
+  0.49-0.51 s CPU (0.26-0.27 s wall), against 0.29 s CPU for the same rollup over the Parquet
+  file (`--child ingest --days 2 --gpus 512 --threads 2`: 0.57-0.60 s for the 2 days); split into 64 per-node files, as a per-node collector writes them, 0.33-0.34 s CPU
+  (0.18-0.19 s wall: consecutive samples share a group). Rolling up from the just-written
+  `raw_dcgm_samples` rows instead was tried (faster on interleaved files, slower on per-node
+  ones) and not kept. The load itself (checks, staging, the insert) is 86-90% of a day's load:
+  4.6-4.8 s CPU (2.7-2.8 s wall) at 512 GPUs in 8 files, 8.8-8.9 s (7.4-7.5 s) in 64 files, and
+  47.6 s CPU (25.1 s wall) at 4,096 GPUs in 16 files (one run).
 - Simulator: every admission call runs the real engine (`admit_until_stable`) over the running
   work (folded per queue, flavor and priority where nothing shown may preempt it) and the shown
   waiting work; docs/simulator.md ("Performance") has the profile. What made a call cheap
@@ -421,8 +424,11 @@ NOTES = """## Notes
   Host to host, this figure moves more than the others: the 2026-12-04 run's host was faster on
   most rows (the 50k tick 1.77 -> 0.67 s, the admission cycle 0.048 -> 0.040 s) and slower on the
   simulator (light mix 29.5 -> 33.8 s, strict baseline 20.1 -> 24.5 s). The code did not slow
-  down: on that host the commit of the 29.5 s run (a86879b) and the run's commit, alternated
-  three times, took 8.16-8.28 s and 8.15-8.33 s CPU for 25k jobs of the light mix. The profile
+  down: on that host the commit of the 29.5 s run (a86879b, in a worktree, run with
+  `PYTHONPATH=<worktree> .venv/bin/python bench/bench_simulate.py --sizes 25000 --baselines-at 0
+  --preempting-at 0 --nodes-at 0 --kueue-cohorts ''`) and the run's commit, alternated three
+  times (load average 1.2-1.7, this command's own), took 8.30-8.41 s and 8.31-8.82 s CPU, wall
+  the same, for 25k jobs of the light mix. The profile
   has no step over 8% of the run (`_add_admitted`, the bulk usage sum of each call's snapshot,
   is the largest); a further cut needs the snapshot kept between calls.
 - Admission cycle: each run gets a new policy state (as each gate tick builds one), so the
