@@ -353,84 +353,83 @@ NOTES = """## Notes
   reports the memory of the process that generated the data). The 2 cores are shared with other
   jobs: single runs move by 2-3x, so every figure is a median, and the floor is measured in the
   same invocation, alternating with the rebuild, so the ratio is fair.
-- Chargeback ingestion (issue 27): the hourly rollup the loader writes (`raw_dcgm_hourly`) is
-  timed one day file at a time, alternating file by file with its floor in the same process (the
-  scan: `max()` of every column the rollup reads, through the same view), each run a fresh
-  process; peak RSS is that process's. In production `load_dcgm_day` streams a day file by file
+- Chargeback ingestion (issue 27): the hourly rollup the loader writes (`raw_dcgm_hourly`) is timed
+  one day file at a time, alternating file by file with its floor in the same process (the scan:
+  `max()` of every column the rollup reads, through the same view), each run a fresh process; peak
+  RSS is that process's. In production `load_dcgm_day` streams a day file by file
   (`stream_batches`): each file is parsed, checked and staged before the next is read, and one
   transaction replaces the day and rolls up the staged samples, so a day's memory is one file's
   batch plus DuckDB's buffers. The growth figure pairs each 4,096-GPU run with a 512-GPU run in the
   same invocation (`--growth-from 512`), so load drift falls on both; data generation, view setup
-  and seeding are never timed.
-  Five pairs since issue 27's last stop (three gave 7.6x, 9.0x and 9.9x in three `make bench`
-  runs). Why the rollup grows faster than the scan (measured on the bench's day files, median of
-  3, load average 1-2): a plain DuckDB `GROUP BY` of the same keys with only `count(*)` grows
-  8.4-8.8x from 512 to 4,096 GPUs (12,288 -> 98,304 groups a day file, timestamp-ordered samples
-  touch every group of the hour in turn), `GROUP BY hour, hostname, gpu` alone 9.0x: the hash
-  table outgrows the caches; the 450-byte seconds bitmap per group adds ~1x on top. Rolling up
-  slices of 1M samples (the same groups per slice at either size) and merging the slices' bitmaps
-  with `bit_or` cut the 4,096-GPU rollup from a table ~17% but not its growth (9.8x), so it was
-  not kept. Also fixed: the bitmap's second came from `epoch_ms`, which rounds, so a sample in
-  an hour's last half millisecond (microsecond history written straight to `raw_dcgm_samples`)
-  indexed second 3,600 and failed the whole load; it now floors whole microseconds.
-  Measured again on an idle host (2026-12-04, load average under 1 before each command; one
-  thread, so parallel overhead is out of the figure; `bench/bench_chargeback.py --child ingest
-  --days 2 --gpus G --threads 1`, two runs each, wall equal to CPU): 0.54 s -> 4.72-4.93 s CPU for 2 days, 8.7-9.1x for 8x
-  the samples (+9-14% a sample at 4,096 GPUs); with the bench's two threads the CPU figure adds
-  DuckDB's parallel overhead, larger at 4,096 GPUs (5.2-5.9 s CPU, wall 2.8-3.1 s: 7.2x). Rolling up each hour of a day on its own (a table's row groups pruned by `ts`, ~5,000
-  groups a query at 4,096 GPUs) was no faster (`bench/probe_dcgm_rollup.py hourly --gpus 4096`:
-  from a DuckDB table holding the day, 24 queries 4.47-4.57 s CPU against one 4.33-4.57 s, wall
-  the same), so the excess is not a cache cliff that a smaller hash
-  table would avoid. The timed rollup no longer deletes the last file's rows (a bench artifact:
-  the loader's rollup of a new day deletes nothing); they are copied out untimed. Issue 27 asks for this figure to be robust (a
-  median of paired runs, seeding excluded), not for a bound; it is judged "near-linear" as the
+  and seeding are never timed. Five pairs since issue 27's last stop (three gave 7.6x, 9.0x and 9.9x
+  in three `make bench` runs). Why the rollup grows faster than the scan (measured on the bench's
+  day files, median of 3, load average 1-2): a plain DuckDB `GROUP BY` of the same keys with only
+  `count(*)` grows 8.4-8.8x from 512 to 4,096 GPUs (12,288 -> 98,304 groups a day file,
+  timestamp-ordered samples touch every group of the hour in turn), `GROUP BY hour, hostname, gpu`
+  alone 9.0x: the hash table outgrows the caches; the 450-byte seconds bitmap per group adds ~1x on
+  top. Rolling up slices of 1M samples (the same groups per slice at either size) and merging the
+  slices' bitmaps with `bit_or` cut the 4,096-GPU rollup from a table ~17% but not its growth
+  (9.8x), so it was not kept. Also fixed: the bitmap's second came from `epoch_ms`, which rounds, so
+  a sample in an hour's last half millisecond (microsecond history written straight to
+  `raw_dcgm_samples`) indexed second 3,600 and failed the whole load; it now floors whole
+  microseconds. Measured again on an idle host (2026-12-04, load average under 1 before each
+  command; one thread, so parallel overhead is out of the figure; `bench/bench_chargeback.py --child
+  ingest --days 2 --gpus G --threads 1`, two runs each, wall equal to CPU): 0.54 s -> 4.72-4.93 s
+  CPU for 2 days, 8.7-9.1x for 8x the samples (+9-14% a sample at 4,096 GPUs); with the bench's two
+  threads the CPU figure adds DuckDB's parallel overhead, larger at 4,096 GPUs (5.2-5.9 s CPU, wall
+  2.8-3.1 s: 7.2x). Rolling up each hour of a day on its own (a table's row groups pruned by `ts`,
+  ~5,000 groups a query at 4,096 GPUs) was no faster (`bench/probe_dcgm_rollup.py hourly --gpus
+  4096`: from a DuckDB table holding the day, 24 queries 4.47-4.57 s CPU against one 4.33-4.57 s,
+  wall the same), so the excess is not a cache cliff that a smaller hash table would avoid. The
+  timed rollup no longer deletes the last file's rows (a bench artifact: the loader's rollup of a
+  new day deletes nothing); they are copied out untimed. Issue 27 asks for this figure to be robust
+  (a median of paired runs, seeding excluded), not for a bound; it is judged "near-linear" as the
   table's other growth figures are (under 1.25x the size ratio: < 10x for 8x), and reads 8.8-9.1x
-  (this run 8.81x), not strictly linear. The production load (`stream_batches`, `load_dcgm_day`) rolls up its staged
-  DuckDB table, not Parquet; `bench/probe_dcgm_rollup.py load --gpus 512 --files N --threads 2`
-  loads one bench day that way into a DuckDB file (two runs each, load average 0.5-1.1): the
-  rollup's cost follows the order of its input. Split into 8 files of interleaved nodes it took
-  0.49-0.51 s CPU (0.26-0.27 s wall), against 0.29 s CPU for the same rollup over the Parquet
-  file (`--child ingest --days 2 --gpus 512 --threads 2`: 0.57-0.60 s for the 2 days); split into 64 per-node files, as a per-node collector writes them, 0.33-0.34 s CPU
-  (0.18-0.19 s wall: consecutive samples share a group). Rolling up from the just-written
-  `raw_dcgm_samples` rows instead was tried (faster on interleaved files, slower on per-node
-  ones) and not kept. The load itself (checks, staging, the insert) is 86-90% of a day's load:
-  4.6-4.8 s CPU (2.7-2.8 s wall) at 512 GPUs in 8 files, 8.8-8.9 s (7.4-7.5 s) in 64 files, and
-  47.6 s CPU (25.1 s wall) at 4,096 GPUs in 16 files (one run).
-- Simulator: every admission call runs the real engine (`admit_until_stable`) over the running
-  work (folded per queue, flavor and priority where nothing shown may preempt it) and the shown
-  waiting work; docs/simulator.md ("Performance") has the profile. What made a call cheap
-  (issue 21, part 6; results bit-identical before and after, checked on both mixes): the cohort
-  tree with its quotas, subtree quotas, local quotas and lendable amounts is built once per
-  policy state and copied per call (was 44% of a call); admitted usage is added per queue in
-  bulk (what a node passes to its parent, max(0, usage - local quota), telescopes, so the sum
-  is exact); the trace's objects are frozen out of the cyclic GC and each call's snapshot is
-  freed by reference counting (full collections had walked all 100k jobs every ~100 calls);
-  folded running groups are reused while unchanged; victim walks stop at the preemptor's
-  priority under `LowerPriority`. A second round (results bit-identical; per-job outcomes compared
-  on 12.5k jobs of both mixes and pinned in tests/simulate/test_outcome_pinned.py) cut the per-call
-  fixed costs: simulator calls build no estimated starts (`admit_until_stable(estimates=False)`;
-  `pending_infos` had been 8% of the run), released snapshots' nodes are emptied and reused, static
-  quota answers (potential, spot rule, cohort heights) memoized per policy skeleton, the quota
-  arithmetic and `evolve` written without helper and min/max calls. Before/after, min of 3
-  interleaved runs of 25k jobs under shared load: light 10.73 -> 8.34 s CPU (-22%), preempting
-  9.77 -> 7.72 s (-21%); 3k jobs, callgrind instructions less start-up: light 5.57 G -> 4.21 G, preempting
-  5.92 G -> 4.53 G.
-  The light mix is the ElasticFlow map (training lanes only),
-  the preempting mix the fleet map (incident and release shares reclaiming borrowed GPUs):
-  that is the realistic input for the target, since reclaim is what the shipped policy does.
-  The simulator is single-threaded, so its target is judged on the process's CPU time; on
-  these 2 shared cores its wall time has ranged from 1x to 10x its CPU time with other load.
-  The FIFO baselines do not use the engine (0.5-0.7 s per 100k jobs).
-  Host to host, this figure moves more than the others: the 2026-12-04 run's host was faster on
-  most rows (the 50k tick 1.77 -> 0.67 s, the admission cycle 0.048 -> 0.040 s) and slower on the
-  simulator (light mix 29.5 -> 33.8 s, strict baseline 20.1 -> 24.5 s). The code did not slow
-  down: on that host the commit of the 29.5 s run (a86879b, in a worktree, run with
-  `PYTHONPATH=<worktree> .venv/bin/python bench/bench_simulate.py --sizes 25000 --baselines-at 0
-  --preempting-at 0 --nodes-at 0 --kueue-cohorts ''`) and the run's commit, alternated three
-  times (load average 1.2-1.7, this command's own), took 8.30-8.41 s and 8.31-8.82 s CPU, wall
-  the same, for 25k jobs of the light mix. The profile
-  has no step over 8% of the run (`_add_admitted`, the bulk usage sum of each call's snapshot,
-  is the largest); a further cut needs the snapshot kept between calls.
+  (this run 8.81x), not strictly linear. The production load (`stream_batches`, `load_dcgm_day`)
+  rolls up its staged DuckDB table, not Parquet; `bench/probe_dcgm_rollup.py load --gpus 512 --files
+  N --threads 2` loads one bench day that way into a DuckDB file (two runs each, load average
+  0.5-1.1): the rollup's cost follows the order of its input. Split into 8 files of interleaved
+  nodes it took 0.49-0.51 s CPU (0.26-0.27 s wall), against 0.29 s CPU for the same rollup over the
+  Parquet file (`--child ingest --days 2 --gpus 512 --threads 2`: 0.57-0.60 s for the 2 days); split
+  into 64 per-node files, as a per-node collector writes them, 0.33-0.34 s CPU (0.18-0.19 s wall:
+  consecutive samples share a group). Rolling up from the just-written `raw_dcgm_samples` rows
+  instead was tried (faster on interleaved files, slower on per-node ones) and not kept. The load
+  itself (checks, staging, the insert) is 86-90% of a day's load: 4.6-4.8 s CPU (2.7-2.8 s wall) at
+  512 GPUs in 8 files, 8.8-8.9 s (7.4-7.5 s) in 64 files, and 47.6 s CPU (25.1 s wall) at 4,096 GPUs
+  in 16 files (one run).
+- Simulator: every admission call runs the real engine (`admit_until_stable`) over the running work
+  (folded per queue, flavor and priority where nothing shown may preempt it) and the shown waiting
+  work; docs/simulator.md ("Performance") has the profile. What made a call cheap (issue 21, part 6;
+  results bit-identical before and after, checked on both mixes): the cohort tree with its quotas,
+  subtree quotas, local quotas and lendable amounts is built once per policy state and copied per
+  call (was 44% of a call); admitted usage is added per queue in bulk (what a node passes to its
+  parent, max(0, usage - local quota), telescopes, so the sum is exact); the trace's objects are
+  frozen out of the cyclic GC and each call's snapshot is freed by reference counting (full
+  collections had walked all 100k jobs every ~100 calls); folded running groups are reused while
+  unchanged; victim walks stop at the preemptor's priority under `LowerPriority`. A second round
+  (results bit-identical; per-job outcomes compared on 12.5k jobs of both mixes and pinned in
+  tests/simulate/test_outcome_pinned.py) cut the per-call fixed costs: simulator calls build no
+  estimated starts (`admit_until_stable(estimates=False)`; `pending_infos` had been 8% of the run),
+  released snapshots' nodes are emptied and reused, static quota answers (potential, spot rule,
+  cohort heights) memoized per policy skeleton, the quota arithmetic and `evolve` written without
+  helper and min/max calls. Before/after, min of 3 interleaved runs of 25k jobs under shared load:
+  light 10.73 -> 8.34 s CPU (-22%), preempting 9.77 -> 7.72 s (-21%); 3k jobs, callgrind
+  instructions less start-up: light 5.57 G -> 4.21 G, preempting 5.92 G -> 4.53 G. The light mix is
+  the ElasticFlow map (training lanes only), the preempting mix the fleet map (incident and release
+  shares reclaiming borrowed GPUs): that is the realistic input for the target, since reclaim is
+  what the shipped policy does. The simulator is single-threaded, so its target is judged on the
+  process's CPU time; on these 2 shared cores its wall time has ranged from 1x to 10x its CPU time
+  with other load. The FIFO baselines do not use the engine (0.5-0.7 s per 100k jobs). Host to host,
+  this figure moves more than the others: the 2026-12-04 run's host was faster on most rows (the 50k
+  tick 1.77 -> 0.67 s, the admission cycle 0.048 -> 0.040 s) and slower on the simulator (light mix
+  29.5 -> 33.8 s, strict baseline 20.1 -> 24.5 s). The code did not slow down: on that host the
+  commit of the 29.5 s run (a86879b, in a worktree, run with `PYTHONPATH=<worktree> .venv/bin/python
+  bench/bench_simulate.py --sizes 25000 --baselines-at 0 --preempting-at 0 --nodes-at 0
+  --kueue-cohorts ''`) and the run's commit, alternated three times (load average 1.2-1.7, this
+  command's own), took 8.30-8.41 s and 8.31-8.82 s CPU, wall the same, for 25k jobs of the light
+  mix. Its profile (`.venv/bin/python -m cProfile -s tottime bench/bench_simulate.py` with the same
+  arguments) has no step over 8% of the run (`_add_admitted`, the bulk usage sum of each call's
+  snapshot, is the largest); a further cut needs the snapshot kept between calls.
 - Admission cycle: each run gets a new policy state (as each gate tick builds one), so the
   cached cohort tree is rebuilt every time. Of a 10k-pending cycle about half is the reasons,
   positions and estimated starts of the 10k waiting workloads (`pending_infos`): built without
