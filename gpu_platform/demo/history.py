@@ -41,12 +41,14 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from gpu_platform.admission.policy_view import nodes_for
 from gpu_platform.cluster.jobs import (
     LABEL_GPU_PRODUCT,
     LABEL_LANE,
@@ -82,7 +84,7 @@ from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import Ledger, events_table, requests_table
 from gpu_platform.requests.model import JobRequest, validate_request_file
 from gpu_platform.simulate.des import JobRun, _Sim
-from gpu_platform.simulate.scenarios import policy_scenario
+from gpu_platform.simulate.scenarios import policy_node_gpus, policy_scenario, with_nodes
 from gpu_platform.simulate.trace import TraceJob
 
 # the fleet ------------------------------------------------------------------------------------
@@ -98,6 +100,10 @@ class FleetType:
     hourly: tuple[str, str, str]
     """(ListCost, BilledCost = EffectiveCost, PricingCategory) per hour, USD."""
     zone: str
+    gpus: int = 8
+    """GPUs of one instance of this type."""
+    vcpus: int = 192
+    memory_mib: int = 2097152
 
     @property
     def memory_gib(self) -> float:
@@ -105,15 +111,32 @@ class FleetType:
         return 80.0 if "80GB" in self.model_name else 40.0 if "40GB" in self.model_name else 24.0
 
 
-FLEET_TYPES = {
-    "h100-ondemand": FleetType("h100-ondemand", "p5.48xlarge", "NVIDIA H100 80GB HBM3", True,
-                               ("98.32", "63.908", "Committed"), "us-west-2a"),
-    "l4-inference": FleetType("l4-inference", "g6.48xlarge", "NVIDIA L4", False,
-                              ("13.3504", "13.3504", "Standard"), "us-west-2b"),
-    "a100-spot": FleetType("a100-spot", "p4d.24xlarge", "NVIDIA A100-SXM4-40GB", True,
-                           ("32.7726", "9.8318", "Dynamic"), "us-west-2c"),
+INSTANCE_TYPES: dict[str, tuple[FleetType, ...]] = {
+    "h100-ondemand": (FleetType("h100-ondemand", "p5.48xlarge", "NVIDIA H100 80GB HBM3", True,
+                                ("98.32", "63.908", "Committed"), "us-west-2a", 8, 192, 2097152),),
+    "l4-inference": (FleetType("l4-inference", "g6.12xlarge", "NVIDIA L4", False,
+                               ("4.6016", "4.6016", "Standard"), "us-west-2b", 4, 48, 196608),
+                     FleetType("l4-inference", "g6.48xlarge", "NVIDIA L4", False,
+                               ("13.3504", "13.3504", "Standard"), "us-west-2b", 8, 192, 786432)),
+    "a100-spot": (FleetType("a100-spot", "p4d.24xlarge", "NVIDIA A100-SXM4-40GB", True,
+                            ("32.7726", "9.8318", "Dynamic"), "us-west-2c", 8, 96, 1179648),),
 }
-GPUS_PER_NODE = 8
+"""The instance types behind each demo flavor, by GPUs per instance (on-demand list prices)."""
+FLEET_TYPES = {flavor: types[-1] for flavor, types in INSTANCE_TYPES.items()}
+"""The largest instance type of each flavor."""
+
+
+def instance_type(flavor: str, gpus: int) -> FleetType:
+    """The instance type of `flavor` with `gpus` GPUs; for a node size no type offers (a policy
+    with other node shapes), the flavor's largest type with its hourly prices prorated by GPU."""
+    types = INSTANCE_TYPES[flavor]
+    for t in types:
+        if t.gpus == gpus:
+            return t
+    big = types[-1]
+    k = Decimal(gpus) / Decimal(big.gpus)
+    hourly = (str(Decimal(big.hourly[0]) * k), str(Decimal(big.hourly[1]) * k), big.hourly[2])
+    return replace(big, hourly=hourly, gpus=gpus)
 
 
 @dataclass(frozen=True)
@@ -125,6 +148,12 @@ class FleetNode:
     node_pool: str
     """The flavor's node pool (`training`, `inference`, `spot`): what the node's
     `gpu-platform.io/node-pool` label says, as on a real cluster (never the flavor's name)."""
+    engine_name: str = ""
+    """The admission engine's name for this node (`<flavor>/node-<i>`, `nodes_for`)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.kind.gpus
 
     @property
     def provider_id(self) -> str:
@@ -132,18 +161,20 @@ class FleetNode:
 
 
 def fleet(policy: Policy) -> list[FleetNode]:
-    """The nodes behind the policy's exclusive flavors (see the module doc)."""
+    """The nodes of the policy's node shapes (`nodes_for`: what the gate's node model places work
+    on) for the flavors the demo has instance types for; fractional flavors have none."""
     nodes = []
-    for n_flavor, flavor in enumerate(policy.flavors):
-        kind = FLEET_TYPES.get(flavor.name)
-        if kind is None:
+    flavor_index = {f.name: i for i, f in enumerate(policy.flavors)}
+    pool = {f.name: f.node_pool for f in policy.flavors}
+    for spec in nodes_for(policy):
+        if spec.flavor not in INSTANCE_TYPES:
             continue
-        gpus = int(flavor.capacity.get("nvidia.com/gpu", 0))
-        for i in range(gpus // GPUS_PER_NODE):
-            octet = 16 * (n_flavor + 1) + i
-            name = f"ip-10-0-{octet}-{40 + i}.us-west-2.compute.internal"
-            instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
-            nodes.append(FleetNode(name, flavor.name, instance, kind, flavor.node_pool))
+        i = int(spec.name.rsplit("-", 1)[1])
+        octet = 16 * (flavor_index[spec.flavor] + 1) + i
+        name = f"ip-10-0-{octet}-{40 + i}.us-west-2.compute.internal"
+        instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
+        kind = instance_type(spec.flavor, int(spec.gpus))
+        nodes.append(FleetNode(name, spec.flavor, instance, kind, pool[spec.flavor], spec.name))
     return nodes
 
 
@@ -220,8 +251,10 @@ class Segment:
     end: float
     flavor: str
     outcome: str  # finished | failed | preempted | oom
+    nodes: dict[str, int] = field(default_factory=dict)
+    """The engine's placement: its node name (`<flavor>/node-<i>`) -> GPUs, one pod per node."""
     placement: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
-    """(node, GPU indices) per pod."""
+    """(fleet node, GPU indices) per pod, from `nodes`."""
 
 
 @dataclass
@@ -287,7 +320,8 @@ class _Recording(_Sim):
 
     def _start(self, r, flavor, now, placement=None):  # type: ignore[no-untyped-def]
         super()._start(r, flavor, now, placement)
-        self.segments.setdefault(r.job.job_id, []).append([now, None, flavor, "finished"])
+        nodes = {n: int(round(g)) for n, g in (placement or {}).items() if g > 0}
+        self.segments.setdefault(r.job.job_id, []).append([now, None, flavor, "finished", nodes])
 
     def _evict(self, r, now):  # type: ignore[no-untyped-def]
         requeue = super()._evict(r, now)
@@ -471,47 +505,45 @@ def add_chains(policy: Policy, days: list[date], rng: np.random.Generator, base:
 
 
 def _place(nodes: list[FleetNode], runs: list[tuple[str, Segment, int]]) -> None:
-    """Give every segment GPUs on nodes of its flavor: best fit on one node, else spread."""
-    free: dict[str, list[int]] = {n.name: list(range(GPUS_PER_NODE)) for n in nodes}
-    by_flavor: dict[str, list[str]] = {}
-    for n in nodes:
-        by_flavor.setdefault(n.flavor, []).append(n.name)
+    """Give every segment the GPU indices of the nodes the engine placed it on (`Segment.nodes`).
+
+    The engine never holds more GPUs of a node than it has, and every segment lies within the
+    engine's run (failures, OOM kills and the end of the history only shorten or split it), so
+    indices are always free; a segment the engine did not place is a bug, not a busy day."""
+    by_engine = {n.engine_name: n for n in nodes}
+    free: dict[str, list[int]] = {n.name: list(range(n.gpus)) for n in nodes}
     events: list[tuple[float, int, int]] = []
     for i, (_rid, seg, _gpus) in enumerate(runs):
         events.append((seg.start, 1, i))
         events.append((seg.end, 0, i))
     for _t, kind, i in sorted(events):
-        _rid, seg, gpus = runs[i]
+        rid, seg, gpus = runs[i]
         if kind == 0:
             for node, idx in seg.placement:
                 free[node].extend(idx)
                 free[node].sort()
             continue
-        names = by_flavor.get(seg.flavor, [])
-        fits = [n for n in names if len(free[n]) >= gpus]
-        if fits:
-            node = min(fits, key=lambda n: (len(free[n]), n))
-            take, free[node] = free[node][:gpus], free[node][gpus:]
-            seg.placement = [(node, tuple(take))]
-            continue
-        left = gpus
-        for node in sorted(names, key=lambda n: -len(free[n])):
-            if left <= 0:
-                break
-            k = min(left, len(free[node]))
-            if k:
-                take, free[node] = free[node][:k], free[node][k:]
-                seg.placement.append((node, tuple(take)))
-                left -= k
-        if left > 0:
-            raise RuntimeError(f"history placement: {gpus} GPUs of {seg.flavor} not free at {_at(seg.start)}")
+        if sum(seg.nodes.values()) != gpus or any(n not in by_engine for n in seg.nodes):
+            raise AssertionError(f"history: {rid} attempt {seg.attempt} was admitted without a placement "
+                                 f"for its {gpus} GPUs on the fleet ({seg.nodes})")
+        seg.placement = []
+        for engine_name, k in sorted(seg.nodes.items()):
+            node = by_engine[engine_name].name
+            if len(free[node]) < k:
+                raise AssertionError(f"history: {rid} attempt {seg.attempt}: {k} GPUs of {node} not free at "
+                                     f"{_at(seg.start)} although the engine placed it there")
+            take, free[node] = free[node][:k], free[node][k:]
+            seg.placement.append((node, tuple(take)))
 
 
 def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable[[str], None] | None = None) -> History:
     """Draw, simulate and place the history of `days` (see the module doc)."""
     draw = draw_jobs(policy, days, seed)
     requests, faults = draw.requests, draw.faults
-    scenario = policy_scenario(policy)
+    # the node model the gate uses on a cluster: every admitted job is placed on a node by the
+    # engine, so a history that admits a job it cannot place is impossible by construction
+    shapes = {f: g for f, g in policy_node_gpus(policy).items() if f in INSTANCE_TYPES}
+    scenario = with_nodes(policy_scenario(policy), shapes)
     sim = _Recording(scenario, draw.jobs, 15.0, 1800.0, 16, 1, True, True,
                      after={rid: [p.request_id for p in ps] for rid, ps in draw.parents.items()})
     sim.run()
@@ -524,15 +556,18 @@ def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable
     for r in sim.runs:
         req = requests[r.job.job_id]
         segs = []
-        for start, end, flavor, outcome in sim.segments.get(r.job.job_id, []):
+        for start, end, flavor, outcome, held in sim.segments.get(r.job.job_id, []):
             if start >= end_of_history - 600:
                 break
+            if end is not None and end <= start:
+                # admitted and preempted by a later engine call at the same instant: no pod ran
+                continue
             if end is None or end > end_of_history - 60:
                 # the history ends at midnight with nothing running: a run that would cross it
                 # ends (finished) a minute before, so no history request is live in the demo
-                segs.append(Segment(len(segs) + 1, start, end_of_history - 60, flavor, "finished"))
+                segs.append(Segment(len(segs) + 1, start, end_of_history - 60, flavor, "finished", held))
                 break
-            segs.append(Segment(len(segs) + 1, start, end, flavor, outcome))
+            segs.append(Segment(len(segs) + 1, start, end, flavor, outcome, held))
         if segs and segs[-1].outcome == "preempted":
             segs[-1].outcome = "finished"  # its resumption falls after the history: end it there
         if not segs:
@@ -548,7 +583,7 @@ def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable
             first = segs[0]
             oom_at = first.start + min(first.end - first.start - 60, float(rng.uniform(300, 1500)))
             if oom_at > first.start + 60:
-                retry = Segment(2, oom_at + 30, first.end, first.flavor, first.outcome)
+                retry = Segment(2, oom_at + 30, first.end, first.flavor, first.outcome, dict(first.nodes))
                 first.end, first.outcome = oom_at, "oom"
                 segs = [first, retry] + [replace(s, attempt=s.attempt + 1) for s in segs[1:]]
         waited = segs[0].start - r.job.submit_ts
@@ -703,11 +738,12 @@ def nodes_doc(history: History, day: date) -> dict[str, Any]:
                   "node.kubernetes.io/instance-type": n.kind.instance_type,
                   "topology.kubernetes.io/zone": n.kind.zone, LABEL_GPU_PRODUCT: _product(n),
                   LABEL_NODE_POOL: n.node_pool, "eks.amazonaws.com/nodegroup": n.flavor,
-                  "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(GPUS_PER_NODE)}
+                  "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(n.gpus)}
         taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
         if n.flavor == "a100-spot":
             taints.append({"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"})
-        capacity = {"cpu": "192", "memory": "2097152Mi", "pods": "110", "nvidia.com/gpu": str(GPUS_PER_NODE)}
+        capacity = {"cpu": str(n.kind.vcpus), "memory": f"{n.kind.memory_mib}Mi", "pods": "110",
+                    "nvidia.com/gpu": str(n.gpus)}
         items.append({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": n.name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, n.name)), "labels": labels,
@@ -757,9 +793,9 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
     """Every 15 s sample of one node-day (the `raw_dcgm_samples` history schema)."""
     d0 = _epoch(day)
     steps = 86400 // STEP_S
-    busy = np.zeros((steps, GPUS_PER_NODE))
-    holder = np.full((steps, GPUS_PER_NODE), -1, dtype=np.int32)
-    memory = np.zeros((steps, GPUS_PER_NODE))
+    busy = np.zeros((steps, node.gpus))
+    holder = np.full((steps, node.gpus), -1, dtype=np.int32)
+    memory = np.zeros((steps, node.gpus))
     names: list[tuple[str, str]] = []
     for job, seg, k, n, gpus in _pods_of_day(history, day):
         if n != node.name:
@@ -782,22 +818,22 @@ def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng
     ts0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
     ts = pl.datetime_range(ts0, ts0 + timedelta(seconds=STEP_S * (steps - 1)), f"{STEP_S}s", eager=True,
                            time_zone="UTC").cast(pl.Datetime("ms", "UTC"))
-    gpu = pl.Series(np.tile(np.arange(GPUS_PER_NODE, dtype=np.int32), steps))
+    gpu = pl.Series(np.tile(np.arange(node.gpus, dtype=np.int32), steps))
     metric = ENGINE if node.kind.profiling else UTIL
     value = busy.ravel() if node.kind.profiling else np.clip(np.round(busy.ravel() * 100 + 8 * (busy.ravel() > 0)), 0, 100)
     mem_steps = np.arange(0, steps, MEMORY_EVERY)
-    mem_rows = (mem_steps[:, None] * GPUS_PER_NODE + np.arange(GPUS_PER_NODE)).ravel()
+    mem_rows = (mem_steps[:, None] * node.gpus + np.arange(node.gpus)).ravel()
     n_mem = len(mem_rows)
     frame = pl.DataFrame({
-        "ts": pl.concat([ts.gather(np.repeat(np.arange(steps), GPUS_PER_NODE)),
-                         ts.gather(np.repeat(mem_steps, GPUS_PER_NODE))]),
+        "ts": pl.concat([ts.gather(np.repeat(np.arange(steps), node.gpus)),
+                         ts.gather(np.repeat(mem_steps, node.gpus))]),
         "metric": pl.Series([metric, FB_USED], dtype=pl.String).gather(
-            np.concatenate([np.zeros(steps * GPUS_PER_NODE, dtype=np.int32), np.ones(n_mem, dtype=np.int32)])),
+            np.concatenate([np.zeros(steps * node.gpus, dtype=np.int32), np.ones(n_mem, dtype=np.int32)])),
         "value": np.concatenate([np.round(value, 3), np.round(memory.ravel()[mem_rows])]),
-        "hostname": pl.Series([node.name], dtype=pl.String).gather(np.zeros(steps * GPUS_PER_NODE + n_mem, dtype=np.int32)),
+        "hostname": pl.Series([node.name], dtype=pl.String).gather(np.zeros(steps * node.gpus + n_mem, dtype=np.int32)),
         "gpu": pl.concat([gpu, gpu.gather(mem_rows)]),
     }).with_columns(
-        uuid=pl.col("gpu").replace_strict({g: gpu_uuid(node.name, g) for g in range(GPUS_PER_NODE)},
+        uuid=pl.col("gpu").replace_strict({g: gpu_uuid(node.name, g) for g in range(node.gpus)},
                                           return_dtype=pl.String),
         model_name=pl.lit(node.kind.model_name),
         pci_bus_id=pl.format("00000000:{}:00.0", (pl.col("gpu") + 0x18).cast(pl.String)),

@@ -68,7 +68,11 @@ def test_feeds_agree_with_each_other(history, policy, tmp_path):
     rows = demo_history.focus_rows(history)
     instance_rows = [r for r in rows if r.get("ResourceType") == "Instance"]
     assert {provider_key(r["ResourceId"])[1] for r in instance_rows} == keys  # bills match nodes by cloud id
-    assert set(nodes.rows["gpu_capacity"].to_list()) == {8}
+    # the fleet is the policy's node shapes (what the gate's node model places work on)
+    shape = {f: s.gpus_per_node for f, s in policy.node_shapes.items()}
+    by_node = {n.name: n.flavor for n in history.nodes}
+    for name, cap in zip(nodes.rows["node"].to_list(), nodes.rows["gpu_capacity"].to_list(), strict=True):
+        assert cap == shape[by_node[name]]
     # nodes carry their flavor's node pool (training / inference / spot), as on a real cluster,
     # so node-pool scorecards and signals never take a flavor for a pool
     pool_of = {f.name: f.node_pool for f in policy.flavors}
