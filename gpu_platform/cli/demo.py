@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -85,12 +86,43 @@ def write_project_config(path: Path, console: Console) -> bool:
 
 def seed(days: int, price_days: int, console: Console, project_config: Path | None = None) -> dict | None:
     home = _home()
-    if project_config is not None:
-        write_project_config(project_config, console)
     marker = home / MARKER
     if marker.exists():
+        if project_config is not None:
+            write_project_config(project_config, console)
         console.print(f"demo: already seeded ({marker}); `rm -rf {home}` to start again")
         return None
+    # what this seed creates, so a failed seed leaves nothing half-written behind
+    dagster_home = Path(os.environ["DAGSTER_HOME"]).resolve() if os.environ.get("DAGSTER_HOME") else None
+    created = [p for p in (home, dagster_home, project_config) if p is not None and not p.exists()]
+    try:
+        return _seed(home, days, price_days, console, project_config)
+    except BaseException as exc:
+        _undo(created, home, console, exc)
+        raise
+
+
+def _undo(created: list[Path], home: Path, console: Console, exc: BaseException) -> None:
+    """Remove what a failed seed created; name what it could not remove (it existed before)."""
+    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+    removed = []
+    for path in created:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        if not path.exists():
+            removed.append(str(path))
+    if removed:
+        console.print(f"demo: seed {why}; removed what it created: {', '.join(removed)}", soft_wrap=True, markup=False)
+    if home not in created:
+        console.print(f"demo: seed {why}; {home} existed before this seed and may hold part of it: "
+                      f"`rm -rf {home}` to start again", soft_wrap=True, markup=False)
+
+
+def _seed(home: Path, days: int, price_days: int, console: Console, project_config: Path | None) -> dict:
+    if project_config is not None:
+        write_project_config(project_config, console)
     t0 = time.monotonic()
     home.mkdir(parents=True, exist_ok=True)
     if os.environ.get("DAGSTER_HOME"):
@@ -126,7 +158,7 @@ def seed(days: int, price_days: int, console: Console, project_config: Path | No
             raise click.ClickException("pricing the seeded days failed (see above)")
     summary = {**stats, "priced_now": [d.isoformat() for d in priced], "backfill": [d.isoformat() for d in later],
                "seconds": round(time.monotonic() - t0, 1), "seeded_at": datetime.now(UTC).isoformat()}
-    marker.write_text(json.dumps(summary, indent=1) + "\n")
+    (home / MARKER).write_text(json.dumps(summary, indent=1) + "\n")
     console.print(f"demo: seeded in {summary['seconds']} s")
     return summary
 
@@ -227,7 +259,15 @@ def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop
     def log(msg: str) -> None:
         err.print(msg)
 
-    actions = [lambda: _launch_backfill(url, home, stop, log)]
+    started = time.monotonic()
+
+    def announce_ready() -> None:
+        from gpu_platform.demo.supervisor import wait_for_webserver
+
+        if wait_for_webserver(url, timeout=600.0, stop=stop):
+            log(f"demo: the UI is ready on {url} ({time.monotonic() - started:.0f} s after start); open it")
+
+    actions = [announce_ready, lambda: _launch_backfill(url, home, stop, log)]
     if not no_incident:
         actions.append(lambda: _incident_when_sweep_runs(url, stop, log, incident_after))
 

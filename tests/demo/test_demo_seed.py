@@ -94,3 +94,36 @@ def test_the_demo_instance_shows_no_first_visit_dialog(tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(bare))
     with dg.DagsterInstance.from_config(str(bare)) as instance:
         assert instance.nux_enabled is True  # what a fresh demo showed before
+
+
+def test_a_failed_seed_removes_what_it_created(demo_env: Path, monkeypatch: pytest.MonkeyPatch):
+    from gpu_platform.demo import history as demo_history
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(demo_history, "write_feeds", broken)
+    config = demo_env / "project" / "gpu-platform.yaml"
+    config.parent.mkdir()
+    out = CliRunner().invoke(main, ["demo", "seed", "--days", "2", "--project-config", str(config)])
+    assert out.exit_code != 0
+    assert "removed what it created" in out.output
+    # nothing half-written: no home, no Dagster home, no project config naming a home that is gone
+    assert not (demo_env / "home").exists() and not (demo_env / "dagster_home").exists()
+    assert not config.exists()
+
+
+def test_a_failed_seed_into_an_existing_home_says_what_to_delete(demo_env: Path, monkeypatch: pytest.MonkeyPatch):
+    from gpu_platform.demo import history as demo_history
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(demo_history, "generate", broken)
+    home = demo_env / "home"
+    home.mkdir()
+    (home / "kept.txt").write_text("mine")
+    out = CliRunner().invoke(main, ["demo", "seed", "--days", "2"])
+    assert out.exit_code != 0
+    assert f"rm -rf {home}" in out.output and (home / "kept.txt").read_text() == "mine"
+    assert not (demo_env / "dagster_home").exists()  # created by this seed: removed
