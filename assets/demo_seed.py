@@ -73,9 +73,13 @@ def _with_progress(console: Console, title: str, work) -> bool:
                     dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE}, limit=1000).records
                 if len(records) != seen:
                     seen = len(records)
-                    progress.update(task, completed=seen, step=records[-1].event_log_entry.step_key or "")
+                    step = records[-1].event_log_entry.step_key or ""
+                    progress.update(task, completed=seen, step=step)
+                    if not console.is_terminal:
+                        # no live bar in a log or a pipe: one line per model built
+                        console.print(f"{title}: {seen}/{total} models built ({step})", soft_wrap=True)
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} models built"),
                   TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console) as progress:
         task = progress.add_task(title, total=total, step="")
         thread = threading.Thread(target=follow, args=(progress, task), daemon=True)
