@@ -21,7 +21,7 @@ class SubmitRequestConfig(dg.Config):
     """One GPU job request, as a request file would hold it (README, Job requests)."""
 
     name: str | None = Field(default=None, description="A human name shown in queue, explain and on the runs (letters, digits, space, ._:/@+()-; max 100).")
-    request_id: str | None = Field(default=None, description="Leave empty for a new random id; an existing id with other content is refused.")
+    request_id: str | None = Field(default=None, description="Leave empty for a new random id; an existing id with other content is refused, and so is that of a request that ended (leave it empty to run the job again).")
     owner: str | None = Field(default=None, description="Who owns the job (an e-mail); `gpu-platform queue --owner` finds it.")
     team: str | None = Field(default=None, description="A team of the policy (`gpu-platform policy check` lists them).")
     cost_center: str | None = Field(default=None, description="The team's cost center (must match the policy's).")

@@ -91,14 +91,24 @@ def _warn(source: str, req) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @policy_option
 @ledger_option
-def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | None) -> None:
+@click.option("--again", is_flag=True,
+              help="Record a file whose identical request already ended (finished, failed, rejected) as a new "
+                   "run (<id>-run<n>); a live one is still answered with its id.")
+def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | None, again: bool) -> None:
     """Validate and record requests in the ledger; print each request id.
 
     Every file is validated first; then all are recorded in one transaction, or none (exit 2
     listing every problem, or naming the file whose request_id exists with other content).
     A file without `request_id` gets a content-derived id, so re-running a batch never
-    records a request twice.
+    records a request twice: one whose identical request is still live is "already recorded"
+    under that id. One whose identical request already ended is refused (exit 3, naming it,
+    its state and when it ended; nothing of the batch recorded) unless `--again`, which records
+    it as a new run (docs/requests.md).
     """
+    import shlex
+
+    from gpu_platform.requests.ledger import RequestEnded, ended_line
+
     pol = policy_or_exit(policy_path)
     valid, problems = [], 0
     local = _local_inventory()
@@ -120,8 +130,19 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
     keyed = [r if r.request_id else r.model_copy(update={"request_id": content_request_id(r)}) for r in valid]
     try:
         ledger = Ledger(ledger_url or default_ledger_url())
-        before = ledger.known_ids([r.request_id for r in keyed if r.request_id])
-        ids = ledger.submit_batch(keyed, sources=list(files))
+        done = ledger.submissions(keyed, sources=list(files), again=again)
+    except RequestEnded as exc:
+        # the options are left out of the hint: a ledger URL may carry a password
+        rerun = shlex.join(["gpu-platform", "submit", *files]) + " --again"
+        if policy_path or ledger_url:
+            rerun += " (with the same --policy/--ledger)"
+        for source, sub in exc.ended:
+            err_console.print(
+                f"{source}: {ended_line(sub)}; to run it again: {rerun}", markup=False, highlight=False, soft_wrap=True
+            )
+        if len(files) > 1:
+            err_console.print("nothing of the batch was recorded", highlight=False, soft_wrap=True)
+        sys.exit(3)
     except BatchConflict as exc:
         for source, message in exc.conflicts:
             err_console.print(f"[bold red]conflict[/] {source}: {message}", highlight=False, soft_wrap=True)
@@ -136,10 +157,16 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
             soft_wrap=True,
         )
         sys.exit(1)
-    for f, rid, req in zip(files, ids, keyed, strict=True):
-        click.echo(rid)
+    for f, sub, req in zip(files, done, keyed, strict=True):
+        click.echo(sub.request_id)
         _warn(f, req)
-        if rid in before:
+        if sub.outcome == "live":
             err_console.print(
-                f"{f}: already recorded as {rid}", markup=False, highlight=False, soft_wrap=True
+                f"{f}: already recorded as {sub.request_id} ({sub.state}); nothing recorded twice",
+                markup=False, highlight=False, soft_wrap=True,
+            )
+        elif sub.again_of:
+            err_console.print(
+                f"{f}: recorded again as {sub.request_id} (the same request as {sub.again_of}, which ended)",
+                markup=False, highlight=False, soft_wrap=True,
             )

@@ -12,7 +12,9 @@ cluster that carry a request id the ledger cannot match go to `gp_cluster_unmatc
 SQLite by default (`sqlite:///path/ledger.db`), PostgreSQL in production
 (`postgresql+psycopg2://user:pass@host:port/db`). Many writers are expected (CLI, sensor, runs):
 inserts are single transactions, request ids are unique by constraint, and a re-submitted request
-with the same id and the same content is answered with the existing id instead of a duplicate.
+with the same id and the same content is answered with the existing id instead of a duplicate
+while that request is live; once it ended, the same content is refused unless it is asked for
+again, then recorded under the next run's id (`decide_submission`, the one rule; docs/requests.md).
 
 Each request's current state is also kept as one row of `gp_request_state`, written in the same
 transaction as every event that changes it, so the gate's tick, the queue views and `/metrics`
@@ -72,6 +74,16 @@ class BatchConflict(LedgerError):
     def __init__(self, conflicts: list[tuple[str, str]]):
         self.conflicts = conflicts
         super().__init__("; ".join(f"{src}: {msg}" for src, msg in conflicts))
+
+
+class RequestEnded(BatchConflict):
+    """A batch refused as a whole because a request's content is that of a request that already
+    ended and `again` was not asked: `ended` lists (source, Submission) for each, the Submission
+    naming the ended request, its state and when it ended (`ended_line` says it in words)."""
+
+    def __init__(self, ended: list[tuple[str, Submission]]):
+        self.ended = ended
+        super().__init__([(src, ended_line(sub)) for src, sub in ended])
 
 
 metadata = sa.MetaData()
@@ -451,6 +463,86 @@ def same_job(a: JobRequest, b: JobRequest) -> bool:
     return a.model_copy(update={"name": None}) == b.model_copy(update={"name": None})
 
 
+Outcome = Literal["recorded", "live", "ended", "conflict"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRun:
+    """The latest recorded run of a request id (`run_request_id(base, run)`): its stored content,
+    its current state (None: no state row yet, taken as live) and since when it is in it."""
+
+    request_id: str
+    run: int
+    payload: str
+    state: str | None
+    since: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What submitting one request does (`decide_submission`).
+
+    outcome: `recorded`: a new request under `request_id` (`again_of`: the ended run it repeats,
+    else None); `live`: the same content is recorded under `request_id` and has not ended
+    (`state`, `since`): nothing is written; `ended`: the same content is recorded under
+    `request_id` and ended (`state`: finished, failed or rejected; `since`: when), and `again`
+    was not asked: nothing is written; `conflict`: `request_id` is recorded with other content
+    (`problem` says so)."""
+
+    request_id: str
+    outcome: Outcome
+    state: str | None = None
+    since: datetime | None = None
+    again_of: str | None = None
+    problem: str = ""
+
+
+def run_request_id(base: str, run: int) -> str:
+    """The id the `run`-th recording of the same request gets: `base` for the first,
+    `<base>-run<run>` after (cut to fit the id's 200 characters)."""
+    if run <= 1:
+        return base
+    suffix = f"-run{run}"
+    return base[: FIELD_MAX_CHARS["request_id"] - len(suffix)] + suffix
+
+
+def decide_submission(request: JobRequest, latest: RecordedRun | None, again: bool = False) -> Submission:
+    """The idempotency rule, in one place (the CLI, the Launchpad and the API all come through
+    `Ledger.submissions`): `request` (its `request_id` set: given, or content-derived) against
+    the latest recorded run of that id (None: never recorded).
+
+    - never recorded: recorded under its id;
+    - recorded with other content (its `name` aside): a conflict;
+    - recorded and live (any state but finished, failed, rejected): the same request, whatever
+      `again` says, so a retried batch never records a live request twice;
+    - recorded and ended: not silently swallowed: `ended` (nothing recorded) unless `again`,
+      then recorded as the next run (`run_request_id`), which a retry of the same `again`
+      finds live and answers with the same id."""
+    base = request.request_id or ""
+    if latest is None:
+        return Submission(base, "recorded")
+    stored = JobRequest.from_json(latest.payload)
+    if not same_job(stored, request.model_copy(update={"request_id": stored.request_id})):
+        return Submission(
+            latest.request_id, "conflict", problem=f"request_id {latest.request_id!r} already exists with different content"
+        )
+    if latest.state not in TERMINAL_STATES:
+        return Submission(latest.request_id, "live", latest.state, latest.since)
+    if not again:
+        return Submission(latest.request_id, "ended", latest.state, latest.since)
+    return Submission(run_request_id(base, latest.run + 1), "recorded", again_of=latest.request_id)
+
+
+def ended_line(sub: Submission) -> str:
+    """`identical to req-..., which finished at 2026-05-01 12:00:03 UTC; nothing recorded`."""
+    at = f" at {sub.since:%Y-%m-%d %H:%M:%S} UTC" if sub.since else ""
+    return f"identical to {sub.request_id}, which {sub.state}{at}; nothing recorded"
+
+
+RUN_PROBE = 8
+"""Run ids looked up at once per request whose runs are being followed (`_latest_runs`)."""
+
+
 def default_ledger_url(env: Mapping[str, str] | None = None) -> str:
     """`GPU_PLATFORM_LEDGER_URL`, else a SQLite file under `GPU_PLATFORM_HOME` (default `./var`)."""
     env = os.environ if env is None else env
@@ -567,14 +659,21 @@ class Ledger:
             "payload": request.to_json(),
         }
 
-    def submit(self, request: JobRequest, at: datetime | None = None) -> str:
+    def submit(self, request: JobRequest, at: datetime | None = None, again: bool = False) -> str:
         """Append a validated request and its `submitted` event; return its id.
 
-        A request that carries its own `request_id` is idempotent: submitting the same content
-        again returns the same id; different content under an existing id raises LedgerError.
+        A request that carries its own `request_id` is idempotent while that request is live:
+        submitting the same content again returns the same id; different content under an
+        existing id raises LedgerError, and so does the same content once that request ended,
+        unless `again` (`decide_submission`).
         """
         try:
-            return self.submit_batch([request], at=at)[0]
+            return self.submit_batch([request], at=at, again=again)[0]
+        except RequestEnded as exc:
+            raise LedgerError(
+                f"request_id {request.request_id!r}: {exc.conflicts[0][1]}; to run it again, submit it without "
+                "request_id (the Launchpad: leave it empty) or with `gpu-platform submit FILE --again`"
+            ) from exc
         except BatchConflict as exc:
             raise LedgerError(exc.conflicts[0][1]) from exc
 
@@ -586,25 +685,40 @@ class Ledger:
         requests: list[JobRequest],
         sources: list[str] | None = None,
         at: datetime | None = None,
+        again: bool = False,
     ) -> list[str]:
-        """Record every request in one transaction, or none; return their ids in order.
+        """`submissions`, their ids only: the id each request is recorded (or already was) under."""
+        return [s.request_id for s in self.submissions(requests, sources, at, again)]
 
-        Requests without `request_id` get a new random id. One whose id is already recorded
-        with the same content (its `name` aside: a label, the first one recorded stays) is answered with that id (nothing new is written), so a batch
-        interrupted before its commit, or committed, can be re-run without duplicates. One whose
-        id exists with other content, or that appears twice in the batch with different
-        content, makes the whole batch fail with BatchConflict naming its source (`sources[i]`,
-        default `request i`); nothing of the batch is then recorded.
+    def submissions(
+        self,
+        requests: list[JobRequest],
+        sources: list[str] | None = None,
+        at: datetime | None = None,
+        again: bool = False,
+    ) -> list[Submission]:
+        """Record every request in one transaction, or none; say what became of each, in order.
+
+        Requests without `request_id` get a new random id. Each is decided by
+        `decide_submission` against the latest recorded run of its id: one whose content is
+        recorded and live (its `name` aside: a label, the first one recorded stays) is answered
+        with that id and nothing new is written, so a batch interrupted before its commit, or
+        committed, can be re-run without duplicates. One whose content is recorded and ended
+        makes the whole batch fail with RequestEnded unless `again` (then it is recorded as the
+        next run, `<id>-run<n>`). One whose id exists with other content, or that appears twice
+        in the batch with different content, makes the whole batch fail with BatchConflict
+        naming its source (`sources[i]`, default `request i`). Nothing of a failed batch is
+        recorded.
         """
         sources = sources or [f"request {i}" for i in range(len(requests))]
         now = _utc(at or datetime.now(UTC))
-        ids: list[str] = []
+        keys: list[str] = []
         wanted: dict[str, tuple[JobRequest, str]] = {}
         conflicts: list[tuple[str, str]] = []
         for request, source in zip(requests, sources, strict=True):
             request_id = request.request_id or new_request_id()
             request = request.model_copy(update={"request_id": request_id})
-            ids.append(request_id)
+            keys.append(request_id)
             if request_id in wanted:
                 if not same_job(wanted[request_id][0], request):
                     conflicts.append(
@@ -617,22 +731,60 @@ class Ledger:
         for attempt in range(3):
             try:
                 with self.engine.begin() as conn:
-                    existing = self._payloads(conn, list(wanted))
-                    for request_id, (request, source) in wanted.items():
-                        if request_id in existing and not same_job(JobRequest.from_json(existing[request_id]), request):
-                            conflicts.append((source, f"request_id {request_id!r} already exists with different content"))
+                    latest = self._latest_runs(conn, list(wanted))
+                    decided = {rid: decide_submission(req, latest[rid], again) for rid, (req, _src) in wanted.items()}
+                    conflicts = [(wanted[rid][1], d.problem) for rid, d in decided.items() if d.outcome == "conflict"]
                     if conflicts:
                         raise BatchConflict(conflicts)
-                    new = [(rid, req) for rid, (req, _src) in wanted.items() if rid not in existing]
+                    ended = [(wanted[rid][1], d) for rid, d in decided.items() if d.outcome == "ended"]
+                    if ended:
+                        raise RequestEnded(ended)
+                    new = [
+                        (d.request_id, wanted[rid][0].model_copy(update={"request_id": d.request_id}))
+                        for rid, d in decided.items()
+                        if d.outcome == "recorded"
+                    ]
                     if new:
                         self._insert_requests(conn, new, now)
-                return ids
+                return [decided[rid] for rid in keys]
             except IntegrityError:
                 # A concurrent submitter recorded one of these ids between our read and insert:
                 # the transaction rolled back as a whole; read again and decide again.
                 if attempt == 2:
                     raise
-        return ids
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _latest_runs(conn: sa.Connection, bases: list[str]) -> dict[str, RecordedRun | None]:
+        """The latest recorded run of each id of `bases` (`run_request_id(base, n)` for n = 1, 2,
+        ... while recorded), None for an id never recorded. Runs are recorded one after the other
+        (the next only once the last ended), so the first unrecorded run ends the walk. One
+        query for ids never recorded again (the common case), then `RUN_PROBE` runs at a time."""
+        r, s = requests_table, state_table
+        out: dict[str, RecordedRun | None] = dict.fromkeys(bases)
+        todo, start, width = list(bases), 1, 1
+        while todo:
+            probe = {run_request_id(b, n): (b, n) for b in todo for n in range(start, start + width)}
+            found: dict[str, sa.Row] = {}
+            for chunk in _chunks(list(probe)):
+                q = (
+                    sa.select(r.c.request_id, r.c.payload, s.c.state, s.c.updated_at)
+                    .outerjoin(s, s.c.request_id == r.c.request_id)
+                    .where(r.c.request_id.in_(chunk))
+                )
+                found.update({row.request_id: row for row in conn.execute(q)})
+            more = []
+            for b in todo:
+                for n in range(start, start + width):
+                    row = found.get(run_request_id(b, n))
+                    if row is None:
+                        break
+                    since = _utc(row.updated_at) if row.updated_at is not None else None
+                    out[b] = RecordedRun(row.request_id, n, row.payload, row.state, since)
+                else:
+                    more.append(b)
+            todo, start, width = more, start + width, RUN_PROBE
+        return out
 
     @staticmethod
     def _insert_requests(conn: sa.Connection, new: list[tuple[str, JobRequest]], now: datetime) -> None:
