@@ -69,7 +69,7 @@ def forecast_metadata(con: duckdb.DuckDBPyConnection, model: str, day: str | dat
     """Dagster metadata of one day of `cost_forecast` / `budget_burn`: floats per currency for the
     UI's plots over the daily partitions (month to date against month-end forecast and budget: the
     burn-down) and a markdown table of the day."""
-    from gpu_platform.finops.sqlmodels.report import markdown_table
+    from gpu_platform.finops.tables import markdown_table
 
     out: dict[str, Any] = {}
     if model == "cost_forecast":

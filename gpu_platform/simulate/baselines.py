@@ -37,7 +37,7 @@ from gpu_platform.admission.model import NodeSpec, Workload
 from gpu_platform.admission.nodes import NodeBook, placement_of
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des import JobRun, SimResult
-from gpu_platform.simulate.scenarios import pods_for
+from gpu_platform.simulate.scenario import pods_for
 from gpu_platform.simulate.trace import TraceJob
 
 BACKFILL_DEPTH = 500

@@ -64,7 +64,7 @@ from gpu_platform.admission.model import (
 )
 from gpu_platform.admission.nodes import NodeBook
 from gpu_platform.policy import GPU
-from gpu_platform.simulate.scenarios import Scenario
+from gpu_platform.simulate.scenario import Scenario
 from gpu_platform.simulate.trace import TraceJob
 
 _INF = math.inf

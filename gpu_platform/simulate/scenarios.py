@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gpu_platform.admission import (
@@ -46,37 +46,10 @@ from gpu_platform.admission import (
 from gpu_platform.admission.model import LOWER_PRIORITY, NEVER, STRICT_FIFO, NodeSpec
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.requests.model import matching_flavors
+from gpu_platform.simulate.scenario import Scenario, pods_for
 from gpu_platform.simulate.trace import TraceJob
 
 POOL = "pool"
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    """An engine state without workloads, and how a job becomes a pending workload.
-
-    workload returns None when the job has no cluster queue here (e.g. an unknown lane).
-    """
-
-    name: str
-    description: str
-    base: ClusterState
-    workload: Callable[[TraceJob], Workload | None]
-    fast: Callable[..., Any] | None = None
-    """A replay without the engine (`baselines.run_fifo`): called as fast(scenario, jobs, tick)."""
-    node_gpus: Mapping[str, float] | None = None
-    """GPUs per node of each flavor placed on nodes (`with_nodes`; base.nodes holds the nodes);
-    None: quota only."""
-
-    @property
-    def capacity(self) -> float:
-        return sum((f.capacity or {}).get(GPU, 0.0) for f in self.base.flavors)
-
-    def nominal(self) -> dict[str, float]:
-        """GPU nominal quota per cluster queue (all flavors)."""
-        return {
-            c.name: sum(q.nominal for q in c.quotas if q.resource == GPU) for c in self.base.cluster_queues
-        }
 
 
 def _scaled(v: float | None, k: float, node: float, cap: float) -> float | None:
@@ -140,14 +113,6 @@ def policy_node_gpus(policy: Policy) -> dict[str, float]:
 def uniform_node_gpus(state: ClusterState, gpus: float) -> dict[str, float]:
     """`gpus` per node on every flavor of the state that has GPUs."""
     return {f.name: float(gpus) for f in state.flavors if (f.capacity or {}).get(GPU, 0.0) > 0}
-
-
-def pods_for(gpus: float, node: float | None) -> int:
-    """Pods of a job of `gpus` GPUs on nodes of `node` GPUs: 1 up to one node, else ceil(gpus /
-    node), each asking for gpus / pods (whole nodes when gpus is a multiple of the node size)."""
-    if node is None or node <= 0 or gpus <= node + 1e-9:
-        return 1
-    return math.ceil(gpus / node - 1e-9)
 
 
 def with_nodes(scenario: Scenario, per_flavor_node_gpus: Mapping[str, float]) -> Scenario:

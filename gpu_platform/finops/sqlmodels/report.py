@@ -8,6 +8,8 @@ from typing import Any
 
 import duckdb
 
+from gpu_platform.finops.tables import markdown_table
+
 # (label, table, cost column, units expression or None for "one per row"), lifetime to date
 UNIT_COSTS: tuple[tuple[str, str, str, str | None], ...] = (
     ("training_run", "unit_cost_training_run", "cost_per_training_run", None),
@@ -187,20 +189,6 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, date | datetime):
         return value.isoformat()
     return value
-
-
-def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """A small markdown table (for Dagster metadata)."""
-    if not rows:
-        return "_no rows_"
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for r in rows:
-        cells = []
-        for c in columns:
-            v = r.get(c)
-            cells.append(f"{v:.2f}" if isinstance(v, Decimal | float) else str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def model_metrics(
