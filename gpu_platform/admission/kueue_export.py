@@ -10,6 +10,7 @@ gate enforces them.
 
 from __future__ import annotations
 
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,31 @@ _MANAGED = {"app.kubernetes.io/managed-by": "gpu-platform"}
 __all__ = ["API", "POOL_LABEL", "PRODUCT_LABEL", "k8s_name", "kueue_manifests", "priority_class_name", "write_manifests"]
 
 
-def quantity(resource: str, amount: float) -> int | str:
-    """Quota amounts as Kubernetes quantities: memory (GiB in the policy) as `<n>Gi`."""
+_DECIMAL_SUFFIXES = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""), (-3, "m"), (-6, "u"), (-9, "n"))
+_BINARY_SUFFIXES = ((60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki"))
+
+
+def quantity(resource: str, amount: float) -> str:
+    """Quota amounts as Kubernetes quantities, written as Kueue stores them: the canonical string
+    of Go's `resource.Quantity` (Kueue's webhook re-encodes every quantity it admits, so an
+    integer `32` comes back as `"32"` and a second `kubectl apply` would patch it again).
+    Memory (GiB in the policy) is binary (`256Gi`, `1Ti`, `1536Mi`); everything else decimal
+    (`32`, `2500m`, `500m`, `2k`)."""
+    value = Decimal(repr(float(amount)))
+    if value == 0:
+        return "0"
     if resource == "memory":
-        return f"{amount:g}Gi"
-    if float(amount).is_integer():
-        return int(amount)
-    if resource == "cpu":
-        return f"{round(amount * 1000)}m"
-    return f"{amount:g}"
+        octets = value * (1 << 30)
+        if octets == octets.to_integral_value():
+            for shift, suffix in _BINARY_SUFFIXES:
+                if int(octets) % (1 << shift) == 0:
+                    return f"{int(octets) >> shift}{suffix}"
+        value = octets
+    for exponent, suffix in _DECIMAL_SUFFIXES:
+        scaled = value.scaleb(-exponent)
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{suffix}"
+    return f"{int((value * 10**9).to_integral_value(rounding=ROUND_CEILING))}n"
 
 
 def _meta(name: str, **extra: Any) -> dict[str, Any]:

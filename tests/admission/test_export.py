@@ -172,8 +172,8 @@ def test_memory_and_cpu_quotas_render_as_quantities() -> None:
     assert res["memory"]["nominalQuota"] == "256Gi" and res["memory"]["borrowingLimit"] == "512Gi"
     assert res["cpu"]["nominalQuota"] == "2500m"
     spot = next(f for f in rg["flavors"] if f["name"] == "a100-spot")
-    assert {r["name"]: r["nominalQuota"] for r in spot["resources"]} == {GPU: 4, "memory": "0Gi", "cpu": 0}
-    assert cq["spec"]["fairSharing"] == {"weight": 1}
+    assert {r["name"]: r["nominalQuota"] for r in spot["resources"]} == {GPU: "4", "memory": "0", "cpu": "0"}
+    assert cq["spec"]["fairSharing"] == {"weight": "1"}
 
 
 def test_schema_rejects_a_broken_manifest(manifests: list[dict]) -> None:
@@ -207,7 +207,7 @@ def test_cohort_tree_is_exported_with_parents_and_quotas(manifests: list[dict]) 
     (group,) = cohorts["assurance"]["resourceGroups"]
     assert group["coveredResources"] == ["nvidia.com/gpu"]
     h100 = next(f for f in group["flavors"] if f["name"] == "h100-ondemand")
-    assert h100["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": 8, "lendingLimit": 10}]
+    assert h100["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "8", "lendingLimit": "10"}]
     # Every ClusterQueue names a cohort that is exported, and every parent is exported before use.
     for m in manifests:
         if m["kind"] == "ClusterQueue" and "cohortName" in m["spec"]:
@@ -274,7 +274,7 @@ def test_admission_fair_sharing_lane_orders_its_team_local_queues_in_kueue() -> 
     # one LocalQueue per team, each in its team's namespace, each with its weight
     by_ns = {m["metadata"]["namespace"]: m["spec"]["fairSharing"]["weight"] for m in lqs}
     assert by_ns == {
-        t.namespace: {"perception": 2, "planning": "0.5"}.get(t.name, 1) for t in policy.teams.values()
+        t.namespace: {"perception": "2", "planning": "500m"}.get(t.name, "1") for t in policy.teams.values()
     }
     others = [m for m in ms if m["kind"] == "LocalQueue" and m not in lqs]
     assert others and all("fairSharing" not in m["spec"] for m in others)
@@ -321,3 +321,15 @@ def test_cli_export_writes_the_configuration_beside_not_among_the_objects(tmp_pa
     cfg = yaml.safe_load((tmp_path / "k" / "kueue-manager-config" / "admission-fair-sharing.yaml").read_text())
     assert cfg["admissionFairSharing"]["usageHalfLifeTime"] == "168h"
     assert "kueue-manager-config" in res.output
+
+
+@pytest.mark.parametrize(
+    ("resource", "amount", "stored"),
+    [("nvidia.com/gpu", 32, "32"), ("nvidia.com/gpu", 0, "0"), ("cpu", 2.5, "2500m"), ("cpu", 2000, "2k"),
+     ("cpu", 1500, "1500"), ("memory", 256, "256Gi"), ("memory", 1024, "1Ti"), ("memory", 1.5, "1536Mi"),
+     ("weight", 0.5, "500m"), ("weight", 1.0, "1")],
+)
+def test_quantities_are_written_as_kueue_stores_them(resource: str, amount: float, stored: str) -> None:
+    """Go's canonical `resource.Quantity` string, what Kueue's webhook writes back: the same
+    text in the file and on the server, so a second `kubectl apply` patches nothing."""
+    assert quantity(resource, amount) == stored
