@@ -68,6 +68,7 @@ def step_container_context(executor_config: dict[str, Any], op_name: str) -> K8s
     `step_k8s_config`, then the step's `per_step_k8s_config` entry merged over it."""
     base = K8sContainerContext(
         namespace=executor_config.get("job_namespace"),
+        service_account_name=executor_config.get("service_account_name"),
         run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(executor_config.get("step_k8s_config", {})),
     )
     per_step = executor_config.get("per_step_k8s_config", {}).get(op_name, {})

@@ -50,6 +50,10 @@ ENV_REQUEST_ID = "GPU_PLATFORM_REQUEST_ID"
 ENV_CHECKPOINT_DIR = "GPU_PLATFORM_CHECKPOINT_DIR"
 ENV_WORK_ROOT = "GPU_PLATFORM_WORK_ROOT"
 WORK_VOLUME_NAME = "gpu-platform-work"
+STEP_SERVICE_ACCOUNT = "gpu-platform-step"
+"""The ServiceAccount every step Job of a run runs as, in the team's namespace (where the
+deploy tree creates it, with a Role for what the gang step does: its Service, Job and pods). The
+run launcher's account lives in the Dagster namespace only, so a step pod could not use it."""
 
 JOB_BACKOFF_LIMIT = 0
 """Pods are not retried by the Job controller: Dagster owns step retries, Kueue owns requeueing."""
@@ -463,7 +467,8 @@ def executor_config_for(
 ) -> dict[str, Any]:
     """`k8s_job_executor` config for a run that executes this one request.
 
-    `job_namespace` is the team's namespace (the LocalQueue's). `step_k8s_config` applies to
+    `job_namespace` is the team's namespace (the LocalQueue's), `service_account_name` the step
+    account there (`STEP_SERVICE_ACCOUNT`, overriding the run launcher's). `step_k8s_config` applies to
     every step (CPU only, no Kueue queue); `per_step_k8s_config` gives the workload step alone
     the GPU Job (`k8s_config_for`), which dagster-k8s merges over the former. So a release run
     (evidence pack, its checks, the release) creates exactly one Job that asks for GPUs. Static op
@@ -477,11 +482,13 @@ def executor_config_for(
         workload["job_metadata"]["annotations"][ANNOTATION_GATE_FLAVOR] = resolve_flavor(request, policy, flavor_name).name
         return {
             "job_namespace": namespace_for(request, policy),
+            "service_account_name": STEP_SERVICE_ACCOUNT,
             "step_k8s_config": cpu_step_config_for(request, policy, attempt, work_volume),
             "per_step_k8s_config": {workload_step(request): workload},
         }
     return {
         "job_namespace": namespace_for(request, policy),
+        "service_account_name": STEP_SERVICE_ACCOUNT,
         "step_k8s_config": cpu_step_config_for(request, policy, attempt, work_volume),
         "per_step_k8s_config": {
             workload_step(request): k8s_config_for(request, flavor_name, policy, attempt, work_volume)
