@@ -15,6 +15,14 @@ from typing import Any
 import dagster as dg
 
 from assets.partitions import WORKLOAD_PARTITIONS
+from assets.run_links import (
+    TAG_SUBMIT_RUN,
+    TAG_WORK_RUN,
+    link_submit_runs,
+    mark_submitted,
+    request_runs_url,
+    submit_runs_of,
+)
 from assets.submit import EXAMPLE as SUBMIT_EXAMPLE
 from assets.submit import SubmitRequestConfig
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
@@ -45,15 +53,17 @@ from gpu_platform.gate.tick import (
 )
 from gpu_platform.observe.queueview import (
     LaneSnapshot,
+    eta_text,
     flavor_rows,
     lane_row,
     lane_snapshots,
     plotted_metadata,
     queue_digest,
+    waiting_request_text,
     write_gate_snapshot,
 )
 from gpu_platform.policy import Policy
-from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, LedgerError, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
 from gpu_platform.units import format_duration
 from resources.ledger import LedgerResource
@@ -69,9 +79,10 @@ gpu_queue = dg.AssetSpec(
     description=(
         "The live GPU queue, materialized by `admission_sensor` whenever the queue changed (and at "
         "least every 5 minutes while it waits unchanged). Each materialization leads with `waiting`: "
-        "every waiting request, lane by lane in priority order and in queue order within its lane, with "
-        "name, owner, team, target, how long it waited, the reason (naming what holds its GPUs) and the "
-        "estimated start; filter it by owner or name to find your request. Then `lanes` (per lane: "
+        "every waiting request, lane by lane in priority order and in queue order within its lane, in five "
+        "columns: queue (lane and position), request (name, owner and team, GPUs, target, id), how long it "
+        "waited, eta (the estimated start; after its upstream, a lower bound; or why there is none) and the "
+        "reason (naming what holds its GPUs); find your request by your owner e-mail or its name. Then `lanes` (per lane: "
         "pending, GPUs pending / in use, admitted, running, oldest wait, head of the queue and its "
         "head_reason) and `by_flavor`. Open **Plots**: two per lane, `<lane>/gpus_pending` (GPUs the "
         "lane waits for) and `<lane>/oldest_wait_s` (seconds its oldest pending request has waited). "
@@ -98,19 +109,40 @@ def submit_request_op(
     try:
         req = validate_request(config.request_fields(), policy.load(), source="run config")
     except RequestError as exc:
+        problems = list(exc.errors)
+    else:
+        problems = []
+    if problems:
+        # the listing is the failure: no chained RequestError traceback under it (`from None`),
+        # and no retry (the same config fails the same way)
         raise dg.Failure(
-            description=f"request refused: {len(exc.errors)} problem(s)\n" + "\n".join(exc.errors),
-            metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{e}`" for e in exc.errors))},
-        ) from exc
-    request_id = ledger.ledger().submit(req)
+            description=refusal_text(problems),
+            metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{e}`" for e in problems))},
+            allow_retries=False,
+        ) from None
+    try:
+        request_id = ledger.ledger().submit(req)
+    except LedgerError as exc:  # a conflicting or ended request id: the ledger's one line says which
+        problem = str(exc)
+    else:
+        problem = ""
+    if problem:
+        raise dg.Failure(description=f"request refused: {problem}", allow_retries=False) from None
+    mark_submitted(context.instance, context.run_id, request_id)
     context.log.info(
-        f"recorded {req.name or request_id} ({request_id}) in lane {req.lane}; the admission sensor takes it from here"
+        f"recorded {req.name or request_id} ({request_id}) in lane {req.lane}; the admission sensor takes it from here "
+        f"and tags this run {TAG_WORK_RUN} with the run it launches (its runs: {request_runs_url(request_id)})"
     )
     context.add_output_metadata(
         {"request_id": request_id, "name": req.name or request_id, "owner": req.owner, "lane": req.lane,
-         "gpus": req.gpu_count}
+         "gpus": req.gpu_count, "request_runs": dg.MetadataValue.url(request_runs_url(request_id))}
     )
     return request_id
+
+
+def refusal_text(problems: list[str]) -> str:
+    """A refused request's failure: how many problems, then one per line."""
+    return f"request refused: {len(problems)} problem(s)\n" + "\n".join(f"- {e}" for e in problems)
 
 
 @dg.job(
@@ -307,15 +339,34 @@ def _team_usage(context, pol, settings: PlatformSettings):
         return None
 
 
-def _run_request(launch: Launch, run_config: dict[str, Any] | None = None) -> dg.RunRequest:
+def _run_request(launch: Launch, run_config: dict[str, Any] | None = None, submit_run: str | None = None) -> dg.RunRequest:
+    """The work run of one launch; `submit_run`: the Launchpad run that recorded the request, if any."""
+    tags = dict(launch.tags)
+    if submit_run:
+        tags[TAG_SUBMIT_RUN] = submit_run
     return dg.RunRequest(
         run_key=launch.run_key,
         job_name=JOB_FOR_WORKLOAD[launch.workload],
         partition_key=launch.request_id,
         asset_selection=[dg.AssetKey(k) for k in RUN_STEPS[launch.workload]],
-        tags=dict(launch.tags),
+        tags=tags,
         run_config=run_config or {},
     )
+
+
+def _link_submissions(context, led: Ledger, states: list[RequestState], runs: list[RunInfo]) -> None:
+    """Point the Launchpad runs still waiting for their work run at it (`run_links`)."""
+    def state_of(rid: str) -> str | None:
+        try:
+            return led.state(rid).state
+        except Exception:  # a request the ledger does not know: the tag says unknown
+            return None
+
+    try:
+        for submit, work in link_submit_runs(context.instance, runs, {s.request_id for s in states}, state_of):
+            context.log.info(f"submit run {submit}: {TAG_WORK_RUN} = {work}")
+    except Exception as exc:  # a link is a convenience: admission goes on, and says why each tick
+        context.log.warning(f"could not link submit runs to their work runs: {exc}")
 
 
 QUEUE_REFRESH_S = 300
@@ -416,18 +467,15 @@ _LANES_SCHEMA = dg.TableSchema(
 
 
 _WAITING_COLUMNS = (
-    ("lane", "string", "lanes in priority order"),
-    ("position", "int", "queue position in its lane (empty: held before admission, e.g. WaitingForUpstream)"),
-    ("name", "string", "the request's name (its `name:` or file name)"),
-    ("owner", "string", ""),
-    ("team", "string", ""),
-    ("target", "string", "what it works on (candidate, release packet, experiment, ...)"),
-    ("gpus", "int", ""),
+    ("queue", "string", "lane (in priority order) and queue position; `held` before admission (e.g. WaitingForUpstream)"),
+    ("request", "string", "name, owner (team), GPUs, what it works on, and its id for `gpu-platform explain`"),
     ("waited", "string", "since submission"),
+    ("eta", "string", "estimated start (UTC); a lower bound after its upstream, or why none is possible"),
     ("reason", "string", "why it waits, naming what holds its GPUs"),
-    ("eta", "string", "estimated start (UTC), empty when none is possible"),
-    ("request_id", "string", "`gpu-platform explain REQUEST_ID` for its history"),
 )
+"""Five columns, the reason last and widest: the table fits a laptop screen, its long reasons wrap
+in their cell instead of pushing the table sideways. `gpu-platform queue --format json` has
+every field on its own."""
 
 _WAITING_SCHEMA = dg.TableSchema(
     columns=[dg.TableColumn(n, t, description=d or None) for n, t, d in _WAITING_COLUMNS]
@@ -436,17 +484,11 @@ _WAITING_SCHEMA = dg.TableSchema(
 
 def _waiting_record(lane: str, w) -> dict[str, Any]:
     return {
-        "lane": lane,
-        "position": w.position,
-        "name": w.name,
-        "owner": w.owner,
-        "team": w.team,
-        "target": w.target,
-        "gpus": w.gpus,
+        "queue": f"{lane} #{w.position}" if w.position else f"{lane}, held",
+        "request": waiting_request_text(w),
         "waited": format_duration(timedelta(seconds=round(w.waited_s))),
+        "eta": eta_text(w),
         "reason": w.reason,
-        "eta": w.eta.strftime("%Y-%m-%d %H:%M") if w.eta else "",
-        "request_id": w.request_id,
     }
 
 
@@ -478,6 +520,7 @@ def _admission_tick(
     now = datetime.now(UTC)
     states = led.states((*PENDING_STATES, *ACTIVE_STATES))
     runs = _runs(context.instance, states)
+    _link_submissions(context, led, states, runs)
     settled = reconcile(pol, states, runs, start_timeout=settings.run_start_timeout_seconds)
     if settled.events:
         led.record_many(settled.events)
@@ -540,15 +583,18 @@ def _admission_tick(
             else f"{waiting} request(s) wait; head of queue: {plan.waits[0].message}",
         )
     by_id = {s.request_id: s.request for s in states}
+    submitted = submit_runs_of(context.instance, [x.request_id for x in launches])
     if settings.executor == "k8s":
         from resources.k8s import k8s_run_config
 
         volume = settings.work_volume()
         run_requests = [
-            _run_request(x, k8s_run_config(by_id[x.request_id], x.flavor, pol, x.attempt, volume)) for x in launches
+            _run_request(x, k8s_run_config(by_id[x.request_id], x.flavor, pol, x.attempt, volume),
+                         submitted.get(x.request_id))
+            for x in launches
         ]
     else:
-        run_requests = [_run_request(x) for x in launches]
+        run_requests = [_run_request(x, submit_run=submitted.get(x.request_id)) for x in launches]
     return dg.SensorResult(
         run_requests=run_requests,
         asset_events=queue_events,

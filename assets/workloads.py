@@ -16,7 +16,7 @@ its blocking checks run, and only then the release asset materializes. A failing
 stops the release in that run.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -28,6 +28,7 @@ import duckdb
 from pydantic import Field
 
 from assets.partitions import WORKLOAD_PARTITIONS
+from assets.run_links import submitted_by_metadata
 from gpu_platform.cluster.jobs import ENV_CHECKPOINT_DIR, RUN_STEPS, is_gang, namespace_for, resolve_flavor
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.finops.warehouse import connect as warehouse_connect
@@ -95,6 +96,12 @@ STAGE_KIND: dict[str, str] = {k: k for k in UPSTREAM}
 STAGE_KIND["model_evidence_pack"] = STAGE_KIND["map_evidence_pack"] = "evidence_pack"
 """Asset -> the lineage stage kind it records (a release's pack is an evidence_pack stage)."""
 
+def asset_for_stage(workload: str, stage: str) -> str:
+    """The asset a request of `workload` materializes for its `stage` kind (a model release's
+    evidence_pack stage: `model_evidence_pack`)."""
+    return next(a for a in UPSTREAM if ASSET_WORKLOAD[a] == workload and STAGE_KIND[a] == stage)
+
+
 SAME_REQUEST: set[tuple[str, str]] = {("released_model", "model_evidence_pack"), ("released_map", "map_evidence_pack")}
 """(asset, upstream) pairs that are partitions of the same request: identity mapping."""
 
@@ -158,13 +165,22 @@ def _upstream_asset(parent: dict[str, Any], request_id: str, asset: str) -> str:
     return parent["kind"]
 
 
-def upstream_metadata(md: dict[str, Any], asset: str) -> dict[str, Any]:
+def upstream_metadata(
+    md: dict[str, Any], asset: str, exists: Callable[[str, str], bool] | None = None
+) -> dict[str, Any]:
     """The real upstream requests of a stage: a table, and markdown links to each one's partition
-    (the UI's asset page for that partition)."""
+    (the UI's asset page for that partition). exists(asset, request_id): whether that partition is
+    in the instance; one that is not gets no link (the UI would open another partition in its
+    place) but says so. None: every one is linked."""
     parents = md.get("upstream") or []
     rows = [(_upstream_asset(p, md.get("request_id") or "", asset), p["request_id"], p.get("via_id") or "")
             for p in parents]
-    links = [f"- [{a}[{rid}]](/assets/{a}?partition={quote(rid, safe='')}) via `{via}`" for a, rid, via in rows]
+    links = [
+        f"- [{a}[{rid}]](/assets/{a}?partition={quote(rid, safe='')}) via `{via}`"
+        if exists is None or exists(a, rid)
+        else f"- {a}[`{rid}`] via `{via}` (no such partition in this instance: not linked)"
+        for a, rid, via in rows
+    ]
     return {
         "upstream": dg.MetadataValue.table(
             [dg.TableRecord({"asset": a, "request_id": rid, "via_id": via}) for a, rid, via in rows],
@@ -173,12 +189,22 @@ def upstream_metadata(md: dict[str, Any], asset: str) -> dict[str, Any]:
     }
 
 
-def _dagster_metadata(md: dict[str, Any], asset: str | None = None) -> dict[str, Any]:
+def partition_exists(instance: dg.DagsterInstance) -> Callable[[str, str], bool]:
+    """exists(asset, request_id): whether the request is a partition of that workload asset."""
+    def exists(asset: str, request_id: str) -> bool:
+        kind = ASSET_WORKLOAD.get(asset)
+        return kind is not None and instance.has_dynamic_partition(WORKLOAD_PARTITIONS[kind].name, request_id)
+
+    return exists
+
+
+def dagster_metadata(md: dict[str, Any], asset: str | None = None,
+                      instance: dg.DagsterInstance | None = None) -> dict[str, Any]:
     """Plain stage metadata -> Dagster's: URLs and markdown as their metadata values; the upstream
-    requests as a table and links (`upstream_metadata`)."""
+    requests as a table and links (`upstream_metadata`, linking only partitions `instance` has)."""
     out = dict(md)
     if asset is not None and "upstream" in out:
-        out.update(upstream_metadata(md, asset))
+        out.update(upstream_metadata(md, asset, partition_exists(instance) if instance is not None else None))
     for key in URL_KEYS:
         if key in out:
             out[key] = dg.MetadataValue.url(out[key]) if out[key] else None
@@ -244,7 +270,8 @@ def run_program_stage(
         reported = invocation.get_materialize_result().metadata
     except Exception:  # no pipes materialization arrived: the program's result.json says the same
         reported = {k: v for k, v in (read_result(stage.out_dir) or {}).items() if v is not None}
-    return dg.MaterializeResult(metadata={**program_metadata(reported), **_dagster_metadata(md, kind)})
+    return dg.MaterializeResult(metadata={**program_metadata(reported), **dagster_metadata(md, kind, context.instance),
+                                          **submitted_by_metadata(context.run)})
 
 
 def run_gang_stage(
@@ -293,8 +320,9 @@ def run_gang_stage(
         raise dg.Failure(description=exc.description) from exc
     reported = {k: v for k, v in (read_result(stage.out_dir) or {}).items() if v is not None}
     return dg.MaterializeResult(metadata={
-        **program_metadata(reported), **_dagster_metadata(md, stage.kind),
+        **program_metadata(reported), **dagster_metadata(md, stage.kind, context.instance),
         "gang_job": outcome.job_name, "pods": len(outcome.pods), "pod_logs": pod_logs,
+        **submitted_by_metadata(context.run),
     })
 
 
@@ -317,7 +345,8 @@ def assemble_stage(
     except ReleaseRefused as exc:
         metadata = {"missing": exc.missing} if exc.missing is not None else None
         raise dg.Failure(description=exc.description, metadata=metadata, allow_retries=False) from exc
-    return dg.MaterializeResult(metadata=_dagster_metadata(md, kind))
+    return dg.MaterializeResult(metadata={**dagster_metadata(md, kind, context.instance),
+                                          **submitted_by_metadata(context.run)})
 
 
 # asset factories -----------------------------------------------------------------------------

@@ -306,7 +306,7 @@ def test_waiting_rows_follow_a_new_state_object_of_the_same_request(policy):
 
     assert rows(first) == {"candidate_train": [
         (4, "req-w", req.name or "req-w", req.owner or "", req.team or "", req.target, req.gpu_count, 7.000003,
-         "old reason", None)
+         "old reason", None, "unknown: the gate has not placed it yet")
     ]}
     earlier = replace(first, submitted_at=datetime(2026, 11, 30, 1, 2, 3, 456_789, tzinfo=UTC), reason="new reason")
     (row,) = rows(earlier)["candidate_train"]

@@ -66,3 +66,27 @@ def test_a_typo_in_the_config_is_refused_before_anything_runs(env):
     else:
         raise AssertionError("an unknown field was accepted")
     assert ledger.count()[0] == 0
+
+
+def test_an_invalid_request_fails_with_its_problems_and_no_trace_under_them(env):
+    """The run's failure is the validation listing: every problem in the description and as
+    metadata, with no chained traceback of the validator under it (Dagster records the raising
+    frames of any failure; the cause is left out) and no retry."""
+    instance, ledger, resources, _ = env
+    bad = submit_request.execute_in_process(
+        run_config={"ops": {"submit_request_op": {"config": {"lane": "release_eval", "gpu_count": 2}}}},
+        resources={"ledger": resources["ledger"], "policy": resources["policy"]},
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not bad.success
+    (event,) = bad.get_step_failure_events()
+    failure = event.step_failure_data
+    description = failure.user_failure_data.description
+    assert description.startswith("request refused: ") and "- owner: required" in description
+    assert "- release_packet_id: required by lane release_eval" in description
+    assert "owner: required" in failure.user_failure_data.metadata["problems"].value
+    assert failure.error.cause is None and failure.error.context is None
+    assert failure.error.cls_name == "Failure" and "request refused" in failure.error.message
+    assert not any("requests/model.py" in frame for frame in failure.error.stack)
+    assert ledger.count()[0] == 0

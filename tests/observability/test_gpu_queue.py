@@ -4,6 +4,8 @@ the table of waiting requests, then the lanes table and two plots per lane."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC
 
 import dagster as dg
 
@@ -125,3 +127,44 @@ def test_materializations_on_a_real_instance_plot_two_numbers_per_lane(env, poli
         assert isinstance(meta["by_flavor"], dg.TableMetadataValue)
     spec = next(s for s in build_definitions("test").resolve_all_asset_specs() if s.key == GPU_QUEUE)
     assert "Plots" in spec.description and "head_reason" in spec.description
+
+
+ENGINE_ETA = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d UTC$")
+
+
+def test_every_waiting_row_has_an_eta_or_says_why_not(env, policy):
+    """The engine's estimate for a request waiting for quota; for one held for its inputs, not
+    before its producer's expected end (admission + expected_duration: a lower bound); otherwise
+    why there is none. The waiting table is five columns wide, the reason last."""
+    instance, ledger, resources, _ = env
+    labels = submit(ledger, policy, "labeler_batch", output_artifact_ids=["lbl-eta"])
+    trainer = submit(ledger, policy, "candidate_train", name="trainer on lbl-eta", dataset_ids=["lbl-eta"],
+                     output_artifact_ids=["model-eta"])
+    busy = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(4)]
+    result = tick(instance, resources)
+    table = _materialization(result).metadata["waiting"]
+    assert [c.name for c in table.schema.columns] == ["queue", "request", "waited", "eta", "reason"]
+    # the request cell ends with the id (or starts with it, when the request has no name of its own)
+    rows = {rid: r.data for r in table.records for rid in (labels, trainer, *busy) if rid in r.data["request"]}
+    assert rows and all(r["eta"] for r in rows.values()), [r["eta"] for r in rows.values()]
+    assert ledger.state(labels).state == "admitted"
+    admitted = ledger.state(labels).updated_at
+    expected_end = (admitted + ledger.get(labels).expected_duration).astimezone(UTC)
+    held = rows[trainer]
+    assert held["queue"] == "candidate_train, held" and held["reason"].startswith("WaitingForUpstream")
+    assert held["eta"] == f"not before {expected_end:%Y-%m-%d %H:%M} UTC (after upstream {labels})"
+    waiting = [rid for rid in busy if ledger.state(rid).state == "waiting"]
+    assert waiting and all(ENGINE_ETA.match(rows[rid]["eta"]) for rid in waiting)
+
+
+def test_a_wait_without_an_estimate_says_why(env, policy):
+    """The engine gives no estimated start over budget: the row says so instead of a blank."""
+    from gpu_platform.admission.model import PendingInfo
+    from gpu_platform.observe.queueview import eta_text, lane_snapshots
+
+    _, ledger, _, _ = env
+    rid = submit(ledger, policy, "research_best_effort")
+    state = ledger.state(rid)
+    wait = PendingInfo(rid, "research_best_effort", "BudgetExhausted", "QuotaReserved", "BudgetExhausted: over", 1, 1)
+    (row,) = [w for s in lane_snapshots(policy, [state], state.submitted_at, waits=[wait]) for w in s.waiting]
+    assert row.eta is None and eta_text(row) == "unknown: over budget (max_cost or the lane's budget)"

@@ -119,18 +119,20 @@ def test_gpu_queue_materialization_leads_with_a_table_of_waiting_requests(env, p
     assert next(iter(mat.metadata)) == "waiting"
     table = mat.metadata["waiting"]
     assert isinstance(table, dg.TableMetadataValue)
-    assert [c.name for c in table.schema.columns][:8] == [
-        "lane", "position", "name", "owner", "team", "target", "gpus", "waited"
-    ]
-    rows = [r.data for r in table.records if r.data["lane"] == "candidate_train"]
-    waiting = {rid for rid in ids.values() if ledger.state(rid).state == "waiting"}
-    assert {r["request_id"] for r in rows} == waiting and waiting
-    assert [r["position"] for r in rows] == list(range(1, len(rows) + 1))
-    head = rows[0]
-    assert head["name"].startswith("cand rc") and head["owner"].endswith("@example.com")
-    assert head["reason"] == ledger.state(head["request_id"]).reason
+    assert [c.name for c in table.schema.columns] == ["queue", "request", "waited", "eta", "reason"]
+    rows = [r.data for r in table.records if r.data["queue"].startswith("candidate_train #")]
+    waiting = sorted((ledger.state(rid).details["position"], rid) for rid in ids.values()
+                     if ledger.state(rid).state == "waiting")
+    assert waiting and [r["queue"] for r in rows] == [f"candidate_train #{pos}" for pos, _ in waiting]
+    for row, (_, rid) in zip(rows, waiting, strict=True):
+        req = ledger.get(rid)
+        # name, owner (team), GPUs and target, then the id `explain` takes
+        assert row["request"] == f"{req.name} — {req.owner} ({req.team}), 8 GPUs for {req.target} — {rid}"
+        assert row["reason"] == ledger.state(rid).reason
+    head = ledger.get(waiting[0][1])
+    assert head.name.startswith("cand rc") and head.owner.endswith("@example.com")
     (lane,) = [r.data for r in mat.metadata["lanes"].records if r.data["lane"] == "candidate_train"]
-    assert (lane["head_name"], lane["head_owner"]) == (head["name"], head["owner"])
+    assert (lane["head_name"], lane["head_owner"]) == (head.name, head.owner)
     # the instance accepts it as the daemon would record it
     instance.report_runless_asset_event(mat)
     assert instance.fetch_materializations(GPU_QUEUE, limit=5).records

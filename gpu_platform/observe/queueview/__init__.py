@@ -13,11 +13,13 @@ from gpu_platform.observe.queueview.rows import QueueRow, dry_run, queue_rows
 from gpu_platform.observe.queueview.snapshot import (
     LaneSnapshot,
     WaitingRow,
+    eta_text,
     flavor_rows,
     lane_row,
     lane_snapshots,
     plotted_metadata,
     queue_digest,
+    waiting_request_text,
 )
 from gpu_platform.observe.queueview.store import read_gate_snapshot, write_gate_snapshot
 
@@ -31,6 +33,7 @@ __all__ = [
     "WaitingRow",
     "demand_flavor",
     "dry_run",
+    "eta_text",
     "explain",
     "flavor_rows",
     "lane_snapshots",
@@ -41,5 +44,6 @@ __all__ = [
     "queue_rows",
     "read_gate_snapshot",
     "rule_for",
+    "waiting_request_text",
     "write_gate_snapshot",
 ]

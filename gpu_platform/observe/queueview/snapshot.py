@@ -25,7 +25,10 @@ class WaitingRow(NamedTuple):
     """One waiting request of a lane as people read it: who, what, how long, why, and when.
 
     position: 1-based queue position (None for a request the gate holds before admission, e.g.
-    `WaitingForUpstream`); eta: the engine's estimated start (None: no estimate possible).
+    `WaitingForUpstream`); eta: the estimated start (None: no estimate possible); eta_note: ""
+    when eta is the engine's estimate; with an eta, why it is only a lower bound (`after upstream
+    NAME`: the request waits for its inputs, then for quota); without one, why none is possible
+    (`unknown: over budget`, `soon: ...`). `eta_text` writes the two as one phrase.
     A named tuple (immutable, and built in a fraction of a frozen dataclass's time: a snapshot
     holds one per pending request, 50,000 of them on a long queue, every tick)."""
 
@@ -39,6 +42,7 @@ class WaitingRow(NamedTuple):
     waited_s: float
     reason: str
     eta: datetime | None
+    eta_note: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -52,7 +56,46 @@ class WaitingRow(NamedTuple):
             "waited_s": round(self.waited_s, 1),
             "reason": self.reason,
             "eta": self.eta.isoformat() if self.eta else None,
+            "eta_note": self.eta_note,
         }
+
+
+def eta_text(row: WaitingRow) -> str:
+    """The estimated start as one phrase, never empty: `2026-12-06 06:15 UTC` (the engine's
+    estimate), `not before 2026-12-06 07:15 UTC (after upstream NAME)` (a lower bound) or the
+    reason there is none (`unknown: over budget`)."""
+    if row.eta is None:
+        return row.eta_note or _NOT_ESTIMATED
+    at = row.eta.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"not before {at} ({row.eta_note})" if row.eta_note else at
+
+
+def waiting_request_text(row: WaitingRow) -> str:
+    """Who and what in one cell: `NAME — OWNER (TEAM), N GPU(s) for TARGET — REQUEST_ID` (the id
+    only when the name is not the id itself; empty parts left out)."""
+    who = row.owner + (f" ({row.team})" if row.team else "") if row.owner else row.team
+    what = f"{row.gpus} GPU{'s' if row.gpus != 1 else ''}" + (f" for {row.target}" if row.target else "")
+    parts = [row.name, ", ".join(x for x in (who, what) if x)]
+    if row.name != row.request_id:
+        parts.append(row.request_id)
+    return " — ".join(x for x in parts if x)
+
+
+UPSTREAM = "WaitingForUpstream"
+_NOT_ESTIMATED = "unknown: the gate has not placed it yet"
+_NO_ESTIMATE = {
+    UPSTREAM: "unknown: it waits for its inputs",
+    "ApprovalRequired": "unknown: it waits for an approval first (gpu-platform approve)",
+    "WaitingForPreemptedVictims": "soon: once the runs it preempted have stopped",
+    "BudgetExhausted": "unknown: over budget (max_cost or the lane's budget)",
+    "TeamLimit": "unknown: its team is at its limit in the lane",
+}
+"""Why the engine gave a waiting request no estimated start, by reason code."""
+_TOO_FEW_FREED = "unknown: running work's expected ends free too few GPUs for it and the requests ahead"
+"""No estimate for any other code: more than the lane can hold, or running work without an
+expected_duration (what it frees, and when, is not known)."""
+_STOPPING = "unknown: its preempted run is still stopping"
+_PREEMPTED_NOW = "Preempted this tick: requeued in its original place once its run has stopped"
 
 
 @dataclass(slots=True)
@@ -168,6 +211,8 @@ def lane_snapshots(
     row_new, row_type = tuple.__new__, WaitingRow  # a WaitingRow from one tuple, without its __new__
     now_us = _micros(now)
     entries = _ENTRIES
+    held_upstream: list[tuple[LaneSnapshot, int, RequestState]] = []
+    states = states if isinstance(states, list) else list(states)
     for s in states:
         hit = entries.get(id(s))
         req, rid, lane, name, owner, team, target, gpus, submitted_us = (
@@ -200,24 +245,35 @@ def lane_snapshots(
             if prev is None or submitted_us < prev[0]:
                 fallback_heads[lane] = (submitted_us, rid, s.reason, req)
             w = wait_by_id.get(rid)
+            note = ""
             if w is not None:
                 position = w.position or None
                 reason = w.message
                 start = w.estimated_start
                 if start is None:
                     eta = None
+                    code = w.reason_code
+                    if code == UPSTREAM:
+                        held_upstream.append((snap, len(snap.waiting), s))
+                    note = _NO_ESTIMATE.get(code, _TOO_FEW_FREED)
                 else:
                     eta = etas.get(start)
                     if eta is None:
                         eta = etas[start] = fromtimestamp(start, UTC)
+            elif rid in requeued:  # preempted this tick: the ledger's reason is its admission's
+                position, reason, eta, note = None, _PREEMPTED_NOW, None, _STOPPING
             else:
                 position, reason, eta = s.details.get("position"), s.reason, None
+                note = _STOPPING if state == "requeued" else _NOT_ESTIMATED
             snap.waiting.append(
                 row_new(
                     row_type,
-                    (position, rid, name, owner, team, target, gpus, waited if waited > 0.0 else 0.0, reason, eta),
+                    (position, rid, name, owner, team, target, gpus, waited if waited > 0.0 else 0.0, reason, eta,
+                     note),
                 )
             )
+    if held_upstream:
+        _after_upstream(held_upstream, states, snaps.values(), now, admitted_now)
     for lane, snap in snaps.items():
         snap.waiting.sort(key=_queue_order)
         if not snap.pending:
@@ -233,6 +289,75 @@ def lane_snapshots(
             snap.head_name = head.name or snap.head_request or ""
             snap.head_owner = head.owner or ""
     return list(snaps.values())
+
+
+def _after_upstream(
+    held: list[tuple[LaneSnapshot, int, RequestState]],
+    states: list[RequestState],
+    snaps: Iterable[LaneSnapshot],
+    now: datetime,
+    admitted_now: Mapping[str, str],
+) -> None:
+    """The estimated start of requests held for their inputs (`WaitingForUpstream`): not before
+    the latest expected end of the live requests that produce them, each one's end its start
+    (admission, the engine's estimate, or its own upstream's end) plus its expected_duration.
+    A lower bound: the request then waits for quota like any other. Rows in `held` are replaced."""
+    producer: dict[str, RequestState] = {}
+    live = (*PENDING_STATES, *ACTIVE_STATES)
+    for s in states:
+        if s.state in live or s.request_id in admitted_now:
+            for out in s.request.output_artifact_ids:
+                producer[out] = s
+    engine_eta = {w[1]: w[9] for snap in snaps for w in snap.waiting}
+    held_ids = {s.request_id for _, _, s in held}
+    ends: dict[str, tuple[datetime | None, str]] = {}
+
+    def start_after_inputs(s: RequestState, path: frozenset[str]) -> tuple[datetime | None, str]:
+        bound: tuple[datetime | None, str] = (None, "")
+        for i in s.request.input_ids:
+            p = producer.get(i)
+            if p is None or p.request_id == s.request_id:
+                continue
+            end, why = end_of(p, path | {s.request_id})
+            if end is None:
+                return None, why
+            if bound[0] is None or end > bound[0]:
+                bound = (end, f"after upstream {p.request.name or p.request_id}")
+        return bound
+
+    def end_of(p: RequestState, path: frozenset[str]) -> tuple[datetime | None, str]:
+        rid = p.request_id
+        if rid in ends:
+            return ends[rid]
+        name = p.request.name or rid
+        if rid in path:  # a cycle of inputs: nothing in it can start first
+            return None, f"unknown: upstream {name} waits for its own downstream"
+        if rid in admitted_now:
+            start: datetime | None = now
+        elif p.state in ACTIVE_STATES:
+            start = p.updated_at if p.updated_at.tzinfo else p.updated_at.replace(tzinfo=UTC)
+        elif rid in held_ids:
+            start, why = start_after_inputs(p, path)
+            if start is None and why:
+                ends[rid] = (None, why)
+                return ends[rid]
+        else:
+            start = engine_eta.get(rid)
+        duration = p.request.expected_duration
+        if start is None:
+            out: tuple[datetime | None, str] = (None, f"unknown: upstream {name} has no estimated start")
+        elif duration is None:
+            out = (None, f"unknown: upstream {name} has no expected_duration")
+        else:
+            out = (max(start + duration, now), "")
+        ends[rid] = out
+        return out
+
+    for snap, index, s in held:
+        eta, note = start_after_inputs(s, frozenset())
+        if eta is None and not note:
+            continue  # its producers are gone: the engine's reason stands
+        snap.waiting[index] = snap.waiting[index]._replace(eta=eta, eta_note=note)
 
 
 def _queue_order(r: WaitingRow) -> tuple[bool, int, float]:
