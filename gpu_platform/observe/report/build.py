@@ -19,7 +19,7 @@ import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from gpu_platform.observe.report.data import (
     WaitRow,
     cost_by_team,
     fired_signals,
+    partial_days,
     queue_waits,
     unit_costs,
     unpriced_request_count,
@@ -86,10 +87,15 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time.min)
+
+
 def _days_axis(ax, first: date, last: date) -> None:
     """The report's period on the x axis, one tick label per day at most (not matplotlib's years
     around a single point)."""
-    ax.set_xlim(first - timedelta(hours=12), last + timedelta(hours=12))
+    # datetimes: a date less 12 hours is the same date
+    ax.set_xlim(_midnight(first) - timedelta(hours=12), _midnight(last) + timedelta(hours=12))
     ax.xaxis.set_major_locator(mdates.DayLocator(interval=max(1, (last - first).days // 10)))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
 
@@ -112,34 +118,47 @@ def _plot_waits(rows: list[WaitRow], first: date, last: date, path: Path) -> Pat
     return _save(fig, path)
 
 
-def _plot_utilization(rows: list[dict[str, Any]], first: date, last: date, path: Path) -> Path:
+def _plot_utilization(
+    rows: list[dict[str, Any]], first: date, last: date, path: Path, partial: dict[date, str] | None = None
+) -> Path:
+    """Complete days as lines; a partial day (`partial_days`) is a shaded band labelled partial,
+    never a point (today's few hours, or a day without its DCGM samples, are not 0 %)."""
+    partial = partial or {}
     fig = Figure(figsize=(9, 4))
     ax = fig.add_subplot()
     by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        by_pool[r["node_pool"]].append(r)
+        if r["day"] not in partial:
+            by_pool[r["node_pool"]].append(r)
     for pool, rs in sorted(by_pool.items()):
         ax.plot([r["day"] for r in rs], [100 * r["utilization"] for r in rs], marker="o", label=_plain(pool))
+    for day, why in partial.items():
+        if first <= day <= last:
+            ax.axvspan(_midnight(day) - timedelta(hours=12), _midnight(day) + timedelta(hours=12), color="0.85", zorder=0)
+            ax.text(_midnight(day), 50, "partial\n(" + ("in progress" if why == "in progress" else "incomplete") + ")",
+                    ha="center", va="center", fontsize=8, color="0.3")
     _days_axis(ax, first, last)
     ax.set_title("GPU utilization by node pool (busy / allocated GPU-hours)")
     ax.set_ylabel("%")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if by_pool:
+        ax.legend(fontsize=8)
     fig.autofmt_xdate()
     return _save(fig, path)
 
 
-def _plot_cost(rows: list[dict[str, Any]], currency: str, path: Path) -> Path:
+def _plot_cost(rows: list[dict[str, Any]], currency: str, path: Path, partial: dict[date, str] | None = None) -> Path:
     fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
     days = sorted({r["day"] for r in rows})
     teams = sorted({r["team"] for r in rows})
     value = {(r["day"], r["team"]): float(r["total_cost"] or 0) for r in rows}
+    labels = [d.isoformat() + (" (partial)" if d in (partial or {}) else "") for d in days]
     bottom = [0.0] * len(days)
     for team in teams:
         heights = [value.get((d, team), 0.0) for d in days]
-        ax.bar([d.isoformat() for d in days], heights, bottom=bottom, label=_plain(team))
+        ax.bar(labels, heights, bottom=bottom, label=_plain(team))
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_title(f"Cost by team per day ({_plain(currency)}, chargeback incl. idle and shared)")
     ax.set_ylabel(_plain(currency))
@@ -197,13 +216,17 @@ def build_report(
     warehouse: str | Path | None = None,
     now: datetime | None = None,
 ) -> Report:
-    """Write `index.html` and the PNGs into out_dir for the last `days` days up to now."""
+    """Write `index.html` and the PNGs into out_dir for the last `days` calendar days (UTC), today
+    the newest: it is in progress, so it is marked partial, as is the newest earlier day whose
+    utilization data is incomplete (`partial_days`); the header counts the days shown."""
     now = now or datetime.now(UTC)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    since = now - timedelta(days=days)
-    first, last = since.date(), now.date()
+    last = now.astimezone(UTC).date()
+    first = last - timedelta(days=days - 1)
+    since = datetime.combine(first, time.min, UTC)
     report = Report(out / "index.html")
+    partial = partial_days([], now)
     blocks: list[Block] = []
 
     waits = queue_waits(ledger, since)
@@ -233,12 +256,15 @@ def build_report(
         blocks += [_h2("Utilization, cost by team, unit costs"), _p(f"Not available: {report.notes['warehouse']}")]
     else:
         try:
-            blocks.extend(_warehouse_sections(con, policy, first, last, out, report))
+            warehouse_blocks, partial = _warehouse_sections(con, policy, first, last, out, report, now)
+            blocks.extend(warehouse_blocks)
         finally:
             con.close()
 
+    shown = {d: why for d, why in partial.items() if first <= d <= last}
     page = _environment().get_template(_TEMPLATE).render(
-        days=days, first=first, last=last, written=f"{now:%Y-%m-%d %H:%M}", currency=policy.currency, blocks=blocks,
+        days=(last - first).days + 1, first=first, last=last, written=f"{now:%Y-%m-%d %H:%M}",
+        currency=policy.currency, blocks=blocks, partial=[(d.isoformat(), why) for d, why in shown.items()],
     )
     report.html.write_text(page, encoding="utf-8")
     return report
@@ -256,13 +282,22 @@ def _priced(rows: list[dict[str, Any]], what: str, report: Report) -> list[dict[
 
 
 def _warehouse_sections(
-    con: duckdb.DuckDBPyConnection, policy: Policy, first: date, last: date, out: Path, report: Report
-) -> list[Block]:
+    con: duckdb.DuckDBPyConnection, policy: Policy, first: date, last: date, out: Path, report: Report,
+    now: datetime,
+) -> tuple[list[Block], dict[date, str]]:
+    """The warehouse's sections, and the days whose figures are partial (`partial_days`)."""
     blocks: list[Block] = [_h2("Utilization by pool")]
     util = utilization_by_pool(con, policy, first, last)
+    partial = partial_days(util, now)
     if util:
-        report.pngs.append(_plot_utilization(util, first, last, out / "utilization_by_pool.png"))
+        report.pngs.append(_plot_utilization(util, first, last, out / "utilization_by_pool.png", partial))
         blocks.append(_img("utilization_by_pool.png", "utilization by pool"))
+        for day, why in partial.items():
+            rows = [r for r in util if r["day"] == day]
+            if rows:
+                busy, allocated = sum(r["used_gpu_hours"] for r in rows), sum(r["allocated_gpu_hours"] for r in rows)
+                blocks.append(_em(f"{day} is partial ({why}): not plotted; so far {busy:,.1f} of "
+                                  f"{allocated:,.1f} allocated GPU-hours busy"))
     else:
         report.notes["utilization"] = "no priced GPU-hours (fct_gpu_cost_by_request) in the period"
         blocks.append(_p(report.notes["utilization"]))
@@ -271,7 +306,7 @@ def _warehouse_sections(
         for cur in sorted({r["currency"] for r in cost}):
             rows = [r for r in cost if r["currency"] == cur]
             name = f"cost_by_team_{safe_name(cur)}.png"
-            report.pngs.append(_plot_cost(rows, cur, out / name))
+            report.pngs.append(_plot_cost(rows, cur, out / name, partial))
             blocks += [_h2(f"Cost by team ({cur})"), _img(name, "cost by team")]
             totals: dict[str, float] = defaultdict(float)
             for r in rows:
@@ -312,4 +347,4 @@ def _warehouse_sections(
         blocks.append(_p(report.notes["signals"]))
     else:
         blocks.append(_table(signals, list(signals[0]) if signals else []))
-    return blocks
+    return blocks, partial

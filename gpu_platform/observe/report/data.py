@@ -100,6 +100,26 @@ def utilization_by_pool(con: duckdb.DuckDBPyConnection, policy: Policy, first: d
     ]
 
 
+IN_PROGRESS = "in progress"
+NO_BUSY_TIME = "incomplete: GPUs allocated but no busy time recorded (its DCGM samples are not loaded yet)"
+
+
+def partial_days(util: list[dict[str, Any]], now: datetime) -> dict[date, str]:
+    """The days whose figures are not final, and why: today and any later day (in progress), and
+    the newest earlier day with utilization rows when none of its allocated GPU-hours is busy (its
+    DCGM feed not ingested yet: not an idle pool). `util`: `utilization_by_pool` rows."""
+    today = _utc(now).date()
+    out = {today: IN_PROGRESS}
+    out.update({r["day"]: IN_PROGRESS for r in util if r["day"] >= today})
+    earlier = [r for r in util if r["day"] < today]
+    if earlier:
+        newest = max(r["day"] for r in earlier)
+        rows = [r for r in earlier if r["day"] == newest]
+        if sum(r["allocated_gpu_hours"] for r in rows) > 0 and not sum(r["used_gpu_hours"] for r in rows):
+            out[newest] = NO_BUSY_TIME
+    return dict(sorted(out.items()))
+
+
 def cost_by_team(con: duckdb.DuckDBPyConnection, first: date, last: date) -> list[dict[str, Any]]:
     """Per day, team and currency: total chargeback cost (platform_cost_per_tenant)."""
     if "platform_cost_per_tenant" not in _tables(con):
