@@ -9,13 +9,21 @@ the `K8sRunLauncher` creating run Jobs in the Dagster namespace as the tree's Se
 least-privilege RBAC the tree grants; the chart creates no ServiceAccount and no Role), and the
 run queue's limits from the policy (`gate.instance_config.dagster_instance_yaml`).
 
+The work claim is mounted in the code-location server, where Dagster evaluates sensors and so
+where the admission sensor looks for checkpoints, at the work root; with
+`includeConfigInLaunchedRuns` the chart hands the same volume, env, Secrets and pull secrets to
+every run pod and, through the run's container context, to every step pod (dagster-k8s merges
+lists without duplicates, so the executor's own mount of the same claim, `cluster.jobs`, is one
+mount). The code location's env is a list, carried in that container context, not a ConfigMap the
+team namespaces would lack.
+
 Chart keys as the chart's values schema names them (helm/dagster/schema in dagster-io/dagster):
 `global.postgresqlSecretName` / `serviceAccountName`, `serviceAccount.create` / `name`,
-`rbacEnabled`, `generatePostgresqlPasswordSecret`, `postgresql.enabled` / `postgresqlHost` /
-`postgresqlUsername` / `postgresqlDatabase` / `service.port`,
-`dagster-user-deployments.deployments[]` (`name`, `image`, `dagsterApiGrpcArgs`, `port`, `env`,
-`envSecrets`, `includeConfigInLaunchedRuns`, `volumes`, `volumeMounts`),
-`runLauncher.type: K8sRunLauncher` with `config.k8sRunLauncher` (`jobNamespace`,
+`rbacEnabled`, `generatePostgresqlPasswordSecret`, `imagePullSecrets`, `postgresql.enabled` /
+`postgresqlHost` / `postgresqlUsername` / `postgresqlDatabase` / `service.port`,
+`dagster-user-deployments.imagePullSecrets` / `deployments[]` (`name`, `image`,
+`dagsterApiGrpcArgs`, `port`, `env`, `envSecrets`, `includeConfigInLaunchedRuns`, `volumes`,
+`volumeMounts`), `runLauncher.type: K8sRunLauncher` with `config.k8sRunLauncher` (`jobNamespace`,
 `loadInclusterConfig`, `imagePullPolicy`, `envSecrets`), `dagsterDaemon.runCoordinator`, and
 `concurrency` (`enabled`, `runs.maxConcurrentRuns` / `tagConcurrencyLimits`, `pools.granularity` /
 `opGranularityRunBuffer`).
@@ -26,30 +34,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_platform.deploy.tree import DeploySettings
+from gpu_platform.cluster.jobs import ENV_WORK_ROOT, WORK_VOLUME_NAME, WorkVolume
+from gpu_platform.deploy.tree import CODE_LOCATION, DeploySettings
 from gpu_platform.gate.instance_config import dagster_instance_yaml
 from gpu_platform.policy import Policy
 
-CODE_LOCATION = "gpu-platform"
-"""The user deployment's name (the chart's gRPC Deployment and Service)."""
 GRPC_ARGS = ("--module-name", "assets.definitions", "--attribute", "defs")
 """`dagster api grpc` arguments: the Definitions workspace.yaml loads."""
-WORK_ROOT = "/var/lib/gpu-platform/work"
+WORK_ROOT = WorkVolume("").mount_path
 
 
 @dataclass(frozen=True)
 class HelmSettings:
-    """image: `repository:tag` of the image holding this repository (and dagster-k8s,
-    dagster-postgres). postgres_*: the operator's database (its password is in the tree's
-    `postgres_secret`). env_secret: the operator's Secret with `GPU_PLATFORM_LEDGER_URL` (the
-    ledger on Postgres: a URL with a password, so never a value here)."""
+    """image: `repository:tag` of the code-location image (`make image`: this repository with
+    dagster-k8s and dagster-postgres). postgres_*: the operator's database (its password is in the
+    tree's `postgres_secret`; the ledger URL in its `env_secret`)."""
 
     image: str
     postgres_host: str
     postgres_user: str = "dagster"
     postgres_db: str = "dagster"
     postgres_port: int = 5432
-    env_secret: str = "gpu-platform-env"
 
     def image_parts(self) -> tuple[str, str]:
         repo, sep, tag = self.image.rpartition(":")
@@ -67,20 +72,25 @@ def helm_values(policy: Policy, s: DeploySettings, h: HelmSettings) -> dict[str,
         postgres_password_secret=s.postgres_secret,
     )
     runs, pools = instance["concurrency"]["runs"], instance["concurrency"]["pools"]
-    env: dict[str, str] = {"GPU_PLATFORM_ENV": "prod", "GPU_PLATFORM_WORK_ROOT": WORK_ROOT}
+    env = [{"name": "GPU_PLATFORM_ENV", "value": "prod"}]
     deployment: dict[str, Any] = {
         "name": CODE_LOCATION,
         "image": {"repository": repo, "tag": tag, "pullPolicy": s.image_pull_policy},
         "dagsterApiGrpcArgs": list(GRPC_ARGS),
         "port": 3030,
         "env": env,
-        "envSecrets": [{"name": h.env_secret}],
-        # run pods get the same env, secrets and volumes as the code location
+        "envSecrets": [{"name": s.env_secret}],
+        # run pods, and through the run's container context step pods, get the same env,
+        # Secrets, volumes and pull secrets as the code location
         "includeConfigInLaunchedRuns": {"enabled": True},
     }
     if s.work_claim:
-        env["GPU_PLATFORM_WORK_CLAIM"] = s.work_claim
-    return {
+        env += [{"name": "GPU_PLATFORM_WORK_CLAIM", "value": s.work_claim}, {"name": ENV_WORK_ROOT, "value": WORK_ROOT}]
+        # the executor's spelling of the same volume and mount (cluster.jobs), so the two merge into one
+        deployment["volumes"] = [{"name": WORK_VOLUME_NAME, "persistentVolumeClaim": {"claimName": s.work_claim}}]
+        deployment["volumeMounts"] = [{"name": WORK_VOLUME_NAME, "mountPath": WORK_ROOT}]
+    pull = [{"name": s.image_pull_secret}] if s.image_pull_secret else []
+    values: dict[str, Any] = {
         "global": {"postgresqlSecretName": s.postgres_secret, "serviceAccountName": s.service_account},
         "serviceAccount": {"create": False, "name": s.service_account},
         "rbacEnabled": False,
@@ -92,7 +102,8 @@ def helm_values(policy: Policy, s: DeploySettings, h: HelmSettings) -> dict[str,
             "postgresqlDatabase": h.postgres_db,
             "service": {"port": h.postgres_port},
         },
-        "dagster-user-deployments": {"enabled": True, "deployments": [deployment]},
+        "imagePullSecrets": pull,
+        "dagster-user-deployments": {"enabled": True, "imagePullSecrets": pull, "deployments": [deployment]},
         "runLauncher": {
             "type": "K8sRunLauncher",
             "config": {
@@ -100,7 +111,7 @@ def helm_values(policy: Policy, s: DeploySettings, h: HelmSettings) -> dict[str,
                     "jobNamespace": s.dagster_namespace,
                     "loadInclusterConfig": True,
                     "imagePullPolicy": s.image_pull_policy,
-                    "envSecrets": [{"name": h.env_secret}],
+                    "envSecrets": [{"name": s.env_secret}],
                 }
             },
         },
@@ -116,3 +127,4 @@ def helm_values(policy: Policy, s: DeploySettings, h: HelmSettings) -> dict[str,
             "pools": {"granularity": pools["granularity"], "opGranularityRunBuffer": pools["op_granularity_run_buffer"]},
         },
     }
+    return values

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from dagster._core.instance.config import dagster_instance_config
 
 from gpu_platform.cli.app import main
+from gpu_platform.cluster.jobs import STEP_SERVICE_ACCOUNT
 from gpu_platform.cluster.names import local_queue_name
 from gpu_platform.deploy.tree import KUSTOMIZATION
 from gpu_platform.policy import load_policy
@@ -81,27 +82,67 @@ def _allowed(rules: list[dict], group: str, resource: str) -> set[str]:
 def test_rbac_grants_what_the_gate_and_executor_need_and_nothing_else(tree) -> None:
     _, docs = tree
     policy = load_policy()
-    roles = {(d["metadata"].get("namespace"), d["kind"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    roles = {(d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "dagster", "namespace": "dagster"}] for b in bindings)
+    launcher = [{"kind": "ServiceAccount", "name": "dagster", "namespace": "dagster"}]
+    for b in bindings:
+        ns = b["metadata"].get("namespace")
+        if b["roleRef"]["name"] == "gpu-platform-step":  # the step account, bound in its own namespace only
+            assert b["subjects"] == [{"kind": "ServiceAccount", "name": STEP_SERVICE_ACCOUNT, "namespace": ns}]
+        else:
+            assert b["subjects"] == launcher
     for rules in (r["rules"] for r in roles.values()):
         for r in rules:
             assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r["apiGroups"]
             assert "secrets" not in r["resources"]
     for ns in {t.namespace for t in policy.teams.values()}:
-        rules = roles[(ns, "Role")]["rules"]
+        rules = roles[(ns, "gpu-platform-launcher")]["rules"]
         assert _allowed(rules, "batch", "jobs") == {"create", "delete", "get", "list", "watch"}  # step Jobs
         assert _allowed(rules, "", "pods") == {"get", "list", "watch"}
         assert _allowed(rules, "", "pods/log") == {"get"}
         assert _allowed(rules, "", "events") == {"get", "list", "watch"}  # read-back
         assert _allowed(rules, "kueue.x-k8s.io", "workloads") == {"get", "list", "watch"}
         assert _allowed(rules, "", "configmaps") == set()
-    dagster = roles[("dagster", "Role")]["rules"]
+        assert _allowed(rules, "", "services") == set()
+        # the gang step, as the step account (docs/distributed-training.md, The step that runs a gang)
+        step = roles[(ns, "gpu-platform-step")]["rules"]
+        assert _allowed(step, "", "services") == {"create", "get", "delete"}
+        assert _allowed(step, "batch", "jobs") == {"create", "get", "delete"}
+        assert _allowed(step, "batch", "jobs/status") == {"get"}
+        assert _allowed(step, "", "pods") == {"get", "list", "delete"}
+        assert _allowed(step, "", "pods/log") == {"get"}
+        assert {res for r in step for res in r["resources"]} == {"services", "jobs", "jobs/status", "pods", "pods/log"}
+    dagster = roles[("dagster", "gpu-platform-launcher")]["rules"]
     assert _allowed(dagster, "batch", "jobs") == {"create", "delete", "get", "list", "watch"}  # run Jobs
     assert _allowed(dagster, "kueue.x-k8s.io", "workloads") == set()
-    (cluster,) = [r for (ns, kind), r in roles.items() if kind == "ClusterRole"]
+    (cluster,) = [r for (ns, _), r in roles.items() if r["kind"] == "ClusterRole"]
     assert all(set(r["verbs"]) <= {"get", "list"} for r in cluster["rules"])  # no cluster-wide write
     assert {res for r in cluster["rules"] for res in r["resources"]} == {"nodes", "pods", "persistentvolumes"}
+
+
+def test_every_namespace_holds_the_accounts_its_pods_run_as(tree) -> None:
+    """Step Jobs name `STEP_SERVICE_ACCOUNT` (executor_config_for); it exists in every team
+    namespace, the launcher's in the Dagster namespace."""
+    _, docs = tree
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "ServiceAccount"}
+    teams = {t.namespace for t in load_policy().teams.values()}
+    assert accounts == {("dagster", "dagster")} | {(ns, STEP_SERVICE_ACCOUNT) for ns in teams}
+
+
+def test_the_work_claim_is_in_every_namespace_whose_pods_mount_it(tree) -> None:
+    _, docs = tree
+    claims = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "PersistentVolumeClaim"}
+    assert set(claims) == {"dagster"} | {t.namespace for t in load_policy().teams.values()}
+    assert all(c["spec"]["accessModes"] == ["ReadWriteMany"] and "storageClassName" not in c["spec"]
+               for c in claims.values())
+
+
+def test_the_storage_class_is_a_value(tmp_path) -> None:
+    out = tmp_path / "tree"
+    result = CliRunner().invoke(main, ["deploy", "render", "--out", str(out), "--storage-class", "nfs-rwx"])
+    assert result.exit_code == 0, result.output
+    claims = [yaml.safe_load(p.read_text()) for p in out.glob("persistentvolumeclaim-*.yaml")]
+    assert claims and all(c["spec"]["storageClassName"] == "nfs-rwx" for c in claims)
 
 
 def test_the_instance_configmap_is_a_postgres_k8s_instance(tree, tmp_path) -> None:
@@ -171,6 +212,8 @@ CHART_KEYS = {
     ("postgresql",): {"image", "enabled", "postgresqlHost", "postgresqlUsername", "postgresqlPassword",
                       "postgresqlDatabase", "postgresqlParams", "postgresqlScheme", "service"},
     ("dagster-user-deployments",): {"enabled", "enableSubchart", "imagePullSecrets", "deployments"},
+    ("dagster-user-deployments", "deployments", 0, "volumes", 0): {"name", "persistentVolumeClaim"},
+    ("dagster-user-deployments", "deployments", 0, "volumeMounts", 0): {"name", "mountPath"},
     ("dagster-user-deployments", "deployments", 0): {
         "name", "image", "dagsterApiGrpcArgs", "codeServerArgs", "includeConfigInLaunchedRuns", "port", "env",
         "envConfigMaps", "envSecrets", "annotations", "nodeSelector", "affinity", "tolerations",
@@ -224,7 +267,7 @@ def test_helm_values_make_the_charts_instance_the_trees(helm) -> None:
     # the tree's ServiceAccount and RBAC, the operator's Secrets: the chart creates neither
     kustomization = yaml.safe_load((tree_dir / KUSTOMIZATION).read_text())
     docs = [yaml.safe_load((tree_dir / n).read_text()) for n in kustomization["resources"]]
-    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["namespace"] == "dagster"]
     assert values["serviceAccount"] == {"create": False, "name": sa["metadata"]["name"]}
     assert values["global"]["serviceAccountName"] == sa["metadata"]["name"] and values["rbacEnabled"] is False
     assert values["global"]["postgresqlSecretName"] == instance["run_launcher"]["config"]["postgres_password_secret"]
@@ -236,13 +279,24 @@ def test_helm_values_make_the_charts_instance_the_trees(helm) -> None:
     module = workspace["load_from"][0]["python_module"]
     assert (module["module_name"], module["attribute"]) == ("assets.definitions", "defs")  # this code location
     assert (code["image"]["repository"], code["image"]["tag"]) == ("registry.local/ml/gpu-platform", "2026.12.1")
-    assert code["env"]["GPU_PLATFORM_ENV"] == "prod" and code["envSecrets"] == [{"name": "gpu-platform-env"}]
+    env = {e["name"]: e["value"] for e in code["env"]}
+    assert env["GPU_PLATFORM_ENV"] == "prod" and code["envSecrets"] == [{"name": "gpu-platform-env"}]
+    assert env["GPU_PLATFORM_WORK_CLAIM"] == "gpu-platform-work" and env["GPU_PLATFORM_WORK_ROOT"] == "/var/lib/gpu-platform/work"
+    # the gate's pod (the code-location server evaluates the admission sensor) mounts the work claim
+    assert code["volumes"] == [{"name": "gpu-platform-work", "persistentVolumeClaim": {"claimName": "gpu-platform-work"}}]
+    assert code["volumeMounts"] == [{"name": "gpu-platform-work", "mountPath": "/var/lib/gpu-platform/work"}]
 
 
 def test_with_helm_values_the_tree_leaves_the_instance_to_the_chart(helm) -> None:
+    """No instance ConfigMap (the chart's); in each team namespace only the chart's env ConfigMaps
+    that every step pod's envFrom names (the chart makes them in the Dagster namespace alone)."""
     tree_dir, _ = helm
     kustomization = yaml.safe_load((tree_dir / KUSTOMIZATION).read_text())
-    assert not [n for n in kustomization["resources"] if n.startswith("configmap-")]
+    docs = [yaml.safe_load((tree_dir / n).read_text()) for n in kustomization["resources"]]
+    maps = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "ConfigMap"}
+    teams = {t.namespace for t in load_policy().teams.values()}
+    assert maps == {(ns, name) for ns in teams
+                    for name in ("dagster-pipeline-env", "dagster-dagster-user-deployments-gpu-platform-user-env")}
     assert sorted(kustomization["resources"]) == sorted(p.name for p in tree_dir.glob("*.yaml") if p.name != KUSTOMIZATION)
 
 
