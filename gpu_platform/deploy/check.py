@@ -238,7 +238,7 @@ def check_dry_run(api: _Api, tree: Tree) -> list[Finding]:
                 skipped[ns] = skipped.get(ns, 0) + 1
                 continue
         status, body = api.request(
-            "PATCH", object_path(obj), body=json.dumps(obj),
+            "PATCH", object_path(obj), body=obj,
             query=[("dryRun", "All"), ("fieldManager", FIELD_MANAGER), ("force", "true")],
             content_type="application/apply-patch+yaml",
         )
