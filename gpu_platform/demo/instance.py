@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 from gpu_platform.gate.instance_config import dagster_instance_yaml, render_instance_yaml
@@ -20,7 +21,9 @@ from gpu_platform.requests.ledger import Ledger
 from gpu_platform.requests.model import JobRequest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "requests"
+EXAMPLES = Path(str(files(__package__) / "examples" / "requests")).resolve()
+"""The example requests shipped in the package (`examples/` beside this module: in a checkout a link
+to the top-level `examples/`, in an installed wheel its copy); the demo's own are in `../demo`."""
 
 
 DEMO_INSTANCE_SETTINGS = {"nux": {"enabled": False}}

@@ -2,6 +2,7 @@
 May import `finops/feeds/` (the raw tables' DDL) and `safeload/`; the scorecard vars are passed in, not imported.
 """
 
+from importlib.resources import files
 from pathlib import Path
 
 from gpu_platform.finops.sqlmodels.raw import ensure_raw_tables, load_ledger_snapshot
@@ -17,8 +18,10 @@ from gpu_platform.finops.sqlmodels.runner import (
 
 
 def default_project_path() -> Path:
-    """The repository's `dbt_like_sql/` directory."""
-    return Path(__file__).resolve().parents[3] / "dbt_like_sql"
+    """The SQL project shipped in this package (`dbt_like_sql/` beside this module: in a checkout a
+    link to the top-level `dbt_like_sql/`, in an installed wheel its copy). Another project is
+    configured with `cost build --project DIR` or the warehouse resource's `project_dir`."""
+    return Path(str(files(__name__) / "dbt_like_sql")).resolve()
 
 
 __all__ = [
