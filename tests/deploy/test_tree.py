@@ -309,3 +309,36 @@ def test_helm_values_need_an_image_and_a_database(tmp_path) -> None:
     result = CliRunner().invoke(main, [*args, "--image", "registry.local/gpu-platform", "--postgres-host", "pg"])
     assert result.exit_code == 2 and "expected repository:tag" in result.output
     assert not (tmp_path / "v.yaml").exists() and not (tmp_path / "t").exists()
+
+
+QUANTITY_KEYS = {"nominalQuota", "borrowingLimit", "lendingLimit", "weight", "storage"}
+
+
+def _quantities(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in QUANTITY_KEYS and not isinstance(v, dict | list):
+                yield (*path, k), v
+            else:
+                yield from _quantities(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _quantities(v, (*path, i))
+
+
+def test_every_quantity_is_the_string_the_api_server_stores(tree) -> None:
+    """What Kueue's webhook and the API server write back is Go's canonical Quantity string; the
+    tree writes exactly that, so a second `kubectl apply -k` has nothing to patch."""
+    from kubernetes.utils import parse_quantity
+
+    from gpu_platform.admission.kueue_export import quantity
+
+    _, docs = tree
+    found = [(d["kind"], p, v) for d in docs for p, v in _quantities(d.get("spec", {}))]
+    assert any(p[-1] == "nominalQuota" for _, p, _ in found)
+    for kind, path, value in found:
+        assert isinstance(value, str), (kind, path, value)
+        if path[-1] != "storage":
+            resource = "memory" if value.endswith("i") else "other"
+            amount = float(parse_quantity(value)) / (2**30 if resource == "memory" else 1)
+            assert quantity(resource, amount) == value, (kind, path, value)
