@@ -20,6 +20,10 @@ from gpu_platform.admission.engine import (
 )
 from gpu_platform.admission.model import (
     INADMISSIBLE,
+    TAS_FOLLOWS_FLAVOR,
+    TAS_PREFERRED,
+    TAS_REQUIRED,
+    TAS_UNCONSTRAINED,
     AdmissionFairSharing,
     ClusterQueueSpec,
     ClusterState,
@@ -35,9 +39,31 @@ from gpu_platform.admission.model import (
 
 
 def _flavor(raw: Any) -> FlavorSpec:
+    """A name, or `{name, spot, capacity, topology_levels: [node labels]}` (levels: the flavor is
+    topology-aware, its ResourceFlavor naming a Topology with these levels)."""
     if isinstance(raw, str):
         return FlavorSpec(raw)
-    return FlavorSpec(str(raw["name"]), bool(raw.get("spot", False)), raw.get("capacity"))
+    levels = tuple(str(v) for v in raw.get("topology_levels") or ())
+    return FlavorSpec(str(raw["name"]), bool(raw.get("spot", False)), raw.get("capacity"), levels)
+
+
+def _topology(raw: Any) -> tuple[str | None, str | None]:
+    """A workload's `topology`: absent (no annotation), `{required: LEVEL}`, `{preferred: LEVEL}`,
+    `{unconstrained: true}` (Kueue's podset annotations) or `follows-flavor` (the platform's Jobs)."""
+    if raw is None:
+        return None, None
+    if raw == TAS_FOLLOWS_FLAVOR:
+        return TAS_FOLLOWS_FLAVOR, None
+    if isinstance(raw, Mapping) and len(raw) == 1:
+        ((mode, value),) = raw.items()
+        if mode in (TAS_REQUIRED, TAS_PREFERRED) and value:
+            return str(mode), str(value)
+        if mode == TAS_UNCONSTRAINED and value is True:
+            return TAS_UNCONSTRAINED, None
+    raise ValueError(
+        f"topology: {raw!r} is not one of {{required: LEVEL}}, {{preferred: LEVEL}}, {{unconstrained: true}}, "
+        f"{TAS_FOLLOWS_FLAVOR}"
+    )
 
 
 def _quotas(rows: Any) -> tuple[ResourceQuota, ...]:
@@ -140,6 +166,7 @@ def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
 
 def _wl(raw: Mapping[str, Any]) -> Workload:
     allowed = raw.get("allowed_flavors")
+    topology, level = _topology(raw.get("topology"))
     flavor = raw.get("flavor")
     resource_flavors = None
     if isinstance(flavor, Mapping):
@@ -171,6 +198,8 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         evicted=bool(raw.get("evicted", False)),
         uid=None if raw.get("uid") is None else str(raw["uid"]),
         evicted_finish=None if raw.get("evicted_finish") is None else bool(raw["evicted_finish"]),
+        topology=topology,
+        topology_level=level,
     )
 
 

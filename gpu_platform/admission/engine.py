@@ -10,10 +10,11 @@ in the active queue. A BestEffortFIFO head that cannot be admitted moves to the 
 list; a StrictFIFO head stays at the front. A head that needs preemption but has no candidates
 and cannot always reclaim keeps the quota it could use (`reserveCapacityForUnreclaimablePreempt`).
 
-Flavor assignment (flavorassigner.go): per resource group, flavors in order, each resource's
-mode (fit, preempt, reclaim, no candidates, no fit) and borrowing height; fungibility decides
-when to stop and which flavor is preferred; a preemption oracle checks, per resource, whether
-preemption could make room.
+Flavor assignment (flavorassigner.go): per resource group, flavors in order (one that Kueue's
+Topology Aware Scheduling check refuses for the workload's topology request is skipped; the rule
+is in `admission/tas.py`), each resource's mode (fit, preempt, reclaim, no candidates, no fit) and
+borrowing height; fungibility decides when to stop and which flavor is preferred; a preemption
+oracle checks, per resource, whether preemption could make room.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from gpu_platform.admission.model import (
     PENDING_PREEMPTION,
     QUOTA_RESERVED,
     STRICT_FIFO,
+    TAS_FOLLOWS_FLAVOR,
     TEAM_LIMIT,
     Admission,
     AdmissionFairSharing,
@@ -55,6 +57,7 @@ from gpu_platform.admission.model import (
 from gpu_platform.admission.nodes import placement_of, pod_shape
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Node, Snapshot, usage_of
+from gpu_platform.admission.tas import is_tas_only, topology_refusal
 from gpu_platform.devices.sharing import is_gpu_resource
 
 _EPS = 1e-9
@@ -179,6 +182,8 @@ def _equivalence(w: Workload) -> tuple:
         w.cost_approval,
         w.team,
         w.pods,
+        w.topology,
+        w.topology_level,
     )
 
 
@@ -358,12 +363,19 @@ class _Engine:
 
     # -- flavor assignment ------------------------------------------------------------------
     def _flavor_refusal(self, wl: Workload, cq: CQNode, f: str) -> str | None:
-        """The platform's flavor rules (Kueue's node-affinity / taint check stands here)."""
+        """Kueue's Topology Aware Scheduling check (`admission/tas.py`), then the platform's
+        flavor rules (Kueue's node-affinity / taint check stands here)."""
         if wl.flavor is not None and f != wl.flavor:
             return f"flavor {f} is not the requested {wl.flavor}"
         if wl.allowed_flavors is not None and f not in wl.allowed_flavors:
             return f"flavor {f} doesn't match the requested GPU type"
         spec = self.snap.flavors.get(f)
+        if wl.topology != TAS_FOLLOWS_FLAVOR:
+            why = topology_refusal(
+                f, spec.topology_levels if spec is not None else (), wl.topology, wl.topology_level, self._tas_only(cq)
+            )
+            if why is not None:
+                return why
         if spec is not None and spec.spot:
             memo = self.snap.spot_quota
             key = (cq.name, f)
@@ -373,6 +385,22 @@ class _Engine:
             if not own:
                 return f"{cq.name} has no quota of its own on spot flavor {f}"
         return None
+
+    def _tas_ok(self, wl: Workload, cq: CQNode, f: str) -> bool:
+        if wl.topology == TAS_FOLLOWS_FLAVOR:
+            return True
+        spec = self.snap.flavors.get(f)
+        levels = spec.topology_levels if spec is not None else ()
+        return topology_refusal(f, levels, wl.topology, wl.topology_level, self._tas_only(cq)) is None
+
+    def _tas_only(self, cq: CQNode) -> bool:
+        memo = self.snap.tas_only
+        found = memo.get(cq.name)
+        if found is None:
+            flavors = self.snap.flavors
+            levels = {f: flavors[f].topology_levels for g in cq.groups for f in g.flavors if f in flavors}
+            found = memo[cq.name] = is_tas_only((f for g in cq.groups for f in g.flavors), levels)
+        return found
 
     @staticmethod
     def _has_spot_quota(cq: CQNode, flavor: str) -> bool:
@@ -626,6 +654,8 @@ class _Engine:
             pf, wf = self._flavor_set(p), self._flavor_set(w)
             if pf is not None and (wf is None or not wf <= pf):
                 continue
+            if p.topology != TAS_FOLLOWS_FLAVOR and (p.topology, p.topology_level) != (w.topology, w.topology_level):
+                continue  # Kueue's TAS check may leave `w` flavors it left `p` none of
             return p
         return None
 
@@ -1025,11 +1055,13 @@ class _Engine:
             prefixes: dict[tuple[str, str], str] = {}
             for pos, w in enumerate(rest, 1):
                 if estimating:
-                    raw_key = (w.flavor, w.allowed_flavors)
+                    raw_key = (w.flavor, w.allowed_flavors, w.topology, w.topology_level)
                     info = by_set.get(raw_key)
                     if info is None:
                         key = self._flavor_set(w)
-                        fl = frozenset(f for f in cq_flavors if key is None or f in key)
+                        fl = frozenset(
+                            f for f in cq_flavors if (key is None or f in key) and self._tas_ok(w, cq, f)
+                        )
                         info = by_set[raw_key] = (
                             max((avail[f] for f in fl), default=0.0),
                             max((pot[f] for f in fl), default=0.0),

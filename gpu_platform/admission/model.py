@@ -28,6 +28,13 @@ IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
+# A PodSet's topology request (Kueue's podset-*-topology annotations); see Workload.topology.
+TAS_REQUIRED = "required"
+TAS_PREFERRED = "preferred"
+TAS_UNCONSTRAINED = "unconstrained"
+TAS_FOLLOWS_FLAVOR = "follows-flavor"
+TOPOLOGY_MODES = (TAS_REQUIRED, TAS_PREFERRED, TAS_UNCONSTRAINED, TAS_FOLLOWS_FLAVOR)
+
 # Our reason codes for pending workloads (condition QuotaReserved=False).
 PENDING = "Pending"
 PENDING_PREEMPTION = "PendingPreemption"
@@ -110,11 +117,17 @@ class CohortSpec:
 
 @dataclass(frozen=True, slots=True)
 class FlavorSpec:
-    """A ResourceFlavor. capacity=None: no physical ceiling beyond the quotas (Kueue's view)."""
+    """A ResourceFlavor. capacity=None: no physical ceiling beyond the quotas (Kueue's view).
+
+    topology_levels: the levels (node labels, widest first) of the Topology its ResourceFlavor
+    names in `spec.topologyName`, so the flavor is topology-aware (Kueue's Topology Aware
+    Scheduling); (): not topology-aware (no `topologyName`).
+    """
 
     name: str
     spot: bool = False
     capacity: Mapping[str, float] | None = None
+    topology_levels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +229,14 @@ class Workload:
     None: the name stands for it.
     evicted_finish: what happens to it once evicted between cycles of `schedule_until_stable`:
     True finishes it for good, False requeues it; None: the run's own setting.
+    topology: its PodSet's topology request, as its pod template's annotations give it to Kueue
+    (the rule: `admission/tas.py`). `TAS_FOLLOWS_FLAVOR` (the default): a Job the platform
+    renders, annotated `podset-unconstrained-topology` exactly when the gate admits it on a
+    topology-aware flavor (`gpu_platform.cluster.jobs.topology_annotations`), so every flavor of
+    its queue passes Kueue's check; `TAS_REQUIRED` / `TAS_PREFERRED` (with `topology_level`) /
+    `TAS_UNCONSTRAINED`: an explicit request, only topology-aware flavors (with that level);
+    None: no annotation at all (a Job the platform did not render): a topology-aware flavor only
+    in a queue whose flavors are all topology-aware.
     """
 
     name: str
@@ -239,6 +260,8 @@ class Workload:
     evicted: bool = False
     uid: str | None = None
     evicted_finish: bool | None = None
+    topology: str | None = TAS_FOLLOWS_FLAVOR
+    topology_level: str | None = None
 
 
 

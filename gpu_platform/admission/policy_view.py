@@ -1,8 +1,9 @@
 """Build the engine's ClusterState from the policy file and job requests.
 
 Lanes become cluster queues (quotas, cohort, preemption, yields_to, protected, budget); flavors
-keep their capacity as a physical ceiling on top of the quotas; requests become workloads whose
-flavors are restricted by `matching_flavors` and whose lane rules come from the lane.
+keep their capacity as a physical ceiling on top of the quotas and their Topology's levels (Kueue's
+TAS); requests become workloads whose flavors are restricted by `matching_flavors`, whose topology
+request is their Job's (`topology_of`) and whose lane rules come from the lane.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gpu_platform.admission.model import (
+    TAS_FOLLOWS_FLAVOR,
+    TAS_PREFERRED,
+    TAS_REQUIRED,
     AdmissionFairSharing,
     ClusterQueueSpec,
     ClusterState,
@@ -23,6 +27,7 @@ from gpu_platform.admission.model import (
     TeamLimits,
     Workload,
 )
+from gpu_platform.cluster.names import flavor_topology_levels
 from gpu_platform.policy import Lane, Policy
 from gpu_platform.requests.model import JobRequest, matching_flavors, shaped_flavors
 
@@ -146,6 +151,7 @@ def workload_for(
     """
     lane = policy.lane(req.lane or "")
     resources, allowed = _lane_fit(policy, lane, req)
+    topology, level = topology_of(req)
     requests: dict[str, float] = {req.gpu_resource: float(req.gpu_count or 0)}
     if req.cpu is not None and "cpu" in resources:
         requests["cpu"] = float(req.cpu)
@@ -168,7 +174,23 @@ def workload_for(
         max_cost=None if req.max_cost is None else float(req.max_cost),
         expected_duration_s=None if req.expected_duration is None else req.expected_duration.total_seconds(),
         pods=req.pods,
+        topology=topology,
+        topology_level=level,
     )
+
+
+def topology_of(req: JobRequest) -> tuple[str, str | None]:
+    """The topology request of the request's Job as Kueue reads it (`Workload.topology`): its
+    `topology:` level, required or preferred (Kueue then allows only topology-aware flavors that
+    have the level); without one, the Job is annotated unconstrained exactly when the gate admits it
+    on a topology-aware flavor (`gpu_platform.cluster.jobs.topology_annotations`), so any flavor
+    of its lane may be chosen."""
+    topo = req.topology
+    if topo is None:
+        return TAS_FOLLOWS_FLAVOR, None
+    if topo.required:
+        return TAS_REQUIRED, topo.required
+    return TAS_PREFERRED, topo.preferred
 
 
 def nodes_for(policy: Policy) -> tuple[NodeSpec, ...]:
@@ -207,7 +229,9 @@ def from_policy(
         )
         for lane in policy.lanes_by_priority()
     )
-    flavors = tuple(FlavorSpec(f.name, f.spot, dict(f.offered)) for f in policy.flavors)
+    flavors = tuple(
+        FlavorSpec(f.name, f.spot, dict(f.offered), flavor_topology_levels(policy, f.name)) for f in policy.flavors
+    )
     adm: list[Workload] = []
     for i, a in enumerate(admitted):
         if isinstance(a, Workload):

@@ -333,7 +333,9 @@ class _Skeleton:
     and copied (with empty usage) into every Snapshot of it, so a caller that asks the engine many
     times about one policy (the simulator, a drain) does not rebuild the tree each time."""
 
-    __slots__ = ("cohorts", "cqs", "order", "flavors", "capacity", "keys", "potential", "spot_quota", "spare")
+    __slots__ = (
+        "cohorts", "cqs", "order", "flavors", "capacity", "keys", "potential", "spot_quota", "tas_only", "spare",
+    )
 
     def __init__(self, state: ClusterState):
         self.keys = (state.cluster_queues, state.cohorts, state.flavors)
@@ -378,9 +380,11 @@ class _Skeleton:
                 self.capacity[(f.name, r)] = v
         # Static answers, filled as asked: Snapshot.potential per (queue, fr) (quotas and
         # capacity only, no usage), and per (queue, flavor) whether the queue has quota of its
-        # own there (the engine's spot rule).
+        # own there (the engine's spot rule), and per queue whether every flavor of it is
+        # topology-aware (Kueue's isTASOnly, `admission/tas.py`).
         self.potential: dict[tuple[str, FR], float] = {}
         self.spot_quota: dict[tuple[str, str], bool] = {}
+        self.tas_only: dict[str, bool] = {}
         # node sets of released Snapshots, emptied when taken again (see Snapshot.release)
         self.spare: list[tuple[dict[str, CohortNode], dict[str, CQNode]]] = []
 
@@ -469,6 +473,7 @@ class Snapshot:
         self.capacity = sk.capacity
         self._potential = sk.potential
         self.spot_quota = sk.spot_quota
+        self.tas_only = sk.tas_only
         self.total_usage: dict[FR, float] = {}
         self.nodes: NodeBook | None = NodeBook(state.nodes) if state.nodes else None
         self._add_admitted(state.admitted)

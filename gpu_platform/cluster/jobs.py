@@ -11,8 +11,10 @@ The GPU Job is created suspended (`spec.suspend: true`) in the team's namespace 
 `queue-name` and `priority-class` labels, named by `gpu_platform.cluster.names` exactly as the
 export names the LocalQueue and WorkloadPriorityClass. The Job does not pin a flavor: its pod
 template has a required node affinity with one term per flavor the request accepts (its lane's
-flavors that match its `gpu_type`), so Kueue chooses among them and, on admission, injects the
-chosen ResourceFlavor's node labels and tolerations. `activeDeadlineSeconds` counts from the
+flavors that match its `gpu_type`) of the gate flavor's kind, topology-aware or not, and the
+Topology Aware Scheduling annotation that kind needs in Kueue (`topology_annotations`), so Kueue
+chooses among them and, on admission, injects the chosen ResourceFlavor's node labels and
+tolerations. `activeDeadlineSeconds` counts from the
 Job's start, which Kubernetes resets on every suspend/resume, so queue time does not eat the
 request's timeout.
 """
@@ -37,6 +39,7 @@ from gpu_platform.cluster.names import (  # noqa: F401  (re-exported: the Job's 
     LABEL_REQUEST_ID,
     LABEL_STEP,
     LABEL_TEAM,
+    flavor_topology_levels,
     gang_job_name,
     k8s_name,
     label_value,
@@ -44,7 +47,7 @@ from gpu_platform.cluster.names import (  # noqa: F401  (re-exported: the Job's 
     priority_class_name,
 )
 from gpu_platform.policy import GPU, Flavor, Policy
-from gpu_platform.requests.model import JobRequest, matching_flavors
+from gpu_platform.requests.model import JobRequest, matching_flavors, shaped_flavors
 
 ENV_REQUEST_ID = "GPU_PLATFORM_REQUEST_ID"
 ENV_CHECKPOINT_DIR = "GPU_PLATFORM_CHECKPOINT_DIR"
@@ -140,19 +143,31 @@ def namespace_for(request: JobRequest, policy: Policy) -> str:
 
 def resolve_flavor(request: JobRequest, policy: Policy, flavor_name: str | None = None) -> Flavor:
     """The flavor a request runs on: `flavor_name` (admission's choice) checked against the lane's
-    quota and the request's gpu_type, or, when None, the first flavor that matches."""
+    quota, the request's gpu_type and its `topology:` (only a topology-aware flavor), or, when
+    None, the first flavor the gate's engine could choose: matching, able to place the request's
+    node shape, topology-aware when it asks for a topology (the order both the engine and Kueue
+    try them in)."""
     lane, _ = _lane_and_team(request, policy)
     candidates = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource, request.site)
     if flavor_name is None:
-        if not candidates:
+        usable = [n for n in candidates if request.topology is None or is_topology_aware(policy, n)]
+        if request.gpu_resource == GPU and request.gpu_count:
+            usable = shaped_flavors(policy, request, usable) or usable
+        if not usable:
             raise ValueError(f"lane {lane} has no quota on a flavor matching gpu_type {request.gpu_type!r}")
-        return policy.flavor(candidates[0])
+        return policy.flavor(usable[0])
     if flavor_name not in policy.flavor_by_name:
         raise ValueError(f"unknown flavor {flavor_name!r} (one of: {', '.join(policy.flavor_by_name)})")
     if flavor_name not in candidates:
         raise ValueError(
             f"flavor {flavor_name!r} does not fit request: lane {lane} with gpu_type {request.gpu_type!r} "
             f"may use {', '.join(candidates) or 'no flavor'}"
+        )
+    if request.topology is not None and not is_topology_aware(policy, flavor_name):
+        raise ValueError(
+            f"flavor {flavor_name!r} does not fit request: its topology ({request.topology.mode} "
+            f"{request.topology.level}) needs a topology-aware flavor, and Kueue would refuse this one: "
+            f'Flavor "{flavor_name}" does not support TopologyAwareScheduling'
         )
     return policy.flavor(flavor_name)
 
@@ -190,6 +205,9 @@ TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 """Kueue Topology Aware Scheduling: the pod template annotations naming the topology level (a node
 label of the flavor's Topology) that all pods of the PodSet must / should share."""
+TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+"""Kueue TAS without a constraint (`"true"`): the PodSet is placed by TAS on any nodes of the
+flavor, and, being an explicit request, may use a topology-aware flavor in any ClusterQueue."""
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 RENDEZVOUS_PORT = 29500
 """torchrun's default c10d / static rendezvous port (`--master_port`)."""
@@ -200,11 +218,34 @@ def is_gang(request: JobRequest) -> bool:
     return (request.nodes or 1) > 1
 
 
-def topology_annotations(request: JobRequest) -> dict[str, str]:
-    """The TAS annotation the request's `topology` maps onto (empty without one)."""
+def is_topology_aware(policy: Policy, flavor: Flavor | str) -> bool:
+    """The flavor's exported ResourceFlavor names a Topology (`spec.topologyName`)."""
+    return bool(flavor_topology_levels(policy, flavor if isinstance(flavor, str) else flavor.name))
+
+
+def topology_annotations(request: JobRequest, flavor: Flavor | str, policy: Policy) -> dict[str, str]:
+    """The TAS annotation of the Job's pod template on the flavor the gate admitted it on.
+
+    Kueue (kubernetes-sigs/kueue `pkg/scheduler/flavorassigner/tas_flavorassigner.go`
+    `checkPodSetAndFlavorMatchForTAS`; the rule in `gpu_platform/admission/tas.py`) lets a PodSet
+    without a topology annotation use a topology-aware flavor only when every flavor of its
+    ClusterQueue is topology-aware, and one with an annotation only topology-aware flavors. So the
+    annotation follows the gate's flavor: on a topology-aware flavor the request's `topology`
+    level (`podset-required-topology` / `podset-preferred-topology`), or, without one,
+    `podset-unconstrained-topology: "true"` (single pods and gangs alike); on any other flavor
+    none. Raises ValueError for a request with `topology:` on a flavor that is not
+    topology-aware (Kueue would refuse it: `does not support TopologyAwareScheduling`)."""
+    name = flavor if isinstance(flavor, str) else flavor.name
     topo = request.topology
-    if topo is None:
+    if not is_topology_aware(policy, name):
+        if topo is not None:
+            raise ValueError(
+                f"topology: flavor {name} is not topology-aware (no topology_levels), so Kueue would refuse "
+                f'the Job: Flavor "{name}" does not support TopologyAwareScheduling'
+            )
         return {}
+    if topo is None:
+        return {TAS_UNCONSTRAINED: "true"}
     return {TAS_REQUIRED: topo.required} if topo.required else {TAS_PREFERRED: topo.preferred or ""}
 
 
@@ -281,8 +322,6 @@ def gang_job_config_for(
     container["ports"] = [{"name": "rendezvous", "container_port": RENDEZVOUS_PORT}]
     if request.command:
         container["args"] = list(request.command)
-    meta = cfg["pod_template_spec_metadata"]
-    meta["annotations"] = {**meta["annotations"], **topology_annotations(request)}
     cfg["pod_spec_config"]["subdomain"] = gang_job_name(_request_id(request), attempt)
     cfg["job_spec_config"].update(
         {"completion_mode": "Indexed", "completions": nodes, "parallelism": nodes}
@@ -315,32 +354,44 @@ def node_selector_for(flavor: Flavor) -> dict[str, str]:
     return {**labels, **flavor.node_labels}
 
 
-def accepted_flavors(request: JobRequest, policy: Policy) -> list[Flavor]:
-    """The flavors a request may run on: its lane's flavors (quota order) matching its gpu_type."""
+def accepted_flavors(request: JobRequest, policy: Policy, flavor: Flavor | str | None = None) -> list[Flavor]:
+    """The flavors a request may run on: its lane's flavors (quota order) matching its gpu_type.
+
+    flavor: the gate's flavor; given, only the accepted flavors of its kind, topology-aware or not
+    (the kind the Job's topology annotation admits in Kueue, `topology_annotations`). A request
+    with `topology:` accepts only topology-aware flavors either way."""
     lane, _ = _lane_and_team(request, policy)
     names = matching_flavors(policy, lane, request.gpu_type, request.gpu_resource, request.site)
     if not names:
         raise ValueError(
             f"lane {lane} has no quota of {request.gpu_resource} on a flavor matching gpu_type {request.gpu_type!r}"
         )
+    if flavor is not None:
+        aware = is_topology_aware(policy, flavor if isinstance(flavor, str) else flavor.name)
+        names = [n for n in names if is_topology_aware(policy, n) == aware]
+    if request.topology is not None:
+        names = [n for n in names if is_topology_aware(policy, n)]
     return [policy.flavor(n) for n in names]
 
 
-def flavor_affinity(request: JobRequest, policy: Policy) -> dict[str, Any]:
+def flavor_affinity(request: JobRequest, policy: Policy, flavor: Flavor | str | None = None) -> dict[str, Any]:
     """A required node affinity with one term per accepted flavor (its node labels, `In`).
 
     Kueue keeps a flavor for the Job only if the pod's node affinity admits that flavor's node
     labels, so this leaves Kueue the choice among exactly the flavors the request accepts (a
     request for `h100-ondemand` never lands on `l4-inference`; `gpu_type: any` may borrow on
-    every flavor of its lane). The terms stay true after Kueue injects the chosen flavor's labels.
+    every flavor of its lane of the gate flavor's kind). flavor: the gate's flavor; the terms then
+    name only the accepted flavors of its kind, topology-aware or not (`accepted_flavors`), the
+    ones Kueue's TAS check lets the Job's annotation use, so the Job names no flavor Kueue would
+    refuse. The terms stay true after Kueue injects the chosen flavor's labels.
     """
     terms = []
-    for flavor in accepted_flavors(request, policy):
+    for accepted in accepted_flavors(request, policy, flavor):
         terms.append(
             {
                 "match_expressions": [
                     {"key": key, "operator": "In", "values": [value]}
-                    for key, value in node_selector_for(flavor).items()
+                    for key, value in node_selector_for(accepted).items()
                 ]
             }
         )
@@ -431,7 +482,9 @@ def k8s_config_for(
 
     flavor_name: the flavor the gate admitted the request on; checked against the lane's quota
     and the request's gpu_type and recorded as an annotation, but not pinned: the pod template
-    accepts every flavor the request may use (`flavor_affinity`) and Kueue picks one.
+    accepts every flavor of its kind the request may use (`flavor_affinity`), carries the TAS
+    annotation that kind needs (`topology_annotations`), and Kueue picks one, in its
+    ClusterQueue's order as the gate's engine does.
     Keys are those of dagster-k8s's `UserDefinedDagsterK8sConfig`: `container_config`,
     `pod_template_spec_metadata`, `pod_spec_config`, `job_metadata`, `job_spec_config`.
     Raises ValueError when the request lacks what a Job needs (request_id, container_digest,
@@ -451,7 +504,9 @@ def k8s_config_for(
         job_labels=kueue_labels(request),
     )
     cfg["container_config"].update({"image": request.image_ref, "resources": resources_for(request)})
-    cfg["pod_spec_config"] = {"affinity": flavor_affinity(request, policy), **cfg["pod_spec_config"]}
+    meta = cfg["pod_template_spec_metadata"]
+    meta["annotations"] = {**meta["annotations"], **topology_annotations(request, flavor, policy)}
+    cfg["pod_spec_config"] = {"affinity": flavor_affinity(request, policy, flavor), **cfg["pod_spec_config"]}
     cfg["job_spec_config"].update(
         {"suspend": True, "active_deadline_seconds": timeout_seconds(request, policy)}
     )

@@ -124,6 +124,15 @@ def topology_name(name: str) -> str:
     return f"{PRIORITY_CLASS_PREFIX}{k8s_name(name)}"
 
 
+def flavor_topology_levels(policy, flavor_name: str) -> tuple[str, ...]:
+    """The levels of the Topology a flavor's ResourceFlavor names in `spec.topologyName`: its node
+    shape's topology levels (the export writes `topologyName` for exactly these flavors); ():
+    the flavor is not topology-aware. One answer for the export, the step Jobs' topology
+    annotations and the admission engine's copy of Kueue's TAS rule."""
+    shape = policy.node_shape(flavor_name)
+    return tuple(shape.topology_levels) if shape is not None else ()
+
+
 def multikueue_cluster_name(site: str) -> str:
     """The MultiKueueCluster (cluster-scoped) of a site's worker cluster (`gpu-platform-sfo-depot`)."""
     return f"{PRIORITY_CLASS_PREFIX}{k8s_name(site)}"

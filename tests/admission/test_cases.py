@@ -19,7 +19,7 @@ SHARED = (
     "kueue-hierarchical.yaml",
     *sorted(f"kueue-random/{p.name}" for p in (FIXTURES / "kueue-random").glob("*.yaml")),
 )
-FILES = (*SHARED, "kueue-ordering.yaml", "kueue-afs.yaml", "platform.yaml", "team-limits.yaml", "cluster-observed.yaml", "gang.yaml")
+FILES = (*SHARED, "kueue-ordering.yaml", "kueue-afs.yaml", "platform.yaml", "team-limits.yaml", "cluster-observed.yaml", "gang.yaml", "tas.yaml")
 CASES = [(f, c) for f in FILES for c in load_cases(FIXTURES / f)]
 
 
@@ -70,6 +70,7 @@ CLI_FILES = (
     "kueue-random/stable-200-seed21.yaml",
     "platform.yaml",
     "cluster-observed.yaml",
+    "tas.yaml",
 )
 
 

@@ -7,19 +7,34 @@ What Kueue's job reconciler and flavor assigner do before a Job can be admitted
 - the `kueue.x-k8s.io/priority-class` label names a WorkloadPriorityClass (cluster-scoped);
   a missing one is `WorkloadPriorityClassNotFound` and no Workload is created;
 - a flavor of the ClusterQueue's resource group covering the pod's resources is a candidate if
-  the pod tolerates the ResourceFlavor's `nodeTaints` (NoSchedule/NoExecute) and the pod's
-  nodeSelector and required node affinity, restricted to the label keys the group's flavors
-  define (`flavorSelector`), match the flavor's `nodeLabels`; a term left empty matches all.
+  it passes Kueue's Topology Aware Scheduling check (`flavorassigner/tas_flavorassigner.go`
+  `checkPodSetAndFlavorMatchForTAS`, the rule `gpu_platform/admission/tas.py` states: a pod
+  template with a `podset-required-topology`, `podset-preferred-topology` or
+  `podset-unconstrained-topology` annotation only on a flavor with `topologyName` whose Topology
+  has the level; one without only on a flavor without `topologyName`, unless every flavor of the
+  ClusterQueue has one), the pod tolerates the ResourceFlavor's `nodeTaints`
+  (NoSchedule/NoExecute) and the pod's nodeSelector and required node affinity, restricted to the
+  label keys the group's flavors define (`flavorSelector`), match the flavor's `nodeLabels`; a
+  term left empty matches all.
+
+Each flavor the ClusterQueue lists for the pod's resources and does not keep is in `refused`
+with Kueue's reason, and `no_matching_flavor` words the Workload's `QuotaReserved=False`
+message as Kueue does when none is left.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 class KueueRefusal(AssertionError):
     """What Kueue would report instead of admitting (reason first, as Kueue words it)."""
+
+
+TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 
 
 @dataclass(frozen=True)
@@ -29,6 +44,98 @@ class Resolution:
     priority_class: dict[str, Any]
     flavors: list[str]
     """ClusterQueue flavors (in its order) the pod template can be admitted on, with quota."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """The ClusterQueue's other flavors for the pod's resources: flavor -> Kueue's reason."""
+    topology_request: tuple[str, str | None] | None = None
+    """The pod template's TAS request (mode, level); None: no annotation."""
+
+    def no_matching_flavor(self) -> str:
+        """Kueue's `QuotaReserved=False` message when no flavor is left (`NoMatchingFlavor`)."""
+        return "couldn't assign flavors to pod set main: " + ", ".join(self.refused.values())
+
+    def admits_on(self, flavor: str, amounts: dict[str, float] | None = None) -> str:
+        """The flavor Kueue assigns on an empty cluster: the first candidate, in the ClusterQueue's
+        order, whose quota could ever hold `amounts` (`capacity_bound`); raises KueueRefusal when
+        none is left. `flavor` is only named in the message."""
+        for name in self.flavors:
+            if amounts is None or all(
+                v <= capacity_bound(self.cluster_queue, name, r) for r, v in amounts.items()
+            ):
+                return name
+        raise KueueRefusal(f"{self.no_matching_flavor()} (expected {flavor})")
+
+
+def capacity_bound(cq: dict[str, Any], flavor: str, resource: str) -> float:
+    """An upper bound of what the ClusterQueue may ever hold of `resource` on `flavor` (Kueue's
+    potentialAvailable is at most this): its nominal quota plus its borrowing limit, unbounded when
+    it is in a cohort without a limit."""
+    for group in cq["spec"]["resourceGroups"]:
+        for f in group["flavors"]:
+            if f["name"] != flavor:
+                continue
+            for r in f["resources"]:
+                if r["name"] != resource:
+                    continue
+                nominal = float(r.get("nominalQuota", 0))
+                if not cq["spec"].get("cohortName"):
+                    return nominal
+                limit = r.get("borrowingLimit")
+                return float("inf") if limit is None else nominal + float(limit)
+    return 0.0
+
+
+def topology_request(template_meta: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The PodSet's TAS request from its pod template annotations (jobframework
+    `NewPodSetTopologyRequest(...).Build()`: required, else preferred, else unconstrained, which
+    must parse as a bool); None: none (Kueue then treats the PodSet as not asking for TAS)."""
+    ann = template_meta.get("annotations") or {}
+    given = [k for k in (TAS_REQUIRED, TAS_PREFERRED, TAS_UNCONSTRAINED) if k in ann]
+    if len(given) > 1:
+        raise KueueRefusal(f"pod template sets {', '.join(given)}: one topology annotation per PodSet")
+    if TAS_REQUIRED in ann:
+        return "required", ann[TAS_REQUIRED]
+    if TAS_PREFERRED in ann:
+        return "preferred", ann[TAS_PREFERRED]
+    if TAS_UNCONSTRAINED in ann:
+        value = str(ann[TAS_UNCONSTRAINED]).lower()
+        if value not in ("true", "false", "1", "0", "t", "f"):
+            raise KueueRefusal(f"{TAS_UNCONSTRAINED}: {ann[TAS_UNCONSTRAINED]!r} is not a bool")
+        return "unconstrained", None if value in ("true", "1", "t") else ""
+    return None
+
+
+def _topology_levels(index: dict, rf: dict[str, Any]) -> tuple[str, ...] | None:
+    """The levels of the Topology the ResourceFlavor names; None: no topologyName or no such
+    Topology (not in Kueue's TAS cache)."""
+    name = rf["spec"].get("topologyName")
+    if not name:
+        return None
+    topo = index.get(("Topology", None, name))
+    if topo is None:
+        return None
+    return tuple(lv["nodeLabel"] for lv in topo["spec"]["levels"])
+
+
+def tas_refusal(
+    flavor: str, rf: dict[str, Any], levels: tuple[str, ...] | None, request: tuple[str, str | None] | None, tas_only: bool
+) -> str | None:
+    """`checkPodSetAndFlavorMatchForTAS` for one flavor: Kueue's reason to skip it, or None."""
+    if request is None:
+        if tas_only:
+            return None  # TAS implied: every flavor of the queue is topology-aware
+        if rf["spec"].get("topologyName"):
+            return f'Flavor "{flavor}" supports only TopologyAwareScheduling'
+        return None
+    if not rf["spec"].get("topologyName"):
+        return f'Flavor "{flavor}" does not support TopologyAwareScheduling'
+    if levels is None:
+        return f'Flavor "{flavor}" information missing in TAS cache'
+    mode, level = request
+    if mode == "unconstrained":
+        level = levels[-1] if level is None and levels else None  # `false` asks for no level
+    if level not in levels:
+        return f'Flavor "{flavor}" does not contain the requested level'
+    return None
 
 
 def _index(objects: list[dict[str, Any]]) -> dict[tuple[str, str | None, str], dict[str, Any]]:
@@ -120,12 +227,20 @@ def resolve(job: dict[str, Any], exported: list[dict[str, Any]]) -> Resolution:
     if wpc is None:
         raise KueueRefusal(f'WorkloadPriorityClassNotFound: WorkloadPriorityClass "{wpc_name}" not found')
 
-    pod = job["spec"]["template"]["spec"]
+    template = job["spec"]["template"]
+    pod = template["spec"]
+    tas = topology_request(template.get("metadata") or {})
     requested: set[str] = set()
     for c in pod["containers"]:
         requested |= set((c.get("resources") or {}).get("requests") or {})
     cohort = bool(cq["spec"].get("cohortName"))
+    every_flavor = [f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]]
+    tas_only = all(
+        (rf := index.get(("ResourceFlavor", None, n))) is not None and _topology_levels(index, rf) is not None
+        for n in every_flavor
+    )
     candidates: list[str] = []
+    refused: dict[str, str] = {}
     for group in cq["spec"]["resourceGroups"]:
         covered = set(group["coveredResources"]) & requested
         if not covered:
@@ -136,15 +251,24 @@ def resolve(job: dict[str, Any], exported: list[dict[str, Any]]) -> Resolution:
             raise KueueRefusal(f"ResourceFlavor {missing[0]} not found")
         keys = {k for o in flavor_objs.values() for k in (o["spec"].get("nodeLabels") or {})}
         for f in group["flavors"]:
-            rf = flavor_objs[f["name"]]
+            name = f["name"]
+            rf = flavor_objs[name]
+            why = tas_refusal(name, rf, _topology_levels(index, rf), tas, tas_only)
+            if why is not None:
+                refused[name] = why
+                continue
             if not tolerates(pod, rf["spec"].get("nodeTaints") or []):
+                refused[name] = f"untolerated taint in flavor {name}"
                 continue
             if not pod_matches_labels(pod, rf["spec"].get("nodeLabels") or {}, keys):
+                refused[name] = f"flavor {name} doesn't match node affinity"
                 continue
             entries = {r["name"]: r for r in f["resources"]}
             if all(r in entries and _has_quota(entries[r], cohort) for r in covered):
-                candidates.append(f["name"])
-    return Resolution(lq, cq, wpc, candidates)
+                candidates.append(name)
+            else:
+                refused[name] = f"insufficient quota for {', '.join(sorted(covered))} in flavor {name}"
+    return Resolution(lq, cq, wpc, candidates, refused, tas)
 
 
 def admit_on(job: dict[str, Any], flavor: dict[str, Any]) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 Applies `gpu-platform kueue export` under the run's own names, creates the rendered GPU Jobs of a
 contended mix of example requests, lets every ClusterQueue take work in one step, and checks that
 Kueue ends with the set the engine's model of Kueue predicts (`schedule_until_stable`), on the
-flavors it predicts, and that the gate's read-back records it in a ledger. No GPU nodes are
-needed: Kueue admits on quota; the admitted pods then stay Pending. How to run it on kind:
-docs/execution.md.
+flavors it predicts, and that the gate's read-back records it in a ledger. Flavors without a
+Topology need no GPU nodes (Kueue admits on quota; the admitted pods then stay Pending); the
+topology-aware `h100-ondemand` needs nodes Kueue's TAS can place its Jobs on (its node labels,
+its Topology's levels, allocatable `nvidia.com/gpu`). How to run it on kind: docs/execution.md.
 
 The run touches nothing the cluster already holds: its names, objects and cleanup are
 tests/k8s/cluster_run.py (tested without a cluster in tests/k8s/test_cluster_run.py). Everything

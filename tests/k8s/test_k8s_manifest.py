@@ -24,6 +24,7 @@ from gpu_platform.cluster.jobs import (
     LABEL_NODE_POOL,
     LABEL_REQUEST_ID,
     LABEL_TEAM,
+    TAS_UNCONSTRAINED,
     k8s_config_for,
     label_value,
     resolve_flavor,
@@ -105,13 +106,19 @@ def test_any_gpu_type_accepts_every_lane_flavor_including_spot(k8s_policy, resea
     ondemand = render_job_manifest(req, "h100-ondemand", k8s_policy)
     _validate(spot)
     _validate(ondemand)
-    # The gate's flavor is recorded, not pinned: both Jobs accept both of the lane's flavors.
-    assert spot["spec"]["template"]["spec"]["affinity"] == ondemand["spec"]["template"]["spec"]["affinity"]
-    terms = spot["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
-    pools = [next(e["values"][0] for e in t["matchExpressions"] if e["key"] == LABEL_NODE_POOL) for t in terms]
-    assert pools == ["training", "spot", "inference"]  # idle L4s are lent to any-GPU work
+    # The gate's flavor is recorded, not pinned: each Job accepts the lane's flavors of the gate
+    # flavor's kind. Kueue lets the unannotated Job use only flavors without a Topology (the lane
+    # also has L4s and A100s), and the annotated one only topology-aware flavors (the H100s).
+    def pools(job):
+        terms = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        return [next(e["values"][0] for e in t["matchExpressions"] if e["key"] == LABEL_NODE_POOL) for t in terms]
+
+    assert pools(spot) == ["spot", "inference"]  # idle L4s are lent to any-GPU work
+    assert pools(ondemand) == ["training"]
+    assert TAS_UNCONSTRAINED not in spot["spec"]["template"]["metadata"]["annotations"]
+    assert ondemand["spec"]["template"]["metadata"]["annotations"][TAS_UNCONSTRAINED] == "true"
     assert spot["metadata"]["annotations"][ANNOTATION_GATE_FLAVOR] == "a100-spot"
 
 

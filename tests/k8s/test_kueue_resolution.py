@@ -3,8 +3,9 @@
 The export and the Job labels come from one naming module (`gpu_platform.cluster.names`); this
 test builds both from the default policy, for every example request, and follows each Job's
 labels as Kueue does (`kueue_resolve`): LocalQueue in the Job's namespace -> ClusterQueue,
-WorkloadPriorityClass by name, and a flavor of the ClusterQueue with quota whose node labels and
-taints the pod template matches.
+WorkloadPriorityClass by name, and a flavor of the ClusterQueue with quota that passes Kueue's
+Topology Aware Scheduling check for the pod template's annotation and whose node labels and taints
+the pod template matches. `tests/k8s/test_examples_admitted.py` checks the engine's flavor.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from pathlib import Path
 import pytest
 
 from gpu_platform.admission.kueue_export import kueue_manifests
-from gpu_platform.cluster.jobs import KUEUE_PRIORITY_CLASS, accepted_flavors, resolve_flavor
+from gpu_platform.cluster.jobs import (
+    KUEUE_PRIORITY_CLASS,
+    TAS_PREFERRED,
+    TAS_UNCONSTRAINED,
+    accepted_flavors,
+    resolve_flavor,
+)
 from gpu_platform.cluster.names import is_dns_label, priority_class_name
-from resources.k8s import render_job_manifest
+from resources.k8s import render_job_manifest, render_workload_manifests
 from tests.k8s.kueue_resolve import KueueRefusal, admit_on, pod_matches_labels, resolve, tolerates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +54,9 @@ def test_example_job_resolves_against_the_export(path: Path, k8s_policy, example
     lane = k8s_policy.lane(req.lane)
     assert res.cluster_queue["metadata"]["annotations"]["gpu-platform.io/lane"] == req.lane
     assert res.priority_class["value"] == lane.priority
-    # Kueue may use exactly the flavors the request accepts: the gate's among them, none pinned.
-    assert res.flavors == [f.name for f in accepted_flavors(req, k8s_policy)]
+    # Kueue may use exactly the flavors the request accepts of the gate flavor's kind (its TAS
+    # annotation's): the gate's among them, none pinned.
+    assert res.flavors == [f.name for f in accepted_flavors(req, k8s_policy, gate_flavor)]
     assert gate_flavor in res.flavors
     flavors = _by_kind(exported, "ResourceFlavor")
     pod = job["spec"]["template"]["spec"]
@@ -72,18 +80,72 @@ def test_example_job_resolves_against_the_export(path: Path, k8s_policy, example
     ]
     keys = {k for f in flavors.values() for k in f["spec"]["nodeLabels"]}
     for name in set(lane_flavors) - set(res.flavors):
-        assert not pod_matches_labels(pod, flavors[name]["spec"]["nodeLabels"], keys), f"{name} not ruled out"
+        tas_refused = "TopologyAwareScheduling" in res.refused[name]
+        assert tas_refused or not pod_matches_labels(pod, flavors[name]["spec"]["nodeLabels"], keys), (
+            f"{name} not ruled out"
+        )
 
 
-def test_any_gpu_type_may_use_every_borrowing_flavor_of_its_lane(k8s_policy, example_request, exported) -> None:
-    """The observed failure: a pinned nodeSelector ruled out a lane's borrowing flavors."""
+def test_any_gpu_type_may_use_every_borrowing_flavor_of_its_kind(k8s_policy, example_request, exported) -> None:
+    """Two observed failures: a pinned nodeSelector ruled out a lane's borrowing flavors; and, with
+    every flavor accepted and no topology annotation, Kueue v0.20 refused the topology-aware H100s
+    (`supports only TopologyAwareScheduling`) and put the Job on an L4 while the gate chose an H100.
+    The Job now accepts the lane's flavors of the gate flavor's kind, annotated for that kind."""
     req = example_request(ROOT / "examples" / "requests" / "platform_maintenance.yaml").model_copy(
         update={"gpu_type": "any"}
     )
+    on_h100 = render_job_manifest(req, "h100-ondemand", k8s_policy)
+    assert "nodeSelector" not in on_h100["spec"]["template"]["spec"]
+    res = resolve(on_h100, exported)
+    assert res.topology_request == ("unconstrained", None)
+    assert res.flavors == ["h100-ondemand"]
+    assert res.refused == {
+        "l4-inference": 'Flavor "l4-inference" does not support TopologyAwareScheduling',
+        "a100-spot": 'Flavor "a100-spot" does not support TopologyAwareScheduling',
+    }
+    on_l4 = render_job_manifest(req, "l4-inference", k8s_policy)
+    res = resolve(on_l4, exported)
+    assert res.topology_request is None
+    assert res.flavors == ["l4-inference", "a100-spot"]
+    assert res.refused == {"h100-ondemand": 'Flavor "h100-ondemand" supports only TopologyAwareScheduling'}
+
+
+def test_a_job_without_topology_annotation_is_refused_the_h100s_as_kueue_v020_refused_it(
+    k8s_policy, example_request, exported
+) -> None:
+    """What the cluster said about the Jobs rendered before (no annotation, every flavor accepted):
+    `QuotaReserved=False NoMatchingFlavor` for an H100 Job of a lane that also holds L4 quota."""
+    req = example_request(ROOT / "examples" / "requests" / "release_eval.yaml")
     job = render_job_manifest(req, "h100-ondemand", k8s_policy)
-    assert "nodeSelector" not in job["spec"]["template"]["spec"]
+    del job["spec"]["template"]["metadata"]["annotations"][TAS_UNCONSTRAINED]
     res = resolve(job, exported)
-    assert res.flavors == ["h100-ondemand", "l4-inference", "a100-spot"]
+    assert res.flavors == []
+    assert res.no_matching_flavor() == (
+        "couldn't assign flavors to pod set main: "
+        'Flavor "h100-ondemand" supports only TopologyAwareScheduling, '
+        "flavor l4-inference doesn't match node affinity"
+    )
+    with pytest.raises(KueueRefusal, match="supports only TopologyAwareScheduling"):
+        res.admits_on("h100-ondemand")
+    # incident_response holds only H100s: a TAS-only ClusterQueue, where TAS is implied
+    inc = example_request(ROOT / "examples" / "requests" / "incident_response.yaml")
+    job = render_job_manifest(inc, "h100-ondemand", k8s_policy)
+    del job["spec"]["template"]["metadata"]["annotations"][TAS_UNCONSTRAINED]
+    assert resolve(job, exported).flavors == ["h100-ondemand"]
+
+
+def test_a_topology_level_the_flavor_lacks_is_refused(k8s_policy, example_request, exported) -> None:
+    req = example_request(ROOT / "examples" / "distributed" / "candidate_train_2x8.yaml")
+    (_svc, job) = render_workload_manifests(req, "h100-ondemand", k8s_policy)
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[TAS_PREFERRED] == "topology.kubernetes.io/zone"
+    assert resolve(job, exported).flavors == ["h100-ondemand"]
+    annotations[TAS_PREFERRED] = "cloud.provider.com/rack"
+    res = resolve(job, exported)
+    assert res.flavors == [] and res.refused["h100-ondemand"] == 'Flavor "h100-ondemand" does not contain the requested level'
+    annotations[TAS_UNCONSTRAINED] = "true"
+    with pytest.raises(KueueRefusal, match="one topology annotation per PodSet"):
+        resolve(job, exported)
 
 
 def test_the_old_label_names_would_be_refused(k8s_policy, example_request, exported) -> None:
