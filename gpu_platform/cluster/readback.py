@@ -253,7 +253,8 @@ def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> l
     """`cluster` ledger rows for observations that are new for a request's current attempt.
 
     states: `RequestState`s (the request's `cluster` field holds the last recorded observation).
-    Observations of superseded attempts (Jobs being deleted) and of unknown requests are skipped.
+    Observations of another attempt than the request's current one (an earlier, superseded
+    attempt; or one ahead of the ledger's) and of unknown requests are skipped (`unmatched`).
     """
     by_id = {s.request_id: s for s in states}
     latest: dict[str, Observation] = {}
@@ -287,8 +288,10 @@ def unmatched(
 ) -> list[tuple[Observation, str, str]]:
     """The observations `ledger_rows` does not record, each as (observation, kind, why): a Job of
     a request that is not pending or running in the ledger (`unknown_request`: never submitted
-    through the gate; `ended_request`: finished, failed or rejected), or of an attempt other than
-    the request's current one (`superseded_attempt`: a superseded Job being deleted).
+    through the gate; `ended_request`: finished, failed or rejected), of an attempt before the
+    request's current one (`superseded_attempt`: a superseded Job being deleted), or of an
+    attempt after it (`ahead_attempt`: a Job the ledger records no launch of, as when a gate's
+    ledger write was lost after it launched, or the ledger was restored from an earlier copy).
 
     known: every request id of the ledger with its state (`Ledger.states()`); None: a request
     not in `states` counts as unknown."""
@@ -300,7 +303,7 @@ def unmatched(
         if why is None:
             continue
         if obs.request_id in by_id:
-            kind = "superseded_attempt"
+            kind = "ahead_attempt" if obs.attempt > by_id[obs.request_id].attempts else "superseded_attempt"
         elif obs.request_id in known:
             kind = "ended_request"
             why = f"the request is {known[obs.request_id]} in the ledger; its Job is still on the cluster"
@@ -315,6 +318,11 @@ def _why_unmatched(state: Any, obs: Observation) -> str | None:
     """None when the observation is of the request's current attempt, else why it is not."""
     if state is None:
         return "no pending or running request with this id in the ledger"
+    if obs.attempt > state.attempts:
+        return (
+            f"attempt {obs.attempt} is ahead of the ledger, whose current attempt of the request is "
+            f"{state.attempts}: the ledger records no launch of this Job"
+        )
     if obs.attempt != state.attempts:
         return f"attempt {obs.attempt}; the request's current attempt is {state.attempts}"
     return None

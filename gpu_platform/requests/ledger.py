@@ -196,10 +196,11 @@ unmatched_table = sa.Table(
 request's current attempt (`cluster.readback.unmatched`), one row each time what the cluster
 says about such a Job changes. No foreign key: the request id may be one the ledger never saw.
 kind: `unknown_request` (never submitted through the gate), `ended_request` (the request is
-finished, failed or rejected), `superseded_attempt` (a Job of an attempt other than the current
-one). The bypass scorecard counts them."""
+finished, failed or rejected), `superseded_attempt` (a Job of an attempt before the current
+one), `ahead_attempt` (a Job of an attempt after the ledger's current one: the ledger records no
+launch of it). The bypass scorecard counts them."""
 
-UNMATCHED_KINDS = ("unknown_request", "ended_request", "superseded_attempt")
+UNMATCHED_KINDS = ("unknown_request", "ended_request", "superseded_attempt", "ahead_attempt")
 UNMATCHED_COLUMNS = (
     "namespace", "job", "request_id", "attempt", "kind", "why", "condition", "status", "kueue_reason", "message",
     "flavor", "cluster_queue",

@@ -9,7 +9,16 @@ from click.testing import CliRunner
 
 from gpu_platform.cli.app import main
 from gpu_platform.requests.ledger import Ledger
-from tests.k8s.fake_apiserver import FILES, serve, server_tls, submit_recorded, tls_files, write_kubeconfig
+from gpu_platform.requests.model import validate_request_file
+from tests.k8s.fake_apiserver import (
+    EXAMPLES,
+    FILES,
+    serve,
+    server_tls,
+    submit_recorded,
+    tls_files,
+    write_kubeconfig,
+)
 
 
 @pytest.fixture
@@ -55,6 +64,34 @@ def test_sync_records_what_changed_once_and_names_jobs_it_cannot_match(tmp_path,
         assert "recorded 0 new observation(s)" in again.output
         assert len([e for e in ledger.events() if e.event == "cluster"]) == len(FILES) - 1
         assert len(ledger.unmatched()) == 1  # the same story is not written twice
+
+
+def test_sync_names_a_job_ahead_of_the_ledger_as_such(tmp_path, policy) -> None:
+    """A request the ledger records as submitted but never launched, whose attempt-1 Job is on
+    the cluster (a launch the ledger lost): `ahead_attempt`, not `superseded_attempt`."""
+    rid = "req-20261201-77aa88bb99"
+    fresh = Ledger(f"sqlite:///{tmp_path / 'fresh.db'}")
+    name = FILES[rid][0]
+    fresh.submit(validate_request_file(EXAMPLES / name, policy).model_copy(update={"request_id": rid}))
+    ca, cert, key = tls_files(tmp_path)
+    with serve(tls=server_tls(cert, key)) as (url, _seen):
+        kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", url, ca=ca))
+        args = ["cluster", "sync", "--ledger", fresh.url, "--kubeconfig", kubeconfig]
+        result = CliRunner().invoke(main, [*args, "--dry-run", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        mine = [u for u in json.loads(result.output)["unmatched"] if u["request_id"] == rid]
+        assert [(u["kind"], u["why"]) for u in mine] == [
+            (
+                "ahead_attempt",
+                "attempt 1 is ahead of the ledger, whose current attempt of the request is 0: "
+                "the ledger records no launch of this Job",
+            )
+        ]
+        text = CliRunner().invoke(main, args)
+        assert f"(request {rid}, ahead_attempt): attempt 1 is ahead of the ledger" in text.output
+        assert "superseded" not in text.output
+        (row,) = [r for r in fresh.unmatched() if r["request_id"] == rid]
+        assert row["kind"] == "ahead_attempt"
 
 
 def test_sync_says_in_one_line_when_the_cluster_is_refused(tmp_path, ledger) -> None:

@@ -95,6 +95,31 @@ def test_an_observation_of_a_superseded_attempt_is_not_recorded(ledger) -> None:
     assert ledger_rows(ledger.states(), obs) == []
 
 
+def test_a_job_ahead_of_the_ledgers_attempt_is_named_as_such(ledger) -> None:
+    """A Job of attempt 2 while the ledger records one launch: not a superseded attempt (that is
+    an earlier one, being deleted) but one the ledger has no launch of."""
+    from dataclasses import replace
+
+    from gpu_platform.cluster.readback import read_back
+
+    obs = _observations()
+    rid = "req-20261201-a1b2c3d4e5"
+    ahead = replace(obs[rid], attempt=2, job="ahead-job")
+    behind_rid = "req-20261201-5a6b7c8d9e"  # admitted twice; a Job of its first attempt lingers
+    behind = replace(obs[behind_rid], attempt=1, job="old-job")
+    rb = read_back(ledger, [ahead, behind])
+    kinds = {o.job: (kind, why) for o, kind, why in rb.unmatched}
+    assert kinds == {
+        "ahead-job": (
+            "ahead_attempt",
+            "attempt 2 is ahead of the ledger, whose current attempt of the request is 1: "
+            "the ledger records no launch of this Job",
+        ),
+        "old-job": ("superseded_attempt", "attempt 1; the request's current attempt is 2"),
+    }
+    assert ledger_rows(ledger.states(), [ahead]) == []  # never recorded as the request's own state
+
+
 def test_queue_shows_what_the_cluster_did(ledger) -> None:
     ledger.record_many(ledger_rows(ledger.states(), list(_observations().values())))
     result = CliRunner().invoke(main, ["queue", "--ledger", ledger.url, "--format", "json"])
