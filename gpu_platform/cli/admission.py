@@ -13,17 +13,14 @@ from collections import Counter
 from pathlib import Path
 
 import click
-import yaml
-from rich.console import Console
-from rich.table import Table
 
-from gpu_platform.admission.cases import run_case
 from gpu_platform.cli.common import fail
-from gpu_platform.safeload import CASES_LIMITS, InputError, load_document
 
 
 def _cases(path: str) -> list[dict]:
     """The file's `cases`, read within CASES_LIMITS (exit 2 listing the problems otherwise)."""
+    from gpu_platform.safeload import CASES_LIMITS, InputError, load_document
+
     try:
         raw = load_document(path, CASES_LIMITS)
     except InputError as exc:
@@ -48,6 +45,8 @@ def _cases(path: str) -> list[dict]:
 @click.option("--summary/--no-summary", default=False, help="Print a table of results to stderr.")
 def admit(case_files: tuple[str, ...], only: str | None, summary: bool) -> None:
     """Run admission cases and check their expectations."""
+    from gpu_platform.admission.cases import run_case
+
     failed = 0
     rows = []
     for path in case_files:
@@ -62,12 +61,16 @@ def admit(case_files: tuple[str, ...], only: str | None, summary: bool) -> None:
                     click.echo(f"FAIL {outcome.id}: {f}", err=True)
             rows.append((path, outcome.id, "ok" if outcome.ok else "FAIL"))
     if summary:
+        from rich.table import Table
+
+        from gpu_platform.cli.common import make_console, print_table
+
         table = Table(title="admission cases")
         for col in ("file", "case", "result"):
             table.add_column(col)
         for r in rows:
             table.add_row(*r)
-        Console(file=sys.stderr).print(table)
+        print_table(make_console(stderr=True), table)
     if not rows:
         raise click.ClickException("no cases matched")
     if failed:
@@ -96,6 +99,8 @@ def export(policy_file: str | None, out_dir: str) -> None:
     """Write Topology, ResourceFlavor, Cohort, ClusterQueue, LocalQueue and WorkloadPriorityClass manifests,
     plus AdmissionCheck, ProvisioningRequestConfig, MultiKueueCluster and MultiKueueConfig when the
     policy has `autoscaling.provisioning` or `sites:` (docs/kueue-native.md)."""
+    import yaml
+
     from gpu_platform.admission.kueue_export import kueue_configuration, write_manifests
     from gpu_platform.cli.common import policy_or_exit
 

@@ -9,9 +9,6 @@ from datetime import UTC, datetime
 import click
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.observe.autoscale.plan import plan_pools
-from gpu_platform.observe.queueview.demand import load_demand
-from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
 
 @click.group("autoscale")
@@ -24,6 +21,10 @@ def autoscale() -> None:
 @ledger_option
 def plan(policy_path: str | None, ledger_url: str | None) -> None:
     """Print desired nodes per node pool (JSON); exit 2 when the policy has no `autoscaling` block."""
+    from gpu_platform.observe.autoscale.plan import plan_pools
+    from gpu_platform.observe.queueview.demand import load_demand
+    from gpu_platform.requests.ledger import Ledger, default_ledger_url
+
     pol = policy_or_exit(policy_path)
     if pol.autoscaling is None:
         click.echo("autoscale plan: the policy has no `autoscaling` block (node_pools, warm_pools)", err=True)

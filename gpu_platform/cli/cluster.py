@@ -7,9 +7,6 @@ import json
 import click
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.cluster.client import ClusterConfigError
-from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
-from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
 
 @click.group("cluster")
@@ -35,6 +32,10 @@ def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_r
 
     Exit 1 with one line when the cluster cannot be reached.
     """
+    from gpu_platform.cluster.client import ClusterConfigError
+    from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
+    from gpu_platform.requests.ledger import Ledger, default_ledger_url
+
     pol = policy_or_exit(policy_path)
     ledger = Ledger(ledger_url or default_ledger_url())
     namespaces = sorted({team.namespace for team in pol.teams.values()})

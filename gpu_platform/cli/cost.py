@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import duckdb
 
 from gpu_platform.cli.common import WarehouseBusyExit, policy_option, policy_or_exit
-from gpu_platform.finops.sqlmodels.raw import ensure_raw_tables
-from gpu_platform.finops.sqlmodels.report import cost_report, to_jsonable
-from gpu_platform.finops.sqlmodels.runner import Project, ProjectError
-from gpu_platform.finops.warehouse import WarehouseBusy
-from gpu_platform.finops.warehouse import connect as warehouse_connect
-from gpu_platform.observe.scorecards import model_vars
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from gpu_platform.finops.sqlmodels.runner import Project
 
 POLICIES = click.Choice(["proportional", "even", "none"])
 
@@ -32,6 +31,7 @@ def _day(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 
 def _project(path: str | None) -> Project:
     from gpu_platform.finops.sqlmodels import default_project_path
+    from gpu_platform.finops.sqlmodels.runner import Project
 
     return Project.load(Path(path) if path else default_project_path())
 
@@ -105,6 +105,13 @@ def build(
     """Build the cost models for DAY (or DAY..UNTIL; idempotent) and run their data tests.
 
     The scorecards and capacity signals take their thresholds and scale from the policy."""
+    import duckdb
+
+    from gpu_platform.finops.sqlmodels.runner import ProjectError
+    from gpu_platform.finops.warehouse import WarehouseBusy
+    from gpu_platform.finops.warehouse import connect as warehouse_connect
+    from gpu_platform.observe.scorecards import model_vars
+
     warehouse = _warehouse(warehouse)
     signal_vars = model_vars(policy_or_exit(policy_path))
     try:
@@ -137,6 +144,8 @@ def _build(
     no_tests: bool,
 ) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpu_platform.finops.sqlmodels.raw import ensure_raw_tables
 
     ensure_raw_tables(con)
     with Progress(
@@ -189,6 +198,10 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
     last successful build) the figures are those of the last successful build: a WARNING on
     stderr says why (JSON: `stale` with the failed models and their errors; null when current).
     The exit status stays 0 unless --fail-on-stale is given."""
+    from gpu_platform.finops.sqlmodels.report import cost_report, to_jsonable
+    from gpu_platform.finops.warehouse import WarehouseBusy
+    from gpu_platform.finops.warehouse import connect as warehouse_connect
+
     warehouse = _warehouse(warehouse)
     if not Path(warehouse).exists():
         raise click.ClickException(
@@ -212,10 +225,11 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             if fail_on_stale:
                 raise SystemExit(1)
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from gpu_platform.cli.common import make_console, print_table
+
+    console = make_console()
     sections = (
         (
             "Totals",
@@ -310,7 +324,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             )
         for r in to_jsonable(rows):
             table.add_row(*(str(r.get(c, "")) for c in cols))
-        console.print(table)
+        print_table(console, table)
     if stale:
         _warn_stale(stale)  # below the tables, where the reader ends
         if fail_on_stale:

@@ -32,19 +32,14 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpu_platform.demo import history as demo_history
-from gpu_platform.demo.costs import demo_days
-from gpu_platform.demo.instance import EXAMPLES, ROOT, write_instance_yaml
-from gpu_platform.gate.instance_config import BACKFILL_PRIORITY
-from gpu_platform.gate.tick import TAG_REQUEST_ID
-from gpu_platform.policy import load_policy
-from gpu_platform.requests.ledger import Ledger, content_request_id, default_ledger_url
-from gpu_platform.requests.model import validate_request_file
+from gpu_platform.cli.common import EXAMPLES, ROOT
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEMO_REQUESTS = ROOT / "examples" / "demo"
 INCIDENT = DEMO_REQUESTS / "incident_sev1.yaml"
@@ -59,6 +54,9 @@ def _home() -> Path:
 
 def _load(path: Path, policy):
     """A demo request with its idempotency key (the CLI's rule), so seeding twice records it once."""
+    from gpu_platform.requests.ledger import content_request_id
+    from gpu_platform.requests.model import validate_request_file
+
     req = validate_request_file(path, policy)
     return req if req.request_id else req.model_copy(update={"request_id": content_request_id(req)})
 
@@ -121,6 +119,14 @@ def _undo(created: list[Path], home: Path, console: Console, exc: BaseException)
 
 
 def _seed(home: Path, days: int, price_days: int, console: Console, project_config: Path | None) -> dict:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpu_platform.demo import history as demo_history
+    from gpu_platform.demo.costs import demo_days
+    from gpu_platform.demo.instance import write_instance_yaml
+    from gpu_platform.policy import load_policy
+    from gpu_platform.requests.ledger import Ledger, default_ledger_url
+
     if project_config is not None:
         write_project_config(project_config, console)
     t0 = time.monotonic()
@@ -178,11 +184,14 @@ def demo() -> None:
               help="Also write a project config here naming the demo's home (`make demo`: ./gpu-platform.yaml).")
 def seed_cmd(days: int, price_days: int | None, project_config: Path | None) -> None:
     """Seed $GPU_PLATFORM_HOME and $DAGSTER_HOME (idempotent)."""
+    from rich.console import Console
+
     seed(days, days if price_days is None else min(price_days, days), Console(stderr=True), project_config)
 
 
 def _launch_backfill(url: str, home: Path, stop: threading.Event, log) -> None:
     from gpu_platform.demo.supervisor import follow_backfill, launch_backfill, wait_for_webserver
+    from gpu_platform.gate.instance_config import BACKFILL_PRIORITY
 
     plan = home / BACKFILL_FILE
     if not plan.exists() or not wait_for_webserver(url, stop=stop):
@@ -205,7 +214,8 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
     from gpu_platform.demo.incident import would_preempt
     from gpu_platform.demo.supervisor import wait_for_webserver
     from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
-    from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES
+    from gpu_platform.policy import load_policy
+    from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, default_ledger_url
 
     if not wait_for_webserver(url, stop=stop):
         return
@@ -249,7 +259,10 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
 @click.option("--stop-after", default=None, type=float, help="Stop by itself after this many seconds.")
 def run_cmd(host: str, port: int, incident_after: float, no_incident: bool, stop_after: float | None) -> None:
     """Run `dagster dev` for the demo; Ctrl-C stops it and all its children within seconds."""
+    from rich.console import Console
+
     from gpu_platform.demo.supervisor import supervise
+    from gpu_platform.gate.tick import TAG_REQUEST_ID
 
     url = f"http://{host}:{port}"
     home = _home()

@@ -6,12 +6,8 @@ import json
 import sys
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.observe.queueview.explain import explain as explain_request
-from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
+from gpu_platform.cli.common import ledger_option, make_console, policy_option, policy_or_exit, print_table
 
 
 @click.command("explain")
@@ -24,6 +20,11 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
 
     Exit 2 when the request id is unknown.
     """
+    from rich.table import Table
+
+    from gpu_platform.observe.queueview.explain import explain as explain_request
+    from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
+
     pol = policy_or_exit(policy_path)
     ledger = Ledger(ledger_url or default_ledger_url())
     try:
@@ -34,7 +35,7 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
     if fmt == "json":
         click.echo(json.dumps(ex.to_json(), indent=2, default=str))
         return
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = make_console()
     target = f", target {ex.target}" if ex.target else ""
     table = Table(
         title=f"{ex.name} ({ex.request_id}): {ex.lane}, owner {ex.owner}, team {ex.team}{target}, "
@@ -57,7 +58,7 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
             s.reason,
             s.rule,
         )
-    console.print(table)
+    print_table(console, table)
     for a in ex.approvals:
         state = "honoured" if a["honoured"] else "not honoured under the current policy"
         console.print(

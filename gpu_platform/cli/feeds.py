@@ -204,8 +204,9 @@ def ingest(
             )
         )
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from gpu_platform.cli.common import make_console, print_table
 
         table = Table(title=f"feeds ingested for {day.isoformat()} into {path}")
         counts = ("rows_in", "accepted", "quarantined", "other_days")
@@ -213,7 +214,7 @@ def ingest(
             table.add_column(col, justify="right" if col in counts else "left", overflow="fold")
         for row in lines:
             table.add_row(row["feed"], row["source"], *(str(row[c]) for c in counts))
-        Console(width=None if sys.stdout.isatty() else 200).print(table)
+        print_table(make_console(), table)
         for row in lines:
             if row["other_days"]:
                 days = ", ".join(f"{d} ({n})" for d, n in row["other_days_by_day"].items())

@@ -13,11 +13,8 @@ import hashlib
 from pathlib import Path
 
 import click
-import yaml
 
 from gpu_platform.cli.common import fail, policy_option, policy_or_exit
-from gpu_platform.gate.instance_config import dagster_instance_yaml, render_instance_yaml
-from gpu_platform.requests.model import RequestError, validate_request_file
 
 
 @click.group()
@@ -62,7 +59,10 @@ def render(
 
     Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
     """
+    import yaml
+
     from gpu_platform.cluster.jobs import is_gang, resolve_flavor
+    from gpu_platform.requests.model import RequestError, validate_request_file
     from resources.build import build_resources
     from resources.k8s import render_job_manifest, render_workload_manifests
 
@@ -156,6 +156,8 @@ def dagster_config(
 ) -> None:
     """Write the Dagster instance dagster.yaml from the policy: per-lane run limits, lane pools,
     storage (SQLite or Postgres) and, with --k8s, the K8sRunLauncher."""
+    from gpu_platform.gate.instance_config import dagster_instance_yaml, render_instance_yaml
+
     if use_k8s and not postgres:
         fail(
             "dagster-config --k8s",

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
 from gpu_platform.cli.common import fail
-from gpu_platform.lineage.evidence import EvidenceStore, default_evidence_root
-from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, render_tree
-from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _ledger_option = click.option(
     "--ledger",
@@ -34,6 +34,8 @@ _evidence_option = click.option(
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -46,6 +48,9 @@ def _console() -> Console:
 def lineage(ident: str, ledger_url: str | None, kind: str | None, as_json: bool, strict: bool) -> None:
     """Print the lineage tree back from ID: a request id or an output artifact id
     (a released model or map, a replay, a label batch...)."""
+    from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, render_tree
+    from gpu_platform.requests.ledger import Ledger, LedgerError, default_ledger_url
+
     ledger = Ledger(ledger_url or default_ledger_url())
     store = LineageStore(ledger.engine)
     request_id = ident
@@ -93,6 +98,8 @@ def retention() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def retention_sweep(evidence_root: str | None, dry_run: bool, as_json: bool) -> None:
     """Delete expired evidence not under hold; print what was kept and why."""
+    from gpu_platform.lineage.evidence import EvidenceStore, default_evidence_root
+
     report = EvidenceStore(evidence_root or default_evidence_root()).sweep(datetime.now(UTC), dry_run=dry_run)
     if as_json:
         click.echo(
@@ -147,6 +154,7 @@ def retention_hold(
     Who placed or released it is recorded with the hold: the verified identity when the
     deployment provides one (GPU_PLATFORM_IDENTITY, docs/approvals.md), else $USER, with its
     source. A deployment that requires a verified identity refuses (exit 2) without one."""
+    from gpu_platform.lineage.evidence import EvidenceStore, default_evidence_root
     from gpu_platform.requests.identity import IdentityError, current_identity
 
     try:

@@ -9,12 +9,7 @@ from datetime import timedelta
 import click
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.observe.metrics.collector import registry_for
 from gpu_platform.observe.metrics.server import DEFAULT_HOST, ServerLimits
-from gpu_platform.observe.metrics.server import serve as serve_registry
-from gpu_platform.paths import default_warehouse
-from gpu_platform.requests.ledger import Ledger, default_ledger_url
-from gpu_platform.units import parse_duration
 
 
 @click.group("metrics")
@@ -89,6 +84,12 @@ def serve(
 
     Bounded: MAX_CONNECTIONS worker threads, MAX_PENDING connections waiting for their request
     head, HEADER_TIMEOUT / IDLE_TIMEOUT seconds (docs/observability.md)."""
+    from gpu_platform.observe.metrics.collector import registry_for
+    from gpu_platform.observe.metrics.server import serve as serve_registry
+    from gpu_platform.paths import default_warehouse
+    from gpu_platform.requests.ledger import Ledger, default_ledger_url
+    from gpu_platform.units import parse_duration
+
     pol = policy_or_exit(policy_path)
     try:
         window = parse_duration(wait_window)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
-from rich.tree import Tree
 
-from gpu_platform.cli.common import console, policy_or_exit
-from gpu_platform.policy.scale import describe
-from gpu_platform.units import format_duration
+from gpu_platform.cli.common import make_console, policy_or_exit, print_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.tree import Tree
 
 
 @click.group("policy")
@@ -20,6 +22,8 @@ def policy() -> None:
 
 def cohort_tree(pol) -> Tree:
     """The cohort tree with each cohort's own quota and lending limit, and the lanes under it."""
+    from rich.tree import Tree
+
     tree = Tree("cohorts")
     nodes: dict[str, Tree] = {}
 
@@ -53,6 +57,10 @@ def cohort_tree(pol) -> Tree:
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 def policy_check(file: str | None) -> None:
     """Validate FILE (default: the packaged policy) and print its lanes; exit 2 listing every error."""
+    from rich.table import Table
+
+    from gpu_platform.units import format_duration
+
     pol = policy_or_exit(file)
     table = Table(title=f"{len(pol.lanes)} lanes (currency {pol.currency}, budget per {pol.budget_period})")
     for col in (
@@ -90,15 +98,16 @@ def policy_check(file: str | None) -> None:
             format_duration(lane.max_run_duration),
             f"{lane.budget:,}",
         )
-    console.print(table)
+    console = make_console()
+    print_table(console, table)
     console.print(f"flavors: {', '.join(f'{f.name} ({f.gpus} GPUs, {f.node_pool})' for f in pol.flavors)}")
     console.print(cohort_tree(pol))
-    _print_team_limits_and_approvers(pol)
-    _print_admission_checks(pol)
-    console.print(scale_table(pol))
+    _print_team_limits_and_approvers(pol, console)
+    _print_admission_checks(pol, console)
+    print_table(console, scale_table(pol))
 
 
-def _print_admission_checks(pol) -> None:
+def _print_admission_checks(pol, console: Console) -> None:
     """Sites (MultiKueue worker clusters) and the ProvisioningRequest check (docs/kueue-native.md)."""
     from gpu_platform.admission.kueue_checks import lane_check_rules
 
@@ -114,7 +123,7 @@ def _print_admission_checks(pol) -> None:
             console.print(f"admission check in {lane.name}: {rule['name']}{on}", markup=False, highlight=False)
 
 
-def _print_team_limits_and_approvers(pol) -> None:
+def _print_team_limits_and_approvers(pol, console: Console) -> None:
     """Team limits per lane and the approver roster (docs/approvals.md)."""
 
     def cap(c) -> str:
@@ -139,6 +148,10 @@ def _print_team_limits_and_approvers(pol) -> None:
 
 def scale_table(pol) -> Table:
     """What the policy's `scale` turns on (gpu_platform/policy/scale.py; docs/scorecards.md)."""
+    from rich.table import Table
+
+    from gpu_platform.policy.scale import describe
+
     table = Table(title=f"scale {pol.scale} (S0..S5)", show_header=False)
     table.add_column("what")
     table.add_column("at this scale")
@@ -175,7 +188,6 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     import json
     from pathlib import Path
 
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gpu_platform.cli.common import fail
@@ -191,7 +203,7 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     from gpu_platform.simulate.targets import BASELINE, judge
     from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
 
-    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    err = make_console(stderr=True)
     problems = []
     if trials < 2:
         problems.append("--trials: must be at least 2 (the input policy and the lend-idle seed)")

@@ -21,13 +21,12 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from gpu_platform.safeload import InputError, Limits, load_document
-
 CONFIG_NAME = "gpu-platform.yaml"
 CONFIG_ENV = "GPU_PLATFORM_CONFIG"
-CONFIG_LIMITS = Limits(max_bytes=64 * 1024, max_depth=4, max_nodes=1_000)
+CONFIG_LIMITS = {"max_bytes": 64 * 1024, "max_depth": 4, "max_nodes": 1_000}
+"""The file's `gpu_platform.safeload.Limits`."""
+MAX_VALUE = 4096
+"""The longest value (characters) of a key."""
 DEMO_MARK = "# written by `gpu-platform demo seed --project-config`"
 """The first line of a config the demo wrote: the demo rewrites only files that start with it."""
 
@@ -51,19 +50,6 @@ class ConfigError(ValueError):
         super().__init__(f"{source}: " + "; ".join(errors))
 
 
-class ProjectConfig(BaseModel):
-    """The file's keys; each optional. ledger: a SQLAlchemy URL, or a path to a SQLite file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    home: str | None = Field(default=None, min_length=1, max_length=4096)
-    ledger: str | None = Field(default=None, min_length=1, max_length=4096)
-    warehouse: str | None = Field(default=None, min_length=1, max_length=4096)
-    policy: str | None = Field(default=None, min_length=1, max_length=4096)
-    evidence_root: str | None = Field(default=None, min_length=1, max_length=4096)
-    dagster_home: str | None = Field(default=None, min_length=1, max_length=4096)
-
-
 @dataclass(frozen=True, slots=True)
 class Resolution:
     """Where a command's state comes from. config: the file used (None: none found);
@@ -73,6 +59,38 @@ class Resolution:
     config: Path | None
     applied: dict[str, str] = field(default_factory=dict)
     shadowed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectConfig:
+    """The file's keys; each optional, a string of 1 to 4096 characters. ledger: a SQLAlchemy
+    URL, or a path to a SQLite file. Checked by `parse_config`, without pydantic: every command
+    reads the config, `--help` included (issue 40)."""
+
+    home: str | None = None
+    ledger: str | None = None
+    warehouse: str | None = None
+    policy: str | None = None
+    evidence_root: str | None = None
+    dagster_home: str | None = None
+
+
+def parse_config(raw: Mapping, source: str) -> ProjectConfig:
+    """`raw` (the file's mapping) as a ProjectConfig; ConfigError names every problem with its key."""
+    errors = [f"{key}: unknown key (one of: {', '.join(VARIABLES)})" for key in raw if key not in VARIABLES]
+    for key in VARIABLES:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            errors.append(f"{key}: Input should be a valid string")
+        elif not value:
+            errors.append(f"{key}: String should have at least 1 character")
+        elif len(value) > MAX_VALUE:
+            errors.append(f"{key}: String should have at most {MAX_VALUE} characters")
+    if errors:
+        raise ConfigError(source, errors)
+    return ProjectConfig(**{key: raw.get(key) for key in VARIABLES})
 
 
 def find_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path | None:
@@ -91,8 +109,10 @@ def find_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
 def load_config(path: Path) -> dict[str, str]:
     """The file's settings as environment variables (paths made absolute); ConfigError names
     every problem (unknown keys, wrong types) with its key."""
+    from gpu_platform.safeload import InputError, Limits, load_document
+
     try:
-        raw = load_document(path, CONFIG_LIMITS)
+        raw = load_document(path, Limits(**CONFIG_LIMITS))
     except InputError as exc:
         raise ConfigError(exc.source, exc.errors) from None
     except OSError as exc:
@@ -101,19 +121,7 @@ def load_config(path: Path) -> dict[str, str]:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(str(path), [f"<root>: expected a mapping of {', '.join(VARIABLES)}"])
-    try:
-        cfg = ProjectConfig.model_validate(raw)
-    except ValidationError as exc:
-        errors = []
-        for err in exc.errors():
-            key = ".".join(str(x) for x in err["loc"]) or "<root>"
-            msg = (
-                f"unknown key (one of: {', '.join(VARIABLES)})"
-                if err["type"] == "extra_forbidden"
-                else err["msg"].removeprefix("Value error, ")
-            )
-            errors.append(f"{key}: {msg}")
-        raise ConfigError(str(path), errors) from None
+    cfg = parse_config(raw, str(path))
     base = path.resolve().parent
     out: dict[str, str] = {}
     for key, var in VARIABLES.items():

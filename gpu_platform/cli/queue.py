@@ -7,16 +7,14 @@ import os
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import sqlalchemy as sa
-from rich.table import Table
-from rich.text import Text
 
-from gpu_platform.cli.common import console, ledger_option, policy_option, policy_or_exit
-from gpu_platform.observe.queueview.rows import dry_run, queue_rows
-from gpu_platform.requests.ledger import PENDING_STATES, Ledger, default_ledger_url
-from gpu_platform.units import format_duration
+from gpu_platform.cli.common import ledger_option, make_console, policy_option, policy_or_exit, print_table
+
+if TYPE_CHECKING:
+    from gpu_platform.requests.ledger import Ledger
 
 
 @click.command("queue")
@@ -36,6 +34,13 @@ def queue(
     queue (nothing recorded), so `--owner` / `--team` show the same positions as the full view;
     on a cluster the last column says what Kueue last said about the request's Job.
     """
+    from rich.table import Table
+    from rich.text import Text
+
+    from gpu_platform.observe.queueview.rows import dry_run, queue_rows
+    from gpu_platform.requests.ledger import PENDING_STATES, Ledger, default_ledger_url
+    from gpu_platform.units import format_duration
+
     ledger = Ledger(ledger_url or default_ledger_url())
     pol = policy_or_exit(policy_path)
     now = datetime.now(UTC)
@@ -76,18 +81,21 @@ def queue(
         if kueue:
             cells.append((r.cluster or {}).get("reason", ""))
         table.add_row(*(Text(c) for c in cells))
-    console.print(table)
+    out = make_console()
+    print_table(out, table)
     counts = Counter(r.state for r in rows)
     who = " and ".join(x for x in (owner and f"owner {owner}", team and f"team {team}") if x)
     empty = f"no requests of {who}" if who else "queue is empty"
     if not rows:
         empty += f" in {_where(ledger, count_ended=not (show_all or who))}"
-    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty)
+    out.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty)
 
 
 def _where(ledger: Ledger, count_ended: bool) -> str:
     """Which ledger an empty answer came from, and what else it holds: an empty queue read from
     the wrong home (the demo's state is under `.demo`) says so at once."""
+    import sqlalchemy as sa
+
     url = sa.make_url(ledger.url).render_as_string(hide_password=True)
     if not count_ended:
         return f"ledger {url}"

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from gpu_platform.cli.common import ledger_option, policy_option, policy_or_exit
-from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
 
 def _default_warehouse() -> Path:
@@ -35,6 +34,7 @@ def report(
 ) -> None:
     """Write index.html and PNG plots: queue wait by lane, utilization, cost by team, unit costs, signals."""
     from gpu_platform.observe.report.build import build_report
+    from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
     pol = policy_or_exit(policy_path)
     result = build_report(

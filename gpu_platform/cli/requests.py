@@ -5,15 +5,25 @@ from __future__ import annotations
 import sys
 
 import click
-import sqlalchemy as sa
 
-from gpu_platform.cli.common import console, err_console, ledger_option, policy_option, policy_or_exit
-from gpu_platform.requests.ledger import BatchConflict, Ledger, content_request_id, default_ledger_url
-from gpu_platform.requests.model import (
-    RequestError,
-    local_inventory_problems,
-    request_warnings,
-    validate_request_file,
+from gpu_platform.cli.common import (
+    console,
+    deferred,
+    err_console,
+    ledger_option,
+    policy_option,
+    policy_or_exit,
+)
+
+# imported on first use, so `request --help` and `submit --help` import neither SQLAlchemy nor
+# the request model (issue 40); module names still, as the command bodies use them
+(sa,) = deferred(globals(), "sqlalchemy")
+BatchConflict, Ledger, content_request_id, default_ledger_url = deferred(
+    globals(), "gpu_platform.requests.ledger", "BatchConflict", "Ledger", "content_request_id", "default_ledger_url"
+)
+RequestError, local_inventory_problems, request_warnings, validate_request_file = deferred(
+    globals(), "gpu_platform.requests.model",
+    "RequestError", "local_inventory_problems", "request_warnings", "validate_request_file",
 )
 
 

@@ -6,14 +6,8 @@ import json
 from pathlib import Path
 
 import click
-import duckdb
-from rich.table import Table
 
-from gpu_platform.cli.common import WarehouseBusyExit, console
-from gpu_platform.finops.sqlmodels.report import to_jsonable
-from gpu_platform.finops.warehouse import WarehouseBusy
-from gpu_platform.finops.warehouse import connect as warehouse_connect
-from gpu_platform.observe.scorecards.read import day_scorecards
+from gpu_platform.cli.common import WarehouseBusyExit, make_console, print_table
 
 
 def _cell(v: object) -> str:
@@ -35,6 +29,13 @@ def scorecard(day: str, warehouse: str | None, fmt: str, all_signals: bool) -> N
     and the capacity signals that fired, with their actions. Build them first: `cost build --day D`."""
     from datetime import date
 
+    import duckdb
+    from rich.table import Table
+
+    from gpu_platform.finops.sqlmodels.report import to_jsonable
+    from gpu_platform.finops.warehouse import WarehouseBusy
+    from gpu_platform.finops.warehouse import connect as warehouse_connect
+    from gpu_platform.observe.scorecards.read import day_scorecards
     from gpu_platform.paths import default_warehouse
 
     try:
@@ -60,6 +61,7 @@ def scorecard(day: str, warehouse: str | None, fmt: str, all_signals: bool) -> N
     if fmt == "json":
         click.echo(json.dumps({"day": day, **to_jsonable(data)}, indent=2))
         return
+    console = make_console()
     for table, rows in data.items():
         if rows is None:
             console.print(f"[yellow]{table}: not built in this warehouse[/yellow]")
@@ -73,7 +75,7 @@ def scorecard(day: str, warehouse: str | None, fmt: str, all_signals: bool) -> N
             t.add_column(c)
         for r in rows:
             t.add_row(*(_cell(r[c]) for c in cols))
-        console.print(t)
+        print_table(console, t)
         if table == "capacity_signals":
             for r in rows:
                 if r["fired"]:

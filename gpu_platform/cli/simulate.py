@@ -8,17 +8,15 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from gpu_platform.cli.common import fail, policy_option, policy_or_exit
-from gpu_platform.simulate.des import simulate
-from gpu_platform.simulate.report import lane_report
-from gpu_platform.simulate.scenarios import SCENARIOS, policy_node_gpus, uniform_node_gpus, with_nodes
-from gpu_platform.simulate.targets import judge, shown
-from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
+from gpu_platform.cli.common import fail, make_console, policy_option, policy_or_exit
+from gpu_platform.cli.common import print_table as print_fitted
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 LANE_MAPS = Path(__file__).parents[1] / "simulate" / "lane_maps"
 
@@ -37,6 +35,8 @@ def _h(v: float | None) -> str:
 
 
 def print_table(doc: dict, console: Console) -> None:
+    from rich.table import Table
+
     for name, rep in doc["scenarios"].items():
         nodes = rep.get("node_model")
         t = Table(
@@ -72,10 +72,14 @@ def print_table(doc: dict, console: Console) -> None:
                 str(f["preemptions"]),
                 "-" if f.get("gpu_hours_stranded_by_fragmentation") is None else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}",
             )
-        console.print(t)
+        print_fitted(console, t)
 
 
 def print_targets(targets: dict, console: Console) -> None:
+    from rich.table import Table
+
+    from gpu_platform.simulate.targets import shown
+
     if not targets["lanes"]:
         return
     t = Table(title=f"lane targets: {targets['met']} met, {targets['missed']} missed, {targets['not_judged']} not judged")
@@ -84,7 +88,7 @@ def print_targets(targets: dict, console: Console) -> None:
     for lane, rows in targets["lanes"].items():
         for r in rows:
             t.add_row(lane, r["target"], *shown(r))
-    console.print(t)
+    print_fitted(console, t)
 
 
 @click.command("simulate")
@@ -172,7 +176,13 @@ def simulate_cmd(
     fail_on_missed: bool,
 ) -> None:
     """Replay a job trace through the admission engine: per-lane waits, utilization, lost work."""
-    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    from gpu_platform.simulate.des import simulate
+    from gpu_platform.simulate.report import lane_report
+    from gpu_platform.simulate.scenarios import SCENARIOS, policy_node_gpus, uniform_node_gpus, with_nodes
+    from gpu_platform.simulate.targets import judge
+    from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
+
+    err = make_console(stderr=True)
     if (trace_path is None) == (generator_path is None):
         fail("simulate", ["give exactly one of --trace CSV or --generator FILE"])
     if generator_path is not None:
