@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 """The repository (examples/, workspace.yaml): `gpu_platform.demo.instance.ROOT`, without importing
 the demo for `demo --help` (tests/cli checks that they agree)."""
-EXAMPLES = ROOT / "examples" / "requests"
-"""`gpu_platform.demo.instance.EXAMPLES`: one request per lane."""
+EXAMPLES = Path(str(files("gpu_platform") / "demo" / "examples" / "requests")).resolve()
+"""`gpu_platform.demo.instance.EXAMPLES`: one request per lane, shipped in the package (found the
+same way in a checkout and in an installed wheel)."""
 
 policy_option = click.option(
     "--policy",

@@ -41,7 +41,7 @@ from gpu_platform.cli.common import EXAMPLES, ROOT
 if TYPE_CHECKING:
     from rich.console import Console
 
-DEMO_REQUESTS = ROOT / "examples" / "demo"
+DEMO_REQUESTS = EXAMPLES.parent / "demo"
 INCIDENT = DEMO_REQUESTS / "incident_sev1.yaml"
 MARKER = ".demo_seeded"
 BACKFILL_FILE = "demo_backfill.json"
