@@ -52,6 +52,7 @@ def print_table(doc: dict, console: Console) -> None:
             "wait p95 h",
             "wait max h",
             "GPU util",
+            "useful util",
             "GPU-h lost",
             "preemptions",
             "GPU-h stranded",
@@ -60,6 +61,7 @@ def print_table(doc: dict, console: Console) -> None:
         for lane, f in list(rep["lanes"].items()) + [("all", rep["total"])]:
             w = f["wait_s"]
             util = "-" if f["gpu_utilization"] is None else f"{100 * f['gpu_utilization']:.1f}%"
+            useful = f.get("useful_gpu_utilization")
             t.add_row(
                 lane,
                 str(f["jobs"]),
@@ -68,11 +70,20 @@ def print_table(doc: dict, console: Console) -> None:
                 _h(w["p95"]),
                 _h(w["max"]),
                 util,
+                "-" if useful is None else f"{100 * useful:.1f}%",
                 f"{f['gpu_hours_lost_to_preemption']:.1f}",
                 str(f["preemptions"]),
                 "-" if f.get("gpu_hours_stranded_by_fragmentation") is None else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}",
             )
         print_fitted(console, t)
+        big = rep["total"].get("never_fits") or {}
+        if big.get("jobs"):
+            first = big["listed"][0]
+            console.print(
+                f"{name}: {big['jobs']} job(s) no flavor they may use can ever hold (up to "
+                f"{big['gpus_needed_max']:g} GPUs on one flavor; e.g. {first['job_id']}: {first['reason']}); "
+                "listed in the JSON under total.never_fits"
+            )
 
 
 def print_targets(targets: dict, console: Console) -> None:
@@ -107,9 +118,10 @@ def print_targets(targets: dict, console: Console) -> None:
 @policy_option
 @click.option(
     "--compare",
-    default="fifo,fifo-backfill,strict",
+    default="fifo,fifo-backfill,fifo-flavors,fifo-flavors-backfill,strict",
     show_default=True,
-    help="Baselines to run beside the policy: fifo, fifo-backfill, fifo-flavors, strict (comma-separated; 'none').",
+    help="Baselines to run beside the policy: fifo, fifo-backfill (one pool), fifo-flavors, "
+    "fifo-flavors-backfill (the policy's flavors and nodes), strict (comma-separated; 'none').",
 )
 @click.option(
     "--capacity", type=float, default=None, help="Resize the pool to N GPUs (quotas scale with it)."

@@ -1,7 +1,8 @@
 """Policy simulator: replay a job trace through the admission engine (no Dagster).
 
 `load_trace` reads a trace (lanes from a column or a lane map), `SCENARIOS` builds the policy
-or a baseline (`fifo`, `fifo-backfill`, `fifo-flavors`, `strict`) as an engine state, `simulate` runs the discrete-event loop
+or a baseline (`fifo`, `fifo-backfill`, `fifo-flavors`,
+`fifo-flavors-backfill`, `strict`) as an engine state, `simulate` runs the discrete-event loop
 and `lane_report` turns it into per-lane figures; `kueue_scenario` replays Kueue's scheduler
 performance generator files. See docs/simulator.md.
 May import `admission/`, `policy/`, `requests/`.
@@ -15,6 +16,7 @@ from gpu_platform.simulate.scenarios import (
     SCENARIOS,
     Scenario,
     fifo_backfill_scenario,
+    fifo_flavors_backfill_scenario,
     fifo_flavors_scenario,
     fifo_scenario,
     policy_scenario,
@@ -32,6 +34,7 @@ __all__ = [
     "TraceError",
     "TraceJob",
     "fifo_backfill_scenario",
+    "fifo_flavors_backfill_scenario",
     "fifo_flavors_scenario",
     "fifo_scenario",
     "lane_report",

@@ -280,3 +280,213 @@ def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill:
         if r.state == "pending":
             r.reason = "still pending when the trace ended"
     return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded_s)
+
+
+class _FlavorPool:
+    """The pool as the policy splits it: each flavor's GPUs on its nodes (one node of the whole
+    flavor where it has none), a job on one flavor (see `run_fifo_flavors`)."""
+
+    def __init__(self, scenario, allowed):
+        base = scenario.base
+        caps = {f.name: (f.capacity or {}).get(GPU, 0.0) for f in base.flavors}
+        self.order = [f for f, c in caps.items() if c > _EPS]
+        specs = list(base.nodes)
+        placed = {n.flavor for n in base.nodes}
+        specs += [NodeSpec(f"{f}/all", f, caps[f]) for f in self.order if f not in placed]
+        self.book = NodeBook(specs)
+        self.empty = NodeBook(specs)
+        self.real_nodes = placed
+        self.sizes = dict(scenario.node_gpus or {})
+        self.allowed = allowed
+        self.ending: list[tuple[float, int, JobRun]] = []
+        self.usage: list[tuple[float, str, float]] = []
+        self.seq = 0
+        self.wl: dict[str, Workload] = {}
+        self.flavors_of: dict[str, tuple[str, ...]] = {}
+        self.wls: dict[tuple[str, str], Workload] = {}
+
+    def flavors(self, r: JobRun) -> tuple[str, ...]:
+        fl = self.flavors_of.get(r.job.job_id)
+        if fl is None:
+            ok = set(self.allowed(r.job))
+            fl = self.flavors_of[r.job.job_id] = tuple(f for f in self.order if f in ok)
+        return fl
+
+    def workload(self, r: JobRun, flavor: str) -> Workload:
+        key = (r.job.job_id, flavor)
+        wl = self.wls.get(key)
+        if wl is None:
+            sizes = [self.sizes[f] for f in self.flavors(r) if f in self.sizes]
+            pods = pods_for(r.job.gpus, min(sizes) if sizes else None)
+            wl = self.wls[key] = Workload(r.job.job_id, _NODES, {GPU: float(r.job.gpus)}, flavor=flavor, pods=pods)
+        return wl
+
+    def forget(self, r: JobRun) -> None:
+        for f in self.flavors_of.pop(r.job.job_id, ()):
+            self.wls.pop((r.job.job_id, f), None)
+
+    def never(self, r: JobRun) -> str | None:
+        fl = self.flavors(r)
+        if any(self.empty.fits(self.workload(r, f), f) for f in fl):
+            return None
+        if not fl:
+            return "no flavor of the pool matches its gpu_type"
+        largest = max(self.empty.free_total(f) for f in fl)
+        return f"asks for {r.job.gpus:g} GPUs on one flavor; the largest it may use holds {largest:g}"
+
+    def fit(self, r: JobRun) -> str | None:
+        """The first flavor (policy order) whose nodes hold the job now; None: none."""
+        for f in self.flavors(r):
+            if self.book.fits(self.workload(r, f), f):
+                return f
+        return None
+
+    def begin(self, r: JobRun, now: float, flavor: str) -> None:
+        wl = self.wl[r.job.job_id] = self.workload(r, flavor)
+        self.book.place(wl)
+        r.state, r.start, r.first_admit, r.last_admit, r.flavor = "running", now, now, now, flavor
+        if flavor in self.real_nodes:
+            r.placement = placement_of(self.book, wl.name)  # type: ignore[assignment]
+        self.seq += 1
+        heapq.heappush(self.ending, (now + r.job.duration_s, self.seq, r))
+        self.usage.append((now, r.job.lane, r.job.gpus))
+
+    def finish_until(self, now: float) -> float | None:
+        last = None
+        while self.ending and self.ending[0][0] <= now:
+            end, _s, r = heapq.heappop(self.ending)
+            self.book.release(self.wl.pop(r.job.job_id), remember=False)
+            self.forget(r)
+            r.state, r.end, r.used_gpu_s = "done", end, r.job.gpus * r.job.duration_s
+            self.usage.append((end, r.job.lane, -r.job.gpus))
+            last = end
+        return last
+
+    def reservation(self, head: JobRun) -> tuple[float, str | None, float]:
+        """(shadow time, flavor, extra GPUs): the earliest end time at which the head fits one of
+        its flavors, releasing that flavor's running jobs in end order on a copy of its nodes; the
+        extra GPUs that flavor has then beyond the head's (quota-only flavors; 0 on nodes)."""
+        best: tuple[float, str | None, float] = (math.inf, None, 0.0)
+        book = self.book
+        ends = sorted(self.ending, key=lambda e: e[0])
+        for f in self.flavors(head):
+            wl = self.workload(head, f)
+            pods = max(1, wl.pods)
+            per = wl.requests[GPU] / pods
+            nodes = book.by_flavor.get(f, [])
+            count = sum(1 for n in nodes if book.free[n] + _EPS >= per)
+            free: dict[str, float] = {}
+            for end, _s, r in ends:
+                if end >= best[0]:
+                    break
+                if r.flavor != f:
+                    continue
+                for n, v in book.placed.get(r.job.job_id, ()):
+                    old = free.get(n, book.free[n])
+                    free[n] = old + v
+                    if old + _EPS < per <= old + v + _EPS:
+                        count += 1
+                if count >= pods:
+                    extra = 0.0 if f in self.real_nodes else book.free_total(f) + sum(free.values()) - sum(
+                        book.free[n] for n in free
+                    ) - head.job.gpus
+                    best = (end, f, max(0.0, extra))
+                    break
+        return best
+
+    def backfill(self, queue: deque[JobRun], now: float) -> None:
+        """EASY over flavors: a later job starts now on a flavor that holds it now when that
+        cannot delay the head's reserved start: it runs on another flavor than the reserved one,
+        or ends by the shadow time, or (a quota-only flavor) fits the extra GPUs."""
+        free = {f: self.book.free_total(f) for f in self.order}
+        if max(free.values(), default=0.0) <= _EPS:
+            return
+        shadow, reserved, extra = self.reservation(queue[0])
+        started: list[int] = []
+        for k in range(1, min(len(queue), BACKFILL_DEPTH + 1)):
+            r = queue[k]
+            g = r.job.gpus
+            for f in self.flavors(r):
+                if g > free[f] + _EPS or not self.book.fits(self.workload(r, f), f):
+                    continue
+                if f != reserved or now + r.job.duration_s <= shadow + _EPS:
+                    self.begin(r, now, f)
+                elif r.job.gpus <= extra + _EPS:
+                    self.begin(r, now, f)
+                    extra -= r.job.gpus
+                else:
+                    continue
+                free[f] -= g
+                started.append(k)
+                break
+            if max(free.values()) <= _EPS:
+                break
+        for k in reversed(started):
+            del queue[k]
+
+    def stranded(self, queue: deque[JobRun]) -> float:
+        """On node-modelled flavors: their free GPUs while the head may use them, asks for no more
+        than one of them has free, and fits none."""
+        if not queue or not self.real_nodes:
+            return 0.0
+        head = queue[0]
+        fl = [f for f in self.flavors(head) if f in self.real_nodes]
+        if not fl or self.fit(head) is not None:
+            return 0.0
+        frees = [self.book.free_total(f) for f in fl]
+        if head.job.gpus > max(frees) + _EPS:
+            return 0.0
+        return sum(frees)
+
+
+def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool, tick: float = 0.0) -> SimResult:
+    """FIFO over the policy's flavors (and nodes, with a node model), without the engine.
+
+    One queue in (submit_ts, job_id) order; a job runs on one flavor, the first in the policy's
+    order among those `allowed(job)` names that holds it (on nodes: its pods on distinct nodes,
+    best fit, as `run_fifo_nodes`). With `backfill`, EASY over flavors: the blocked head reserves
+    the flavor where it can start first (its shadow time); a later job starts now on a flavor
+    that holds it now if that flavor is not the reserved one, or it ends by the shadow time, or
+    (quota-only) it fits the GPUs the head will not need there. A job no flavor it may use can
+    ever hold is never admitted, with the capacity it would need. This is the like-for-like
+    baseline of a policy split into flavors: the single-pool `fifo` runs a 64-GPU job on a pool
+    whose largest flavor holds 48; no Kueue queue can.
+    """
+    runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
+    pool = _FlavorPool(scenario, allowed)
+    queue: deque[JobRun] = deque()
+    i, n = 0, len(runs)
+    start = runs[0].job.submit_ts if runs else 0.0
+    last = start
+    stranded_s, rate, since = 0.0, 0.0, start
+    while i < n or pool.ending:
+        t_arr = runs[i].job.submit_ts if i < n else math.inf
+        t_end = pool.ending[0][0] if pool.ending else math.inf
+        now = _at(min(t_arr, t_end), tick)
+        stranded_s += rate * (now - since)
+        ended = pool.finish_until(now)
+        if ended is not None:
+            last = max(last, ended)
+        while i < n and runs[i].job.submit_ts <= now:
+            r = runs[i]
+            i += 1
+            why = pool.never(r)
+            if why is not None:
+                r.state, r.reason = "rejected", why
+                continue
+            r.state = "pending"
+            queue.append(r)
+        while queue:
+            f = pool.fit(queue[0])
+            if f is None:
+                break
+            pool.begin(queue.popleft(), now, f)
+        if backfill and queue:
+            pool.backfill(queue, now)
+        rate, since = pool.stranded(queue), now
+    for r in runs:
+        if r.state == "pending":
+            r.reason = "still pending when the trace ended"
+    return SimResult(
+        scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded_s if pool.real_nodes else None
+    )

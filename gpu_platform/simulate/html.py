@@ -35,7 +35,7 @@ LANE_COLOURS = {
 
 SCENARIO_COLOURS = {
     "policy": "#1f77b4", "fifo": "#7f7f7f", "fifo-backfill": "#2ca02c", "fifo-flavors": "#bcbd22",
-    "strict": "#d62728",
+    "fifo-flavors-backfill": "#9467bd", "strict": "#d62728",
 }
 _SPARE = ("#e377c2", "#bcbd22", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
 

@@ -11,7 +11,10 @@
   every job priority 0, no preemption; a job starts when the job submitted before it has started
   and its GPUs are free on one flavor (flavors tried in the policy's order, its gpu_type
   respected).
-- `strict`: strict priority without borrowing: one cluster queue holding the whole pool,
+- `fifo-flavors-backfill`: the same queue with EASY backfilling over the flavors (and nodes):
+  the like-for-like baseline of a policy split into flavors (`baselines.run_fifo_flavors`).
+- `strict`: strict priority without borrowing: one cluster queue holding the policy's flavors
+  (a job holds GPUs of one flavor, as every Kueue workload does),
   StrictFIFO ordered by lane priority then submission, a higher-priority job preempts
   lower-priority running jobs (`within_cluster_queue: LowerPriority`); no quotas per lane, so
   nothing is borrowed or lent, and no lane rules (`yields_to`, `protected`, evidence).
@@ -291,6 +294,39 @@ def fifo_flavors_scenario(policy: Policy, capacity: float | None = None) -> Scen
     )
 
 
+def _flavors_fast(policy: Policy, capacity: float | None, backfill: bool) -> Scenario:
+    from gpu_platform.simulate.baselines import run_fifo_flavors
+
+    base = _pool_state(policy, capacity, NEVER)
+    types = _types(policy)
+
+    def allowed(job: TraceJob) -> tuple[str, ...]:
+        return types(job.gpu_type)
+
+    def fast(scenario: Scenario, jobs: list[TraceJob], tick: float) -> Any:
+        return run_fifo_flavors(scenario, jobs, allowed, backfill=backfill, tick=tick)
+
+    if backfill:
+        name = "fifo-flavors-backfill"
+        text = "one FIFO queue over the policy's flavors (a job on one flavor, first fit), EASY backfilling, no priorities, no preemption"
+    else:
+        name = "fifo-flavors"
+        text = "one FIFO queue over the policy's flavors (first fit in file order), no priorities, no preemption"
+    return Scenario(name, text, base, lambda job: None, fast)
+
+
+def fifo_flavors_backfill_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
+    """FIFO with EASY backfilling over the policy's flavors and, with a node model, its nodes: the
+    like-for-like baseline of the policy (`baselines.run_fifo_flavors`)."""
+    return _flavors_fast(policy, capacity, backfill=True)
+
+
+def fifo_flavors_fast_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
+    """`fifo-flavors` replayed without the engine (`baselines.run_fifo_flavors`): the same starts
+    as the engine's (tested), for checking the backfill version against."""
+    return _flavors_fast(policy, capacity, backfill=False)
+
+
 def strict_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
     base = _pool_state(policy, capacity, LOWER_PRIORITY)
     allowed = _types(policy)
@@ -322,5 +358,6 @@ SCENARIOS: dict[str, Callable[[Policy, float | None], Scenario]] = {
     "fifo": fifo_scenario,
     "fifo-backfill": fifo_backfill_scenario,
     "fifo-flavors": fifo_flavors_scenario,
+    "fifo-flavors-backfill": fifo_flavors_backfill_scenario,
     "strict": strict_scenario,
 }

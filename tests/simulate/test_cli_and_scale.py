@@ -26,11 +26,13 @@ LANE_KEYS = {
     "wait_s",
     "gpu_hours",
     "gpu_utilization",
+    "useful_gpu_utilization",
+    "lost_gpu_utilization",
     "preemptions",
     "gpu_hours_lost_to_preemption",
     "never_admitted_reasons",
 }
-TOTAL_KEYS = LANE_KEYS | {"gpu_hours_stranded_by_fragmentation"}
+TOTAL_KEYS = LANE_KEYS | {"gpu_hours_stranded_by_fragmentation", "never_fits"}
 
 
 def _slice(tmp_path: Path, n: int) -> Path:
@@ -53,7 +55,7 @@ def test_cli_json_shape_and_files(tmp_path):
     assert doc["node_model"] is None
     assert doc["trace"]["rows"] == 150 and doc["trace"]["accepted"] == 150
     assert doc["capacity_gpus"] == 128
-    assert list(doc["scenarios"]) == ["policy", "fifo", "fifo-backfill", "strict"]
+    assert list(doc["scenarios"]) == ["policy", "fifo", "fifo-backfill", "fifo-flavors", "fifo-flavors-backfill", "strict"]
     for rep in doc["scenarios"].values():
         assert set(rep["total"]) == TOTAL_KEYS and rep["total"]["gpu_hours_stranded_by_fragmentation"] is None
         assert rep["node_model"] is None
