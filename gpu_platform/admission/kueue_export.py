@@ -31,6 +31,7 @@ from gpu_platform.cluster.names import (
 from gpu_platform.cluster.names import LABEL_GPU_PRODUCT as PRODUCT_LABEL
 from gpu_platform.cluster.names import LABEL_NODE_POOL as POOL_LABEL
 from gpu_platform.policy import GPU, Lane, Policy, Team
+from gpu_platform.safeload.files import OutputDir
 
 API = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
 _MANAGED = {"app.kubernetes.io/managed-by": "gpu-platform"}
@@ -284,12 +285,6 @@ def manifest_filename(m: dict[str, Any]) -> str:
 def write_manifests(policy: Policy, out_dir: str | Path) -> list[Path]:
     """Write one YAML file per manifest, so `kubectl apply -f DIR` sends each object once (the
     whole deployment, namespaces included, is `gpu-platform deploy render`'s kustomize tree)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     manifests = kueue_manifests(policy)
-    paths = []
-    for m in manifests:
-        p = out / manifest_filename(m)
-        p.write_text(yaml.safe_dump(m, sort_keys=False))
-        paths.append(p)
-    return paths
+    with OutputDir(out_dir) as out:
+        return [out.write(manifest_filename(m), yaml.safe_dump(m, sort_keys=False)) for m in manifests]

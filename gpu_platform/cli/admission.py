@@ -117,8 +117,9 @@ def export(policy_file: str | None, out_dir: str) -> None:
         # Not an object to apply: a block to merge into Kueue's manager Configuration. A
         # subfolder, so `kubectl apply -f DIR` (not recursive) leaves it alone.
         path = Path(out_dir) / "kueue-manager-config" / "admission-fair-sharing.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        from gpu_platform.safeload.files import write_file
+
+        write_file(path, yaml.safe_dump(config, sort_keys=False))
         click.echo(
             f"wrote {path}: merge its admissionFairSharing block into Kueue's Configuration "
             "(ConfigMap kueue-manager-config) and restart Kueue"

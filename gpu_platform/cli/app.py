@@ -83,6 +83,18 @@ class LazyGroup(click.Group):
         self.commands[cmd_name] = cmd
         return cmd
 
+    def invoke(self, ctx: click.Context) -> object:
+        """A command's output that cannot be written (`WriteRefused`: ENOSPC, EACCES, EROFS, a
+        planted directory link) is one line naming the path, exit 1, not a traceback."""
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            from gpu_platform.safeload.files import WriteRefused
+
+            if isinstance(exc, WriteRefused):
+                raise click.ClickException(str(exc)) from None
+            raise
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click's own listing, from the short helps in `COMMANDS` (shortened to the width as
         click shortens a docstring) instead of importing every command."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -81,7 +80,10 @@ def render(policy_path: str | None, out_dir: str, dagster_namespace: str, servic
     click.echo(f"wrote {len(paths)} objects and kustomization.yaml to {out_dir} ("
                + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")", err=True)
     if values is not None:
-        Path(helm_values_path).write_text(
+        from gpu_platform.safeload.files import write_file
+
+        write_file(
+            helm_values_path,
             "# Written by `gpu-platform deploy render --helm-values`: helm upgrade --install "
             f"{helm_release} dagster/dagster -n {dagster_namespace} -f <this file>\n"
             + yaml.safe_dump(values, sort_keys=False)

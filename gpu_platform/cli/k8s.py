@@ -177,6 +177,7 @@ def dagster_config(
     if out is None:
         click.echo(text, nl=False)
         return
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(text)
+    from gpu_platform.safeload.files import write_file
+
+    write_file(out, text)
     click.echo(f"wrote {out}", err=True)

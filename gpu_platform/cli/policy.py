@@ -256,16 +256,18 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         evals = tune.search(problem, knobs, trials, seed=seed, timeout_s=timeout_s, on_trial=on_trial)
     chosen = tune.choose(evals)
     front = tune.pareto(evals)
+    from gpu_platform.safeload.files import OutputDir, write_file
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    OutputDir(out).close()
     before = src.read_text(encoding="utf-8")
     after = tune.tuned_text(before, knobs, chosen.values)
-    (out / "tuned-policy.yaml").write_text(after, encoding="utf-8")
+    write_file(out / "tuned-policy.yaml", after)
     try:  # the file as written is what is validated and compared
         tuned_pol = load_policy(out / "tuned-policy.yaml")
     except PolicyError as exc:
         fail(f"policy tune: the tuned policy does not load ({exc.source})", exc.errors, code=1)
-    (out / "policy.diff").write_text(tune.diff(before, after, src.name), encoding="utf-8")
+    write_file(out / "policy.diff", tune.diff(before, after, src.name))
     tune.write_pareto_plot(out / "pareto.png", evals, front, chosen, evals[0] if evals else None, fifo_util)
 
     def row(e: tune.Evaluation) -> dict:
@@ -277,7 +279,7 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         "max_utilization_gap": max_utilization_gap, "trials": [row(e) for e in evals],
         "pareto_front": [evals.index(e) for e in front], "chosen": evals.index(chosen),
     }
-    (out / "pareto.json").write_text(json.dumps(pareto_doc, indent=1), encoding="utf-8")
+    write_file(out / "pareto.json", json.dumps(pareto_doc, indent=1))
     # the comparison: input policy vs tuned vs the FIFO baselines, on the validation jobs
     vjobs = jobs if validate == "full" else sample
     err.print(f"validating on {len(vjobs):,} jobs: input policy, tuned policy, fifo, {BASELINE}")

@@ -41,6 +41,7 @@ from gpu_platform.cluster.jobs import STEP_SERVICE_ACCOUNT
 from gpu_platform.cluster.names import k8s_name
 from gpu_platform.gate.instance_config import dagster_instance_yaml, render_instance_yaml
 from gpu_platform.policy import Policy
+from gpu_platform.safeload.files import OutputDir
 
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-platform"}
 LABEL_TEAM = "gpu-platform.io/team"
@@ -224,23 +225,24 @@ def namespaces(policy: Policy, s: DeploySettings) -> list[str]:
 
 def write_tree(policy: Policy, out_dir: str | Path, s: DeploySettings | None = None) -> list[Path]:
     """One file per object and `kustomization.yaml` listing them in apply order."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for m in deploy_manifests(policy, s):
-        p = out / manifest_filename(m)
-        if p in paths:
-            raise ValueError(f"two objects would be written to {p.name}")
-        p.write_text(yaml.safe_dump(m, sort_keys=False))
-        paths.append(p)
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [p.name for p in paths],
-    }
-    (out / KUSTOMIZATION).write_text(
-        "# Written by `gpu-platform deploy render`: kubectl apply -k <this directory>\n"
-        + yaml.safe_dump(kustomization, sort_keys=False)
-    )
-    (out / SETTINGS_FILE).write_text(json.dumps(asdict(s or DeploySettings()), indent=2) + "\n")
+    with OutputDir(out_dir) as out:
+        names: set[str] = set()
+        for m in deploy_manifests(policy, s):
+            name = manifest_filename(m)
+            if name in names:
+                raise ValueError(f"two objects would be written to {name}")
+            names.add(name)
+            paths.append(out.write(name, yaml.safe_dump(m, sort_keys=False)))
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [p.name for p in paths],
+        }
+        out.write(
+            KUSTOMIZATION,
+            "# Written by `gpu-platform deploy render`: kubectl apply -k <this directory>\n"
+            + yaml.safe_dump(kustomization, sort_keys=False),
+        )
+        out.write(SETTINGS_FILE, json.dumps(asdict(s or DeploySettings()), indent=2) + "\n")
     return paths

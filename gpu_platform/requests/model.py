@@ -29,6 +29,7 @@ from gpu_platform.safeload import (
     show,
     show_key,
 )
+from gpu_platform.safeload.text import char_problem
 from gpu_platform.units import parse_duration
 
 PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
@@ -74,6 +75,11 @@ MONEY_PRECISION = 18
 MONEY_SCALE = 6
 """`max_cost` is stored as NUMERIC(18, 6): at most 12 digits before the point and 6 after; a
 value with more is refused rather than rounded, so the ledger stores exactly what was sent."""
+TEXT_ALLOWED_CONTROLS: dict[str, str] = {"command": "\t\n", "env": "\t\n"}
+"""The only fields whose text may hold control characters: a command argument or an env value may
+hold TAB and LF (a script passed to `python -c`); they reach the Job as YAML-encoded strings and
+are printed escaped. Every other string field refuses C0/C1 controls, bidi controls (U+202A-202E,
+U+2066-2069, U+200E/U+200F, U+061C) and U+2028/U+2029 (`gpu_platform.safeload.text`)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 ID_LIST_FIELDS = (
@@ -210,16 +216,19 @@ class JobRequest(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _text_bounds(cls, v: Any, info: ValidationInfo) -> Any:
-        """Every string is bounded and free of NUL (PostgreSQL refuses NUL; SQLite would keep it)."""
+        """Every string is bounded and free of control and bidi characters (`TEXT_ALLOWED_CONTROLS`):
+        NUL (PostgreSQL refuses it; SQLite would keep it), C0/C1 controls (an `ESC[2J` would clear
+        the terminal of whoever runs `queue`; a newline would forge a line in `explain`) and bidi
+        overrides (U+202E reorders what a reviewer reads). The error names the code point."""
         name = info.field_name or ""
         if isinstance(v, str):
-            _check_text(v, FIELD_MAX_CHARS.get(name, MAX_TEXT_CHARS))
+            _check_text(v, FIELD_MAX_CHARS.get(name, MAX_TEXT_CHARS), _allowed(name, info))
         elif isinstance(v, tuple):
             if len(v) > MAX_LIST_ITEMS:
                 raise ValueError(f"{len(v)} items exceed the limit of {MAX_LIST_ITEMS}")
             for i, item in enumerate(v):
                 try:
-                    _check_text(item, MAX_ARG_CHARS if name == "command" else MAX_TEXT_CHARS)
+                    _check_text(item, MAX_ARG_CHARS if name == "command" else MAX_TEXT_CHARS, _allowed(name, info))
                 except ValueError as exc:
                     raise ValueError(f"item {i}: {exc}") from None
         elif isinstance(v, dict):
@@ -229,7 +238,7 @@ class JobRequest(BaseModel):
                 if not _ENV_NAME.match(key):
                     raise ValueError(f"{show(key)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, max 128)")
                 try:
-                    _check_text(item, MAX_ARG_CHARS)
+                    _check_text(item, MAX_ARG_CHARS, _allowed(name, info))
                 except ValueError as exc:
                     raise ValueError(f"{key}: {exc}") from None
         return v
@@ -356,16 +365,28 @@ class JobRequest(BaseModel):
 
     @classmethod
     def from_json(cls, text: str) -> JobRequest:
-        return cls.model_validate_json(text)
+        """A stored request. One recorded before control and bidi characters were refused still
+        loads (every output escapes it: `gpu_platform.safeload.text`); NUL and lengths still hold."""
+        return cls.model_validate_json(text, context={"stored": True})
 
 
-def _check_text(v: Any, limit: int) -> None:
+def _allowed(name: str, info: ValidationInfo) -> str | None:
+    """The control characters field `name` may hold; None: any (a stored request, `from_json`)."""
+    if isinstance(info.context, dict) and info.context.get("stored"):
+        return None
+    return TEXT_ALLOWED_CONTROLS.get(name, "")
+
+
+def _check_text(v: Any, limit: int, allow: str | None = "") -> None:
     if not isinstance(v, str):
         return
     if len(v) > limit:
         raise ValueError(f"{len(v)} characters exceed the limit of {limit}")
     if "\x00" in v:
-        raise ValueError("contains a NUL character")
+        raise ValueError("contains a NUL character (U+0000)")
+    problem = char_problem(v, allow) if allow is not None else None
+    if problem:
+        raise ValueError(problem)
 
 
 def _missing(value: Any) -> bool:

@@ -44,6 +44,7 @@ from typing import Any
 
 from gpu_platform.policy import GPU, Policy, PolicyError
 from gpu_platform.policy.loading import parse_policy_document
+from gpu_platform.safeload.files import write_file
 from gpu_platform.simulate.des import simulate
 from gpu_platform.simulate.report import lane_report
 from gpu_platform.simulate.scenarios import SCENARIOS
@@ -507,5 +508,7 @@ def write_pareto_plot(path: Path, evals: list[Evaluation], front: list[Evaluatio
     ax.set_title(f"policy tune: {len(ok)} candidates simulated, {len(feas)} meet every target")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    write_file(path, buf.getvalue())
     plt.close(fig)

@@ -68,6 +68,7 @@ from gpu_platform.safeload import (
     open_regular,
     read_bytes,
 )
+from gpu_platform.safeload.text import md as md_text
 
 DCGM_SUFFIXES = (".prom", ".txt", ".json", ".parquet")
 FOCUS_SUFFIXES = (".csv", ".parquet")
@@ -125,7 +126,7 @@ class IngestReport:
         scrape failed. Raises :class:`IngestCountMismatch` when the counts do not add up."""
         self.check()
         table = "| reason | rows |\n|---|---|\n" + "".join(
-            f"| {reason.replace('|', '/')} | {n} |\n" for reason, n in self.reasons.most_common(10)
+            f"| {md_text(reason)} | {n} |\n" for reason, n in self.reasons.most_common(10)
         )
         md: dict[str, int | str] = {
             "rows_in": self.rows_in,
@@ -138,16 +139,16 @@ class IngestReport:
             "currency_flagged_periods": len(self.currency_flags),
         }
         if self.currency_flags:
-            md["currency_flags"] = "\n".join(f"- {flag}" for flag in self.currency_flags)
+            md["currency_flags"] = "\n".join(f"- {md_text(flag)}" for flag in self.currency_flags)
         if self.quarantined_files:
             md["quarantined_files"] = "| file | reason |\n|---|---|\n" + "".join(
-                f"| {src} | {reason.replace('|', '/')} |\n" for src, reason in self.quarantined_files
+                f"| {md_text(src)} | {md_text(reason)} |\n" for src, reason in self.quarantined_files
             )
         if self.errors:
-            md["scrape_errors"] = "\n".join(f"- {e}" for e in self.errors)
+            md["scrape_errors"] = "\n".join(f"- {md_text(e)}" for e in self.errors)
         if self.repriced:
             md["repriced_days"] = "| file | day | rows |\n|---|---|---|\n" + "".join(
-                f"| {src} | {d.isoformat()} | {n} |\n" for src, d, n in self.repriced)
+                f"| {md_text(src)} | {d.isoformat()} | {n} |\n" for src, d, n in self.repriced)
         return md
 
 

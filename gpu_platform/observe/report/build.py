@@ -16,6 +16,7 @@ has its `$` escaped (no mathtext from data).
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from gpu_platform.observe.report.data import (
 )
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import Ledger
+from gpu_platform.safeload.files import OutputDir, write_file
 
 
 @dataclass(slots=True)
@@ -83,8 +85,9 @@ def _environment() -> jinja2.Environment:
 
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    return write_file(path, buf.getvalue())
 
 
 def _midnight(day: date) -> datetime:
@@ -221,7 +224,7 @@ def build_report(
     utilization data is incomplete (`partial_days`); the header counts the days shown."""
     now = now or datetime.now(UTC)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    OutputDir(out).close()  # created or checked before any query runs: a bad --out fails first
     last = now.astimezone(UTC).date()
     first = last - timedelta(days=days - 1)
     since = datetime.combine(first, time.min, UTC)
@@ -266,7 +269,7 @@ def build_report(
         days=(last - first).days + 1, first=first, last=last, written=f"{now:%Y-%m-%d %H:%M}",
         currency=policy.currency, blocks=blocks, partial=[(d.isoformat(), why) for d, why in shown.items()],
     )
-    report.html.write_text(page, encoding="utf-8")
+    write_file(report.html, page)
     return report
 
 
