@@ -16,6 +16,26 @@ with billing as (
 
 ),
 
+quarantined as (
+
+    -- FOCUS rows the loader quarantined under the day (a NULL in a non-nullable column, an
+    -- unreadable cell, a foreign currency, an empty charge period): what their own cells say
+    -- they cost, in no total above and counted in difference, so money never leaves unseen.
+    -- Duplicates (a row equal to an accepted one) are not missing money and stay out.
+    select
+        day,
+        upper(BillingCurrency) as currency,
+        count(*) as quarantined_rows,
+        coalesce(sum(BilledCost), 0) as quarantined_billed_cost,
+        coalesce(sum(EffectiveCost), 0) as quarantined_effective_cost
+    from {{ source('raw_focus_quarantine') }}
+    where day between {{ var('day_from') }} and {{ var('day_to') }}
+      and regexp_matches(upper(BillingCurrency), '^[A-Z]{3}$')
+      and reason not like '%: duplicate of %'
+    group by day, upper(BillingCurrency)
+
+),
+
 nodes as (
 
     select
@@ -100,6 +120,8 @@ keys as (
     select day, currency from nodes
     union
     select day, currency from charged
+    union
+    select day, currency from quarantined
 
 ),
 
@@ -131,8 +153,12 @@ final as (
         coalesce(ch.chargeback_total, 0) as chargeback_total,
         coalesce(ch.charged_to_teams, 0) as charged_to_teams,
         coalesce(e.exceptions, 0) as exceptions,
-        -- every effective dollar is allocated, idle, shared, tax, credit, unused commitment or held back
-        coalesce(b.effective_cost, 0)
+        coalesce(q.quarantined_rows, 0) as quarantined_rows,
+        coalesce(q.quarantined_billed_cost, 0) as quarantined_billed_cost,
+        coalesce(q.quarantined_effective_cost, 0) as quarantined_effective_cost,
+        coalesce(q.quarantined_rows, 0) > 0 as incomplete,
+        -- every effective dollar, read or quarantined, is allocated, idle, shared, tax, credit, unused commitment or held back
+        coalesce(b.effective_cost, 0) + coalesce(q.quarantined_effective_cost, 0)
             - (coalesce(n.allocated_cost, 0) + coalesce(bp.bypass_cost, 0) + coalesce(n.idle_cost, 0)
                + coalesce(s.shared_cost, 0) + coalesce(s.cpu_node_cost, 0) + coalesce(s.storage_cost, 0)
                + coalesce(s.tax_cost, 0) + coalesce(s.credit_cost, 0) + coalesce(s.unused_commitment_cost, 0)
@@ -145,6 +171,7 @@ final as (
     left join charged as ch on ch.day = k.day and ch.currency = k.currency
     left join exceptions as e on e.day = k.day and e.currency = k.currency
     left join bypass as bp on bp.day = k.day and bp.currency = k.currency
+    left join quarantined as q on q.day = k.day and q.currency = k.currency
 
 )
 

@@ -220,6 +220,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
     stale = data.get("stale")
     if fmt == "json":
         click.echo(json.dumps(to_jsonable(data), indent=2))
+        _warn_incomplete(data)
         if stale:
             _warn_stale(stale)
             if fail_on_stale:
@@ -251,8 +252,15 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                 "unreconciled",
                 "price_book",
                 "chargeback_total",
+                "quarantined_billed",
+                "quarantined_effective",
                 "difference",
             ],
+        ),
+        (
+            "Quarantined (money in no total above: per file, reason and currency)",
+            data["quarantined"],
+            ["file", "reason", "currency", "rows", "billed", "effective", "counted"],
         ),
         (
             "Price-book nodes (no bill: on-prem hardware, or a bill not in yet)",
@@ -319,16 +327,26 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                     "reason",
                     "request_id",
                     "workload",
+                    "file",
                 )
                 else "right",
             )
         for r in to_jsonable(rows):
             table.add_row(*(str(r.get(c, "")) for c in cols))
         print_table(console, table)
+    _warn_incomplete(data)
     if stale:
         _warn_stale(stale)  # below the tables, where the reader ends
         if fail_on_stale:
             raise SystemExit(1)
+
+
+def _warn_incomplete(data: dict) -> None:
+    """The incomplete warning on stderr: money the day's loads quarantined is in no total."""
+    if data.get("incomplete"):
+        click.echo(f"WARNING: the figures for {data['day']} are incomplete", err=True)
+        for reason in data["incomplete"]:
+            click.echo(f"  {reason}", err=True)
 
 
 def _warn_stale(stale: dict) -> None:

@@ -147,6 +147,10 @@ def test_exact_decimal_reading_matches_polars(value: float, digits: int) -> None
 
 
 def test_huge_lines_crlf_and_no_trailing_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the scan itself on lines and labels far beyond dcgm-exporter's (the input bounds lifted;
+    # tests/feeds/test_dcgm_bounds.py checks the bounds)
+    monkeypatch.setattr(dcgm, "MAX_LINE_BYTES", 1 << 30)
+    monkeypatch.setattr(dcgm, "MAX_LABEL_VALUE_CHARS", 1 << 30)
     big = "x" * 200_000
     lines = [
         f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",pod="{big}"}} 1.5\r',

@@ -46,6 +46,12 @@ object is created per line. A line the fast path cannot prove well-formed (no la
 blank, a delimiter after the value, an unparseable value or timestamp) goes through
 :func:`_split_line`, a character-level tokenizer, so correctness never depends on the fast path.
 Lines end at ``\\n`` (a trailing ``\\r`` is ignored); leading blanks are tolerated.
+
+Bounds: a line longer than :data:`MAX_LINE_BYTES` (64 KiB) is quarantined before any parsing (its
+first 200 characters kept; an overlong comment is dropped), so a 30 MB label costs one byte scan;
+a label value longer than :data:`MAX_LABEL_VALUE_CHARS` (4,096 characters) quarantines its line.
+dcgm-exporter's own lines are a few hundred bytes (label values are Kubernetes names of at most
+253 characters, UUIDs, driver versions).
 """
 
 from __future__ import annotations
@@ -134,6 +140,11 @@ SCAN_PATH: str = "compiled" if _dcgm_scan is not None else "numpy"
 ``"numpy"`` (its fallback; the same result, slower)."""
 _HASH_SEED = int.from_bytes(os.urandom(8), "little")
 """Seeds the compiled scan's hash tables (so that no input can be made to collide in them)."""
+
+MAX_LINE_BYTES = 64 << 10
+"""The longest exposition line read (bytes, newline not counted); a longer one is quarantined."""
+MAX_LABEL_VALUE_CHARS = 4096
+"""The longest label value read (characters, escapes decoded); a longer one quarantines its line."""
 
 BLANK_THRESHOLD = 9.2e18
 _FP64_BLANKS = (140737488355328.0, 140737488355329.0, 140737488355330.0, 140737488355331.0)
@@ -300,7 +311,12 @@ def _block_columns(block: str) -> tuple[dict[str, Any], str | None]:
         if len({name for name, _ in pairs}) == len(pairs):
             labels = dict(pairs)
     try:
-        cols, error = _labels_to_columns(labels if labels is not None else parse_label_block(block))
+        labels = labels if labels is not None else parse_label_block(block)
+        long = next((name for name, value in labels.items() if len(value) > MAX_LABEL_VALUE_CHARS), None)
+        if long is not None:
+            raise _LineError(f"value of label {long!r} is {len(labels[long])} characters, over the limit of "
+                             f"{MAX_LABEL_VALUE_CHARS}")
+        cols, error = _labels_to_columns(labels)
     except _LineError as exc:
         error = str(exc)
     if error is not None:
@@ -1126,6 +1142,11 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     """
     scraped_at = _check_aware(scraped_at)
     buf = _to_utf8(data)
+    buf, overlong = _drop_overlong_lines(buf, source)
+    if overlong is not None:
+        batch = parse_text(buf, source=source, scraped_at=scraped_at)
+        quarantine = pl.concat([batch.quarantine, overlong]).sort("source_line")
+        return FeedBatch(rows=batch.rows, quarantine=quarantine, rows_in=batch.rows_in + overlong.height)
     if not buf:
         return _empty_batch()
     dictionary = _Dictionary()
@@ -1142,6 +1163,34 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
         if pool is not None:
             pool.shutdown()
     return _assemble(chunks, dictionary, source=source, scraped_at=scraped_at)
+
+
+def _drop_overlong_lines(buf: bytes, source: str) -> tuple[bytes, pl.DataFrame | None]:
+    """``buf`` with every line over :data:`MAX_LINE_BYTES` emptied (its newline kept, so the other
+    lines keep their numbers), and those lines as quarantine rows (None when there are none).
+    One vectorised scan for newlines; nothing else reads the long line."""
+    if len(buf) <= MAX_LINE_BYTES:
+        return buf, None
+    newlines = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+    starts = np.concatenate(([0], newlines + 1))
+    ends = np.concatenate((newlines, [len(buf)]))
+    long = np.flatnonzero(ends - starts > MAX_LINE_BYTES)
+    if not long.size:
+        return buf, None
+    kept = bytearray()
+    rows: list[tuple[str, int, str, str]] = []
+    pos = 0
+    for i in long.tolist():
+        start, end = int(starts[i]), int(ends[i])
+        kept += buf[pos:start]
+        pos = end
+        head = buf[start : start + 200].decode("utf-8", "replace")
+        if head.lstrip().startswith("#"):
+            continue  # a comment carries no sample
+        rows.append((source, i + 1, f"{head}... ({end - start} bytes)",
+                     f"line {i + 1}: line is {end - start} bytes, over the limit of {MAX_LINE_BYTES}"))
+    kept += buf[pos:]
+    return bytes(kept), pl.DataFrame(rows, schema=DCGM_QUARANTINE_SCHEMA, orient="row")
 
 
 _MAX_CHUNK = 1 << 30

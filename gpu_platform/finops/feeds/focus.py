@@ -209,9 +209,21 @@ FOCUS_TABLE_SCHEMA: dict[str, pl.DataType] = {
 """Columns of ``raw_focus_billing``: every FOCUS 1.2 column (NULL when the file lacks it), then ours."""
 
 
+_UTC_SUFFIXES = (" UTC", "UTC")
+"""Zone names some exports write after the time instead of an offset: BigQuery's CSV export writes
+TIMESTAMP values as ``2026-11-20 00:00:00 UTC`` (GCP's FOCUS export is a BigQuery table)."""
+
+
 def _parse_ts(text: str) -> datetime | None:
+    """An ISO 8601 date/time (``T`` or a space between date and time; ``Z``, ``+00:00``, ``+0530``
+    or a trailing `` UTC``), as UTC; a value without a zone is UTC (FOCUS requires UTC)."""
+    value = text.strip()
+    for suffix in _UTC_SUFFIXES:
+        if value.endswith(suffix) and len(value) > 10:
+            value = value[: -len(suffix)].rstrip() + "+00:00"
+            break
     try:
-        parsed = datetime.fromisoformat(text.strip())
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
     if parsed.tzinfo is None:
@@ -572,7 +584,7 @@ def _batches(
         )
         if chunk.ragged:
             extra = pl.DataFrame(
-                [(src, n, raw, reason) for n, raw, reason in chunk.ragged],
+                [(src, n, raw, reason, None, None, None, None) for n, raw, reason in chunk.ragged],
                 schema=FOCUS_QUARANTINE_SCHEMA, orient="row",
             )
             quarantine = pl.concat([quarantine, extra]).sort("source_row")
@@ -683,6 +695,7 @@ def _typed(frame: pl.DataFrame, header: list[str], version: FocusVersion, allow_
 
     typed: list[pl.Expr] = []
     errors: list[pl.Expr] = []
+    times: dict[str, pl.Expr] = {}
     for c in known:
         raw = pl.col(c.name)
         if c.data_type == "Decimal":
@@ -698,6 +711,7 @@ def _typed(frame: pl.DataFrame, header: list[str], version: FocusVersion, allow_
                 typed.append(raw.alias(f"_raw_{c.name}"))
         elif c.data_type == "Date/Time":
             value = raw.replace_strict(ts_map_old, ts_map_new, default=None, return_dtype=UTC_TS)
+            times[c.name] = value
             errors.append(
                 pl.when(raw.is_not_null() & value.is_null()).then(
                     pl.format(f"column {c.name}: invalid timestamp '{{}}'", raw)
@@ -730,6 +744,18 @@ def _typed(frame: pl.DataFrame, header: list[str], version: FocusVersion, allow_
                 pl.when(raw.is_null()).then(pl.lit(f"column {c.name}: NULL in a non-nullable column"))
             )
         typed.append(value.alias(c.name))
+    if {"ChargePeriodStart", "ChargePeriodEnd"} <= set(times):
+        # FOCUS: a charge period is [ChargePeriodStart, ChargePeriodEnd), start inclusive, end
+        # exclusive; an end at or before the start is no period at all, and which day it charges
+        # cannot be known
+        start, end = times["ChargePeriodStart"], times["ChargePeriodEnd"]
+        errors.append(
+            pl.when(end <= start).then(
+                pl.format("column ChargePeriodEnd: {} is not after ChargePeriodStart {} (the charge period is "
+                          "empty or inverted)", end.dt.to_string("%Y-%m-%dT%H:%M:%SZ"),
+                          start.dt.to_string("%Y-%m-%dT%H:%M:%SZ"))
+            )
+        )
     error_text = pl.concat_str(errors, separator="; ", ignore_nulls=True) if errors else pl.lit("")
     frame = frame.with_columns(*typed, _error=error_text)
     return frame.with_columns(
@@ -810,8 +836,14 @@ def _validate(
         source_row=pl.col("source_row").cast(pl.Int32),
         raw=pl.Series(raw_of(bad["source_row"].to_list()), dtype=pl.String),
         reason=pl.col("_reason"),
+        **{name: (pl.col(name) if name in known_names else pl.lit(None)).cast(FOCUS_QUARANTINE_SCHEMA[name])
+           for name in _QUARANTINE_MONEY},
     )
     return out, quarantine
+
+
+_QUARANTINE_MONEY = ("ChargePeriodStart", "BillingCurrency", "BilledCost", "EffectiveCost")
+"""The cells a quarantined row keeps typed beside its raw text (``FOCUS_QUARANTINE_SCHEMA``)."""
 
 
 def _apply_currency(

@@ -383,12 +383,13 @@ def _quarantine_duplicates(
         if counts:
             con.execute(
                 f"""
-                INSERT INTO {quarantine} (source, source_row, raw, reason, day)
+                INSERT INTO {quarantine} (source, source_row, raw, reason, day, "ChargePeriodStart",
+                                          "BillingCurrency", "BilledCost", "EffectiveCost")
                 SELECT d.source, d.source_row, CAST({raw} AS VARCHAR),
                        'row ' || d.source_row || ': duplicate of '
                        || CASE WHEN d.first_source = d.source THEN '' ELSE d.first_source || ' ' END
                        || 'row ' || d.first_row || ' (every billing column equal)',
-                       d.day
+                       d.day, b."ChargePeriodStart", b."BillingCurrency", b."BilledCost", b."EffectiveCost"
                 FROM _focus_duplicates AS d
                 JOIN {billing} AS b ON b.day = d.day AND b.source = d.source AND b.source_row = d.source_row
                 """
@@ -500,8 +501,9 @@ def stream_focus_file(
     """Append the rows of one FOCUS file charged on `day` to the FOCUS staging tables
     (`load.create_staging`) under (`source`, `day`), batch by batch (:func:`focus.iter_focus`),
     each batch committed on its own (DuckDB writes committed appends out; a transaction's own
-    appends stay in memory). The file's quarantined rows stay only when `day` is its anchor (the
-    earliest day it charges; its mtime's day when no row was accepted), so they are counted once.
+    appends stay in memory). A quarantined row belongs to the day of its own ChargePeriodStart when
+    that cell is readable; one without a readable period to the file's anchor (the earliest day it
+    charges; the day loaded for when no row was accepted), so each is counted on one day.
     With `earlier_days`, the file's rows charged before `day` are staged too, each under its own
     day (counted in `earlier_days`, not in `accepted`): :func:`load_focus_day` re-prices those days
     when the file changed them (a correction delivered with a later export).
@@ -511,19 +513,22 @@ def stream_focus_file(
         if problem:
             raise InputError([problem], source)
     out = FocusFileLoad()
-    quarantine_reasons: Counter[str] = Counter()
-    quarantined = 0
+    charged = pl.col("ChargePeriodStart").dt.date()
     for batch in focus.iter_focus(path, source=source, batch_bytes=batch_bytes):
         out.batches += 1
         first = batch.rows["ChargePeriodStart"].min()
         if isinstance(first, datetime) and (out.first_day is None or first.date() < out.first_day):
             out.first_day = first.date()
         out.currency_periods = _merge_currency_periods(out.currency_periods, _currency_periods(batch.rows))
-        charged = pl.col("ChargePeriodStart").dt.date()
         rows = batch.rows.filter(charged == day)
         out.other_days.update(dict(
             batch.rows.filter(charged != day).group_by(charged.alias("d")).len().iter_rows()))
-        part = FeedBatch(rows=rows, quarantine=batch.quarantine, rows_in=rows.height + batch.quarantine.height)
+        # a quarantined row whose ChargePeriodStart is readable belongs to that day; the others
+        # (no readable period) to the file's anchor, settled once the whole file is read
+        dated = batch.quarantine.filter(charged.is_not_null())
+        out.other_days.update(dict(dated.filter(charged != day).group_by(charged.alias("d")).len().iter_rows()))
+        quarantine = batch.quarantine.filter(charged.is_null() | (charged == day))
+        part = FeedBatch(rows=rows, quarantine=quarantine, rows_in=rows.height + quarantine.height)
         stats = append_batch(con, "focus", part, source=source, day=day, staging=True)
         if earlier_days:
             earlier = batch.rows.filter(pl.col("ChargePeriodStart").dt.date() < day)
@@ -533,14 +538,24 @@ def stream_focus_file(
                              source=source, day=other, staging=True)
                 out.earlier_days[other] += rows_of_day.height
         out.accepted += stats.accepted
-        quarantined += stats.quarantined
-        quarantine_reasons.update(_POSITION.sub("", r) for r in batch.quarantine["reason"].to_list())
-    anchor = out.first_day or datetime.fromtimestamp(path.stat().st_mtime, UTC).date()
-    if anchor == day:
-        out.quarantined, out.reasons = quarantined, quarantine_reasons
-    elif quarantined:
-        con.execute(f"DELETE FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ?", [source])
-        out.other_days[anchor] += quarantined
+    # rows without a readable charge period: under the earliest day the file charges, or, when
+    # no row was accepted, under the day the file is loaded for (never its modification day:
+    # a file whose every row is bad shows on the day someone asked for)
+    anchor = out.first_day or day
+    undated = "ChargePeriodStart IS NULL"
+    if anchor != day:
+        (moved,) = con.execute(
+            f"SELECT count(*) FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ? AND {undated}", [source]
+        ).fetchone()
+        if moved:
+            con.execute(f"DELETE FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ? AND {undated}", [source])
+            out.other_days[anchor] += moved
+    for reason, n in con.execute(
+        f"SELECT reason, count(*) FROM {STAGING[RAW_FOCUS_QUARANTINE]} WHERE source = ? AND day = ? GROUP BY reason",
+        [source, day],
+    ).fetchall():
+        out.quarantined += n
+        out.reasons[_POSITION.sub("", reason)] += n
     out.other_days = Counter(dict(sorted(out.other_days.items())))
     return out
 
@@ -616,9 +631,9 @@ def load_focus_day(
     (:func:`stream_focus_file`; memory follows the batch, not the file), rows equal to an
     earlier one (path order, then row) are quarantined as duplicates there
     (:func:`_quarantine_duplicates`, in DuckDB), then one transaction replaces the day's rows
-    of every file under `focus/` with the staged ones. A file's quarantined
-    rows are loaded under the earliest day it charges (the day of its file modification time
-    when no row was accepted), so they are counted once. A file that cannot be read (broken
+    of every file under `focus/` with the staged ones. A quarantined row is loaded under the day
+    of its own ChargePeriodStart when that is readable, else under the earliest day its file
+    charges (the day loaded for when the file has no accepted row). A file that cannot be read (broken
     header, not UTF-8, not Parquet, a batch that fails) loses what it had appended and is
     quarantined whole for the day.
 

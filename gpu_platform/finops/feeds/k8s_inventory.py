@@ -41,7 +41,7 @@ from gpu_platform.cluster.jobs import (
     LABEL_REQUEST_ID,
     LABEL_TEAM,
 )
-from gpu_platform.finops.feeds.schemas import FOCUS_QUARANTINE_SCHEMA, UTC_TS, FeedBatch
+from gpu_platform.finops.feeds.schemas import UTC_TS, FeedBatch
 
 RAW_NODES = "raw_nodes"
 RAW_NODES_QUARANTINE = "raw_nodes_quarantine"
@@ -125,7 +125,9 @@ the in-tree plugin (`kubernetes.io/aws-ebs`, ...); `volume_handle`: the cloud vo
 gives it; `volume_key`: that id reduced by :func:`volume_key` (NULL for a volume no bill names:
 NFS, hostPath, local)."""
 
-QUARANTINE_SCHEMA = FOCUS_QUARANTINE_SCHEMA
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String(), "source_row": pl.Int32(), "raw": pl.String(), "reason": pl.String(),
+}
 """`raw_nodes_quarantine` / `raw_pods_quarantine`: source, source_row (item number), raw, reason."""
 
 GPU_RESOURCE = "nvidia.com/gpu"

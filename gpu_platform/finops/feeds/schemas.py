@@ -85,7 +85,15 @@ FOCUS_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "source_row": pl.Int32(),
     "raw": pl.String(),
     "reason": pl.String(),
+    "ChargePeriodStart": UTC_TS,
+    "BillingCurrency": pl.String(),
+    "BilledCost": pl.Decimal(38, 15),
+    "EffectiveCost": pl.Decimal(38, 15),
 }
+"""Columns of ``raw_focus_quarantine``: the row as read (``raw``), why (``reason``), and the money
+it carries as far as its own cells say (NULL where a cell is missing or unreadable; the amounts
+before any currency conversion), so a report can show the quarantined billed and effective
+amounts per currency beside the totals (money never leaves unseen)."""
 
 FILE_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "feed": pl.String(),

@@ -21,6 +21,7 @@ from gpu_platform.finops.feeds.schemas import (
     RAW_DCGM_HOURLY,
     RAW_DCGM_SAMPLES,
     RAW_FOCUS_BILLING,
+    RAW_FOCUS_QUARANTINE,
 )
 
 WORKLOADS = (
@@ -113,10 +114,15 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(ddl)
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
-    for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_NODES, RAW_PODS, RAW_VOLUMES):
+    for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_FOCUS_QUARANTINE, RAW_NODES, RAW_PODS,
+                  RAW_VOLUMES):
         if table not in present:
             con.execute(table_ddl(table))
             con.execute(f"alter table {table} alter column day drop not null")
+    # a quarantine written before it kept the rows' money: those rows show no amount
+    for name, sql_type in (("ChargePeriodStart", "timestamp"), ("BillingCurrency", "varchar"),
+                           ("BilledCost", "decimal(38, 15)"), ("EffectiveCost", "decimal(38, 15)")):
+        con.execute(f'alter table {RAW_FOCUS_QUARANTINE} add column if not exists "{name}" {sql_type}')
     # a pod table written before the inventory read volumes: no pod mounts a known claim
     con.execute(f"alter table {RAW_PODS} add column if not exists volume_claims varchar")
     if RAW_DCGM_HOURLY not in present and RAW_DCGM_SAMPLES in present:

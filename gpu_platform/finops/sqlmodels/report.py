@@ -75,6 +75,59 @@ def staleness(con: duckdb.DuckDBPyConnection, day: str | date) -> dict[str, Any]
             "rebuild": f"gpu-platform cost build --day {d}"}
 
 
+_DUPLICATE = "%: duplicate of %"
+
+
+def quarantined_money(con: duckdb.DuckDBPyConnection, day: str | date) -> dict[str, Any]:
+    """What the day's FOCUS loads left out: `rows`, one per (file, reason, currency) with its row
+    count and the BilledCost / EffectiveCost its rows carry (exact Decimals; NULL cells count 0,
+    `missing_amounts` counts them), `files`: FOCUS files quarantined whole (their money unknown),
+    and `incomplete`: the reasons the day's totals lack money (empty: none). Duplicates of an
+    accepted row are listed (`counted` false) but are not missing money.
+
+    The report and the chargeback/reconciliation partitions' metadata both read it."""
+    d = date.fromisoformat(str(day))
+    have = _tables(con)
+    out: dict[str, Any] = {"rows": [], "files": [], "incomplete": []}
+    if "raw_focus_quarantine" in have:
+        cols = {r[0] for r in con.execute("describe raw_focus_quarantine").fetchall()}
+        if "BilledCost" in cols:
+            out["rows"] = _rows(con, f"""
+                select source as file, regexp_replace(reason, '^row [0-9]+: ', '') as reason,
+                       upper(BillingCurrency) as currency, count(*) as rows,
+                       coalesce(sum(BilledCost), 0) as billed, coalesce(sum(EffectiveCost), 0) as effective,
+                       count(*) filter (where BilledCost is null or EffectiveCost is null) as missing_amounts,
+                       not (reason like '{_DUPLICATE}') as counted
+                from raw_focus_quarantine where day = $day
+                group by all order by counted desc, currency nulls last, billed desc, file, reason""", {"day": d})
+    if "raw_feed_file_quarantine" in have:
+        out["files"] = _rows(con, """
+            select source as file, size_bytes, reason from raw_feed_file_quarantine
+            where feed = 'focus' and day = $day order by source""", {"day": d})
+    counted = [r for r in out["rows"] if r["counted"]]
+    if counted:
+        out["incomplete"].append(f"{sum(r['rows'] for r in counted)} FOCUS row(s) quarantined: their money is in "
+                                 "no total (quarantined_billed / quarantined_effective)")
+    if out["files"]:
+        out["incomplete"].append(f"{len(out['files'])} FOCUS file(s) quarantined whole: their money is unknown")
+    return out
+
+
+def quarantined_markdown(q: dict[str, Any]) -> str:
+    """:func:`quarantined_money` as a markdown table (one line per file, reason and currency; whole
+    files after), amounts rounded once, here, for display."""
+    rows = [{**r, "billed": _shown(r["billed"]), "effective": _shown(r["effective"])} for r in q["rows"]]
+    rows += [{"file": f["file"], "reason": f"file quarantined whole: {f['reason']}", "currency": None, "rows": None,
+              "billed": "unknown", "effective": "unknown", "missing_amounts": None, "counted": True} for f in q["files"]]
+    if not rows:
+        return "no quarantined FOCUS rows"
+    return markdown_table(rows, ["file", "reason", "currency", "rows", "billed", "effective", "counted"])
+
+
+def _shown(value: Any) -> str:
+    return str(Decimal(value).quantize(Decimal("0.000001")))
+
+
 def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) -> dict[str, Any]:
     """The day's totals per currency, lifetime unit costs, chargeback by team and the top requests,
     and `stale` (:func:`staleness`: None when the figures are current).
@@ -87,13 +140,18 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                            "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": [],
                            "price_book_nodes": []}
     if "reconciliation" in have:
+        recon_cols = {r[0] for r in con.execute("describe reconciliation").fetchall()}
+        quarantine_cols = ("r.quarantined_rows, r.quarantined_billed_cost as quarantined_billed, "
+                           "r.quarantined_effective_cost as quarantined_effective"
+                           if "quarantined_rows" in recon_cols else  # built before it kept quarantined money
+                           "0 as quarantined_rows, 0 as quarantined_billed, 0 as quarantined_effective")
         # billed: BilledCost of every FOCUS piece of the day (the invoice); effective: their
         # EffectiveCost (amortized), which chargeback distributes; allocated / idle: all priced GPU
         # nodes (billed and price book); shared / tax / credit / unused_commitment: the day's other
         # homes (docs/finops.md); cpu_nodes / storage: CPU nodes and volumes charged to the pods that
         # used them (measured); unmounted_volumes: the part of shared that volumes cost while no pod
         # mounted them; unreconciled: exception money charged to no team
-        out["totals"] = _rows(con, """
+        out["totals"] = _rows(con, f"""
             select r.currency, r.billed_cost as billed, r.effective_cost as effective,
                    r.billed_minus_effective, r.commitment_purchase_billed as commitment_purchases,
                    r.allocated_cost as billed_allocated_cost, r.bypass_cost as billed_bypass_cost,
@@ -102,11 +160,18 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                    r.unmounted_volume_cost as unmounted_volumes, r.tax_cost as tax, r.credit_cost as credit, r.unused_commitment_cost as unused_commitment,
                    r.unreconciled_cost as unreconciled, r.price_book_cost as price_book, r.chargeback_total,
                    r.charged_to_teams, r.exceptions, r.correction_rows, r.difference,
+                   {quarantine_cols},
                    r.billed_cost, r.effective_cost, r.shared_cost, r.price_book_cost
             from reconciliation as r
             left join (select currency, sum(idle_cost) as idle from int_idle_capacity where day = $day
                        group by currency) as i on i.currency = r.currency
             where r.day = $day order by r.currency""", {"day": d})
+    # money the loads left out, beside the totals: per file, reason and currency; the day is
+    # incomplete while any is there (docs/finops.md, "Money never leaves unseen")
+    q = quarantined_money(con, d)
+    out["quarantined"] = q["rows"] + [{"file": f["file"], "reason": f"file quarantined whole: {f['reason']}",
+                                       "size_bytes": f["size_bytes"]} for f in q["files"]]
+    out["incomplete"] = q["incomplete"]
     if "int_node_hour_prices" in have:
         # nodes without a bill (on-prem hardware, a cloud node whose bill is late): the price book's
         # rate and the entry it came from; their cost is the totals' price_book, never unreconciled
@@ -216,7 +281,8 @@ def model_metrics(
             out["utilization"] = float(used) / float(alloc) if alloc else 0.0
     money_cols = [c for c in ("billed_cost", "effective_cost", "allocated_cost", "idle_cost", "shared_cost",
                               "tax_cost", "credit_cost", "unused_commitment_cost", "price_book_cost",
-                              "chargeback_total", "difference") if c in cols] if model == "reconciliation" else [
+                              "chargeback_total", "quarantined_billed_cost", "quarantined_effective_cost",
+                              "difference") if c in cols] if model == "reconciliation" else [
         next((c for c in ("total_cost", "allocated_cost", "billed_cost", "node_cost", "shared_cost", "cost")
               if c in cols), None)]
     for money in (c for c in money_cols if c and "currency" in cols):
@@ -224,6 +290,13 @@ def model_metrics(
                 f"select currency, sum({money}) from {model} {where} group by currency order by currency",
                 params).fetchall():
             out[f"{money}_{cur}"] = float(total or 0)
+    if model in ("reconciliation", "chargeback") and first is not None and first == last:
+        # the money the day's loads left out, as `cost report` shows it (one function for both)
+        q = quarantined_money(con, first)
+        out["incomplete"] = 1.0 if q["incomplete"] else 0.0
+        out["quarantined_md"] = quarantined_markdown(q)
+        if q["incomplete"]:
+            out["incomplete_md"] = "\n".join(f"- {reason}" for reason in q["incomplete"])
     unit = next((u for u in UNIT_COSTS if u[1] == model), None)
     if unit is not None:
         # what `cost report` shows as the unit cost: lifetime to date (every day, every attempt)
