@@ -6,7 +6,7 @@ import json
 
 import click
 
-from gpu_platform.cli.common import fail, ledger_option, policy_option, policy_or_exit
+from gpu_platform.cli.common import checked_id, fail, ledger_option, policy_option, policy_or_exit
 
 APPROVAL_KINDS = ("safety", "cost", "incident")
 """`gpu_platform.policy.APPROVAL_KINDS`, spelled here so `approve --help` does not load the policy
@@ -20,7 +20,7 @@ def _kubernetes_user() -> str:
 
 
 @click.command("approve")
-@click.argument("request_id")
+@click.argument("request_id", callback=checked_id)
 @click.option("--role", required=True, help="A role of the policy's approvers: roster.")
 @click.option(
     "--kind",

@@ -44,6 +44,20 @@ ledger_option = click.option(
 )
 
 
+def checked_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a request or artifact id given on the command line must match the
+    request-id pattern (`gpu_platform.requests.model.id_problem`), so a newline or a control
+    character in it never reaches a printed YAML, a query or a label. Exit 2 naming the value."""
+    if value is None:
+        return None
+    from gpu_platform.requests.model import id_problem
+
+    problem = id_problem(value, "id")
+    if problem:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
 class WarehouseBusyExit(click.ClickException):
     """A writer of the warehouse found it held by another process for the whole wait
     (`gpu_platform.finops.warehouse.WarehouseBusy`): one line naming the file and the holder, exit 2."""

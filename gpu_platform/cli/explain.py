@@ -7,11 +7,18 @@ import sys
 
 import click
 
-from gpu_platform.cli.common import ledger_option, make_console, policy_option, policy_or_exit, print_table
+from gpu_platform.cli.common import (
+    checked_id,
+    ledger_option,
+    make_console,
+    policy_option,
+    policy_or_exit,
+    print_table,
+)
 
 
 @click.command("explain")
-@click.argument("request_id")
+@click.argument("request_id", callback=checked_id)
 @policy_option
 @ledger_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from gpu_platform.cli.common import fail, policy_option, policy_or_exit
+from gpu_platform.cli.common import checked_id, fail, policy_option, policy_or_exit
 
 
 @click.group()
@@ -31,11 +31,13 @@ def k8s() -> None:
 @click.option(
     "--request-id",
     default=None,
+    callback=checked_id,
     help="Request id for labels (default: the file's request_id, else req-render-<content hash>).",
 )
 @click.option(
     "--run-id",
     default=None,
+    callback=checked_id,
     help="Dagster run id the step Job belongs to (default: one derived from request id and attempt).",
 )
 @click.option(

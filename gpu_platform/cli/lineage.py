@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpu_platform.cli.common import fail
+from gpu_platform.cli.common import checked_id, fail
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,7 +40,7 @@ def _console() -> Console:
 
 
 @click.command("lineage")
-@click.argument("ident", metavar="ID")
+@click.argument("ident", metavar="ID", callback=checked_id)
 @_ledger_option
 @click.option("--kind", default=None, help="Stage of the request to start from (default: its last stage).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON.")
@@ -141,7 +141,7 @@ def _kubernetes_user() -> str:
 
 
 @retention.command("hold")
-@click.argument("request_id")
+@click.argument("request_id", callback=checked_id)
 @_evidence_option
 @click.option("--holder", default="manual", show_default=True)
 @click.option("--reason", default="", help="Why the hold is placed (or released); recorded with it.")

@@ -314,7 +314,7 @@ class JobRequest(BaseModel):
     @field_validator(*ID_LIST_FIELDS)
     @classmethod
     def _ids(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [x for x in v if not _ID.match(x)]
+        bad = [x for x in v if not _ID.fullmatch(x)]
         if bad:
             raise ValueError(f"invalid id(s) {bad}: use letters, digits and ._:/- (max 200)")
         if len(set(v)) != len(v):
@@ -368,6 +368,15 @@ class JobRequest(BaseModel):
         """A stored request. One recorded before control and bidi characters were refused still
         loads (every output escapes it: `gpu_platform.safeload.text`); NUL and lengths still hold."""
         return cls.model_validate_json(text, context={"stored": True})
+
+
+def id_problem(value: str, what: str = "request id") -> str | None:
+    """Why `value` is not an id (`_ID`: a letter or digit, then letters, digits and ._:/-, at most
+    200), else None: the same rule as a request's `request_id` and artifact ids, applied wherever
+    an id enters (`--request-id`, `explain`, `approve`, `lineage`, the Launchpad's config)."""
+    if _ID.fullmatch(value):
+        return None
+    return f"{show(value)} is not a valid {what} (letters, digits and ._:/-, starting with a letter or digit, max 200)"
 
 
 def _allowed(name: str, info: ValidationInfo) -> str | None:
