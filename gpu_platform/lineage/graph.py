@@ -20,7 +20,7 @@ the release's parent is its own evidence pack stage.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -212,13 +212,20 @@ def producers(all_requests: Mapping[str, JobRequest] | Iterable[JobRequest]) -> 
 
 
 def resolve_parents(
-    request: JobRequest, all_requests: Mapping[str, JobRequest] | Iterable[JobRequest]
+    request: JobRequest,
+    all_requests: Mapping[str, JobRequest] | Iterable[JobRequest],
+    finished: Collection[str] | None = None,
 ) -> tuple[list[Parent], list[str]]:
     """Match the request's input ids to other requests' output_artifact_ids.
 
-    Returns (parents, unresolved input ids). An unresolved id is an external input (a raw
-    dataset, a registered evaluator) unless it sits in `artifact_set`, which must name produced
-    artifacts; `check_lineage_complete` reports those.
+    Returns (parents, unresolved input ids): exactly one parent per input id that some other
+    request produces, so a release's parents are the ones its inputs name and no more.
+    finished: the request ids whose stage finished (succeeded); when given, only those are
+    producers (a request that declares an id but has not produced it adds no edge) and an id
+    whose every producer is unfinished is unresolved. Of several producers of one id (a team's
+    re-run: `gpu_platform.requests.claims` keeps other teams out), the last recorded is taken.
+    An unresolved id is an external input (a raw dataset, a registered evaluator) unless it sits
+    in `artifact_set`, which must name produced artifacts; `check_lineage_complete` reports those.
     """
     by_output = producers(all_requests)
     parents: list[Parent] = []
@@ -226,13 +233,21 @@ def resolve_parents(
     for name in INPUT_ID_FIELDS:
         for input_id in getattr(request, name):
             found = [r for r in by_output.get(input_id, []) if r.request_id != request.request_id]
+            if finished is not None:
+                found = [r for r in found if r.request_id in finished]
             if not found:
                 unresolved.append(input_id)
-            for r in found:
-                p = Parent(r.request_id or "", r.workload or "", input_id)
-                if p not in parents:
-                    parents.append(p)
+                continue
+            r = found[-1]
+            p = Parent(r.request_id or "", r.workload or "", input_id)
+            if p not in parents:
+                parents.append(p)
     return parents, list(dict.fromkeys(unresolved))
+
+
+def finished_requests(runs: Mapping[tuple[str, str], WorkloadRun]) -> set[str]:
+    """Request ids with a stage whose latest run succeeded (`LineageStore.latest_runs()`)."""
+    return {rid for (rid, _kind), run in runs.items() if run.status == SUCCEEDED}
 
 
 @dataclass

@@ -174,6 +174,20 @@ Written in the transaction of each event that touches it, never on its own: a fa
 insert changes no state. Derived data: `backfill_state` rebuilds missing rows from the events."""
 
 
+artifact_claims_table = sa.Table(
+    "gp_artifact_claims",
+    metadata,
+    sa.Column("artifact_id", sa.String(200), primary_key=True),
+    sa.Column("team", sa.String(FIELD_MAX_CHARS["team"]), nullable=False),
+    sa.Column("request_id", sa.String(FIELD_MAX_CHARS["request_id"]), nullable=False),
+    sa.Column("owner", sa.String(FIELD_MAX_CHARS["owner"]), nullable=False),
+    sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Who an output artifact id belongs to: the team of the first request that claimed it
+(`gpu_platform.requests.claims`). One row per id; the row with artifact_id "" (never an id)
+holds, in `request_id`, the last `gp_requests.seq` whose claims were read back from payloads."""
+
+
 unmatched_table = sa.Table(
     "gp_cluster_unmatched",
     metadata,
@@ -745,6 +759,12 @@ class Ledger:
                         for rid, d in decided.items()
                         if d.outcome == "recorded"
                     ]
+                    from gpu_platform.requests.claims import claim_artifacts
+
+                    refused = claim_artifacts(conn, [(wanted[rid][1], d.request_id, wanted[rid][0])
+                                                     for rid, d in decided.items() if d.outcome == "recorded"], now)
+                    if refused:
+                        raise BatchConflict(refused)
                     if new:
                         self._insert_requests(conn, new, now)
                 return [decided[rid] for rid in keys]

@@ -29,6 +29,7 @@ from gpu_platform.lineage.graph import (
     WorkloadRun,
     blocking_outcomes,
     evidence_manifest,
+    finished_requests,
     resolve_parents,
 )
 from gpu_platform.policy import Policy
@@ -262,7 +263,7 @@ def prepare_program(
     run_req = req.model_copy(update={"command": command, "env": {**req.env, OUTPUT_ENV: str(out)}})
     attempts = lineage.attempts(rid, kind) + 1
     until = retention_until(req, policy)
-    parents, unresolved = resolve_parents(req, all_requests(ledger))
+    parents, unresolved = resolve_parents(req, all_requests(ledger), finished_requests(lineage.latest_runs()))
     lineage.record_edges(rid, kind, parents)
     return ProgramStage(
         req=req,
@@ -452,7 +453,7 @@ def assemble(
     manifest and a log, record the run; returns it with its metadata (plain values; `lineage` is
     markdown). A release first requires passing evidence (raises ReleaseRefused)."""
     rid = req.request_id or ""
-    parents, unresolved = resolve_parents(req, all_requests(ledger))
+    parents, unresolved = resolve_parents(req, all_requests(ledger), finished_requests(lineage.latest_runs()))
     if kind in RELEASE_KINDS:
         require_passing_evidence(rid, req, lineage, store, evidence_job)
         parents = [Parent(rid, "evidence_pack", f"evidence-pack:{rid}")]
