@@ -214,16 +214,18 @@ def producers(all_requests: Mapping[str, JobRequest] | Iterable[JobRequest]) -> 
 def resolve_parents(
     request: JobRequest,
     all_requests: Mapping[str, JobRequest] | Iterable[JobRequest],
-    finished: Collection[str] | None = None,
+    finished: Mapping[str, str] | Collection[str] | None = None,
 ) -> tuple[list[Parent], list[str]]:
     """Match the request's input ids to other requests' output_artifact_ids.
 
     Returns (parents, unresolved input ids): exactly one parent per input id that some other
     request produces, so a release's parents are the ones its inputs name and no more.
-    finished: the request ids whose stage finished (succeeded); when given, only those are
-    producers (a request that declares an id but has not produced it adds no edge) and an id
-    whose every producer is unfinished is unresolved. Of several producers of one id (a team's
-    re-run: `gpu_platform.requests.claims` keeps other teams out), the last recorded is taken.
+    finished: the requests whose stage ran to an end, with the status of that run
+    (`finished_requests`; a plain collection: all succeeded). When given, only those are producers:
+    a request that declares an id but never ran (pending, or waiting behind the release) adds no
+    edge, and an id whose every producer is unfinished is unresolved. Of several producers of one
+    id (a team's re-run: `gpu_platform.requests.claims` keeps other teams out), the last that
+    succeeded is taken, else the last that ended (so the lineage check names its failure).
     An unresolved id is an external input (a raw dataset, a registered evaluator) unless it sits
     in `artifact_set`, which must name produced artifacts; `check_lineage_complete` reports those.
     """
@@ -235,6 +237,8 @@ def resolve_parents(
             found = [r for r in by_output.get(input_id, []) if r.request_id != request.request_id]
             if finished is not None:
                 found = [r for r in found if r.request_id in finished]
+                ok = [r for r in found if not isinstance(finished, Mapping) or finished[r.request_id] == SUCCEEDED]
+                found = ok or found
             if not found:
                 unresolved.append(input_id)
                 continue
@@ -245,9 +249,17 @@ def resolve_parents(
     return parents, list(dict.fromkeys(unresolved))
 
 
-def finished_requests(runs: Mapping[tuple[str, str], WorkloadRun]) -> set[str]:
-    """Request ids with a stage whose latest run succeeded (`LineageStore.latest_runs()`)."""
-    return {rid for (rid, _kind), run in runs.items() if run.status == SUCCEEDED}
+ENDED_STATUSES = (SUCCEEDED, "failed", "preempted")
+
+
+def finished_requests(runs: Mapping[tuple[str, str], WorkloadRun]) -> dict[str, str]:
+    """Request id -> status, for requests with a stage whose latest run ended
+    (`LineageStore.latest_runs()`); "succeeded" wins over a failed stage of the same request."""
+    out: dict[str, str] = {}
+    for (rid, _kind), run in runs.items():
+        if run.status in ENDED_STATUSES and out.get(rid) != SUCCEEDED:
+            out[rid] = run.status
+    return out
 
 
 @dataclass

@@ -11,8 +11,9 @@ Two kinds of guard, one function each:
   other non-printable one) is shown as its escape (`\\x1b`, `\\n`, `\\u202e`), so an `ESC[2J`
   cannot clear the screen, a newline cannot forge a line, U+202E cannot reorder what follows.
   rich markup in the value is escaped too (`[bold]` prints as written).
-- `md(value)`: any value as it may be written into Dagster markdown (`MetadataValue.md`): `term`'s
-  escapes, then every markdown metacharacter backslash-escaped and `<`, `>`, `&` as entities, so
+- `md(value)`: any value as it may be written into Dagster markdown (`MetadataValue.md`): `plain`'s
+  escapes, then the markdown metacharacters that open a construct backslash-escaped and `<`, `>`,
+  `&` as entities, so
   `![x](http://...)` is text, not an image, `[x](javascript:...)` is not a link, a backtick
   cannot close a code span and no HTML reaches the renderer. `md_code(value)` is a value shown
   as inline code: plain text inside a code span chosen longer than any backtick run in it.
@@ -96,14 +97,22 @@ def plain(value: Any) -> str:
     return "".join(_escape_char(c) if (not c.isprintable() or c in BIDI) else c for c in text)
 
 
-_MD_META = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+_MD_META = re.compile(r"([\\`*\[\]|~!])")
+_MD_LEAD = re.compile(r"^(\s*\d*)([#+\-=.)])")
+_MD_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(:)(?=//)|(?<=www)(\.)")
 
 
 def md(value: Any) -> str:
-    """`value` as literal text inside Dagster markdown: no image, link, HTML or code span from it."""
+    """`value` as literal text inside Dagster markdown (a table cell, a list item): no image, link,
+    autolink, HTML, code span, emphasis by `*`, strikethrough, table cell or block marker from it.
+    Escapes what can start one (backslash, backtick, `*`, `[`, `]`, `|`, `~`, `!`, and `#+-=>` or
+    `1.` at the start), `<`, `>`, `&` as entities, and the `:` of `scheme://` and the `.` of
+    `www.` (so GFM does not autolink). `_` stays as written: `training_run` reads as itself."""
     text = plain(value)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_META.sub(r"\\\1", text)
+    text = _MD_META.sub(r"\\\1", text)
+    text = _MD_AUTOLINK.sub(lambda m: "\\" + (m.group(1) or m.group(2)), text)
+    return _MD_LEAD.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
 
 def md_code(value: Any) -> str:

@@ -46,6 +46,7 @@ from gpu_platform.safeload import (
     open_confined,
     read_confined,
 )
+from gpu_platform.safeload.text import md as md_text
 from gpu_platform.workloads import demo_command
 from gpu_platform.workloads._common import EXIT_PREEMPTED, OUTPUT_ENV, RESULT_FILE
 
@@ -433,8 +434,8 @@ def lineage_markdown(manifest: dict[str, Any]) -> str:
     for s in manifest["stages"]:
         datasets = ", ".join(s.get("dataset_ids", []) + s.get("map_ids", []))
         rows.append(
-            f"| {s['kind']} | {s['request_id']} | {s['status']} | {(s.get('source_commit') or '-')[:12]} "
-            f"| {datasets or '-'} | {(s.get('log_digest') or '-')[:19]} |"
+            f"| {md_text(s['kind'])} | {md_text(s['request_id'])} | {md_text(s['status'])} | {md_text((s.get('source_commit') or '-')[:12])} "
+            f"| {md_text(datasets or '-')} | {md_text((s.get('log_digest') or '-')[:19])} |"
         )
     return "\n".join(rows)
 

@@ -111,7 +111,11 @@ def test_edges_only_from_finished_producers_one_per_input(tmp_path, policy) -> N
     parents, unresolved = resolve_parents(replay, reqs, finished_requests(store.latest_runs()))
     assert parents == [] and "model-perception-2026.12-rc1" in unresolved
 
+    # one that ended failed is the parent (the lineage check names its failure); t2 never ran
     store.record_run(WorkloadRun.for_request(reqs[t1], "training_run", "failed"))
+    parents, _ = resolve_parents(replay, reqs, finished_requests(store.latest_runs()))
+    assert [p.request_id for p in parents] == [t1]
+    # of several that ended, the one that succeeded
     store.record_run(WorkloadRun.for_request(reqs[t2], "training_run", "succeeded"))
     parents, unresolved = resolve_parents(replay, reqs, finished_requests(store.latest_runs()))
     assert [(p.request_id, p.via_id) for p in parents] == [(t2, "model-perception-2026.12-rc1")]
