@@ -9,7 +9,7 @@ import json
 import socket
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -55,8 +55,8 @@ from gpu_platform.observe.queueview import (
     LaneSnapshot,
     eta_text,
     flavor_rows,
-    lane_row,
     lane_snapshots,
+    lane_summary,
     plotted_metadata,
     queue_digest,
     waiting_request_text,
@@ -65,7 +65,6 @@ from gpu_platform.observe.queueview import (
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, LedgerError, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
-from gpu_platform.units import format_duration
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
@@ -79,12 +78,14 @@ gpu_queue = dg.AssetSpec(
     description=(
         "The live GPU queue, materialized by `admission_sensor` whenever the queue changed (and at "
         "least every 5 minutes while it waits unchanged). Each materialization leads with `waiting`: "
-        "every waiting request, lane by lane in priority order and in queue order within its lane, in five "
-        "columns: queue (lane and position), request (name, owner and team, GPUs, target, id), how long it "
-        "waited, eta (the estimated start; after its upstream, a lower bound; or why there is none) and the "
-        "reason (naming what holds its GPUs); find your request by your owner e-mail or its name. Then `lanes` (per lane: "
-        "pending, GPUs pending / in use, admitted, running, oldest wait, head of the queue and its "
-        "head_reason) and `by_flavor`. Open **Plots**: two per lane, `<lane>/gpus_pending` (GPUs the "
+        "every waiting request, lane by lane in priority order and in queue order within its lane, in three "
+        "columns: request (name, owner and team, GPUs, target, lane and position, how long it waited, id), "
+        "eta (the estimated start; after its upstream, a lower bound; or why there is none) and reason "
+        "(naming what holds its GPUs); find your request by your owner e-mail or its name. Then `lanes` (per lane: "
+        "its queue: waiting, GPUs pending, oldest wait, admitted, running, GPUs in use; and its head: the "
+        "request at position 1, its owner and why it waits) and `by_flavor`. The tables are text that wraps, "
+        "so they fit a laptop's screen. Open **Plots**: two per lane, from the observation each "
+        "materialization comes with, `<lane>/gpus_pending` (GPUs the "
         "lane waits for) and `<lane>/oldest_wait_s` (seconds its oldest pending request has waited). "
         "Pending GPUs that climb mean the lane is at its quota; a growing oldest wait with few GPUs "
         "pending means the head is blocked (read its reason). "
@@ -381,10 +382,16 @@ WAITING_ROWS_PER_LANE = 200
 def _queue_materialization(
     pol: Policy, led: Ledger, states: list[RequestState], plan: TickPlan, runs: list[RunInfo], now: datetime,
     cursor: str | None,
-) -> tuple[list[dg.AssetMaterialization], str | None]:
-    """The `gpu_queue` materialization when the queue changed since the last one (or it is
+) -> tuple[list[dg.AssetObservation | dg.AssetMaterialization], str | None]:
+    """The `gpu_queue` events when the queue changed since the last ones (or they are
     QUEUE_REFRESH_S old), and the sensor's next cursor; writes the per-lane view `/metrics` reads
-    on every tick."""
+    on every tick.
+
+    Two events: an observation with the plotted numbers (`<lane>/gpus_pending`,
+    `<lane>/oldest_wait_s`; the Plots tab draws observations and materializations alike), then
+    the materialization with the tables, the newest event, which the Events tab opens on. Apart,
+    the tables' event has only short metadata keys, so the UI's key column stays narrow and the
+    tables fit a laptop's screen (the plot keys, 34 characters, took a third of it)."""
     by_req = {s.request_id: s for s in states}
     running = {
         r.request_id
@@ -412,8 +419,7 @@ def _queue_materialization(
         "waiting": dg.MetadataValue.table(
             [dg.TableRecord(_waiting_record(lane, w)) for lane, w in waiting], schema=_WAITING_SCHEMA
         ),
-        "lanes": dg.MetadataValue.table([dg.TableRecord(lane_row(s)) for s in snaps], schema=_LANES_SCHEMA),
-        **plotted_metadata(snaps),
+        "lanes": dg.MetadataValue.table([dg.TableRecord(lane_summary(s)) for s in snaps], schema=_LANES_SCHEMA),
         "by_flavor": dg.MetadataValue.table(
             [dg.TableRecord({"lane": s.lane, **r}) for s in snaps for r in flavor_rows(pol, s)], schema=_FLAVOR_SCHEMA
         ),
@@ -422,8 +428,9 @@ def _queue_materialization(
         metadata["waiting_not_shown"] = dg.MetadataValue.text(
             f"{not_shown} more waiting request(s): gpu-platform queue --all lists every one"
         )
+    plotted = dg.AssetObservation(GPU_QUEUE, description=_summary(snaps), metadata=plotted_metadata(snaps))
     event = dg.AssetMaterialization(GPU_QUEUE, description=_summary(snaps), metadata=metadata)
-    return [event], json.dumps({"digest": digest, "at": now.timestamp()})
+    return [plotted, event], json.dumps({"digest": digest, "at": now.timestamp()})
 
 
 def _last_materialized(cursor: str | None) -> tuple[str, float] | None:
@@ -453,29 +460,26 @@ _FLAVOR_SCHEMA = dg.TableSchema(
 _LANES_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("lane", "string", description="in priority order"),
-        dg.TableColumn("pending", "int", description="requests waiting (submitted, waiting, requeued)"),
-        dg.TableColumn("gpus_pending", "int"),
-        dg.TableColumn("gpus_in_use", "int", description="held by admitted requests"),
-        dg.TableColumn("admitted", "int", description="holding quota, running or not"),
-        dg.TableColumn("running", "int", description="admitted with a live run; the rest are queued or starting"),
-        dg.TableColumn("oldest_wait_s", "float", description="seconds the oldest pending request has waited"),
-        dg.TableColumn("head_name", "string", description="the request at position 1"),
-        dg.TableColumn("head_owner", "string"),
-        dg.TableColumn("head_reason", "string", description="why the head of the lane waits"),
+        dg.TableColumn("queue", "string", description="requests waiting (submitted, waiting, requeued), the GPUs they "
+                       "ask for and the oldest wait; requests admitted (holding quota), those with a live run, and "
+                       "their GPUs"),
+        dg.TableColumn("head", "string", description="the request at position 1, its owner, and why it waits"),
     ]
 )
+"""Three columns of text, like `waiting` (`lane_summary`): the numbers are in the Plots and in
+`gpu-platform queue`."""
 
 
 _WAITING_COLUMNS = (
-    ("queue", "string", "lane (in priority order) and queue position; `held` before admission (e.g. WaitingForUpstream)"),
-    ("request", "string", "name, owner (team), GPUs, what it works on, and its id for `gpu-platform explain`"),
-    ("waited", "string", "since submission"),
-    ("eta", "string", "estimated start (UTC); a lower bound after its upstream, or why none is possible"),
+    ("request", "string", "name — owner (team), GPUs for target — lane #position (`held`: before admission, e.g. "
+     "WaitingForUpstream), how long it waited — its id for `gpu-platform explain`"),
+    ("eta", "string", "estimated start (UTC); after its upstream a lower bound; or why there is none"),
     ("reason", "string", "why it waits, naming what holds its GPUs"),
 )
-"""Five columns, the reason last and widest: the table fits a laptop screen, its long reasons wrap
-in their cell instead of pushing the table sideways. `gpu-platform queue --format json` has
-every field on its own."""
+"""Three columns of text that wraps: the asset page gives a table about 500 px on a 1366 px
+screen (beside the navigation, the event list and the metadata keys), so who / when / why fit
+it and a long reason wraps in its cell instead of pushing the table sideways.
+`gpu-platform queue --format json` has every field on its own."""
 
 _WAITING_SCHEMA = dg.TableSchema(
     columns=[dg.TableColumn(n, t, description=d or None) for n, t, d in _WAITING_COLUMNS]
@@ -483,13 +487,7 @@ _WAITING_SCHEMA = dg.TableSchema(
 
 
 def _waiting_record(lane: str, w) -> dict[str, Any]:
-    return {
-        "queue": f"{lane} #{w.position}" if w.position else f"{lane}, held",
-        "request": waiting_request_text(w),
-        "waited": format_duration(timedelta(seconds=round(w.waited_s))),
-        "eta": eta_text(w),
-        "reason": w.reason,
-    }
+    return {"request": waiting_request_text(w, lane), "eta": eta_text(w), "reason": w.reason}
 
 
 def _partition_requests(launches: list[Launch]) -> list[Any]:

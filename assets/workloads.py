@@ -48,8 +48,6 @@ from gpu_platform.lineage.graph import (
 )
 from gpu_platform.requests.ledger import Ledger, LedgerError
 from gpu_platform.requests.model import JobRequest
-from gpu_platform.safeload.text import md as md_text
-from gpu_platform.safeload.text import md_code
 from gpu_platform.workloads import PROGRAMS
 from gpu_platform.workloads.stages import (
     MARKDOWN_KEYS,
@@ -178,9 +176,9 @@ def upstream_metadata(
     rows = [(_upstream_asset(p, md.get("request_id") or "", asset), p["request_id"], p.get("via_id") or "")
             for p in parents]
     links = [
-        f"- [{md_text(a)}[{md_text(rid)}]](/assets/{a}?partition={quote(rid, safe='')}) via {md_code(via)}"
+        f"- [{a}[{rid}]]({partition_url(a, rid)}) via `{via}`"
         if exists is None or exists(a, rid)
-        else f"- {md_text(a)}[{md_code(rid)}] via {md_code(via)} (no such partition in this instance: not linked)"
+        else f"- {a}[`{rid}`] via `{via}` (no such partition in this instance: not linked)"
         for a, rid, via in rows
     ]
     return {
@@ -189,6 +187,13 @@ def upstream_metadata(
             schema=UPSTREAM_SCHEMA),
         "upstream_links": dg.MetadataValue.md("\n".join(links) if links else "no upstream requests"),
     }
+
+
+def partition_url(asset: str, partition: str) -> str:
+    """The UI's page of one partition of an asset (its Partitions tab, focused on it); without
+    `view=partitions` the asset's overview opens, showing its latest materialization, whichever
+    partition that is."""
+    return f"/assets/{asset}?view=partitions&partition={quote(partition, safe='')}"
 
 
 def partition_exists(instance: dg.DagsterInstance) -> Callable[[str, str], bool]:
@@ -446,7 +451,7 @@ def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity, reques
     metadata: dict[str, Any] = {"request_id": request_id, "missing": missing, "missing_count": len(missing),
                                 "checked": outcome.checked}
     if missing:
-        metadata["missing_md"] = dg.MetadataValue.md("\n".join(f"- {md_text(m)}" for m in missing))
+        metadata["missing_md"] = dg.MetadataValue.md("\n".join(f"- {m}" for m in missing))
     return dg.AssetCheckResult(passed=outcome.passed, severity=severity, description=outcome.description,
                                metadata=metadata)
 
@@ -658,7 +663,7 @@ def sweep_evidence(
             "kept_by_reason": reasons,
             "deleted_digests": report.deleted[:200],
             "kept_detail": dg.MetadataValue.md(
-                "\n".join(["| digest | reason |", "|---|---|"] + [f"| {md_text(d[:19])} | {md_text(w)} |" for d, w in report.kept[:200]])
+                "\n".join(["| digest | reason |", "|---|---|"] + [f"| {d[:19]} | {w} |" for d, w in report.kept[:200]])
             ),
         },
     )

@@ -69,7 +69,7 @@ def test_a_seeded_release_partition_shows_its_own_release(seeded):
     (release,) = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("released_model"), asset_partitions=[model]), limit=1).records
     links = release.asset_materialization.metadata["upstream_links"].value
-    assert f"/assets/model_evidence_pack?partition={model}" in links  # its own pack, which exists
+    assert f"/assets/model_evidence_pack?view=partitions&partition={model}" in links  # its own pack, which exists
 
 
 def test_a_link_to_a_partition_that_does_not_exist_is_not_drawn(seeded):
@@ -81,5 +81,5 @@ def test_a_link_to_a_partition_that_does_not_exist_is_not_drawn(seeded):
         {"request_id": "req-gone", "kind": "training_run", "via_id": "m2"},
     ]}
     links = upstream_metadata(md, "replay", exists)["upstream_links"].value.splitlines()
-    assert links[0] == "- [training_run[req-there]](/assets/training_run?partition=req-there) via `m1`"
+    assert links[0] == "- [training_run[req-there]](/assets/training_run?view=partitions&partition=req-there) via `m1`"
     assert "(/assets/" not in links[1] and "req-gone" in links[1] and "not linked" in links[1]

@@ -1,5 +1,6 @@
-"""The admission sensor materializes `gpu_queue` when the queue changed: one materialization led by
-the table of waiting requests, then the lanes table and two plots per lane."""
+"""The admission sensor reports `gpu_queue` when the queue changed: an observation with two plotted
+numbers per lane, then a materialization led by the table of waiting requests, then the lanes
+and by-flavor tables."""
 
 from __future__ import annotations
 
@@ -16,21 +17,40 @@ from tests.gate.helpers import add_run, submit, tick
 
 
 def _materialization(result) -> dg.AssetMaterialization:
-    (event,) = result.asset_events
+    plotted, event = result.asset_events  # the tables' event last: the newest, the one the UI opens on
+    assert isinstance(plotted, dg.AssetObservation) and plotted.asset_key == GPU_QUEUE
     assert isinstance(event, dg.AssetMaterialization) and event.asset_key == GPU_QUEUE
     return event
 
 
+def _plotted(result) -> dict:
+    plotted, _ = result.asset_events
+    return {k: v.value for k, v in plotted.metadata.items()}
+
+
+QUEUE_CELL = re.compile(
+    r"^(?:(?P<pending>\d+) waiting \((?P<gpus_pending>\d+) GPUs\), oldest \S+|nothing waits); "
+    r"(?P<admitted>\d+) admitted(?:, (?P<running>\d+) running)? \((?P<gpus_in_use>\d+) GPUs\)$"
+)
+"""The lanes table's `queue` cell: `3 waiting (24 GPUs), oldest 1h5m; 2 admitted, 1 running (16 GPUs)`."""
+
+
 def _by_lane(result) -> dict[str, dict]:
-    """lane -> its row of the `lanes` table, its plotted numbers as `<lane>/<measure>` and its
-    per-flavor counts as `<lane>/<measure>/<flavor>` from the `by_flavor` table."""
+    """lane -> the numbers its `lanes` row says (`<lane>/pending`, ... read from its queue cell)
+    and its head cell, its plotted numbers as `plot:<lane>/<measure>` and its per-flavor counts
+    as `<lane>/<measure>/<flavor>` from the `by_flavor` table."""
     meta = _materialization(result).metadata
+    plotted = _plotted(result)
     out: dict[str, dict] = {}
     for row in meta["lanes"].records:
         lane = row.data["lane"]
-        out[lane] = {f"{lane}/{k}": v for k, v in row.data.items()}
+        assert set(row.data) == {"lane", "queue", "head"}
+        m = QUEUE_CELL.match(row.data["queue"])
+        assert m, row.data["queue"]
+        out[lane] = {f"{lane}/{k}": int(v or 0) if k != "running" or v is not None else "" for k, v in m.groupdict().items()}
+        out[lane][f"{lane}/head"] = row.data["head"]
         for measure in ("gpus_pending", "oldest_wait_s"):
-            out[lane][f"plot:{lane}/{measure}"] = meta[f"{lane}/{measure}"].value
+            out[lane][f"plot:{lane}/{measure}"] = plotted[f"{lane}/{measure}"]
     for row in meta["by_flavor"].records:
         for measure in ("gpus_in_use", "gpus_pending"):
             out[row.data["lane"]][f"{row.data['lane']}/{measure}/{row.data['flavor']}"] = row.data[measure]
@@ -49,7 +69,7 @@ def test_empty_queue_still_materializes_every_lane(env, policy):
     assert result.skip_reason is not None  # nothing launched; the tick still reports
     research = lanes["research_best_effort"]
     assert research["research_best_effort/pending"] == 0
-    assert research["research_best_effort/head_reason"] == "nothing waits"
+    assert research["research_best_effort/head"] == "nothing waits"
     assert research["plot:research_best_effort/gpus_pending"] == 0
     # one row per flavor the lane has quota on, zeros included
     assert research["research_best_effort/gpus_in_use/h100-ondemand"] == 0
@@ -73,8 +93,8 @@ def test_counts_follow_the_ticks_decisions_and_live_runs(env, policy):
     assert first["candidate_train/gpus_pending/h100-ondemand"] == 8 * len(waiting)
     assert first["plot:candidate_train/gpus_pending"] == 8 * len(waiting)
     head = min(waiting, key=lambda r: ledger.state(r).details["position"])
-    assert first["candidate_train/head_name"] == ledger.get(head).name or head
-    assert first["candidate_train/head_reason"] == ledger.state(head).reason
+    req = ledger.get(head)
+    assert first["candidate_train/head"] == f"{req.name or head} ({req.owner}): {ledger.state(head).reason}"
     assert first["plot:candidate_train/oldest_wait_s"] >= 0
 
     add_run(instance, admitted[0], 1, lane="candidate_train")
@@ -95,20 +115,23 @@ def test_preemption_victim_counts_as_pending_again(preempted):
 def test_materialized_only_when_the_queue_changed_or_it_is_old(env, policy):
     instance, ledger, resources, _ = env
     first = tick(instance, resources)
-    assert len(first.asset_events) == 1 and first.cursor
+    assert len(first.asset_events) == 2 and first.cursor
     same = _tick_with(instance, resources, first.cursor)
     assert same.asset_events == [] and same.cursor == first.cursor  # nothing changed: no new event
     submit(ledger, policy, "labeler_batch")
     changed = _tick_with(instance, resources, same.cursor)
-    assert len(changed.asset_events) == 1 and changed.cursor != first.cursor
+    assert len(changed.asset_events) == 2 and changed.cursor != first.cursor
     # unchanged but old: materialized again, so the oldest-wait plots keep a point every few minutes
     doc = json.loads(changed.cursor)
     stale = json.dumps({**doc, "at": doc["at"] - QUEUE_REFRESH_S - 1})
-    assert len(_tick_with(instance, resources, stale).asset_events) == 1
-    assert len(_tick_with(instance, resources, "not json").asset_events) == 1  # a cursor it cannot read
+    assert len(_tick_with(instance, resources, stale).asset_events) == 2
+    assert len(_tick_with(instance, resources, "not json").asset_events) == 2  # a cursor it cannot read
 
 
 def test_materializations_on_a_real_instance_plot_two_numbers_per_lane(env, policy):
+    """The plotted numbers come in an observation before each materialization (the Plots tab
+    draws both kinds); the materialization, the newest event, carries the tables and only short
+    keys, so the UI's key column stays narrow."""
     instance, ledger, resources, _ = env
     submit(ledger, policy, "labeler_batch")
     for _ in range(2):
@@ -119,14 +142,19 @@ def test_materializations_on_a_real_instance_plot_two_numbers_per_lane(env, poli
     assert instance.get_latest_materialization_event(GPU_QUEUE) is not None  # not "Never materialized"
     for record in records:
         meta = record.asset_materialization.metadata
-        assert next(iter(meta)) == "waiting"
-        plotted = sorted(k for k, v in meta.items() if isinstance(v, dg.IntMetadataValue | dg.FloatMetadataValue))
-        assert plotted == sorted(f"{lane}/{m}" for lane in policy.lanes for m in ("gpus_pending", "oldest_wait_s"))
+        assert list(meta) == ["waiting", "lanes", "by_flavor"]
+        assert all(isinstance(meta[k], dg.TableMetadataValue) for k in meta)
+    observations = instance.fetch_observations(GPU_QUEUE, limit=100).records
+    assert len(observations) == 2
+    for record in observations:
+        meta = record.asset_observation.metadata
+        assert sorted(meta) == sorted(f"{lane}/{m}" for lane in policy.lanes for m in ("gpus_pending", "oldest_wait_s"))
+        assert all(isinstance(v, dg.IntMetadataValue | dg.FloatMetadataValue) for v in meta.values())
         assert isinstance(meta["labeler_batch/oldest_wait_s"], dg.FloatMetadataValue)
-        assert isinstance(meta["lanes"], dg.TableMetadataValue)
-        assert isinstance(meta["by_flavor"], dg.TableMetadataValue)
+    # the tables' event is the newest: the Events tab opens on it
+    assert observations[0].timestamp < records[0].timestamp
     spec = next(s for s in build_definitions("test").resolve_all_asset_specs() if s.key == GPU_QUEUE)
-    assert "Plots" in spec.description and "head_reason" in spec.description
+    assert "Plots" in spec.description and "its head" in spec.description
 
 
 ENGINE_ETA = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d UTC$")
@@ -143,7 +171,7 @@ def test_every_waiting_row_has_an_eta_or_says_why_not(env, policy):
     busy = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(4)]
     result = tick(instance, resources)
     table = _materialization(result).metadata["waiting"]
-    assert [c.name for c in table.schema.columns] == ["queue", "request", "waited", "eta", "reason"]
+    assert [c.name for c in table.schema.columns] == ["request", "eta", "reason"]
     # the request cell ends with the id (or starts with it, when the request has no name of its own)
     rows = {rid: r.data for r in table.records for rid in (labels, trainer, *busy) if rid in r.data["request"]}
     assert rows and all(r["eta"] for r in rows.values()), [r["eta"] for r in rows.values()]
@@ -151,8 +179,8 @@ def test_every_waiting_row_has_an_eta_or_says_why_not(env, policy):
     admitted = ledger.state(labels).updated_at
     expected_end = (admitted + ledger.get(labels).expected_duration).astimezone(UTC)
     held = rows[trainer]
-    assert held["queue"] == "candidate_train, held" and held["reason"].startswith("WaitingForUpstream")
-    assert held["eta"] == f"not before {expected_end:%Y-%m-%d %H:%M} UTC (after upstream {labels})"
+    assert " — candidate_train, held, waited " in held["request"] and held["reason"].startswith("WaitingForUpstream")
+    assert held["eta"] == f"not before {expected_end:%Y-%m-%d %H:%M} UTC (after its upstream)"
     waiting = [rid for rid in busy if ledger.state(rid).state == "waiting"]
     assert waiting and all(ENGINE_ETA.match(rows[rid]["eta"]) for rid in waiting)
 

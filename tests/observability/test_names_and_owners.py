@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import dagster as dg
@@ -114,25 +115,27 @@ def test_gpu_queue_materialization_leads_with_a_table_of_waiting_requests(env, p
     instance, ledger, resources, _ = env
     ids = _three_teams(ledger, policy)
     result = tick(instance, resources)
-    (mat,) = result.asset_events
+    _plotted, mat = result.asset_events
     assert isinstance(mat, dg.AssetMaterialization) and mat.asset_key == GPU_QUEUE
     assert next(iter(mat.metadata)) == "waiting"
     table = mat.metadata["waiting"]
     assert isinstance(table, dg.TableMetadataValue)
-    assert [c.name for c in table.schema.columns] == ["queue", "request", "waited", "eta", "reason"]
-    rows = [r.data for r in table.records if r.data["queue"].startswith("candidate_train #")]
+    assert [c.name for c in table.schema.columns] == ["request", "eta", "reason"]
+    rows = [r.data for r in table.records if " — candidate_train #" in r.data["request"]]
     waiting = sorted((ledger.state(rid).details["position"], rid) for rid in ids.values()
                      if ledger.state(rid).state == "waiting")
-    assert waiting and [r["queue"] for r in rows] == [f"candidate_train #{pos}" for pos, _ in waiting]
-    for row, (_, rid) in zip(rows, waiting, strict=True):
+    assert waiting and len(rows) == len(waiting)
+    for row, (pos, rid) in zip(rows, waiting, strict=True):
         req = ledger.get(rid)
-        # name, owner (team), GPUs and target, then the id `explain` takes
-        assert row["request"] == f"{req.name} — {req.owner} ({req.team}), 8 GPUs for {req.target} — {rid}"
+        # name, owner (team), GPUs and target, lane and position, the wait, then the id `explain` takes
+        assert re.fullmatch(
+            re.escape(f"{req.name} — {req.owner} ({req.team}), 8 GPUs for {req.target} — candidate_train #{pos}, "
+                      "waited ") + r"\d+s" + re.escape(f" — {rid}"), row["request"]), row["request"]
         assert row["reason"] == ledger.state(rid).reason
     head = ledger.get(waiting[0][1])
     assert head.name.startswith("cand rc") and head.owner.endswith("@example.com")
     (lane,) = [r.data for r in mat.metadata["lanes"].records if r.data["lane"] == "candidate_train"]
-    assert (lane["head_name"], lane["head_owner"]) == (head.name, head.owner)
+    assert lane["head"].startswith(f"{head.name} ({head.owner}): ")
     # the instance accepts it as the daemon would record it
     instance.report_runless_asset_event(mat)
     assert instance.fetch_materializations(GPU_QUEUE, limit=5).records

@@ -108,7 +108,7 @@ def test_program_assets_record_the_metadata_and_lineage(chain):
     train = results["training_run"].asset_materializations_for_node("training_run")[0].metadata
     assert [r.data for r in train["upstream"].value.records] == [
         {"asset": "label_batch", "request_id": "req-label", "via_id": "lbl-batch-2026-11-28"}]
-    assert "(/assets/label_batch?partition=req-label)" in train["upstream_links"].value
+    assert "(/assets/label_batch?view=partitions&partition=req-label)" in train["upstream_links"].value
     assert train["checkpoint_uri"].value.endswith("ckpt-00000060.npz")
     assert train["steps_done"].value == 60, "the program's own pipes-reported metadata is kept"
     label = results["label_batch"].asset_materializations_for_node("label_batch")[0].metadata

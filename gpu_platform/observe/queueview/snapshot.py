@@ -19,6 +19,7 @@ from gpu_platform.observe.queueview.demand import demand_flavor
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, RequestState
 from gpu_platform.requests.model import JobRequest
+from gpu_platform.units import format_duration
 
 
 class WaitingRow(NamedTuple):
@@ -26,8 +27,8 @@ class WaitingRow(NamedTuple):
 
     position: 1-based queue position (None for a request the gate holds before admission, e.g.
     `WaitingForUpstream`); eta: the estimated start (None: no estimate possible); eta_note: ""
-    when eta is the engine's estimate; with an eta, why it is only a lower bound (`after upstream
-    NAME`: the request waits for its inputs, then for quota); without one, why none is possible
+    when eta is the engine's estimate; with an eta, why it is only a lower bound (`after its
+    upstream`: the request waits for its inputs, then for quota); without one, why none is possible
     (`unknown: over budget`, `soon: ...`). `eta_text` writes the two as one phrase.
     A named tuple (immutable, and built in a fraction of a frozen dataclass's time: a snapshot
     holds one per pending request, 50,000 of them on a long queue, every tick)."""
@@ -62,20 +63,24 @@ class WaitingRow(NamedTuple):
 
 def eta_text(row: WaitingRow) -> str:
     """The estimated start as one phrase, never empty: `2026-12-06 06:15 UTC` (the engine's
-    estimate), `not before 2026-12-06 07:15 UTC (after upstream NAME)` (a lower bound) or the
-    reason there is none (`unknown: over budget`)."""
+    estimate), `not before 2026-12-06 07:15 UTC (after its upstream)` (a lower bound) or the
+    reason there is none (`unknown: over budget`). Short words only (the reason names the
+    upstream requests): it wraps in a narrow column."""
     if row.eta is None:
         return row.eta_note or _NOT_ESTIMATED
     at = row.eta.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"not before {at} ({row.eta_note})" if row.eta_note else at
 
 
-def waiting_request_text(row: WaitingRow) -> str:
-    """Who and what in one cell: `NAME — OWNER (TEAM), N GPU(s) for TARGET — REQUEST_ID` (the id
-    only when the name is not the id itself; empty parts left out)."""
+def waiting_request_text(row: WaitingRow, lane: str) -> str:
+    """Who, what and where in one cell: `NAME — OWNER (TEAM), N GPUs for TARGET — LANE #POSITION
+    (or `LANE, held`), waited 1h5m — REQUEST_ID` (the id left out when it is the name; empty
+    parts left out). Plain text: it wraps at its spaces in a narrow column."""
     who = row.owner + (f" ({row.team})" if row.team else "") if row.owner else row.team
     what = f"{row.gpus} GPU{'s' if row.gpus != 1 else ''}" + (f" for {row.target}" if row.target else "")
-    parts = [row.name, ", ".join(x for x in (who, what) if x)]
+    where = f"{lane} #{row.position}" if row.position else f"{lane}, held"
+    waited = format_duration(timedelta(seconds=round(row.waited_s)))
+    parts = [row.name, ", ".join(x for x in (who, what) if x), f"{where}, waited {waited}"]
     if row.name != row.request_id:
         parts.append(row.request_id)
     return " — ".join(x for x in parts if x)
@@ -322,16 +327,15 @@ def _after_upstream(
             if end is None:
                 return None, why
             if bound[0] is None or end > bound[0]:
-                bound = (end, f"after upstream {p.request.name or p.request_id}")
+                bound = (end, "after its upstream")
         return bound
 
     def end_of(p: RequestState, path: frozenset[str]) -> tuple[datetime | None, str]:
         rid = p.request_id
         if rid in ends:
             return ends[rid]
-        name = p.request.name or rid
         if rid in path:  # a cycle of inputs: nothing in it can start first
-            return None, f"unknown: upstream {name} waits for its own downstream"
+            return None, "unknown: its upstream waits for its own downstream"
         if rid in admitted_now:
             start: datetime | None = now
         elif p.state in ACTIVE_STATES:
@@ -345,9 +349,9 @@ def _after_upstream(
             start = engine_eta.get(rid)
         duration = p.request.expected_duration
         if start is None:
-            out: tuple[datetime | None, str] = (None, f"unknown: upstream {name} has no estimated start")
+            out: tuple[datetime | None, str] = (None, "unknown: its upstream has no estimated start")
         elif duration is None:
-            out = (None, f"unknown: upstream {name} has no expected_duration")
+            out = (None, "unknown: its upstream has no expected duration")
         else:
             out = (max(start + duration, now), "")
         ends[rid] = out
@@ -387,6 +391,23 @@ def lane_row(snap: LaneSnapshot) -> dict[str, int | float | str]:
         "head_owner": snap.head_owner,
         "head_reason": snap.head_reason or ("nothing waits" if not snap.pending else ""),
     }
+
+
+def lane_summary(snap: LaneSnapshot) -> dict[str, str]:
+    """One lane's line of the `gpu_queue` lanes table as three cells of text that wraps: the lane;
+    its queue (`3 waiting (24 GPUs), oldest 1h5m; 2 admitted, 1 running (16 GPUs)`); its head
+    (`NAME (OWNER): why it waits`, or `nothing waits`). The same numbers as `lane_row`."""
+    row = lane_row(snap)
+    if snap.pending:
+        waiting = (f"{snap.pending} waiting ({row['gpus_pending']} GPUs), oldest "
+                   f"{format_duration(timedelta(seconds=round(snap.oldest_wait_s)))}")
+        who = f"{snap.head_name} ({snap.head_owner})" if snap.head_owner else snap.head_name
+        head = f"{who}: {snap.head_reason}" if who else str(row["head_reason"])
+    else:
+        waiting = head = "nothing waits"
+    running = "" if snap.running is None else f", {snap.running} running"
+    return {"lane": snap.lane, "queue": f"{waiting}; {snap.admitted} admitted{running} ({row['gpus_in_use']} GPUs)",
+            "head": head}
 
 
 def plotted_metadata(snaps: Iterable[LaneSnapshot]) -> dict[str, int | float]:
