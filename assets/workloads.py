@@ -48,6 +48,8 @@ from gpu_platform.lineage.graph import (
 )
 from gpu_platform.requests.ledger import Ledger, LedgerError
 from gpu_platform.requests.model import JobRequest
+from gpu_platform.safeload.text import md as md_text
+from gpu_platform.safeload.text import md_code
 from gpu_platform.workloads import PROGRAMS
 from gpu_platform.workloads.stages import (
     MARKDOWN_KEYS,
@@ -176,9 +178,9 @@ def upstream_metadata(
     rows = [(_upstream_asset(p, md.get("request_id") or "", asset), p["request_id"], p.get("via_id") or "")
             for p in parents]
     links = [
-        f"- [{a}[{rid}]]({partition_url(a, rid)}) via `{via}`"
+        f"- [{md_text(a)}[{md_text(rid)}]]({partition_url(a, rid)}) via {md_code(via)}"
         if exists is None or exists(a, rid)
-        else f"- {a}[`{rid}`] via `{via}` (no such partition in this instance: not linked)"
+        else f"- {md_text(a)}[{md_code(rid)}] via {md_code(via)} (no such partition in this instance: not linked)"
         for a, rid, via in rows
     ]
     return {
@@ -451,7 +453,7 @@ def _check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity, reques
     metadata: dict[str, Any] = {"request_id": request_id, "missing": missing, "missing_count": len(missing),
                                 "checked": outcome.checked}
     if missing:
-        metadata["missing_md"] = dg.MetadataValue.md("\n".join(f"- {m}" for m in missing))
+        metadata["missing_md"] = dg.MetadataValue.md("\n".join(f"- {md_text(m)}" for m in missing))
     return dg.AssetCheckResult(passed=outcome.passed, severity=severity, description=outcome.description,
                                metadata=metadata)
 
@@ -663,7 +665,7 @@ def sweep_evidence(
             "kept_by_reason": reasons,
             "deleted_digests": report.deleted[:200],
             "kept_detail": dg.MetadataValue.md(
-                "\n".join(["| digest | reason |", "|---|---|"] + [f"| {d[:19]} | {w} |" for d, w in report.kept[:200]])
+                "\n".join(["| digest | reason |", "|---|---|"] + [f"| {md_text(d[:19])} | {md_text(w)} |" for d, w in report.kept[:200]])
             ),
         },
     )
