@@ -89,9 +89,26 @@ def _width(stream) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200
 
 
+class SafeConsole(Console):
+    """A console that cannot be made to emit a control sequence by the text it prints: every
+    segment's text (never rich's own styles or control segments) goes through
+    `gpu_platform.safeload.text.plain`, so an `ESC[2J`, a C1 control or a bidi override in a
+    value stored before validation refused them (or in a feed, a result file) prints escaped.
+    Values that may hold rich markup are passed through `term` where they are formatted."""
+
+    def _render_buffer(self, buffer):  # rich's one place where segments become output text
+        from rich.segment import Segment
+
+        from gpu_platform.safeload.text import plain
+
+        return super()._render_buffer(
+            seg if seg.control else Segment(plain(seg.text, keep="\n\t"), seg.style) for seg in buffer
+        )
+
+
 def make_console(stderr: bool = False) -> Console:
-    """A console for a command's output, its width read now (`_width`)."""
-    return Console(stderr=stderr, width=_width(sys.stderr if stderr else sys.stdout))
+    """A console for a command's output, its width read now (`_width`); a `SafeConsole`."""
+    return SafeConsole(stderr=stderr, width=_width(sys.stderr if stderr else sys.stdout))
 
 
 console = make_console()

@@ -42,11 +42,13 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
     if fmt == "json":
         click.echo(json.dumps(ex.to_json(), indent=2, default=str))
         return
+    from gpu_platform.safeload.text import plain, term
+
     console = make_console()
-    target = f", target {ex.target}" if ex.target else ""
+    target = f", target {term(ex.target)}" if ex.target else ""
     table = Table(
-        title=f"{ex.name} ({ex.request_id}): {ex.lane}, owner {ex.owner}, team {ex.team}{target}, "
-        f"{ex.gpus} x {ex.gpu_type}, now {ex.state}"
+        title=f"{term(ex.name)} ({term(ex.request_id)}): {term(ex.lane)}, owner {term(ex.owner)}, "
+        f"team {term(ex.team)}{target}, {ex.gpus} x {term(ex.gpu_type)}, now {term(ex.state)}"
     )
     for col in ("at (UTC)", "event", "position", "flavor", "preemptor / victims", "reason", "policy rule"):
         table.add_column(col, overflow="fold")
@@ -58,28 +60,29 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
         )
         table.add_row(
             s.at.strftime("%Y-%m-%d %H:%M:%S"),
-            s.event,
+            term(s.event),
             f"{s.position} of {s.of}" if s.position else "",
-            s.flavor or "",
-            who or "",
-            s.reason,
-            s.rule,
+            term(s.flavor or ""),
+            term(who or ""),
+            term(s.reason),
+            term(s.rule),
         )
     print_table(console, table)
     for a in ex.approvals:
         state = "honoured" if a["honoured"] else "not honoured under the current policy"
         console.print(
-            f"approval: {a.get('kind')} by {a.get('approver')} ({a.get('role')}) at {a.get('at')}: "
-            f"{a.get('reason')} [{state}]",
+            f"approval: {plain(a.get('kind'))} by {plain(a.get('approver'))} ({plain(a.get('role'))}) at "
+            f"{plain(a.get('at'))}: {plain(a.get('reason'))} [{state}]",
             markup=False,
             highlight=False,
         )
     if not ex.approvals:
         console.print("approvals: none recorded", markup=False)
     for c in ex.admission_checks:
-        message = f": {c['message']}" if c.get("message") else ""
+        message = f": {plain(c['message'])}" if c.get("message") else ""
         console.print(
-            f"admission check {c.get('name')} (Kueue, last read back): {c.get('state')}{message} [{c.get('rule')}]",
+            f"admission check {plain(c.get('name'))} (Kueue, last read back): {plain(c.get('state'))}{message} "
+            f"[{plain(c.get('rule'))}]",
             markup=False,
             highlight=False,
         )

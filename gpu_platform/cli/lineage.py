@@ -34,9 +34,9 @@ _evidence_option = click.option(
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from gpu_platform.cli.common import SafeConsole
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    return SafeConsole(width=None if sys.stdout.isatty() else 160)
 
 
 @click.command("lineage")

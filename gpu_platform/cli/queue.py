@@ -39,6 +39,7 @@ def queue(
 
     from gpu_platform.observe.queueview.rows import dry_run, queue_rows
     from gpu_platform.requests.ledger import PENDING_STATES, Ledger, default_ledger_url
+    from gpu_platform.safeload.text import plain, term
     from gpu_platform.units import format_duration
 
     ledger = Ledger(ledger_url or default_ledger_url())
@@ -68,23 +69,25 @@ def queue(
             est = "now" if ahead <= 0 else f"in {format_duration(timedelta(seconds=round(ahead)))}"
         elif r.position:
             est = "unknown"
+        # each value escaped on its own (`plain`): a newline between values is the table's, one
+        # inside a value (an owner stored before validation refused it) prints as \n
         cells = [
-            r.lane,
-            r.request_id if r.name == r.request_id else f"{r.name}\n{r.request_id}",
-            "\n".join(x for x in (r.owner, r.team, r.target) if x),
-            r.state,
+            plain(r.lane),
+            plain(r.request_id) if r.name == r.request_id else f"{plain(r.name)}\n{plain(r.request_id)}",
+            "\n".join(plain(x) for x in (r.owner, r.team, r.target) if x),
+            plain(r.state),
             str(r.gpus),
-            r.flavor or "",
+            plain(r.flavor or ""),
             "\n".join(x for x in (f"{r.position} of {r.of}" if r.position else "", est) if x),
-            r.reason,
+            plain(r.reason),
         ]
         if kueue:
-            cells.append((r.cluster or {}).get("reason", ""))
+            cells.append(plain((r.cluster or {}).get("reason", "")))
         table.add_row(*(Text(c) for c in cells))
     out = make_console()
     print_table(out, table)
     counts = Counter(r.state for r in rows)
-    who = " and ".join(x for x in (owner and f"owner {owner}", team and f"team {team}") if x)
+    who = " and ".join(x for x in (owner and f"owner {term(owner)}", team and f"team {term(team)}") if x)
     empty = f"no requests of {who}" if who else "queue is empty"
     if not rows:
         empty += f" in {_where(ledger, count_ended=not (show_all or who))}"

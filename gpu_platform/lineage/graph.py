@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from gpu_platform.requests.ledger import create_tables
 from gpu_platform.requests.model import INPUT_ID_FIELDS, JobRequest
+from gpu_platform.safeload.text import plain, term
 
 RELEASE_KINDS = ("released_model", "released_map")
 EXECUTING_KINDS = ("label_batch", "training_run", "replay", "map_segmentation")
@@ -476,22 +477,23 @@ def _short(digest: str | None, n: int = 12) -> str:
 
 def node_label(node: LineageNode) -> str:
     r = node.run
-    via = f" [dim]via {node.via_id}[/dim]" if node.via_id else ""
+    via = f" [dim]via {term(node.via_id)}[/dim]" if node.via_id else ""
     if r is None:
-        return f"[bold]{node.kind}[/bold] {node.request_id} [red]NOT MATERIALIZED[/red]{via}"
+        return f"[bold]{term(node.kind)}[/bold] {term(node.request_id)} [red]NOT MATERIALIZED[/red]{via}"
     colour = "green" if node.status == SUCCEEDED else "red"
     status = node.status
     if node.blocked_by:
         status = "blocked by " + ", ".join(f"{b.asset}.{b.check_name}" for b in node.blocked_by)
+    status = term(status)
     bits = [
-        f"[bold]{node.kind}[/bold] {node.request_id} [{colour}]{status}[/{colour}]{via}",
-        f"lane={r.lane} team={r.team}",
-        f"commit={(r.source_commit or '-')[:12]} image={_short(r.container_digest)}",
+        f"[bold]{term(node.kind)}[/bold] {term(node.request_id)} [{colour}]{status}[/{colour}]{via}",
+        f"lane={term(r.lane)} team={term(r.team)}",
+        f"commit={term((r.source_commit or '-')[:12])} image={term(_short(r.container_digest))}",
     ]
     if r.gpu_hours is not None:
         bits.append(f"gpu_h={r.gpu_hours:.4f}")
     if r.dagster_run_id:
-        bits.append(f"run={r.dagster_run_id[:8]}")
+        bits.append(f"run={term(r.dagster_run_id[:8])}")
     if node.repeat:
         bits.append("[dim](shown above)[/dim]")
     return " ".join(bits)
@@ -505,19 +507,19 @@ def render_tree(node: LineageNode, tree: Any = None) -> Any:
     branch = Tree(node_label(node)) if tree is None else tree.add(node_label(node))
     r = node.run
     for b in node.blocked_by if not node.repeat else ():
-        branch.add(Text.assemble(("blocked", "bold red"), f" by {b.check_name}: missing {'; '.join(b.missing)}"))
-        branch.add(Text.assemble(("to fix", "bold"), f": {b.fix}"))
+        branch.add(Text.assemble(("blocked", "bold red"), plain(f" by {b.check_name}: missing {'; '.join(b.missing)}")))
+        branch.add(Text.assemble(("to fix", "bold"), plain(f": {b.fix}")))
     if r is not None and not node.repeat:
         for name in ("dataset_ids", "map_ids", "taxonomy_ids", "calibration_ids", "evaluator_ids"):
             ids = getattr(r, name)
             if ids:
-                branch.add(f"[cyan]{name}[/cyan]: {', '.join(ids)}")
+                branch.add(f"[cyan]{name}[/cyan]: {term(', '.join(ids))}")
         if r.output_artifact_ids:
-            branch.add(f"[cyan]outputs[/cyan]: {', '.join(r.output_artifact_ids)}")
+            branch.add(f"[cyan]outputs[/cyan]: {term(', '.join(r.output_artifact_ids))}")
         if r.log_digest:
-            branch.add(f"[cyan]log[/cyan]: {r.log_digest}")
+            branch.add(f"[cyan]log[/cyan]: {term(r.log_digest)}")
         if r.checkpoint_uri:
-            branch.add(f"[cyan]checkpoint[/cyan]: {r.checkpoint_uri}")
+            branch.add(f"[cyan]checkpoint[/cyan]: {term(r.checkpoint_uri)}")
     for p in node.parents:
         render_tree(p, branch)
     return branch

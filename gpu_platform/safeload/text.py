@@ -88,13 +88,15 @@ def term(value: Any) -> str:
     return escape(text)
 
 
-def plain(value: Any) -> str:
-    """`value` with every non-printable or bidi character escaped, nothing else changed: for
-    click.echo and other output that does not read rich markup."""
+def plain(value: Any, keep: str = "") -> str:
+    """`value` with every non-printable or bidi character escaped (`\\x1b`, `\\n`, `\\u202e`),
+    nothing else changed: for click.echo and other output that does not read rich markup.
+    keep: characters left as they are (`make_console`'s consoles keep "\\n\\t" in what they
+    render: by then a newline is the layout's own, and values were escaped where they entered)."""
     text = str(value)
     if text.isprintable() and not any(c in BIDI for c in text):
         return text
-    return "".join(_escape_char(c) if (not c.isprintable() or c in BIDI) else c for c in text)
+    return "".join(c if c in keep or (c.isprintable() and c not in BIDI) else _escape_char(c) for c in text)
 
 
 _MD_META = re.compile(r"([\\`*\[\]|~!])")
