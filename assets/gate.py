@@ -65,6 +65,7 @@ from gpu_platform.observe.queueview import (
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, LedgerError, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
+from gpu_platform.safeload.text import md_code
 from resources.ledger import LedgerResource
 from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
@@ -118,7 +119,7 @@ def submit_request_op(
         # and no retry (the same config fails the same way)
         raise dg.Failure(
             description=refusal_text(problems),
-            metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{e}`" for e in problems))},
+            metadata={"problems": dg.MetadataValue.md("\n".join(f"- {md_code(e)}" for e in problems))},
             allow_retries=False,
         ) from None
     try:
