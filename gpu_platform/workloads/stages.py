@@ -429,13 +429,18 @@ def require_passing_evidence(
         )
 
 
+def _cell(value: str | None, cut: int | None = None) -> str:
+    """A table cell: `-` when empty, else the value (cut) escaped for markdown."""
+    return md_text(value[:cut]) if value else "-"
+
+
 def lineage_markdown(manifest: dict[str, Any]) -> str:
     rows = ["| stage | request | status | commit | datasets | log |", "|---|---|---|---|---|---|"]
     for s in manifest["stages"]:
         datasets = ", ".join(s.get("dataset_ids", []) + s.get("map_ids", []))
         rows.append(
-            f"| {md_text(s['kind'])} | {md_text(s['request_id'])} | {md_text(s['status'])} | {md_text((s.get('source_commit') or '-')[:12])} "
-            f"| {md_text(datasets or '-')} | {md_text((s.get('log_digest') or '-')[:19])} |"
+            f"| {md_text(s['kind'])} | {md_text(s['request_id'])} | {md_text(s['status'])} | {_cell(s.get('source_commit'), 12)} "
+            f"| {_cell(datasets)} | {_cell(s.get('log_digest'), 19)} |"
         )
     return "\n".join(rows)
 
