@@ -128,8 +128,9 @@ def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, .
             yield dg.AssetCheckResult(
                 check_name=names[(t.model, t.test_name)],
                 passed=t.passed,
-                # ERROR: a failing blocking check stops the assets downstream of this one
-                severity=dg.AssetCheckSeverity.ERROR,
+                # ERROR: a failing blocking check stops the assets downstream of this one; WARN: a
+                # flag on a day that is built and shown (severity: warn in the yml)
+                severity=dg.AssetCheckSeverity.WARN if t.warn else dg.AssetCheckSeverity.ERROR,
                 description=(t.describe() or None) if not t.passed else None,
                 metadata=metadata,
             )

@@ -90,6 +90,10 @@ final as (
         b.pricing_category,
         b.commitment_discount_id,
         b.currency,
+        -- hours the row says its instance ran (ConsumedQuantity in hours; not for a scale set's row,
+        -- which counts every instance of the set)
+        case when m.match_rule <> 'scale_set' and lower(b.consumed_unit) in ('hour', 'hours', 'hr', 'hrs')
+             then b.consumed_quantity end as consumed_hours,
         b.is_duplicate
     from billing as b
     inner join best as m on m.day = b.day and m.source = b.source and m.source_row = b.source_row

@@ -51,14 +51,32 @@ islands as (
 
 ),
 
+consumed as (
+
+    -- a row billed for a longer period than its instance ran (a daily row of a 12-hour spot node)
+    -- says how long it ran in ConsumedQuantity (hours): the node's hours are those, not the
+    -- period's length, so its pods pay the node's rate for the hours it lived
+    select day, hostname, currency, min(consumed_hours) as consumed_hours
+    from billing
+    where consumed_hours > 0
+      and consumed_hours < epoch(day_period_end - day_period_start) / 3600.0 - 1e-6
+    group by day, hostname, currency
+
+),
+
 node_hours as (
 
-    select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as billed_hours
+    select u.day, u.hostname, u.currency,
+           least(u.period_hours, coalesce(c.consumed_hours, u.period_hours)) as billed_hours
     from (
-        select day, hostname, currency, island, min(s) as island_start, max(e) as island_end
-        from islands group by day, hostname, currency, island
-    )
-    group by day, hostname, currency
+        select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as period_hours
+        from (
+            select day, hostname, currency, island, min(s) as island_start, max(e) as island_end
+            from islands group by day, hostname, currency, island
+        )
+        group by day, hostname, currency
+    ) as u
+    left join consumed as c on c.day = u.day and c.hostname = u.hostname and c.currency = u.currency
 
 ),
 

@@ -153,6 +153,9 @@ final as (
         cast(billed_piece as decimal(18, 6)) as billed_cost,
         cast(effective_piece as decimal(18, 6)) as effective_cost,
         upper(BillingCurrency) as currency,
+        -- the day's share of the row's ConsumedQuantity (a node's hours when its unit is hours)
+        cast(ConsumedQuantity as double) * day_share as consumed_quantity,
+        ConsumedUnit as consumed_unit,
         is_duplicate,
         source,
         source_row

@@ -171,13 +171,17 @@ def _build(
     )
     if not no_tests:
         tests = project.run_tests(con, days=days, select=select or None, variables=variables)
-        failed = [t for t in tests if t.failures]
-        for t in failed:
-            kind = "FAIL (blocking)" if t.blocking else "FAIL"
+        failed = [t for t in tests if t.failures and not t.warn]
+        flagged = [t for t in tests if t.failures and t.warn]
+        for t in failed + flagged:
+            kind = "WARN (day built, flagged)" if t.warn else "FAIL (blocking)" if t.blocking else "FAIL"
             click.echo(f"{kind} {t.model}.{t.test_name}: {t.failures} row(s)\n  {t.sql}", err=True)
             for line in t.describe().splitlines():
                 click.echo(f"    {line}", err=True)
-        click.echo(f"data tests: {len(tests) - len(failed)} passed, {len(failed)} failed")
+        warned = f", {len(flagged)} flagged" if flagged else ""
+        click.echo(f"data tests: {len(tests) - len(failed) - len(flagged)} passed, {len(failed)} failed{warned}")
+        # a flag (severity: warn, e.g. unreconciled money over the threshold) leaves the day built
+        # and shown; only a failed invariant stops (docs/finops.md, "What blocks a day")
         if failed:
             raise SystemExit(1)
 
@@ -342,7 +346,10 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
 
 
 def _warn_incomplete(data: dict) -> None:
-    """The incomplete warning on stderr: money the day's loads quarantined is in no total."""
+    """The incomplete warning on stderr (money the day's loads quarantined is in no total) and
+    the day's flags (unreconciled money over the threshold)."""
+    for flag in data.get("flags") or []:
+        click.echo(f"WARNING: {data['day']} is flagged: {flag['message']}", err=True)
     if data.get("incomplete"):
         click.echo(f"WARNING: the figures for {data['day']} are incomplete", err=True)
         for reason in data["incomplete"]:

@@ -256,13 +256,20 @@ def test_every_dollar_is_charged_or_on_an_exception(built):
     assert shared == D("4.608000") + D("0.400000") + D("1.200000")
 
 
-def test_blocking_check_fires_and_names_the_largest_exceptions(built):
+def test_a_day_over_the_unreconciled_threshold_is_built_flagged_and_names_the_largest_exceptions(built):
     res = built["build"]
-    assert res.exit_code == 1
-    assert "FAIL (blocking) chargeback.expression_is_true_unreconciled_within_threshold" in res.output
+    # a flag, not a failure (docs/finops.md, "What blocks a day"); this day's exit status is set by
+    # its unpriced pods (not_null currency), the same with the threshold raised below
+    assert "WARN (day built, flagged) chargeback.expression_is_true_unreconciled_within_threshold" in res.output
+    assert "FAIL (blocking)" not in res.output and "flagged" in res.output.splitlines()[-1]
     assert GKE in res.output  # the largest exception is named
+    rep = CliRunner().invoke(main, ["cost", "report", "--day", DAY, "--format", "json"], env=built["env"])
+    (flag,) = json.loads(rep.stdout)["flags"]
+    assert flag["flag"] == "unreconciled_over_threshold" and D(flag["unreconciled"]) > D(flag["limit"])
+    assert f"WARNING: {DAY} is flagged" in rep.stderr
     ok = CliRunner().invoke(main, ["cost", "build", "--day", DAY, "--unreconciled-threshold", "0.9"], env=built["env"])
     assert "unreconciled_within_threshold" not in ok.output, ok.output
+    assert ok.exit_code == res.exit_code
 
 
 def test_cost_report_json_has_billed_allocated_idle_shared_unreconciled_and_exceptions(built):
@@ -282,7 +289,7 @@ def test_report_without_warehouse_names_the_path(tmp_path):
     assert not (tmp_path / "warehouse.duckdb").exists()
 
 
-def test_blocking_check_stops_downstream_assets_in_dagster(built, tmp_path):
+def test_a_flagged_day_does_not_stop_downstream_assets_in_dagster(built, tmp_path):
     import shutil
 
     path = tmp_path / "wh.duckdb"
@@ -290,12 +297,13 @@ def test_blocking_check_stops_downstream_assets_in_dagster(built, tmp_path):
     result = dg.materialize(finops_assets, partition_key=DAY, resources={"warehouse": Warehouse(path=str(path))},
                             raise_on_error=False)
     failed = [e for e in result.get_asset_check_evaluations() if not e.passed]
-    blocking = [e for e in failed if e.check_name == "expression_is_true_unreconciled_within_threshold"]
-    assert blocking and blocking[0].severity == dg.AssetCheckSeverity.ERROR
-    assert GKE in (blocking[0].description or "")
+    flagged = [e for e in failed if e.check_name == "expression_is_true_unreconciled_within_threshold"]
+    assert flagged and flagged[0].severity == dg.AssetCheckSeverity.WARN
+    assert GKE in (flagged[0].description or "")
     done = {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()
             for m in [m.event_specific_data.materialization]}
-    assert "chargeback" in done and "reconciliation" not in done and "platform_cost_per_tenant" not in done
+    # the day over the threshold is still built and shown downstream
+    assert {"chargeback", "reconciliation", "platform_cost_per_tenant"} <= done
 
 
 PROVIDER_FORMS = [

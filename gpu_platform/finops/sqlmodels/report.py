@@ -113,6 +113,29 @@ def quarantined_money(con: duckdb.DuckDBPyConnection, day: str | date) -> dict[s
     return out
 
 
+def day_flags(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[str, Any]]:
+    """What flags a built day without stopping it (docs/finops.md, "What blocks a day"): per
+    currency, unreconciled money over `unreconciled_limit` (the chargeback check
+    unreconciled_within_threshold, severity warn). Empty when nothing is flagged."""
+    d = date.fromisoformat(str(day))
+    if "chargeback" not in _tables(con):
+        return []
+    cols = {r[0] for r in con.execute("describe chargeback").fetchall()}
+    if "unreconciled_limit" not in cols:
+        return []
+    return [
+        {**r, "flag": "unreconciled_over_threshold",
+         "message": f"{_shown(r['unreconciled'])} {r['currency']} unreconciled is over the limit "
+                    f"{_shown(r['limit'])} (unreconciled_threshold of the day's cost): the day is built, the money "
+                    "stays on the (unreconciled) row; see the exceptions"}
+        for r in _rows(con, """
+            select currency, sum(unreconciled_cost) as unreconciled, max(unreconciled_limit) as "limit"
+            from chargeback where day = $day and unreconciled_limit is not null
+            group by currency having sum(unreconciled_cost) > max(unreconciled_limit)
+            order by currency""", {"day": d})
+    ]
+
+
 def quarantined_markdown(q: dict[str, Any]) -> str:
     """:func:`quarantined_money` as a markdown table (one line per file, reason and currency; whole
     files after), amounts rounded once, here, for display."""
@@ -172,6 +195,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     out["quarantined"] = q["rows"] + [{"file": f["file"], "reason": f"file quarantined whole: {f['reason']}",
                                        "size_bytes": f["size_bytes"]} for f in q["files"]]
     out["incomplete"] = q["incomplete"]
+    out["flags"] = day_flags(con, d)
     if "int_node_hour_prices" in have:
         # nodes without a bill (on-prem hardware, a cloud node whose bill is late): the price book's
         # rate and the entry it came from; their cost is the totals' price_book, never unreconciled
@@ -297,6 +321,10 @@ def model_metrics(
         out["quarantined_md"] = quarantined_markdown(q)
         if q["incomplete"]:
             out["incomplete_md"] = "\n".join(f"- {reason}" for reason in q["incomplete"])
+        flags = day_flags(con, first)
+        out["over_unreconciled_threshold"] = 1.0 if flags else 0.0
+        if flags:
+            out["flags_md"] = "\n".join(f"- {f['message']}" for f in flags)
     unit = next((u for u in UNIT_COSTS if u[1] == model), None)
     if unit is not None:
         # what `cost report` shows as the unit cost: lifetime to date (every day, every attempt)

@@ -267,6 +267,9 @@ class DataTest:
     """relationships: the parent model."""
     blocking: bool = False
     """`blocking: true` in the yml: in Dagster a blocking ERROR check (downstream assets do not run)."""
+    warn: bool = False
+    """`severity: warn` in the yml: a flag, not a failure: a WARN check in Dagster (never blocking),
+    a WARN line from `cost build` without exit 1 (docs/finops.md, "What blocks a day")."""
     details: str | None = None
     """`details:` in the yml: a query run when the test fails (binds $day_from / $day_to), whose
     rows explain the failure (e.g. the largest exceptions)."""
@@ -329,6 +332,8 @@ class TestResult:
     blocking: bool = False
     details: tuple[dict[str, Any], ...] = ()
     """Rows of the test's `details` query when it failed."""
+    warn: bool = False
+    """A `severity: warn` test: its failure flags the day, it does not fail the build."""
 
     @property
     def passed(self) -> bool:
@@ -454,13 +459,18 @@ def _parse_tests(model: str, spec: dict[str, Any], where: str) -> list[DataTest]
         if kind == "relationships":
             target = re.fullmatch(r"\s*ref\('([a-z_][a-z0-9_]*)'\)\s*", args["to"]).group(1)
         blocking = bool(args.get("blocking")) if isinstance(args, dict) else False
+        severity = args.get("severity", "error") if isinstance(args, dict) else "error"
+        if severity not in ("error", "warn"):
+            raise ProjectError(f"{where}: test {name}: severity is 'error' or 'warn', not {severity!r}")
+        if blocking and severity == "warn":
+            raise ProjectError(f"{where}: test {name}: a 'warn' test cannot be blocking")
         details = args.get("details") if isinstance(args, dict) else None
         if details is not None:
             if _ANY_JINJA.search(details):
                 raise ProjectError(f"{where}: test {name}: details is plain SQL (model names, $day_from/$day_to)")
             _validate_sql(details, f"{where}: test {name}: details")
         out.append(DataTest(model=model, name=name, kind=kind, sql=sql, target=target, blocking=blocking,
-                            details=details.strip() if details else None))
+                            warn=severity == "warn", details=details.strip() if details else None))
 
     def items(tests: list[Any]) -> Iterable[tuple[str, Any]]:
         for t in tests or []:
@@ -862,7 +872,7 @@ class Project:
                 if failures[t.name] and t.details:
                     details = self._details(con, t.details, span)
                 out.append(TestResult(model=name, test_name=t.name, failures=failures[t.name], sql=sql,
-                                      blocking=t.blocking, details=details))
+                                      blocking=t.blocking, details=details, warn=t.warn))
         return out
 
     @staticmethod
