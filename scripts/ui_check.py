@@ -10,17 +10,24 @@ then opens in Debian's chromium (headless, through Debian's chromedriver and sel
 3. the `gpu_queue` asset's plots                           -> 03-gpu-queue-plots.png
 4. the blocked release's run                               -> 04-blocked-release-run.png
 5. the `chargeback` cost asset's plots                     -> 05-chargeback-plots.png
+6. a seeded history release's own partition page          -> 10-history-release.png
 
 and plays three users:
 
 - a researcher (ana@example.com) finds a waiting request of hers, by owner, in the `gpu_queue`
-  materialization's `waiting` table with a reason naming its blocker (the request holding its
-  GPUs or the one that preempted it, with lane and owner)   -> 06-researcher-queue.png
+  materialization's `waiting` table (request, eta, reason: it fits a 1440 px window without
+  scrolling sideways; every row with an ETA: a time, a lower bound after its upstream, or why
+  none) with a reason naming its blocker (the request holding its GPUs or the one that
+  preempted it, with lane and owner)                         -> 06-researcher-queue.png
   and the same request and reason in `gpu-platform queue --owner ana@example.com`; then opens a
   preempted run and reads it as Canceled, naming its preemptor -> 07-preempted-run.png
 - a user opens `submit_request`'s Launchpad (its template filled in), clicks Launch Run, and
   follows the run to Success                                  -> 08-launchpad.png, 09-submit-run.png
-  and the request it recorded in `gpu-platform explain`;
+  and the request it recorded in `gpu-platform explain`; once the gate launches the request, the
+  submit run names its work run (tag `gpu-platform/work-run`, a log line `/runs/ID`) and the work
+  run names the submit run (tag `gpu-platform/submit-run`)  -> 11-submit-linked.png, 12-work-run.png;
+  a submission with missing fields fails with the validation listing as its failure, no chained
+  traceback under it                                          -> 13-refused-submit.png;
 - a release manager reads the blocked release's missing suite and the fix on its run page (4).
 
 Each of these asserts what it saw (the page's text, and the same through GraphQL). Every CLI
@@ -56,12 +63,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assets.run_links import (  # noqa: E402
+    TAG_SUBMIT_RUN,
+    TAG_SUBMITTED_REQUEST,
+    TAG_WORK_RUN,
+    WORK_RUN_PENDING,
+)
 from gpu_platform.demo.costs import demo_days  # noqa: E402
 from gpu_platform.demo.supervisor import graphql, wait_for_webserver  # noqa: E402
 
 LANES = ("incident_response", "release_eval", "map_semantic_batch", "candidate_train", "platform_maintenance",
          "labeler_batch", "baseline_rebuild", "research_best_effort")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+WINDOW = (1600, 1400)
+LAPTOP = (1440, 900)
+"""A laptop's screen (its CSS pixels; the navigation shown): the queue's waiting table must fit it."""
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
@@ -78,6 +94,8 @@ CHECKS = """query Checks($key: AssetKeyInput!, $name: String!) { assetCheckExecu
   metadataEntries { label ... on TextMetadataEntry { text } } } } }"""
 QUEUE = """{ assetOrError(assetKey: {path: ["gpu_queue"]}) { ... on Asset { assetMaterializations(limit: 40) {
   timestamp metadataEntries { label ... on TableMetadataEntry { table { records } } } } } } }"""
+OBSERVED = """{ assetOrError(assetKey: {path: ["gpu_queue"]}) { ... on Asset { assetObservations(limit: 1) {
+  timestamp metadataEntries { label } } } } }"""
 PREEMPTED = """{ runsOrError(filter: {statuses: [CANCELED, FAILURE, CANCELING]}) { ... on Runs { results {
   runId status jobName tags { key value } } } } }"""
 INSTIGATORS = """{ repositoriesOrError { ... on RepositoryConnection { nodes {
@@ -147,7 +165,7 @@ class Browser:
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
         for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                     "--disable-dev-shm-usage", "--window-size=1600,1400"):
+                     "--disable-dev-shm-usage", f"--window-size={WINDOW[0]},{WINDOW[1]}"):
             opts.add_argument(flag)
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
         self.url, self.out, self.checks = url, out, checks
@@ -274,7 +292,7 @@ def researcher(browser: Browser, url: str, checks: Checks, timeout: float) -> No
         mats = graphql(url, QUEUE)["assetOrError"]["assetMaterializations"]
         for mat in mats[:1]:  # the latest: what the asset page shows first
             for row in _records(mat, "waiting"):
-                if row.get("owner") == RESEARCHER and BLOCKER.search(row.get("reason") or ""):
+                if _owner(row.get("request") or "") == RESEARCHER and BLOCKER.search(row.get("reason") or ""):
                     found = (mat["timestamp"], row)
                     break
         if found is None:
@@ -285,21 +303,61 @@ def researcher(browser: Browser, url: str, checks: Checks, timeout: float) -> No
         return
     ts, row = found
     blocker = BLOCKER.search(row["reason"]).group(0)
-    checks.that(True, f"gpu_queue's waiting table: {row['name']} ({row['owner']}, {row['lane']} position "
-                      f"{row['position']}) waits: {row['reason'][:160]}")
-    doc = readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER} --format json", checks, (row["request_id"],))
+    name, request_id = _request_cell(row["request"])
+    checks.that(True, f"gpu_queue's waiting table: {row['request']} waits: {row['reason'][:160]}")
+    checks.that(bool(ETA.match(row.get("eta") or "")), f"its ETA says when or why not: {row.get('eta')!r}")
+    doc = readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER} --format json", checks, (request_id,))
     try:
         mine = {r["request_id"]: r for r in json.loads(doc or "[]")}
     except ValueError:
         mine = {}
-    cli = mine.get(row["request_id"])
+    cli = mine.get(request_id)
     checks.that(bool(mine) and all(r["owner"] == RESEARCHER for r in mine.values()),
                 f"queue --owner {RESEARCHER} lists only hers ({len(mine)} request(s))")
     checks.that(cli is not None and bool(BLOCKER.search(cli.get("reason") or "")),
                 f"queue --owner names the same request's blocker: {(cli or {}).get('reason', '')[:160]!r}")
-    readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER}", checks, (row["name"][:20],))
-    browser.visit("06-researcher-queue.png", f"/assets/gpu_queue?view=events&time={ts}",
-                  (row["name"], RESEARCHER, blocker, "waiting"), focus=row["name"])
+    readme_line(f"{ROOT_CLI} queue --owner {RESEARCHER}", checks, (name[:20],))
+    # on a laptop's screen: the reason is read without scrolling sideways
+    browser.driver.set_window_size(*LAPTOP)
+    try:
+        browser.visit("06-researcher-queue.png", f"/assets/gpu_queue?view=events&time={ts}",
+                      (name, RESEARCHER, blocker, "waiting", row["eta"]), focus=row["request"])
+        wide = browser.driver.execute_script(WIDTH, row["request"])
+    finally:
+        browser.driver.set_window_size(*WINDOW)
+    checks.that(bool(wide) and wide[0] <= wide[1],
+                f"the waiting table fits a {LAPTOP[0]} px wide window, no sideways scrolling (its right edge, "
+                f"the visible area's: {wide})")
+
+
+WIDTH = """
+const t = Array.from(document.querySelectorAll('table')).find(e => e.querySelector('th') && e.textContent.includes(arguments[0]));
+if (!t) { return null; }
+let c = t.parentElement;
+while (c && !['auto', 'scroll'].includes(getComputedStyle(c).overflowX)) { c = c.parentElement; }
+const right = c ? Math.min(c.getBoundingClientRect().right, window.innerWidth) : window.innerWidth;
+return [Math.round(t.getBoundingClientRect().right), Math.round(right)];
+"""
+"""The right edge of the table holding the text, and of the area it is seen through (its nearest
+scrolling ancestor, within the window): the table fits when the first is not past the second."""
+
+
+ETA = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d UTC|not before \d{4}-\d\d-\d\d \d\d:\d\d UTC \(.+\)|unknown: .+|soon: .+)$")
+"""What the waiting table's eta column says: the engine's estimate, a lower bound after the
+request's upstream, or why there is none. Never blank."""
+
+
+def _owner(text: str) -> str:
+    """The owner in the waiting table's request cell `NAME — OWNER (TEAM), GPUs ... — ...`."""
+    parts = text.split(" — ")
+    return parts[1].split(" (")[0].split(",")[0] if len(parts) > 1 else ""
+
+
+def _request_cell(text: str) -> tuple[str, str]:
+    """(name, request id) of the waiting table's request cell `NAME — WHO, GPUs — LANE #N, waited
+    W — ID` (no id part when the request's name is its id)."""
+    parts = text.split(" — ")
+    return parts[0], parts[-1] if len(parts) > 3 else parts[0]
 
 
 def preempted_run(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
@@ -370,6 +428,95 @@ def launchpad(browser: Browser, url: str, checks: Checks, timeout: float) -> Non
     checks.that(m is not None, "the run's log names the recorded request id")
     if m:
         readme_line(f"{ROOT_CLI} explain {m.group(1)}", checks, (LAUNCHED_NAME, RESEARCHER))
+        submit_links(browser, url, checks, run_id, m.group(1), timeout)
+    refused_submit(browser, url, checks, timeout=120)
+
+
+def _tags(url: str, run_id: str) -> dict[str, str]:
+    run = graphql(url, RUN, {"id": run_id})["runOrError"] or {}
+    return {t["key"]: t["value"] for t in run.get("tags") or ()}
+
+
+def submit_links(browser: Browser, url: str, checks: Checks, submit_run: str, request_id: str, timeout: float) -> None:
+    """Once the gate launches the submitted request, the submit run names its work run (tag and a
+    `/runs/ID` log line) and the work run names the submit run (tag)."""
+    deadline, work = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        tags = _tags(url, submit_run)
+        work = tags.get(TAG_WORK_RUN, "")
+        if work and work != WORK_RUN_PENDING:
+            break
+        time.sleep(5)
+    checks.that(tags.get(TAG_SUBMITTED_REQUEST) == request_id,
+                f"the submit run is tagged with the request it recorded ({tags.get(TAG_SUBMITTED_REQUEST)})")
+    if not work or work == WORK_RUN_PENDING or work.startswith("none"):
+        checks.that(False, f"within {timeout:.0f} s the submit run's {TAG_WORK_RUN} tag did not name a work run "
+                           f"({work!r}; `gpu-platform explain {request_id}` says why)")
+        return
+    checks.that(_tags(url, work).get(TAG_SUBMIT_RUN) == submit_run,
+                f"its work run {work} is tagged {TAG_SUBMIT_RUN} = {submit_run}")
+    # the run page shows its tags under "View tags and config"; the log line is on the page
+    browser.visit("11-submit-linked.png", f"/runs/{submit_run}", (TAG_WORK_RUN, work, f"/runs/{work}"),
+                  clicks=(RUN_TAGS,))
+    browser.visit("12-work-run.png", f"/runs/{work}", (TAG_SUBMIT_RUN, submit_run), clicks=(RUN_TAGS,))
+
+
+RUN_TAGS = "View tags and config"
+"""The run page's button that shows the run's tags."""
+
+
+LAUNCH = """mutation Launch($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
+  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+FAILURE = """query Failure($id: ID!) { runOrError(runId: $id) { ... on Run { status eventConnection(afterCursor: null) {
+  events { __typename ... on ExecutionStepFailureEvent { error { message cause { message } } } } } } } }"""
+
+
+def refused_submit(browser: Browser, url: str, checks: Checks, timeout: float) -> None:
+    """A Launchpad submission missing fields ends with the validation listing as its failure, with
+    no chained traceback (the validator's) under it."""
+    params = {"selector": {"repositoryLocationName": "gpu_platform", "repositoryName": "__repository__",
+                           "jobName": "submit_request"},
+              "runConfigData": {"ops": {"submit_request_op": {"config": {"lane": "release_eval",
+                                                                         "name": "refused (ui-check)"}}}}}
+    launched = graphql(url, LAUNCH, {"params": params})["launchRun"]
+    run_id = (launched.get("run") or {}).get("runId")
+    if not run_id:
+        checks.that(False, f"the refused submission did not launch: {launched}")
+        return
+    deadline, run = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        run = graphql(url, FAILURE, {"id": run_id})["runOrError"] or {}
+        if run.get("status") in ("FAILURE", "SUCCESS", "CANCELED"):
+            break
+        time.sleep(3)
+    errors = [e["error"] for e in (run.get("eventConnection") or {}).get("events", [])
+              if e["__typename"] == "ExecutionStepFailureEvent" and e.get("error")]
+    message = errors[0]["message"] if errors else ""
+    checks.that(run.get("status") == "FAILURE" and "request refused" in message and "owner: required" in message
+                and errors[0]["cause"] is None,
+                f"a submission missing fields fails with the listing and no chained traceback ({message[:120]!r})")
+    browser.visit("13-refused-submit.png", f"/runs/{run_id}", ("request refused", "owner: required"))
+
+
+HISTORY_KEYS = """{ assetNodeOrError(assetKey: {path: ["released_model"]}) { ... on AssetNode { partitionKeys } } }"""
+
+
+def history_release(browser: Browser, url: str, checks: Checks) -> None:
+    """A seeded history release is a partition of released_model: its page opens on it, showing it
+    was seeded (not another partition in its place)."""
+    keys = graphql(url, HISTORY_KEYS)["assetNodeOrError"].get("partitionKeys") or []
+    past = [k for k in keys if k.startswith("hist-")]
+    checks.that(bool(past), f"released_model has the history's releases as partitions ({len(past)} of {len(keys)})")
+    if past:
+        mats = graphql(url, LATEST, {"key": {"path": ["released_model"]}, "p": [past[-1]]})
+        mats = (mats["assetOrError"] or {}).get("assetMaterializations") or []
+        checks.that(bool(mats) and mats[0]["partition"] == past[-1],
+                    f"the history release {past[-1]} has its own materialization")
+        browser.visit("10-history-release.png", f"/assets/released_model?view=partitions&partition={past[-1]}",
+                      (past[-1], "seeded demo history"))
+        # the UI moves the focus (and the URL) to another partition when the one asked for is missing
+        at = browser.driver.current_url
+        checks.that(f"partition={past[-1]}" in at, f"the page stayed on that partition ({at})")
 
 
 def readme_cli_lines() -> list[str]:
@@ -577,11 +724,21 @@ def api_checks(url: str, checks: Checks, blocked_run: str) -> None:
     latest = mats[0] if mats else {"metadataEntries": []}
     labels = [e["label"] for e in latest["metadataEntries"]]
     checks.that(labels[:1] == ["waiting"], f"gpu_queue's metadata leads with the waiting table ({labels[:3]})")
+    waiting = _records(latest, "waiting")
+    checks.that(all(set(r) == {"request", "eta", "reason"} for r in waiting),
+                f"the waiting table has three columns ({sorted(waiting[0]) if waiting else 'no rows'})")
+    blank = [r.get("request") for r in waiting if not ETA.match(r.get("eta") or "")]
+    checks.that(not blank, f"every waiting row has an ETA or says why not ({len(waiting)} rows; without: {blank[:3]})")
     lanes = [r["lane"] for r in _records(latest, "lanes")]
     checks.that(lanes == list(LANES), f"its lanes table has every lane in priority order ({lanes})")
+    checks.that(labels == ["waiting", "lanes", "by_flavor"] or labels == ["waiting", "lanes", "by_flavor",
+                                                                         "waiting_not_shown"],
+                f"gpu_queue's materialization carries its tables only, short keys ({labels})")
+    observed = graphql(url, OBSERVED)["assetOrError"]["assetObservations"]
+    plotted = [e["label"] for e in (observed[0]["metadataEntries"] if observed else [])]
     for lane in LANES:
-        checks.that(f"{lane}/gpus_pending" in labels and f"{lane}/oldest_wait_s" in labels,
-                    f"gpu_queue plots {lane}/gpus_pending and {lane}/oldest_wait_s")
+        checks.that(f"{lane}/gpus_pending" in plotted and f"{lane}/oldest_wait_s" in plotted,
+                    f"gpu_queue plots {lane}/gpus_pending and {lane}/oldest_wait_s (its observations)")
     evals = graphql(url, CHECKS, {"key": {"path": ["model_evidence_pack"]}, "name": "replay_coverage"})
     failing = [e for e in evals["assetCheckExecutions"] if e["evaluation"] and not e["evaluation"]["success"]]
     blocked = [e["evaluation"] for e in failing if e["runId"] == blocked_run]
@@ -646,6 +803,7 @@ def main(argv: list[str]) -> int:
             blocked, _passed = wait_for_releases(url, args.timeout)
             print(f"ui-check: releases ended {time.monotonic() - t0:.0f} s in; blocked run {blocked}")
             browse(browser, blocked)
+            history_release(browser, url, checks)
         finally:
             browser.quit()
         api_checks(url, checks, blocked)
