@@ -46,6 +46,63 @@ def _stop_signals_default() -> Iterator[None]:
     reset()
 
 
+SUBMITTER = "platform-lead@example.com"
+"""Who `gpu-platform submit` runs as in tests (a roster role with submit_for_others in the default
+policy, so the examples' owners need not be the caller): the CI has no identity source, and the
+default policy's scale S4 refuses an unverified submitter. tests/test_identity_submit.py tests
+the real resolution (marker `real_identity`)."""
+
+
+@pytest.fixture(autouse=True)
+def _verified_submitter(request, monkeypatch) -> None:
+    """A test double of the identity source (CI has none): `submit`'s caller is a verified roster
+    member (`SUBMITTER`) and `approve`'s is the `--approver` it names, unless the test is marked
+    `real_identity` (then `identity.current_identity` decides, as in production)."""
+    if request.node.get_closest_marker("real_identity"):
+        return
+    from gpu_platform.requests.identity import Identity
+
+    monkeypatch.setattr("gpu_platform.cli.requests.caller_identity",
+                        lambda: Identity(SUBMITTER, "kubernetes", configured=True))
+    # `approve`: the identity source vouches for the `--approver` named (else $USER)
+    monkeypatch.setattr(
+        "gpu_platform.cli.approve.caller_identity",
+        lambda claimed=None: Identity(claimed or os.environ.get("USER") or "root", "kubernetes", configured=True),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _nominee_approves(request, monkeypatch) -> None:
+    """A test double of the nominated approver running `gpu-platform approve`: a request recorded
+    in a lane with `requires_approval` whose `approver` is a member of a roster role that may
+    grant it gets that member's verified grant at once, so the many tests of what the gate does
+    with incident work need not each play the approver. Tests marked `real_identity`
+    (tests/test_incident_approval.py, tests/test_identity_submit.py) see the real rule: a
+    nomination grants nothing until the nominee approves (docs/approvals.md)."""
+    if request.node.get_closest_marker("real_identity"):
+        return
+    from gpu_platform.requests.ledger import Ledger
+
+    original = Ledger.submissions
+
+    def submissions(self, requests, *args, **kwargs):
+        done = original(self, requests, *args, **kwargs)
+        pol = kwargs.get("policy") or load_policy()
+        for req, sub in zip(requests, done, strict=True):
+            lane = pol.lanes.get(req.lane or "")
+            kind = lane.requires_approval if lane is not None else None
+            if sub.outcome != "recorded" or kind is None or not req.approver or req.approver == req.owner:
+                continue
+            roles = [r for r, spec in pol.approvers.items() if kind in spec.may_approve and req.approver in spec.members]
+            if roles:
+                details = {"kind": kind, "role": roles[0], "approver": req.approver, "reason": "test: the nominee approved",
+                           "identity_source": "test", "verified": True}
+                self.record(sub.request_id, "approved", f"{kind} approval by {req.approver}", details=details)
+        return done
+
+    monkeypatch.setattr(Ledger, "submissions", submissions)
+
+
 @pytest.fixture(scope="session")
 def policy() -> Policy:
     return load_policy()

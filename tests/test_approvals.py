@@ -27,8 +27,14 @@ def _raw(lane: str, **update) -> dict:
 
 
 def _approve(url: str, rid: str, *args: str, policy: str | None = None):
-    extra = ["--policy", policy] if policy else []
-    return CliRunner().invoke(main, ["approve", rid, *args, "--ledger", url, *extra], catch_exceptions=False)
+    """`approve` by the caller the API server knows as the `--approver` given (the verified
+    identity, GPU_PLATFORM_IDENTITY=kubernetes); `policy`: the deployed policy."""
+    from unittest import mock
+
+    who = args[args.index("--approver") + 1] if "--approver" in args else "nobody@example.com"
+    env = {"GPU_PLATFORM_IDENTITY": "kubernetes", "GPU_PLATFORM_POLICY": str(policy or "")}
+    with mock.patch("gpu_platform.cli.approve._kubernetes_user", lambda: who):
+        return CliRunner().invoke(main, ["approve", rid, *args, "--ledger", url], env=env, catch_exceptions=False)
 
 
 def test_unknown_role_exits_2_naming_the_allowed_roles(ledger_url):
@@ -58,15 +64,11 @@ def test_approval_is_recorded_with_its_shape_and_changes_no_state(ledger_url):
     ledger = Ledger(ledger_url)
     rid = ledger.submit(validate_request(_raw("release_eval"), load_policy()))
     ledger.record(rid, "waiting", "Inadmissible: lane full", details={"position": 1, "of": 1})
-    out = CliRunner().invoke(
-        main,
-        ["approve", rid, "--role", "safety-owner", "--kind", "safety", "--reason", "INC-77 needs the replay now", "--ledger", ledger_url],
-        env={"USER": "safety-owner@example.com"},
-        catch_exceptions=False,
-    )
+    out = _approve(ledger_url, rid, "--role", "safety-owner", "--kind", "safety", "--reason", "INC-77 needs the replay now",
+                   "--approver", "safety-owner@example.com")
     assert out.exit_code == 0, out.output
     shape = {"kind": "safety", "role": "safety-owner", "approver": "safety-owner@example.com", "reason": "INC-77 needs the replay now",
-             "identity_source": "os_user"}
+             "identity_source": "kubernetes", "verified": True}
     assert json.loads(out.output) == {"request_id": rid, "event": "approved", **shape}
     last = ledger.events(rid)[-1]
     assert last.event == "approved" and last.details == shape
@@ -170,4 +172,5 @@ def test_every_approval_event_has_exactly_the_scorecard_shape(ledger_url, kind):
     out = _approve(ledger_url, rid, "--role", "platform-lead", "--kind", kind, "--reason", "r", "--approver", "platform-lead@example.com")
     assert out.exit_code == 0, out.output
     (ev,) = [e for e in ledger.events(rid) if e.event == "approved"]
-    assert set(ev.details) == {"kind", "role", "approver", "reason", "identity_source"} and ev.details["kind"] == kind
+    assert set(ev.details) == {"kind", "role", "approver", "reason", "identity_source", "verified"}
+    assert ev.details["kind"] == kind

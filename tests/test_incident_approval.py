@@ -25,6 +25,7 @@ from gpu_platform.requests.model import validate_request
 from tests.conftest import EXAMPLES
 
 ROSTER = "(roles: platform-lead, safety-owner)"
+pytestmark = pytest.mark.real_identity
 
 
 def _incident(ledger: Ledger, approver: str, **update) -> str:
@@ -73,10 +74,97 @@ def test_a_policy_without_requires_approval_admits_as_before(ledger: Ledger):
     assert [la.request_id for la in plan_tick(pol, ledger.states(), datetime.now(UTC)).launches] == [rid]
 
 
-def test_an_incident_whose_approver_is_a_roster_member_is_admitted(ledger: Ledger):
+K8S = {"GPU_PLATFORM_IDENTITY": "kubernetes"}
+
+
+def _as(monkeypatch, who: str) -> dict[str, str]:
+    """The environment of a caller the API server knows as `who` (SelfSubjectReview)."""
+    monkeypatch.setattr("gpu_platform.cli.approve._kubernetes_user", lambda: who)
+    return K8S
+
+
+def test_a_named_approver_admits_nothing_until_they_approve(ledger: Ledger, sqlite_url, monkeypatch):
     rid = _incident(ledger, "release-safety-lead@example.com")
     plan = plan_tick(load_policy(), ledger.states(), datetime.now(UTC))
+    assert plan.launches == []
+    (wait,) = plan.waits
+    assert wait.reason_code == "ApprovalRequired"
+    assert "waiting for 'release-safety-lead@example.com' (nominated approver)" in wait.message
+    out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "sev1",
+                   env=_as(monkeypatch, "release-safety-lead@example.com"))
+    assert out.exit_code == 0, out.output
+    plan = plan_tick(load_policy(), ledger.states(), datetime.now(UTC))
     assert [la.request_id for la in plan.launches] == [rid]
+
+
+def test_self_approval_is_refused(ledger: Ledger, sqlite_url, monkeypatch):
+    # the owner is a roster member, and so is the one who submitted it: neither approves it
+    rid = _incident(ledger, "release-safety-lead@example.com", owner="safety-owner@example.com")
+    out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "mine",
+                   env=_as(monkeypatch, "safety-owner@example.com"))
+    assert out.exit_code == 2 and "owns this request; nobody approves their own" in out.output
+    submitted = ledger.submissions(
+        [validate_request({**yaml.safe_load((EXAMPLES / "incident_response.yaml").read_text()),
+                           "incident_id": "INC-9"}, load_policy())],
+        identity=Identity("platform-lead@example.com", "kubernetes", True), policy=load_policy(),
+    )
+    rid2 = submitted[0].request_id
+    out = _approve(sqlite_url, rid2, "--role", "platform-lead", "--kind", "incident", "--reason", "mine",
+                   env=_as(monkeypatch, "platform-lead@example.com"))
+    assert out.exit_code == 2 and "submitted this request; nobody approves their own" in out.output
+    assert [e.event for e in ledger.events(rid)] == ["submitted"]
+    assert [e.event for e in ledger.events(rid2)] == ["submitted"]
+    # an approval the ledger holds by the owner (written around `approve`) admits nothing either
+    ledger.record(rid, "approved", "x", details={"kind": "incident", "role": "safety-owner", "verified": True,
+                                                 "approver": "safety-owner@example.com", "identity_source": "oidc"})
+    assert plan_tick(load_policy(), ledger.states(), datetime.now(UTC)).launches == []
+    # the roster's second approver for break-glass may grant it
+    out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "sev1",
+                   env=_as(monkeypatch, "sre-oncall@example.com"))
+    assert out.exit_code == 0, out.output
+    assert rid in [la.request_id for la in plan_tick(load_policy(), ledger.states(), datetime.now(UTC)).launches]
+
+
+def test_a_49_hour_old_break_glass_grant_admits_nothing_and_opens_a_retrospective(ledger: Ledger, sqlite_url,
+                                                                                 monkeypatch):
+    from datetime import timedelta
+
+    rid = _incident(ledger, "release-safety-lead@example.com")
+    then = datetime.now(UTC) - timedelta(hours=49)
+    ledger.record(rid, "approved", "incident approval", at=then, details={
+        "kind": "incident", "role": "safety-owner", "approver": "release-safety-lead@example.com", "reason": "sev1",
+        "identity_source": "kubernetes", "verified": True})
+    plan = plan_tick(load_policy(), ledger.states(), datetime.now(UTC))
+    assert plan.launches == []
+    (wait,) = plan.waits
+    assert "expired" in wait.message and "approvals.ttl incident: 2 days" in wait.message
+    # one hour in, the same grant admits
+    assert [la.request_id for la in plan_tick(load_policy(), ledger.states(), then + timedelta(hours=1)).launches] == [rid]
+    out = _approve(sqlite_url, "--due", "--format", "json", env={})
+    assert out.exit_code == 0, out.output
+    (item,) = json.loads(out.output)
+    assert (item["request_id"], item["why"], item["approver"]) == (rid, "expired", "release-safety-lead@example.com")
+    out = _approve(sqlite_url, rid, "--done", "--reason", "reviewed in INC-4 postmortem",
+                   env=_as(monkeypatch, "platform-lead@example.com"))
+    assert out.exit_code == 0, out.output
+    assert json.loads(_approve(sqlite_url, "--due", "--format", "json", env={}).output) == []
+
+
+def test_approve_ignores_a_planted_policy_roster(ledger: Ledger, sqlite_url, monkeypatch, tmp_path: Path):
+    rid = _incident(ledger, "release-safety-lead@example.com")
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["approvers"]["safety-owner"]["members"].append("mallory@example.com")
+    planted = tmp_path / "gpu-platform.yaml"
+    (tmp_path / "evil.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    planted.write_text("policy: evil.yaml\n")
+    monkeypatch.chdir(tmp_path)
+    env = {**_as(monkeypatch, "mallory@example.com"), "GPU_PLATFORM_CONFIG": str(planted)}
+    out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "let me in", env=env)
+    assert out.exit_code == 2 and "'mallory@example.com' is not a member of role safety-owner" in out.output
+    out = CliRunner().invoke(main, ["approve", rid, "--role", "safety-owner", "--kind", "incident", "--reason", "x",
+                                    "--ledger", sqlite_url, "--policy", str(tmp_path / "evil.yaml")], env=env)
+    assert out.exit_code == 2  # no --policy: approve reads the deployed roster only
+    assert [e.event for e in ledger.events(rid)] == ["submitted"]
 
 
 def test_the_example_and_demo_incidents_are_admitted():
@@ -86,24 +174,28 @@ def test_the_example_and_demo_incidents_are_admitted():
         assert any(raw["approver"] in pol.approvers[r].members for r in ("safety-owner", "platform-lead")), path
 
 
-def test_a_roster_member_admits_a_waiting_incident_with_approve_kind_incident(ledger: Ledger, sqlite_url):
+def test_a_roster_member_admits_a_waiting_incident_with_approve_kind_incident(ledger: Ledger, sqlite_url, monkeypatch):
     rid = _incident(ledger, "mallory@example.com")
+    # a self-declared --approver with no identity source is a claim: refused
     out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "sev1 INC-4",
                    "--approver", "safety-owner@example.com")
+    assert out.exit_code == 2 and "no identity source is configured" in out.output
+    out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "sev1 INC-4",
+                   env=_as(monkeypatch, "safety-owner@example.com"))
     assert out.exit_code == 0, out.output
-    assert json.loads(out.output)["identity_source"] == "os_user"
+    assert json.loads(out.output)["identity_source"] == "kubernetes"
     plan = plan_tick(load_policy(), ledger.states(), datetime.now(UTC))
     assert [la.request_id for la in plan.launches] == [rid]
 
 
-def test_approve_by_a_non_member_is_refused(ledger: Ledger, sqlite_url):
+def test_approve_by_a_non_member_is_refused(ledger: Ledger, sqlite_url, monkeypatch):
     rid = _incident(ledger, "mallory@example.com")
     out = _approve(sqlite_url, rid, "--role", "safety-owner", "--kind", "incident", "--reason", "let me in",
-                   "--approver", "mallory@example.com")
+                   env=_as(monkeypatch, "mallory@example.com"))
     assert out.exit_code == 2
     assert "'mallory@example.com' is not a member of role safety-owner" in out.output
     out = _approve(sqlite_url, rid, "--role", "finops", "--kind", "incident", "--reason", "x",
-                   "--approver", "finops-lead@example.com")
+                   env=_as(monkeypatch, "finops-lead@example.com"))
     assert out.exit_code == 2 and "role finops may not approve incident" in out.output
     assert [e.event for e in ledger.events(rid)] == ["submitted"]
     assert plan_tick(load_policy(), ledger.states(), datetime.now(UTC)).launches == []
@@ -128,7 +220,7 @@ def test_with_a_verified_identity_a_different_approver_is_refused(ledger: Ledger
     assert out.exit_code == 0, out.output
     (ev,) = [e for e in ledger.events(rid) if e.event == "approved"]
     assert ev.details == {"kind": "incident", "role": "safety-owner", "approver": "safety-owner@example.com",
-                          "reason": "sev1", "identity_source": "kubernetes"}
+                          "reason": "sev1", "identity_source": "kubernetes", "verified": True}
 
 
 def test_a_required_identity_source_with_no_answer_refuses_instead_of_using_user(ledger: Ledger, sqlite_url, monkeypatch):
@@ -154,7 +246,7 @@ def test_current_identity_prefers_a_verified_source_over_user():
     assert current_identity(env, dagster_user="bob@example.com") == Identity("bob@example.com", "dagster")
     assert current_identity(env, headers=headers, dagster_user="bob@example.com").source == "oidc"
     k8s = {**env, "GPU_PLATFORM_IDENTITY": "kubernetes"}
-    assert current_identity(k8s, kubernetes_user=lambda: "carol") == Identity("carol", "kubernetes")
+    assert current_identity(k8s, kubernetes_user=lambda: "carol") == Identity("carol", "kubernetes", True)
     assert current_identity({**env, "GPU_PLATFORM_IDENTITY": "dagster"}, headers=headers, dagster_user="bob").source == "dagster"
     with pytest.raises(IdentityError, match="cannot ask the API server"):
         current_identity(k8s)
@@ -166,7 +258,13 @@ def test_current_identity_prefers_a_verified_source_over_user():
     assert approver_for("alice", Identity("alice", "oidc")) == "alice"
     with pytest.raises(ApprovalError, match="is not who you are"):
         approver_for("bob", Identity("alice", "oidc"))
-    assert approver_for("bob", Identity("someone", "os_user")) == "bob"
+    with pytest.raises(ApprovalError, match="no identity source is configured"):
+        approver_for("bob", Identity("someone", "os_user"))
+    # GPU_PLATFORM_IDENTITY=os_user: the OS login, not $USER (which anyone sets)
+    import os
+    import pwd
+    mine = current_identity({"USER": "platform-lead@example.com", "GPU_PLATFORM_IDENTITY": "os_user"})
+    assert mine == Identity(pwd.getpwuid(os.geteuid()).pw_name, "os_user", True) and mine.verified
 
 
 def test_policy_check_refuses_a_lane_no_role_may_approve(tmp_path: Path):

@@ -71,6 +71,22 @@ def test_rerunning_a_batch_adds_nothing(tmp_path, ledger_url):
     assert ids[0] == content_request_id(req)
 
 
+def _unverified_s3_env(tmp_path: Path) -> dict[str, str]:
+    """A child process's environment: no identity source and the default policy at scale S3, where
+    an unverified submitter is recorded (marked unverified) instead of refused (issue 42)."""
+    import yaml
+
+    from gpu_platform.policy import default_policy_path
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["scale"] = "S3"
+    policy = tmp_path / "policy-s3.yaml"
+    policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPU_PLATFORM_POLICY": str(policy)}
+    env.pop("GPU_PLATFORM_IDENTITY", None)
+    return env
+
+
 def test_kill_9_during_a_batch_leaves_all_or_nothing_and_rerun_completes(tmp_path):
     """A batch of 300 files is killed (SIGKILL) at staggered moments; every time the ledger holds
     0 or 300 requests; the re-run then leaves exactly 300 requests, each with one event."""
@@ -79,7 +95,7 @@ def test_kill_9_during_a_batch_leaves_all_or_nothing_and_rerun_completes(tmp_pat
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     Ledger(url)
     cmd = [sys.executable, "-m", "gpu_platform.cli", "submit", *files, "--ledger", url]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = _unverified_s3_env(tmp_path)
     seen = []
     for delay in [0.4 + 0.2 * k for k in range(15)]:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -110,7 +126,7 @@ def test_kill_9_inside_the_batch_transaction_records_nothing(tmp_path):
     url = f"sqlite:///{db}"
     Ledger(url)
     cmd = [sys.executable, "-m", "gpu_platform.cli", "submit", *files, "--ledger", url]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = _unverified_s3_env(tmp_path)
     other = sqlite3.connect(db, isolation_level=None, timeout=30)
     other.execute("begin immediate")  # another writer holds the write lock
     started = time.monotonic()

@@ -211,7 +211,7 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
     for it (`gpu_platform.demo.incident.would_preempt`: a trial holds H100s the incident needs and
     has written a checkpoint), so the preemption happens early and every time; after `timeout_s`
     without that moment it is submitted anyway, and says so."""
-    from gpu_platform.demo.incident import would_preempt
+    from gpu_platform.demo.incident import submit_incident, would_preempt
     from gpu_platform.demo.supervisor import wait_for_webserver
     from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
     from gpu_platform.policy import load_policy
@@ -245,7 +245,7 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
             f"it arrives in {after_s:.0f} s")
     if stop.wait(after_s):
         return
-    rid = ledger.submit(incident)
+    rid = submit_incident(ledger, incident)
     log(f"demo: incident {rid} submitted (16 H100s): watch research_best_effort be preempted in gpu_queue")
 
 

@@ -37,8 +37,14 @@ VARIABLES = {
     "policy": "GPU_PLATFORM_POLICY",
     "evidence_root": "GPU_PLATFORM_EVIDENCE_ROOT",
     "dagster_home": "DAGSTER_HOME",
+    "identity": "GPU_PLATFORM_IDENTITY",
 }
 """Config key -> the environment variable it stands in for."""
+
+APPLIED: dict[str, str] = {}
+"""The variables the project config set for this command (`apply_config` on the process's
+environment): `approve` and `submit` take a policy from the config only where the ledger comes
+from the same config (`deployed_policy_path`)."""
 
 
 class ConfigError(ValueError):
@@ -73,6 +79,7 @@ class ProjectConfig:
     policy: str | None = None
     evidence_root: str | None = None
     dagster_home: str | None = None
+    identity: str | None = None
 
 
 def parse_config(raw: Mapping, source: str) -> ProjectConfig:
@@ -140,6 +147,8 @@ def load_config(path: Path) -> dict[str, str]:
 def apply_config(env: MutableMapping[str, str] | None = None, cwd: Path | None = None) -> Resolution:
     """Fill the variables `env` leaves unset from the project config; say what came from where."""
     env = os.environ if env is None else env
+    if env is os.environ:
+        APPLIED.clear()
     path = find_config(env, cwd)
     if path is None:
         return Resolution(None)
@@ -153,7 +162,26 @@ def apply_config(env: MutableMapping[str, str] | None = None, cwd: Path | None =
         else:
             env[var] = value
             applied[var] = value
+    if env is os.environ:
+        APPLIED.update(applied)
     return Resolution(path, applied, shadowed)
+
+
+def deployed_policy_path(ledger_url: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The policy whose roster and team members decide for the ledger this command writes (None:
+    the packaged default): never a `--policy` option. `$GPU_PLATFORM_POLICY` from the caller's
+    environment; one a project config set only where that config also names the ledger (its
+    `ledger`, or its `home` with no ledger set otherwise): a config is a whole project, and a
+    planted one cannot lend its roster to a ledger it does not own."""
+    env = os.environ if env is None else env
+    value = env.get("GPU_PLATFORM_POLICY") or None
+    if value is None or "GPU_PLATFORM_POLICY" not in APPLIED:
+        return value
+    ledger_from_config = ledger_url is None and (
+        "GPU_PLATFORM_LEDGER_URL" in APPLIED
+        or (not env.get("GPU_PLATFORM_LEDGER_URL") and "GPU_PLATFORM_HOME" in APPLIED)
+    )
+    return value if ledger_from_config else None
 
 
 def demo_config_text(home: Path, dagster_home: Path | None, relative_to: Path) -> str:

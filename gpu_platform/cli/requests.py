@@ -27,6 +27,24 @@ RequestError, local_inventory_problems, request_warnings, validate_request_file 
 )
 
 
+def caller_identity():
+    """Who runs `submit` (`identity.current_identity`; the Kubernetes user via SelfSubjectReview
+    when GPU_PLATFORM_IDENTITY=kubernetes)."""
+    from gpu_platform.cli import approve
+    from gpu_platform.requests.identity import current_identity
+
+    return current_identity(kubernetes_user=approve._kubernetes_user)
+
+
+def deployed_policy_path_is_default(ledger_url: str | None) -> bool:
+    """Whether the deployed policy is the one `policy_or_exit(None)` already loaded (no reload)."""
+    import os
+
+    from gpu_platform.cli.project import deployed_policy_path
+
+    return deployed_policy_path(ledger_url) == (os.environ.get("GPU_PLATFORM_POLICY") or None)
+
+
 def _local_inventory() -> tuple[int, str] | None:
     """(GPUs, where from) of this machine when the platform runs here (the local executor) and
     knows its GPUs (NVML, or `GPU_PLATFORM_LOCAL_GPUS`); None otherwise: nothing to check against.
@@ -117,9 +135,19 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
     """
     import shlex
 
-    from gpu_platform.requests.ledger import RequestEnded, ended_line
+    from gpu_platform.cli.approve import deployed_policy
+    from gpu_platform.requests.identity import IdentityError
+    from gpu_platform.requests.ledger import RequestEnded, SubmitterRefused, ended_line
 
     pol = policy_or_exit(policy_path)
+    try:
+        # who is calling, before anything is recorded; a required source with no answer refuses
+        identity = caller_identity()
+    except IdentityError as exc:
+        err_console.print(f"submit: nothing recorded: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    # team members and the roster come from the deployed policy, never from --policy
+    deployed = pol if policy_path is None and deployed_policy_path_is_default(ledger_url) else deployed_policy(ledger_url)
     valid, problems = [], 0
     local = _local_inventory()
     for f in files:
@@ -140,7 +168,13 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
     keyed = [r if r.request_id else r.model_copy(update={"request_id": content_request_id(r)}) for r in valid]
     try:
         ledger = Ledger(ledger_url or default_ledger_url())
-        done = ledger.submissions(keyed, sources=list(files), again=again)
+        done = ledger.submissions(keyed, sources=list(files), again=again, identity=identity, policy=deployed)
+    except SubmitterRefused as exc:
+        for source, message in exc.conflicts:
+            err_console.print(f"[bold red]refused[/] {source}: ", end="", highlight=False, soft_wrap=True)
+            err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+        err_console.print("nothing was recorded", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except RequestEnded as exc:
         # the options are left out of the hint: a ledger URL may carry a password
         rerun = shlex.join(["gpu-platform", "submit", *files]) + " --again"
@@ -167,6 +201,11 @@ def submit(files: tuple[str, ...], policy_path: str | None, ledger_url: str | No
             soft_wrap=True,
         )
         sys.exit(1)
+    if not identity.verified:
+        err_console.print(
+            f"submit: recorded as submitted by {identity.name!r}, unverified: no identity source is configured "
+            "(GPU_PLATFORM_IDENTITY; docs/approvals.md, Identity)", markup=False, highlight=False, soft_wrap=True,
+        )
     for f, sub, req in zip(files, done, keyed, strict=True):
         click.echo(sub.request_id)
         _warn(f, req)

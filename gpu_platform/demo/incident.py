@@ -11,6 +11,10 @@ checkpoint (it is under way and resumes from that checkpoint), and no sweep tria
 The last condition keeps the answer true until the gate's next tick: Kueue's victim order takes
 the newest admission of the lowest priority first, so a trial admitted in between (one that has
 not started, with nothing to resume from) would be the victim instead.
+
+The incident's `approver` is a nomination (docs/approvals.md): the demo plays the nominated
+safety owner too, granting the break-glass approval as they would with `gpu-platform approve`,
+recorded with identity source `demo` (`submit_incident`), so the gate admits it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from datetime import UTC, datetime
 
 from gpu_platform.gate.tick import plan_tick
 from gpu_platform.policy import Policy
-from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, RequestState
+from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.requests.model import JobRequest
 
 
@@ -56,6 +60,7 @@ def would_preempt(
         updated_at=now,
         attempts=0,
         details={},
+        approvals=({**demo_approval(incident), "at": now.isoformat()},),
     )
     wanted = set(targets)
     if any(s.request_id in wanted and s.state in PENDING_STATES for s in live):
@@ -65,3 +70,25 @@ def would_preempt(
     if not victims & wanted or not all(checkpointed(v) for v in victims):
         return []
     return sorted(victims & wanted)
+
+
+DEMO_IDENTITY_SOURCE = "demo"
+
+
+def demo_approval(incident: JobRequest) -> dict[str, object]:
+    """The break-glass grant the demo records for its incident: by the approver it nominates,
+    as the roster role `safety-owner` (the `approved` event's details)."""
+    return {
+        "kind": "incident", "role": "safety-owner", "approver": incident.approver or "",
+        "reason": f"demo: {incident.incident_id or 'incident'} opened by the nominated safety owner",
+        "identity_source": DEMO_IDENTITY_SOURCE, "verified": True,
+    }
+
+
+def submit_incident(ledger: Ledger, incident: JobRequest) -> str:
+    """Submit the demo's incident and record its nominated approver's grant; return its id."""
+    rid = ledger.submit(incident)
+    details = demo_approval(incident)
+    ledger.record(rid, "approved", f"incident approval by {details['approver']} (safety-owner): {details['reason']}",
+                  details=details)
+    return rid

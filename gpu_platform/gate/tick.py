@@ -144,8 +144,8 @@ def build_state(
     holding = dict(holding or {})
     states = states if isinstance(states, list) else list(states)
     last = _LAST_SPLIT
-    if not holding and last and last[0] is policy and _same_objects(last[1], states):
-        # the same state objects as last time: the same pending workloads, the same admitted
+    if not holding and last and last[0] is policy and _same_objects(last[1], states) and not _any_approvals(states):
+        # the same state objects (and no approvals, whose lifetime runs with the clock) as last time: the same pending workloads, the same admitted
         # requests (their checkpoints are looked at again: a run writes them as it goes)
         active, pending = last[2], list(last[3])
     else:
@@ -153,7 +153,7 @@ def build_state(
         for s in states:
             if s.request.lane not in policy.lanes:
                 continue
-            kinds = honoured_kinds(policy, s.approvals) if s.approvals else _NONE
+            kinds = honoured_kinds(policy, s.approvals, now, s.request) if s.approvals else _NONE
             if s.request_id in holding:
                 active.append((s, kinds, True))
             elif s.state in ACTIVE_STATES:
@@ -196,13 +196,21 @@ _LAST_HELD: list = []
 """plan_tick's last requests held back before admission: [policy, states, unapproved, upstream]."""
 
 
-def _held_back(policy: Policy, states: list[RequestState]) -> tuple[dict[str, PendingInfo], dict[str, PendingInfo]]:
+def _any_approvals(states: list[RequestState]) -> bool:
+    """Whether a state carries approvals: what they allow depends on the time too (approvals.ttl)."""
+    return any(s.approvals for s in states)
+
+
+def _held_back(
+    policy: Policy, states: list[RequestState], now: datetime | None = None
+) -> tuple[dict[str, PendingInfo], dict[str, PendingInfo]]:
     """(awaiting_approval, waiting_for_upstream less those) of `states`: functions of the policy
-    and the states alone, so the same objects as last tick give last tick's answer."""
+    and the states alone (and of `now` where a state has approvals), so the same objects as last
+    tick give last tick's answer."""
     last = _LAST_HELD
-    if last and last[0] is policy and _same_objects(last[1], states):
+    if last and last[0] is policy and _same_objects(last[1], states) and not _any_approvals(states):
         return dict(last[2]), dict(last[3])
-    unapproved = awaiting_approval(policy, states)
+    unapproved = awaiting_approval(policy, states, now)
     upstream = {k: v for k, v in waiting_for_upstream(states).items() if k not in unapproved}
     _LAST_HELD[:] = [policy, list(states), dict(unapproved), dict(upstream)]
     return unapproved, upstream
@@ -325,11 +333,13 @@ def _input_ids(req: JobRequest) -> tuple[str, ...]:
     return ids
 
 
-def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[str, PendingInfo]:
-    """Pending requests of a lane with `requires_approval` (the incident lane) whose `approver` is
-    not a member of a roster role that may approve that kind and that no such member has approved
-    (`gpu-platform approve --kind incident`): they wait with reason `ApprovalRequired`, naming
-    the approver and the roles, and take no quota."""
+def awaiting_approval(
+    policy: Policy, states: Iterable[RequestState], now: datetime | None = None
+) -> dict[str, PendingInfo]:
+    """Pending requests of a lane with `requires_approval` (the incident lane) that no allowed
+    roster member has approved (`gpu-platform approve --kind incident`), or whose approval expired
+    by `now` (approvals.ttl): they wait with reason `ApprovalRequired`, naming the nominated
+    approver and the roles, and take no quota. A request's `approver` field grants nothing."""
     # a lane without `requires_approval` holds nothing back (`admission_approval_problem` says None)
     lanes = {name for name, lane in policy.lanes.items() if lane.requires_approval is not None}
     held: dict[str, PendingInfo] = {}
@@ -338,7 +348,7 @@ def awaiting_approval(policy: Policy, states: Iterable[RequestState]) -> dict[st
     for s in states:
         if s.state not in PENDING_STATES or (s.request.lane or "") not in lanes:
             continue
-        why = admission_approval_problem(policy, s.request, s.approvals or (), s.request_id)
+        why = admission_approval_problem(policy, s.request, s.approvals or (), s.request_id, now)
         if why:
             held[s.request_id] = _held(s, "ApprovalRequired", why)
     return held
@@ -376,7 +386,7 @@ def plan_tick(
     everyone = list(states)
     skip = set(draining) - set(holding)
     # one reason per waiting request: an approval first (a person must act), then its inputs
-    unapproved, upstream = _held_back(policy, everyone)
+    unapproved, upstream = _held_back(policy, everyone, now)
     held = {k: v for k, v in held_preemptors(states, holding).items() if k not in unapproved}
     out = skip | upstream.keys() | held.keys() | unapproved.keys()
     if out:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpu_platform.policy.loading import default_policy_path, load_policy, load_policy_cached, parse_policy
 from gpu_platform.policy.model import (
     APPROVAL_KINDS,
+    BREAK_GLASS_KINDS,
     GPU,
     ApproverRole,
     BorrowWithinCohort,
@@ -34,6 +35,7 @@ from gpu_platform.policy.model import (
 
 __all__ = [
     "APPROVAL_KINDS",
+    "BREAK_GLASS_KINDS",
     "GPU",
     "ApproverRole",
     "BorrowWithinCohort",

@@ -230,6 +230,42 @@ class ApproverRole(_Frozen):
     description: str = ""
     may_approve: tuple[ApprovalKind, ...] = Field(min_length=1)
     members: tuple[str, ...] = Field(min_length=1)
+    second_approvers: tuple[str, ...] = ()
+    """Break-glass (`incident`) only: people or groups who may grant this role's incident approval
+    when no member may (every member submitted or owns the request: nobody approves their own)."""
+    submit_for_others: bool = False
+    """Members may submit a request whose owner, team and cost center are not their own (it is
+    recorded as submitted by them on behalf of the owner: docs/approvals.md, Identity)."""
+
+
+BREAK_GLASS_KINDS: tuple[str, ...] = ("incident",)
+"""Approval kinds that are break-glass: each grant, once used or expired, opens a retrospective."""
+DEFAULT_APPROVAL_TTL: dict[str, timedelta] = {
+    "incident": timedelta(hours=48), "safety": timedelta(hours=48), "cost": timedelta(days=31),
+}
+
+
+class Approvals(_Frozen):
+    """`approvals`: how long a grant of each kind lets a request be admitted (`ttl`; a kind left
+    out keeps its default: incident and safety 48h, cost 31d). After it the gate no longer admits
+    on the grant, and an expired or used break-glass grant opens a retrospective item."""
+
+    ttl: dict[ApprovalKind, timedelta] = Field(default_factory=lambda: dict(DEFAULT_APPROVAL_TTL))
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        out = dict(DEFAULT_APPROVAL_TTL)
+        for k, d in v.items():
+            out[k] = parse_duration(d)
+            if out[k] <= timedelta(0):
+                raise ValueError(f"{k}: an approval's lifetime must be positive")
+        return out
+
+    def lifetime(self, kind: str) -> timedelta:
+        return self.ttl.get(kind, DEFAULT_APPROVAL_TTL.get(kind, timedelta(hours=48)))  # type: ignore[call-overload]
 
 
 class LaneAdmissionFairSharing(_Frozen):
@@ -398,6 +434,12 @@ class Team(_Frozen):
     data_access_scopes: tuple[str, ...]
     site: str | None = None
     budget: Decimal | None = Field(default=None, ge=0)
+    members: tuple[str, ...] = ()
+    """People (as the identity source names them) and groups (`group:<name>`, as it reports
+    them) who may submit for this team and its cost center (docs/approvals.md, Identity).
+    Empty: nobody but a roster role with `submit_for_others` may, once a verified identity is
+    required."""
+
 
 
 class FairSharing(_Frozen):
@@ -525,6 +567,7 @@ class Policy(_Frozen):
     teams: dict[str, Team]
     autoscaling: Autoscaling | None = None  # None: `autoscale plan` has nothing to plan
     approvers: dict[str, ApproverRole] = Field(default_factory=dict)  # role -> who, what (docs/approvals.md)
+    approvals: Approvals = Approvals()  # lifetimes of grants (docs/approvals.md)
     scale: Scale = DEFAULT_SCALE  # the scale ladder (policy/scale.py): metadata, scorecards, ERROR signals
     capacity_signals: CapacitySignals = CapacitySignals()  # thresholds of the capacity signals
     sites: dict[str, Site] = Field(default_factory=dict)

@@ -12,11 +12,19 @@ something other than the caller vouches for:
 - `kubernetes`: with `GPU_PLATFORM_IDENTITY=kubernetes`, the user the API server authenticates
   this process's credentials as (a SelfSubjectReview: what `kubectl auth whoami` prints);
   vouched for by the API server.
-- `os_user`: `$USER` (else the login name); self-declared, vouched for by nobody.
+- `os_user`: with `GPU_PLATFORM_IDENTITY=os_user` (one machine, its logins are its users), the
+  login of this process's effective uid (`pwd`, not `$USER`, which anyone sets); vouched for by
+  the operating system, so `configured`. Without `GPU_PLATFORM_IDENTITY` and no verified source
+  passed in: `$USER` (else the login name), self-declared, vouched for by nobody (`verified`
+  False): what such a caller records is marked unverified, and from scale S4 it is refused.
 
-`GPU_PLATFORM_IDENTITY` (unset: take the first verified source passed in, else `os_user`) names
-the one source a deployment requires: `oidc`, `dagster` or `kubernetes` refuse (IdentityError)
-when that source has no answer instead of falling back to `$USER`; `os_user` uses `$USER` only.
+`GPU_PLATFORM_IDENTITY` (unset: take the first verified source passed in, else the unverified
+`$USER`) names the one source a deployment requires: `oidc`, `dagster` or `kubernetes` refuse
+(IdentityError) when that source has no answer instead of falling back to `$USER`.
+
+Groups: an identity may carry the groups its source reports (`groups`: the proxy's
+`X-Auth-Request-Groups` / `X-Forwarded-Groups`, comma-separated; a SelfSubjectReview's groups);
+a policy names them `group:<name>` in `teams.<t>.members` and roster `members`.
 Nothing here authenticates anyone: it reads what the deployment's authentication already
 established, and says which source it was, so the ledger records it (`identity_source`).
 """
@@ -31,6 +39,8 @@ from dataclasses import dataclass
 IDENTITY_ENV = "GPU_PLATFORM_IDENTITY"
 SOURCES = ("oidc", "dagster", "kubernetes", "os_user")
 VERIFIED_SOURCES = ("oidc", "dagster", "kubernetes")
+GROUP_HEADERS = ("X-Auth-Request-Groups", "X-Forwarded-Groups")
+GROUP_PREFIX = "group:"
 OIDC_HEADERS = ("X-Auth-Request-Email", "X-Forwarded-Email", "X-Auth-Request-User", "X-Forwarded-User")
 """Headers oauth2-proxy sets on requests it passes upstream (`--set-xauthrequest`,
 `--pass-user-headers`), in the order they are preferred (an email before a user name)."""
@@ -42,13 +52,50 @@ class IdentityError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Identity:
+    """Who is calling. source: where the name came from (SOURCES); configured: the deployment
+    chose that source (`GPU_PLATFORM_IDENTITY`), so an `os_user` identity is the OS login, not
+    `$USER`; groups: the groups the source reports (without the `group:` prefix)."""
+
     name: str
     source: str
+    configured: bool = False
+    groups: tuple[str, ...] = ()
 
     @property
     def verified(self) -> bool:
-        """Vouched for by something other than the caller (not `$USER`)."""
-        return self.source in VERIFIED_SOURCES
+        """Vouched for by something other than the caller (not a self-declared `$USER`)."""
+        return self.source in VERIFIED_SOURCES or self.configured
+
+    def principals(self) -> frozenset[str]:
+        """The names a policy's member list may use for this caller: the name and `group:<g>`."""
+        return frozenset((self.name, *(GROUP_PREFIX + g for g in self.groups)))
+
+    def is_any_of(self, members: tuple[str, ...] | list[str]) -> bool:
+        """Whether a member list (people and `group:<name>`) names this caller."""
+        return bool(self.principals() & set(members))
+
+
+def _os_login() -> str:
+    """The login of this process's effective uid (the OS vouches for it; `$USER` is an assertion)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+        return f"uid:{os.geteuid()}" if hasattr(os, "geteuid") else getpass.getuser()
+
+
+def groups_from_headers(headers: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The groups an authenticating proxy put in a request's headers (comma-separated), else ()."""
+    if not headers:
+        return ()
+    lower = {str(k).lower(): v for k, v in headers.items()}
+    for name in GROUP_HEADERS:
+        value = str(lower.get(name.lower()) or "")
+        found = tuple(g.strip() for g in value.split(",") if g.strip())
+        if found:
+            return found
+    return ()
 
 
 def identity_from_headers(headers: Mapping[str, str] | None) -> str | None:
@@ -68,7 +115,7 @@ def current_identity(
     *,
     headers: Mapping[str, str] | None = None,
     dagster_user: str | None = None,
-    kubernetes_user: Callable[[], str] | None = None,
+    kubernetes_user: Callable[[], str | tuple[str, tuple[str, ...]]] | None = None,
 ) -> Identity:
     """Who is acting, from the most trusted source present (see the module docstring).
 
@@ -81,23 +128,26 @@ def current_identity(
     mode = (env.get(IDENTITY_ENV) or "").strip().lower() or "auto"
     if mode not in ("auto", *SOURCES):
         raise IdentityError(f"{IDENTITY_ENV}={mode!r}: not an identity source (one of: {', '.join(SOURCES)})")
+    configured = mode != "auto"
     if mode == "os_user":
-        return Identity(env.get("USER") or getpass.getuser(), "os_user")
+        return Identity(_os_login(), "os_user", configured=True)
     oidc = identity_from_headers(headers)
     if oidc and mode in ("auto", "oidc"):
-        return Identity(oidc, "oidc")
+        return Identity(oidc, "oidc", configured, groups_from_headers(headers))
     if dagster_user and dagster_user.strip() and mode in ("auto", "dagster"):
-        return Identity(dagster_user.strip(), "dagster")
+        return Identity(dagster_user.strip(), "dagster", configured)
     if mode == "kubernetes":
         if kubernetes_user is None:
             raise IdentityError(f"{IDENTITY_ENV}=kubernetes: this caller cannot ask the API server who it is")
         try:
-            name = kubernetes_user().strip()
+            answer = kubernetes_user()
+            name, groups = (answer, ()) if isinstance(answer, str) else answer
+            name = name.strip()
         except Exception as exc:  # no cluster, no credentials, an API server that says no
             raise IdentityError(f"{IDENTITY_ENV}=kubernetes: the API server did not say who this is ({exc})") from None
         if not name:
             raise IdentityError(f"{IDENTITY_ENV}=kubernetes: the API server returned no user name")
-        return Identity(name, "kubernetes")
+        return Identity(name, "kubernetes", True, tuple(groups))
     if mode in ("oidc", "dagster"):
         what = f"an {', '.join(OIDC_HEADERS)} header" if mode == "oidc" else "the Dagster user of the run"
         raise IdentityError(f"{IDENTITY_ENV}={mode}: no verified identity was passed ({what}); refusing to use $USER")

@@ -548,6 +548,91 @@ def decide_submission(request: JobRequest, latest: RecordedRun | None, again: bo
     return Submission(run_request_id(base, latest.run + 1), "recorded", again_of=latest.request_id)
 
 
+UNVERIFIED_MARK = "unverified"
+"""How a request whose submitter no identity source vouched for is marked (queue, explain, ledger)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submitter:
+    """Who records a request (`check_submitter`): `name` from `source` (`Identity.source`);
+    `verified`: an identity source vouched for it; `on_behalf_of`: the owner, when a roster role
+    with `submit_for_others` submits for someone else (else None)."""
+
+    name: str
+    source: str
+    verified: bool
+    on_behalf_of: str | None = None
+
+    def details(self) -> dict[str, Any]:
+        """The `submitted` event's details."""
+        out: dict[str, Any] = {"submitted_by": self.name, "identity_source": self.source, "verified": self.verified}
+        if self.on_behalf_of:
+            out["on_behalf_of"] = self.on_behalf_of
+        return out
+
+
+def submitter_line(details: Mapping[str, Any] | None) -> str:
+    """`submitted by ana@example.com (oidc)`, `... on behalf of ...`, or `... (unverified: ...)`;
+    "" for a request recorded before submitters were (or by the platform itself)."""
+    if not details or "submitted_by" not in details:
+        return ""
+    who = f"submitted by {details['submitted_by']}"
+    if not details.get("verified"):
+        who += f" ({UNVERIFIED_MARK}: no identity source is configured)"
+    else:
+        who += f" ({details.get('identity_source')})"
+    if details.get("on_behalf_of"):
+        who += f" on behalf of {details['on_behalf_of']}"
+    return who
+
+
+def check_submitter(request: JobRequest, identity: Any, policy: Any) -> tuple[Submitter | None, list[str]]:
+    """Who may record `request`, beside the idempotency rule (`decide_submission`): the caller's
+    `Identity` against the deployed policy (`teams.<t>.members`, the roster's
+    `submit_for_others`, `scale`). Returns (the submitter, []) or (None, every problem).
+
+    - no identity source configured (an unverified `$USER`): allowed below scale S4, recorded
+      and shown as unverified; refused from S4 (the scale ladder fails closed there);
+    - verified: the caller must be the request's `owner` and a member of its `team` (whose
+      cost center the policy fixes), unless a roster role with `submit_for_others` lists them
+      (recorded as on behalf of the owner)."""
+    from gpu_platform.policy.scale import fails_closed
+
+    if not identity.verified:
+        if fails_closed(policy.scale):
+            return None, [
+                f"submitter: no identity source is configured (GPU_PLATFORM_IDENTITY: oidc, dagster, kubernetes or "
+                f"os_user) and the policy's scale {policy.scale} fails closed; {identity.name!r} ($USER) vouches for "
+                "nobody (docs/approvals.md, Identity)"
+            ]
+        return Submitter(identity.name, identity.source, False), []
+    roles = [r for r, spec in policy.approvers.items() if spec.submit_for_others and identity.is_any_of(spec.members)]
+    if roles:
+        behalf = request.owner if request.owner != identity.name else None
+        return Submitter(identity.name, identity.source, True, behalf), []
+    errors = []
+    if request.owner != identity.name:
+        errors.append(
+            f"owner: {request.owner!r} is not you ({identity.name!r}, from {identity.source}); submit as the owner, "
+            "or ask a roster role with submit_for_others to submit on their behalf"
+        )
+    team = policy.teams.get(request.team or "")
+    if team is not None and not identity.is_any_of(team.members):
+        errors.append(
+            f"team: {identity.name!r} is not a member of team {team.name} (teams.{team.name}.members), so may not "
+            f"submit for it or bill its cost center {team.cost_center}"
+        )
+    if team is not None and request.cost_center != team.cost_center:
+        errors.append(f"cost_center: {request.cost_center!r} is not team {team.name}'s ({team.cost_center})")
+    if errors:
+        return None, errors
+    return Submitter(identity.name, identity.source, True), []
+
+
+class SubmitterRefused(BatchConflict):
+    """The caller may not record one of the batch's requests (`check_submitter`); nothing was recorded."""
+
+
 def ended_line(sub: Submission) -> str:
     """`identical to req-..., which finished at 2026-05-01 12:00:03 UTC; nothing recorded`."""
     at = f" at {sub.since:%Y-%m-%d %H:%M:%S} UTC" if sub.since else ""
@@ -711,6 +796,8 @@ class Ledger:
         sources: list[str] | None = None,
         at: datetime | None = None,
         again: bool = False,
+        identity: Any = None,
+        policy: Any = None,
     ) -> list[Submission]:
         """Record every request in one transaction, or none; say what became of each, in order.
 
@@ -724,14 +811,32 @@ class Ledger:
         in the batch with different content, makes the whole batch fail with BatchConflict
         naming its source (`sources[i]`, default `request i`). Nothing of a failed batch is
         recorded.
+
+        identity, policy: the caller's `Identity` and the deployed policy: each request is
+        checked by `check_submitter` first (SubmitterRefused names every refused one; nothing
+        is recorded) and its `submitted` event records who submitted it (`Submitter.details`).
+        None: the platform itself records (the demo's seed, tests), with no submitter.
         """
         sources = sources or [f"request {i}" for i in range(len(requests))]
         now = _utc(at or datetime.now(UTC))
+        submitters: dict[int, Submitter] = {}
+        if identity is not None:
+            refused: list[tuple[str, str]] = []
+            for request, source in zip(requests, sources, strict=True):
+                who, problems = check_submitter(request, identity, policy)
+                refused.extend((source, p) for p in problems)
+                if who is not None:
+                    submitters[id(request)] = who
+            if refused:
+                raise SubmitterRefused(refused)
         keys: list[str] = []
         wanted: dict[str, tuple[JobRequest, str]] = {}
         conflicts: list[tuple[str, str]] = []
+        by_id: dict[str, Submitter] = {}
         for request, source in zip(requests, sources, strict=True):
             request_id = request.request_id or new_request_id()
+            if id(request) in submitters:
+                by_id.setdefault(request_id, submitters[id(request)])
             request = request.model_copy(update={"request_id": request_id})
             keys.append(request_id)
             if request_id in wanted:
@@ -766,7 +871,8 @@ class Ledger:
                     if refused:
                         raise BatchConflict(refused)
                     if new:
-                        self._insert_requests(conn, new, now)
+                        self._insert_requests(conn, new, now, {d.request_id: by_id[rid] for rid, d in decided.items()
+                                                               if d.outcome == "recorded" and rid in by_id})
                 return [decided[rid] for rid in keys]
             except IntegrityError:
                 # A concurrent submitter recorded one of these ids between our read and insert:
@@ -808,17 +914,31 @@ class Ledger:
         return out
 
     @staticmethod
-    def _insert_requests(conn: sa.Connection, new: list[tuple[str, JobRequest]], now: datetime) -> None:
-        """Requests, their `submitted` events and their state rows, in the caller's transaction."""
+    def _insert_requests(
+        conn: sa.Connection, new: list[tuple[str, JobRequest]], now: datetime,
+        submitters: Mapping[str, Submitter] | None = None,
+    ) -> None:
+        """Requests, their `submitted` events (with who submitted them, `submitters`) and their
+        state rows, in the caller's transaction."""
         rows = [Ledger._row(req, rid, now) for rid, req in new]
         seqs = conn.execute(
             requests_table.insert().returning(requests_table.c.seq, sort_by_parameter_order=True), rows
         ).scalars().all()
-        events = [{"request_id": rid, "event": "submitted", "at": now, "reason": "validated"} for rid, _ in new]
+        submitters = submitters or {}
+
+        def submitted(rid: str) -> dict[str, Any]:
+            who = submitters.get(rid)
+            if who is None:
+                return {"request_id": rid, "event": "submitted", "at": now, "reason": "validated", "details": None}
+            details = who.details()
+            return {"request_id": rid, "event": "submitted", "at": now,
+                    "reason": f"validated; {submitter_line(details)}", "details": json.dumps(details, sort_keys=True)}
+
+        events = [submitted(rid) for rid, _ in new]
         ids = conn.execute(
             events_table.insert().returning(events_table.c.id, sort_by_parameter_order=True), events
         ).scalars().all()
-        folded = _fold({**e, "flavor": None, "run_id": None, "details": None, "id": i} for e, i in zip(events, ids, strict=True))
+        folded = _fold({**e, "flavor": None, "run_id": None, "id": i} for e, i in zip(events, ids, strict=True))
         conn.execute(
             state_table.insert(),
             [
@@ -992,6 +1112,30 @@ class Ledger:
                 )
                 for r in conn.execute(q)
             ]
+
+    def submitters(self, request_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Who submitted each request (its `submitted` event's details: `submitted_by`,
+        `identity_source`, `verified`, `on_behalf_of`); a request recorded without a submitter
+        (before submitters were, or by the platform itself) is left out."""
+        e = events_table
+        out: dict[str, dict[str, Any]] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(request_ids):
+                q = sa.select(e.c.request_id, e.c.details).where(
+                    e.c.event == "submitted", e.c.request_id.in_(chunk), e.c.details.is_not(None)
+                )
+                for row in conn.execute(q):
+                    try:
+                        details = json.loads(row.details)
+                    except ValueError:
+                        continue
+                    if isinstance(details, dict) and "submitted_by" in details:
+                        out[row.request_id] = details
+        return out
+
+    def submitter(self, request_id: str) -> dict[str, Any]:
+        """`submitters` of one request ({} when none is recorded)."""
+        return self.submitters([request_id]).get(request_id, {})
 
     def states(
         self, states: Iterable[str] | None = None, lane: str | None = None, request_id: str | None = None

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu_platform.cli.demo import DEMO_REQUESTS, INCIDENT, _load, live_request_files
-from gpu_platform.demo.incident import would_preempt
+from gpu_platform.demo.incident import submit_incident, would_preempt
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
 from gpu_platform.gate.tick import plan_tick, record_plan
 from gpu_platform.policy import load_policy
@@ -99,7 +99,7 @@ def test_once_every_trial_runs_with_a_checkpoint_the_incident_would_preempt_them
     assert victims and set(victims) <= set(running)
     assert not demo.ledger.known_ids([demo.incident.request_id]), "a dry run records nothing"
     # the gate, once the incident is submitted, preempts what the dry run named, and only them
-    demo.ledger.submit(demo.incident)
+    submit_incident(demo.ledger, demo.incident)  # with its nominated approver's grant
     plan = plan_tick(demo.policy, demo.live(), datetime.now(UTC), checkpointed=demo.checkpointed)
     assert sorted(p.victim for p in plan.preemptions if p.preemptor == demo.incident.request_id) == victims
 
