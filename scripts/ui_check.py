@@ -520,9 +520,15 @@ def history_release(browser: Browser, url: str, checks: Checks) -> None:
 
 
 def readme_cli_lines() -> list[str]:
-    """The CLI lines of the README's `## The CLI` block as printed, without their comments."""
-    block = (ROOT / "README.md").read_text().split("\n## The CLI\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith(ROOT_CLI + " ")]
+    """Every CLI line of every ```bash block of the README (the role paths of its first screen and
+    the `## The CLI` block) as printed, without their comments, each once."""
+    text = (ROOT / "README.md").read_text()
+    lines: list[str] = []
+    for block in text.split("```bash\n")[1:]:
+        for line in block.split("```", 1)[0].splitlines():
+            if line.startswith(ROOT_CLI + " "):
+                lines.append(line.split("  #", 1)[0].strip())
+    return list(dict.fromkeys(lines))
 
 
 def _serve_metrics(checks: Checks, printed: str) -> None:
@@ -634,15 +640,39 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
             (f"policy tune --trace {trace} --lane-map elasticflow --trials 2 --out {outdir}/tune", ("tuned_policy",), {})],
         "demo seed --days 30": [("demo seed --days 30", ("already seeded",), {})],
         "demo run": [],  # the demo this check runs
+        # the README's first screen: one path per role, each line as printed
+        "queue": [("queue", ("research_best_effort",), {"empty_in": home})],
+        "explain REQUEST_ID": [],  # with the id the researcher's submit printed (below)
+        "cost report --day $(date -u -d yesterday +%F) --format table": [
+            ("cost report --day $(date -u -d yesterday +%F) --format table", (yesterday,), {})],
+        "report --out var/report": [("report --out var/report", ("index.html",), {})],
+        "policy check": [("policy check", ("research_best_effort", "incident_response"), {})],
+        "kueue export --out var/kueue": [("kueue export --out var/kueue", ("clusterqueue",), {})],
+        "simulate --trace tests/fixtures/simulate/elasticflow-cluster04-head2000.csv --lane-map elasticflow "
+        "--compare fifo --out var/simulate": [
+            ("simulate --trace tests/fixtures/simulate/elasticflow-cluster04-head2000.csv --lane-map elasticflow "
+             "--compare fifo --out var/simulate", ("fifo",), {})],
     }
+    researcher = "submit examples/requests/research_best_effort.yaml --again"
+    submitted: list[str] = []
     for printed in readme_cli_lines():
         key = printed.removeprefix(ROOT_CLI + " ")
-        if key not in runs:
+        if key not in runs and key != researcher:
             checks.that(False, f"README line `{printed}` has no check in scripts/ui_check.py (readme_checks)")
         elif key == "metrics serve --port 9464":
             _serve_metrics(checks, printed)
         elif key == "demo run":
             checks.that(True, f"README line `{printed}`: the demo under this check (started with it)")
+        elif key == researcher:
+            # the newcomer's first submit: a request id (the demo's own while live, a new run once it ended)
+            got = readme_line(f"{cli} {researcher}", checks, ("req-",)).strip().splitlines()
+            submitted.extend(got[-1:])
+            if submitted:
+                readme_line(f"{cli} queue --all --format json", checks, (submitted[0],),
+                            what=" (the researcher's submitted request is in the queue)")
+        elif key == "explain REQUEST_ID":
+            rid = submitted[0] if submitted else trial
+            readme_line(f"{cli} explain {rid}", checks, (rid,))
         for line, expect, kw in runs.get(key, ()):
             readme_line(f"{cli} {line}", checks, expect, **kw)
 
