@@ -18,7 +18,7 @@ _MAY = "; required by some lanes (the policy's lanes.<lane>.required_fields)"
 
 
 class SubmitRequestConfig(dg.Config):
-    """One GPU job request, as a request file would hold it (README, Job requests)."""
+    """One GPU job request, as a request file would hold it (docs/reference.md, Job requests)."""
 
     name: str | None = Field(default=None, description="A human name shown in queue, explain and on the runs (letters, digits, space, ._:/@+()-; max 100).")
     request_id: str | None = Field(default=None, description="Leave empty for a new random id; an existing id with other content is refused, and so is that of a request that ended (leave it empty to run the job again).")

@@ -679,7 +679,7 @@ def retention_sweep() -> None:
 def make_retention_schedule(running: bool = False) -> dg.ScheduleDefinition:
     """`retention_sweep_daily` (03:00 UTC). Stopped by default: deleting expired evidence on a
     schedule is a site's decision; the demo turns it on (`GPU_PLATFORM_RETENTION_SCHEDULE=on`,
-    set by `gpu-platform demo run`), as its README says every schedule is on."""
+    set by `gpu-platform demo run`), as docs/demo.md says every schedule is on."""
     return dg.ScheduleDefinition(
         job=retention_sweep,
         cron_schedule="0 3 * * *",

@@ -1,5 +1,5 @@
 """gpu_platform: the domain, free of Dagster, one package per concern (see each package's
-docstring and the README's Layout): `policy`, `requests`, `admission`, `gate`, `cluster`,
+docstring and the layout in docs/architecture.md): `policy`, `requests`, `admission`, `gate`, `cluster`,
 `devices`, `lineage`, `finops`, `observe`, `deploy`, `simulate`, `workloads`, `demo`, `safeload`,
 `cli`;
 plus two tiny shared modules, `paths` and `units`.

@@ -1,4 +1,4 @@
-"""Where local state lives, from the environment (as the README's configuration table says).
+"""Where local state lives, from the environment (as docs/configuration.md's table says).
 
 `GPU_PLATFORM_HOME` (default `./var`) holds the ledger, the warehouse, evidence and saved feeds;
 `GPU_PLATFORM_WAREHOUSE` (default `$GPU_PLATFORM_HOME/warehouse.duckdb`) is the DuckDB file every
