@@ -88,7 +88,7 @@ def test_the_gate_orders_the_lanes_teams_by_their_usage(tmp_path, afs_policy) ->
     teams = [("perception", "CC-1010"), ("perception", "CC-1010"), ("planning", "CC-1020"), ("planning", "CC-1020")]
     for i, (team, cc) in enumerate(teams):
         raw = {**base, "team": team, "cost_center": cc, "gpu_count": 8, "experiment_id": f"exp-{i}",
-               "data_access_scope": "fleet-logs"}
+               "data_access_scope": "fleet-logs", "output_artifact_ids": [f"ckpt-{team}-exp-{i}"]}  # each team its own
         ids.append(led.submit(validate_request(raw, afs_policy)))
     now = datetime.now(UTC)
     # no usage known: perception's first (submitted first), then its entry penalty puts planning next
