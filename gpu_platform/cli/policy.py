@@ -256,6 +256,14 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         evals = tune.search(problem, knobs, trials, seed=seed, timeout_s=timeout_s, on_trial=on_trial)
     chosen = tune.choose(evals)
     front = tune.pareto(evals)
+    found = tune.verdict(evals, chosen)
+    if found["result"] == "infeasible":
+        err.print(
+            f"policy tune: no candidate of {len(evals)} met every target on the sample; binding: "
+            f"{found['binding']} (excess {found['binding_excess']:.2f}, normalized)"
+            + ("; the result is the input policy unchanged" if found["unchanged_from_input"] else "; the least-violating candidate follows")
+            if found["binding"] else f"policy tune: no candidate of {len(evals)} met every target (none validated)"
+        )
     from gpu_platform.safeload.files import OutputDir, write_file
 
     out = Path(out_dir)
@@ -277,7 +285,7 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     pareto_doc = {
         "sample_jobs": len(sample), "knobs": [k.name for k in knobs], "fifo_backfill_utilization": fifo_util,
         "max_utilization_gap": max_utilization_gap, "trials": [row(e) for e in evals],
-        "pareto_front": [evals.index(e) for e in front], "chosen": evals.index(chosen),
+        "pareto_front": [evals.index(e) for e in front], "chosen": evals.index(chosen), "verdict": found,
     }
     write_file(out / "pareto.json", json.dumps(pareto_doc, indent=1))
     # the comparison: input policy vs tuned vs the FIFO baselines, on the validation jobs
@@ -311,7 +319,8 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     err.print(f"wrote tuned-policy.yaml, policy.diff, pareto.json, pareto.png, report.html to {out}")
     click.echo(json.dumps({"tuned_policy": str(out / "tuned-policy.yaml"), "targets_met": targets_tuned["met"],
                            "targets_missed": targets_tuned["missed"], "utilization_gap_points": round(gap_points, 2),
-                           "candidates": len(evals), "feasible_on_sample": sum(e.feasible for e in evals)}, indent=1))
+                           "candidates": len(evals), "feasible_on_sample": sum(e.feasible for e in evals),
+                           "verdict": found}, indent=1))
     missed = targets_tuned["missed"] or gap_points > 100 * max_utilization_gap + 1e-9
     if fail_on_missed and missed:
         sys.exit(1)

@@ -194,11 +194,22 @@ class LaneTargets(_Frozen):
     queue with backfilling (`fifo-backfill`; simulate only: live data has no FIFO to compare).
     max_lost_gpu_hours_share: GPU-hours lost to preemption at most this share of the GPU-hours the
     lane's jobs held.
+    boost_after: aging toward `wait_p95`: a workload of the lane gains `boost` priority for each
+    `boost_after` x `wait_p95` it has waited, up to one below the next higher lane's priority
+    (Kueue's `kueue.x-k8s.io/priority-boost` annotation, KEP-7990, which an external controller
+    sets; `simulate` models it, the gate does not set it yet): older work sorts ahead of younger
+    work of its lane and may preempt the lane's younger running work where `within_cluster_queue`
+    lets a higher priority preempt. None: no aging; without `wait_p95` it has no effect.
+    boost: the priority gained per step (1). The default step is the target itself (1.0): on the
+    tuning trace (ElasticFlow cluster04) a step of half the target cost candidate training 2 h of
+    p95 against FIFO with backfill; docs/simulator.md.
     """
 
     wait_p95: timedelta | None = None
     wait_p95_vs_fifo: float | None = Field(default=None, gt=0)
     max_lost_gpu_hours_share: float | None = Field(default=None, ge=0, le=1)
+    boost_after: float | None = Field(default=1.0, gt=0, le=1)
+    boost: int = Field(default=1, ge=1)
 
     @field_validator("wait_p95", mode="before")
     @classmethod
@@ -439,7 +450,6 @@ class Team(_Frozen):
     them) who may submit for this team and its cost center (docs/approvals.md, Identity).
     Empty: nobody but a roster role with `submit_for_others` may, once a verified identity is
     required."""
-
 
 
 class FairSharing(_Frozen):

@@ -207,6 +207,12 @@ class _Sim:
         self.node_flavors = tuple(self.book.by_flavor) if self.book is not None else ()
         self.usable: dict[tuple, tuple[str, ...]] = {}
         self.stranded_gpu_s = 0.0
+        # aging (`Scenario.boosts`): (due, seq, run) of waiting work whose priority boost is due
+        self.boosts = dict(scenario.boosts or {})
+        self.aging: list[tuple[float, int, JobRun, int]] = []
+        self.level: dict[str, int] = {}  # aging level a job's workload carries
+        self.base_prio: dict[str, int] = {}
+        self.seq_age = 0
 
     @staticmethod
     def _shape(wl: Workload) -> tuple:
@@ -273,7 +279,43 @@ class _Sim:
         if why is not None:
             r.state, r.reason = "rejected", why
             return False
+        if r.wl.cq in self.boosts:
+            self.base_prio[r.job.job_id] = r.wl.priority
+            self._age_next(r, 1)
         return self._enqueue(r, now)
+
+    def _age_next(self, r: JobRun, level: int) -> None:
+        """Schedule the job's next aging step (level `level`) unless its boost is at its cap."""
+        assert r.wl is not None
+        step, per, cap = self.boosts[r.wl.cq]
+        if step > 0 and (level - 1) * per < cap:
+            self.seq_age += 1
+            heapq.heappush(self.aging, (r.job.submit_ts + level * step, self.seq_age, r, level))
+
+    def _raise(self, r: JobRun, level: int) -> bool:
+        """Give a job the priority of aging level `level` (base + min(level x boost, cap): Kueue's
+        `kueue.x-k8s.io/priority-boost`, KEP-7990); True if it changed."""
+        assert r.wl is not None
+        name = r.job.job_id
+        if level <= self.level.get(name, 0):
+            return False
+        _step, per, cap = self.boosts[r.wl.cq]
+        self.level[name] = level
+        prio = self.base_prio[name] + min(level * per, cap)
+        if prio == r.wl.priority:
+            return False
+        r.wl = replace(r.wl, priority=prio)
+        r.shape = self._shape(r.wl)
+        return True
+
+    def _age(self, r: JobRun, level: int) -> bool:
+        """An aging step of a waiting job: it sorts ahead in its queue and may preempt what its
+        queue's rules let a higher priority preempt. True when the engine must look again."""
+        since = r.queued_since
+        self._dequeue(r)
+        self._raise(r, level)
+        self._age_next(r, level + 1)
+        return self._enqueue(r, since)
 
     def _stop(self, r: JobRun, now: float) -> float:
         """End the current run of r at now; returns its run time."""
@@ -630,6 +672,11 @@ class _Sim:
             if not self.size[cq]:
                 self.block[cq] = None
         for r in requeue:
+            if r.wl is not None and r.wl.cq in self.boosts:
+                step = self.boosts[r.wl.cq][0]
+                level = int((now - r.job.submit_ts) // step) if step > 0 else 0
+                self._raise(r, level)
+                self._age_next(r, max(level, self.level.get(r.job.job_id, 0)) + 1)
             self._enqueue(r, now)
         if requeue and settle:
             # Their preemptors are admitted: the victims may take what is still free at once
@@ -690,7 +737,10 @@ class _Sim:
                 heapq.heappop(heap)
             t_arr = runs[ai].job.submit_ts if ai < n else _INF
             t_end = heap[0][0] if heap else _INF
-            t = min(t_arr, t_end)
+            aging = self.aging
+            while aging and aging[0][2].state != "pending":
+                heapq.heappop(aging)  # a job that runs again is put back by its requeue
+            t = min(t_arr, t_end, aging[0][0] if aging else _INF)
             if t == _INF:
                 break
             t_run = t if self.tick <= 0 else math.ceil(t / self.tick - 1e-12) * self.tick
@@ -710,6 +760,10 @@ class _Sim:
             while ai < n and runs[ai].job.submit_ts <= t_run:
                 arrived |= self.arrive(runs[ai], runs[ai].job.submit_ts)
                 ai += 1
+            while aging and aging[0][0] <= t_run:
+                _due, _i, r, level = heapq.heappop(aging)
+                if r.state == "pending" and level > self.level.get(r.job.job_id, 0):
+                    arrived |= self._age(r, level)
             if self.pending and (freed or arrived):
                 self.schedule(t_run, full=freed)
             if nodes:

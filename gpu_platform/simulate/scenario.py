@@ -33,6 +33,10 @@ class Scenario:
     node_gpus: Mapping[str, float] | None = None
     """GPUs per node of each flavor placed on nodes (`with_nodes`; base.nodes holds the nodes);
     None: quota only."""
+    boosts: Mapping[str, tuple[float, int, int]] | None = None
+    """Aging per cluster queue: (step seconds, boost per step, cap): a workload still waiting k
+    steps after its submission has min(k x boost, cap) added to its priority (Kueue's
+    `kueue.x-k8s.io/priority-boost`, KEP-7990, which an external controller sets); None: no aging."""
 
     @property
     def capacity(self) -> float:

@@ -215,7 +215,27 @@ def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
             expected_duration_s=job.duration_s,
         )
 
-    return Scenario("policy", "the policy's lanes, quotas, borrowing, preemption and lane rules", base, workload)
+    return Scenario(
+        "policy", "the policy's lanes, quotas, borrowing, preemption and lane rules", base, workload,
+        boosts=lane_boosts(policy) or None,
+    )
+
+
+def lane_boosts(policy: Policy) -> dict[str, tuple[float, int, int]]:
+    """Aging per lane: (step seconds, boost per step, cap). A waiting workload gains `targets.boost`
+    each `targets.boost_after` x `targets.wait_p95` it waits, up to one below the next higher
+    lane's priority (it ages toward its target, never past a lane above it)."""
+    lanes = policy.lanes_by_priority()
+    out: dict[str, tuple[float, int, int]] = {}
+    for lane in lanes:
+        t = lane.targets
+        if t is None or t.wait_p95 is None or t.boost_after is None:
+            continue
+        above = [x.priority for x in lanes if x.priority > lane.priority]
+        cap = (min(above) - lane.priority - 1) if above else 1_000_000
+        if cap > 0:
+            out[lane.name] = (t.wait_p95.total_seconds() * t.boost_after, t.boost, cap)
+    return out
 
 
 def _pool_state(policy: Policy, capacity: float | None, preemption: str) -> ClusterState:

@@ -377,6 +377,29 @@ def violations(rep: dict[str, Any], targets: dict[str, Any], baseline: dict[str,
     return out
 
 
+def binding(ev: Evaluation) -> str | None:
+    """The constraint a candidate misses by most (normalized as `violations`); None: meets all, or
+    failed validation (its error says why)."""
+    over = {k: v for k, v in ev.violations.items() if v > 0}
+    return max(over, key=lambda k: over[k]) if over else None
+
+
+def verdict(evals: list[Evaluation], chosen: Evaluation) -> dict[str, Any]:
+    """What the search found, said plainly: whether any candidate met every constraint on the
+    sample, and when none did, the binding constraint of the least-violating one and whether the
+    result differs from the input at all (never an empty diff presented as a result)."""
+    feasible = sum(e.feasible for e in evals)
+    out: dict[str, Any] = {"feasible_candidates": feasible, "invalid_candidates": sum(e.error is not None for e in evals)}
+    if feasible:
+        out["result"] = "feasible"
+    else:
+        out["result"] = "infeasible"
+        out["binding"] = binding(chosen)
+        out["binding_excess"] = chosen.violations.get(out["binding"]) if out["binding"] else None
+        out["unchanged_from_input"] = bool(evals) and chosen.values == evals[0].values
+    return out
+
+
 def pareto(evals: list[Evaluation]) -> list[Evaluation]:
     """The non-dominated evaluations on (utilization up, lost GPU-hours down), among the feasible
     ones (all evaluated ones when none is feasible), best utilization first."""

@@ -30,7 +30,9 @@ def _tiled(lane_map: str, copies: int):
     ("lane_map", "calls", "cycles", "preemptions", "digest"),
     [
         ("elasticflow", 4946, 13308, 0, "a9a67932d26014e09a9a4f35dfd4948352ee3017fddd34e7c6c1f742c935225f"),
-        ("elasticflow-fleet", 4851, 12666, 30, "7cd119844424c3667991b30e9bd116fa51d433e624e8414129752fe755316b4e"),
+        # aging (targets.boost_after, issue 45) changed this mix's outcome: 42 more preemptions,
+        # candidate runs waiting past 24 h taking GPUs back from the lane's younger runs
+        ("elasticflow-fleet", 5030, 13325, 72, "d483ff33f4ff8034eb2a3501477bf87c925cf997c8829e735443c5264179371e"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):

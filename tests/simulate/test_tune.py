@@ -200,3 +200,14 @@ def test_cli_writes_the_tuned_policy_diff_front_and_report(tmp_path):
     assert set(report["scenarios"]) == {"policy", "tuned", "fifo", "fifo-backfill"}
     for f in ("pareto.png", "report.html", "usage_tuned.png"):
         assert (out / f).stat().st_size > 0
+
+
+def test_an_infeasible_search_names_its_binding_target_and_says_when_nothing_changed():
+    inp = tune.Evaluation({"a": 1}, violations={"candidate_train.wait_p95": 2.5, "utilization": 0.5, "never_admitted": 0.0})
+    other = tune.Evaluation({"a": 2}, violations={"candidate_train.wait_p95": 3.0, "utilization": -1.0})
+    bad = tune.Evaluation({"a": 3}, error="autoscaling.warm_pools: ...")
+    found = tune.verdict([inp, other, bad], inp)
+    assert found == {"feasible_candidates": 0, "invalid_candidates": 1, "result": "infeasible",
+                     "binding": "candidate_train.wait_p95", "binding_excess": 2.5, "unchanged_from_input": True}
+    ok = tune.Evaluation({"a": 4}, violations={"utilization": -0.1})
+    assert tune.verdict([inp, ok], ok) == {"feasible_candidates": 1, "invalid_candidates": 0, "result": "feasible"}
