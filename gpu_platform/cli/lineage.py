@@ -161,12 +161,18 @@ def retention_hold(
         identity = current_identity(kubernetes_user=_kubernetes_user)
     except IdentityError as exc:
         fail(f"retention hold {request_id}: not recorded", [str(exc)])
+    from gpu_platform.safeload.text import char_problem, plain
+
+    bad = [f"--{name}: {problem}" for name, value in (("holder", holder), ("reason", reason))
+           if (problem := char_problem(value))]
+    if bad:
+        fail(f"retention hold {request_id}: not recorded", bad)
     store = EvidenceStore(evidence_root or default_evidence_root())
     if release:
         found = store.release_hold(
             request_id, holder, reason=reason, released_by=identity.name, identity_source=identity.source
         )
-        click.echo(f"{'released' if found else 'no'} hold {holder} on {request_id}")
+        click.echo(f"{'released' if found else 'no'} hold {plain(holder)} on {request_id}")
     else:
         store.set_hold(request_id, holder, reason, set_by=identity.name, identity_source=identity.source)
-        click.echo(f"hold {holder} placed on {request_id} by {identity.name} ({identity.source})")
+        click.echo(f"hold {plain(holder)} placed on {request_id} by {plain(identity.name)} ({identity.source})")

@@ -55,3 +55,12 @@ def test_id_problem_refuses_a_trailing_newline() -> None:
     # Python's `$` matches before a final newline: the pattern is applied with fullmatch
     assert id_problem("req-1\n") is not None
     assert id_problem("req-1") is None
+
+
+def test_retention_hold_refuses_control_characters_in_holder_and_reason(tmp_path) -> None:
+    result = CliRunner().invoke(
+        main, ["retention", "hold", "req-1", "--holder", "ops\x1b[2J", "--reason", "x\nAPPROVED"],
+        env={"GPU_PLATFORM_HOME": str(tmp_path)},
+    )
+    assert result.exit_code == 2, result.output
+    assert "U+001B" in result.output and "U+000A" in result.output and "\x1b" not in result.output
