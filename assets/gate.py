@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+import assets.submit as launchpad
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.run_links import (
     TAG_SUBMIT_RUN,
@@ -63,6 +64,7 @@ from gpu_platform.observe.queueview import (
     write_gate_snapshot,
 )
 from gpu_platform.policy import Policy
+from gpu_platform.requests.identity import IdentityError
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, LedgerError, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
 from gpu_platform.safeload.text import md_code
@@ -123,8 +125,10 @@ def submit_request_op(
             allow_retries=False,
         ) from None
     try:
-        request_id = ledger.ledger().submit(req)
-    except LedgerError as exc:  # a conflicting or ended request id: the ledger's one line says which
+        # who launched it, resolved before anything is recorded (assets/submit.py, docs/approvals.md)
+        identity = launchpad.launchpad_identity(context)
+        request_id = ledger.ledger().submit(req, identity=identity, policy=policy.load())
+    except (LedgerError, IdentityError) as exc:  # the ledger's (or the identity source's) one line says why
         problem = str(exc)
     else:
         problem = ""

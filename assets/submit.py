@@ -14,6 +14,23 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from gpu_platform.requests.identity import Identity, configured_source, current_identity
+
+DAGSTER_USER_TAG = "user"
+"""The run tag Dagster+ sets to the email of whoever launched a run from the UI (Dagster's
+`USER_TAG`). Open-source Dagster sets none, and a tag can be typed at launch, so it counts only
+where the deployment says Dagster+ sets it (`GPU_PLATFORM_IDENTITY=dagster`)."""
+
+
+def launchpad_identity(context: dg.OpExecutionContext) -> Identity:
+    """Who launched this `submit_request` run (`identity.current_identity`): the Dagster+ user
+    where the deployment configures `dagster`; else the source it configures for the run's
+    process (`os_user`: the run worker's login, as the demo does); else an unverified `$USER`,
+    which the ledger records as unverified below scale S4 and refuses from S4."""
+    user = context.run.tags.get(DAGSTER_USER_TAG) if configured_source() == "dagster" else None
+    return current_identity(dagster_user=user)
+
+
 _MAY = "; required by some lanes (the policy's lanes.<lane>.required_fields)"
 
 

@@ -599,8 +599,10 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
             (f"explain {trial}", (trial, RESEARCHER), {}),
             (f"explain {incident} --format json", (incident, "gus@example.com"), {})],
         "approve REQUEST_ID --role ROLE --kind safety|cost|incident --reason TEXT [--approver NAME]": [
-            (f"approve {mine_id} --role finops --kind cost --reason 'lr probe over budget' "
-             "--approver finops-lead@example.com", (mine_id,), {})],
+            # as the demo's caller (its OS login, the demo policy's demo-operator role): not on
+            # `mine`, which that caller submitted (nobody approves their own: docs/approvals.md)
+            (f"approve {trial} --role demo-operator --kind cost --reason 'sweep trial over budget'",
+             (trial,), {})],
         "metrics serve --port 9464": [],  # _serve_metrics
         "autoscale plan": [("autoscale plan", ("desired",), {})],
         "report --out DIR [--days 7]": [(f"report --out {outdir}/report --days 3", ("index.html",), {})],

@@ -64,6 +64,8 @@ def _verified_submitter(request, monkeypatch) -> None:
 
     monkeypatch.setattr("gpu_platform.cli.requests.caller_identity",
                         lambda: Identity(SUBMITTER, "kubernetes", configured=True))
+    monkeypatch.setattr("assets.submit.launchpad_identity",
+                        lambda context: Identity(SUBMITTER, "dagster", configured=True))
     # `approve`: the identity source vouches for the `--approver` named (else $USER)
     monkeypatch.setattr(
         "gpu_platform.cli.approve.caller_identity",

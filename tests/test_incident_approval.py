@@ -144,10 +144,17 @@ def test_a_49_hour_old_break_glass_grant_admits_nothing_and_opens_a_retrospectiv
     assert out.exit_code == 0, out.output
     (item,) = json.loads(out.output)
     assert (item["request_id"], item["why"], item["approver"]) == (rid, "expired", "release-safety-lead@example.com")
+    # the same item on /metrics
+    from gpu_platform.observe.metrics.collector import registry_for
+
+    labels = {"team": "safety", "kind": "incident", "why": "expired"}
+    metric = "gpu_platform_break_glass_retrospectives_due"
+    assert registry_for(ledger, load_policy()).get_sample_value(metric, labels) == 1
     out = _approve(sqlite_url, rid, "--done", "--reason", "reviewed in INC-4 postmortem",
                    env=_as(monkeypatch, "platform-lead@example.com"))
     assert out.exit_code == 0, out.output
     assert json.loads(_approve(sqlite_url, "--due", "--format", "json", env={}).output) == []
+    assert registry_for(ledger, load_policy()).get_sample_value(metric, labels) is None
 
 
 def test_approve_ignores_a_planted_policy_roster(ledger: Ledger, sqlite_url, monkeypatch, tmp_path: Path):

@@ -94,7 +94,7 @@ def approve(
     pol = deployed_policy(ledger_url)
     ledger = Ledger(ledger_url or default_ledger_url())
     if due:
-        items = retrospectives(pol, ledger.states())
+        items = retrospectives(pol, ledger.approved_states())
         if fmt == "json":
             click.echo(json.dumps([
                 {"request_id": r.request_id, "kind": r.kind, "approver": r.approver, "why": r.why, "team": r.team,

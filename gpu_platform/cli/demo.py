@@ -74,8 +74,10 @@ def write_project_config(path: Path, console: Console) -> bool:
     if path.exists() and not path.read_text(errors="replace").startswith(DEMO_MARK):
         console.print(f"demo: left {path} as it is (not written by the demo); the CLI reads the state it names")
         return False
+    from gpu_platform.demo.identity import write_demo_policy
+
     dagster_home = Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None
-    text = demo_config_text(_home(), dagster_home, path.parent)
+    text = demo_config_text(_home(), dagster_home, path.parent, write_demo_policy(_home()))
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
         console.print(f"demo: wrote {path}: the CLI run in {path.parent} reads {_home()}")
@@ -123,6 +125,7 @@ def _seed(home: Path, days: int, price_days: int, console: Console, project_conf
 
     from gpu_platform.demo import history as demo_history
     from gpu_platform.demo.costs import demo_days
+    from gpu_platform.demo.incident import approve_nominated
     from gpu_platform.demo.instance import write_instance_yaml
     from gpu_platform.policy import load_policy
     from gpu_platform.requests.ledger import Ledger, default_ledger_url
@@ -140,7 +143,7 @@ def _seed(home: Path, days: int, price_days: int, console: Console, project_conf
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("demo: live requests", total=1)
         live = [_load(p, policy) for p in live_request_files()]
-        ledger.submit_batch(live)
+        approve_nominated(ledger, live, ledger.submit_batch(live))
         progress.advance(task)
         task = progress.add_task(f"demo: {days} days through the admission engine", total=1)
         history = demo_history.generate(policy, span)

@@ -135,7 +135,9 @@ def load_config(path: Path) -> dict[str, str]:
         value = getattr(cfg, key)
         if value is None:
             continue
-        if key == "ledger" and "://" in value:
+        if key == "identity":  # a source's name (GPU_PLATFORM_IDENTITY), not a path
+            out[var] = value
+        elif key == "ledger" and "://" in value:
             out[var] = value
         elif key == "ledger":
             out[var] = f"sqlite:///{(base / Path(value).expanduser()).resolve()}"
@@ -184,9 +186,10 @@ def deployed_policy_path(ledger_url: str | None, env: Mapping[str, str] | None =
     return value if ledger_from_config else None
 
 
-def demo_config_text(home: Path, dagster_home: Path | None, relative_to: Path) -> str:
+def demo_config_text(home: Path, dagster_home: Path | None, relative_to: Path, policy: Path | None = None) -> str:
     """The project config `make demo` writes: the demo's home (and Dagster home), relative to the
-    file's directory when under it."""
+    file's directory when under it; with `policy`, the demo's own policy and the OS login as its
+    identity source (gpu_platform/demo/identity.py)."""
 
     def rel(p: Path) -> str:
         try:
@@ -202,4 +205,6 @@ def demo_config_text(home: Path, dagster_home: Path | None, relative_to: Path) -
     ]
     if dagster_home is not None:
         lines.append(f"dagster_home: {rel(dagster_home)}")
+    if policy is not None:
+        lines += [f"policy: {rel(policy)}", "identity: os_user"]
     return "\n".join(lines) + "\n"

@@ -88,7 +88,18 @@ def demo_approval(incident: JobRequest) -> dict[str, object]:
 def submit_incident(ledger: Ledger, incident: JobRequest) -> str:
     """Submit the demo's incident and record its nominated approver's grant; return its id."""
     rid = ledger.submit(incident)
-    details = demo_approval(incident)
-    ledger.record(rid, "approved", f"incident approval by {details['approver']} (safety-owner): {details['reason']}",
-                  details=details)
+    approve_nominated(ledger, [incident], [rid])
     return rid
+
+
+def approve_nominated(ledger: Ledger, requests: list[JobRequest], ids: list[str]) -> None:
+    """Record the nominated approver's grant for each incident request among `requests` (recorded
+    under `ids`) that has none yet: the demo plays the safety owner."""
+    for req, rid in zip(requests, ids, strict=True):
+        if req.lane != "incident_response" or not req.approver:
+            continue
+        if any(a.get("kind") == "incident" for a in ledger.state(rid).approvals):
+            continue
+        details = demo_approval(req)
+        ledger.record(rid, "approved", f"incident approval by {details['approver']} (safety-owner): {details['reason']}",
+                      details=details)

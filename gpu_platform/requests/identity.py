@@ -75,7 +75,7 @@ class Identity:
         return bool(self.principals() & set(members))
 
 
-def _os_login() -> str:
+def os_login() -> str:
     """The login of this process's effective uid (the OS vouches for it; `$USER` is an assertion)."""
     try:
         import pwd
@@ -96,6 +96,12 @@ def groups_from_headers(headers: Mapping[str, str] | None) -> tuple[str, ...]:
         if found:
             return found
     return ()
+
+
+def configured_source(env: Mapping[str, str] | None = None) -> str:
+    """The source the deployment requires (`GPU_PLATFORM_IDENTITY`, lower case), "" when unset."""
+    env = os.environ if env is None else env
+    return (env.get(IDENTITY_ENV) or "").strip().lower()
 
 
 def identity_from_headers(headers: Mapping[str, str] | None) -> str | None:
@@ -130,7 +136,7 @@ def current_identity(
         raise IdentityError(f"{IDENTITY_ENV}={mode!r}: not an identity source (one of: {', '.join(SOURCES)})")
     configured = mode != "auto"
     if mode == "os_user":
-        return Identity(_os_login(), "os_user", configured=True)
+        return Identity(os_login(), "os_user", configured=True)
     oidc = identity_from_headers(headers)
     if oidc and mode in ("auto", "oidc"):
         return Identity(oidc, "oidc", configured, groups_from_headers(headers))

@@ -759,7 +759,10 @@ class Ledger:
             "payload": request.to_json(),
         }
 
-    def submit(self, request: JobRequest, at: datetime | None = None, again: bool = False) -> str:
+    def submit(
+        self, request: JobRequest, at: datetime | None = None, again: bool = False,
+        identity: Any = None, policy: Any = None,
+    ) -> str:
         """Append a validated request and its `submitted` event; return its id.
 
         A request that carries its own `request_id` is idempotent while that request is live:
@@ -768,7 +771,9 @@ class Ledger:
         unless `again` (`decide_submission`).
         """
         try:
-            return self.submit_batch([request], at=at, again=again)[0]
+            return self.submissions([request], None, at, again, identity=identity, policy=policy)[0].request_id
+        except SubmitterRefused as exc:
+            raise LedgerError("; ".join(message for _, message in exc.conflicts)) from exc
         except RequestEnded as exc:
             raise LedgerError(
                 f"request_id {request.request_id!r}: {exc.conflicts[0][1]}; to run it again, submit it without "
@@ -1132,6 +1137,14 @@ class Ledger:
                     if isinstance(details, dict) and "submitted_by" in details:
                         out[row.request_id] = details
         return out
+
+    def approved_states(self) -> list[RequestState]:
+        """The states of the requests with at least one `approved` event (what retrospectives
+        and approval views read), from the state table's counter: no scan of other requests."""
+        s = state_table
+        with self.engine.connect() as conn:
+            ids = [r for (r,) in conn.execute(sa.select(s.c.request_id).where(s.c.approvals > 0).order_by(s.c.seq))]
+        return [st for rid in ids for st in self.states(request_id=rid)]
 
     def submitter(self, request_id: str) -> dict[str, Any]:
         """`submitters` of one request ({} when none is recorded)."""

@@ -74,15 +74,16 @@ def test_explain_victim_names_preemptor_and_the_rule(preempted, policy):
 def test_explain_preemptor_lists_its_victims_and_cli_prints_json(preempted, policy):
     _, ledger, _, _, incident, victim, _ = preempted
     ex = explain(ledger, policy, incident)
-    assert [s.event for s in ex.steps] == ["submitted", "waiting"]
-    wait = ex.steps[1]
+    # the nominated approver's grant (an incident needs one, issue 42) is a step of its own
+    assert [s.event for s in ex.steps] == ["submitted", "approved", "waiting"]
+    wait = ex.steps[2]
     assert victim in wait.victims
     assert wait.details["reason_code"] == "PendingPreemption" and wait.position == 1
     assert "lanes.incident_response.preemption" in wait.rule
     out = _cli(ledger, "explain", incident, "--format", "json")
     assert out.exit_code == 0
     doc = json.loads(out.output)
-    assert doc["lane"] == "incident_response" and victim in doc["steps"][1]["victims"]
+    assert doc["lane"] == "incident_response" and victim in doc["steps"][2]["victims"]
     table = _cli(ledger, "explain", victim)
     assert f"by {incident}" in table.output
 

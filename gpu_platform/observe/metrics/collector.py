@@ -149,6 +149,26 @@ class QueueCollector(Collector):
             warm.add_metric([plan.node_pool], sum(plan.warm_gpus.values()))
         yield desired
         yield warm
+        yield retrospectives_gauge(pol, self.ledger, now)
+
+
+def retrospectives_gauge(pol: Policy, ledger: Ledger, now) -> GaugeMetricFamily:
+    """Open retrospectives of break-glass grants (used or expired), by team and kind: what
+    `gpu-platform approve --due` lists (`approvals.retrospectives`)."""
+    from gpu_platform.requests.approvals import retrospectives
+
+    due = GaugeMetricFamily(
+        P + "break_glass_retrospectives_due",
+        "Break-glass grants used or expired whose retrospective is not recorded done (gpu-platform approve --due).",
+        labels=["team", "kind", "why"],
+    )
+    counts: dict[tuple[str, str, str], int] = {}
+    for r in retrospectives(pol, ledger.approved_states(), now):
+        key = (r.team, r.kind, r.why)
+        counts[key] = counts.get(key, 0) + 1
+    for key, n in sorted(counts.items()):
+        due.add_metric(list(key), n)
+    return due
 
 
 def registry_for(ledger: Ledger, policy: Policy, warehouse: str | Path | None = None, **kwargs) -> CollectorRegistry:

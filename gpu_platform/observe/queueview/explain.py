@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from gpu_platform.admission.kueue_checks import check_origin
 from gpu_platform.cluster.names import site_of_cluster
 from gpu_platform.policy import GPU, Policy
-from gpu_platform.requests.approvals import roster_errors
+from gpu_platform.requests.approvals import honoured, roster_errors
 from gpu_platform.requests.ledger import Ledger, RequestState, events_table, requests_table
 
 _PREEMPTION_KNOB = {
@@ -283,9 +283,7 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
     approvals = [
         {
             **a,
-            "honoured": not roster_errors(
-                policy, str(a.get("role", "")), str(a.get("kind", "")), str(a.get("approver", ""))
-            ),
+            "honoured": honoured(policy, a, None, state.request),
         }
         for a in state.approvals
     ]

@@ -1,0 +1,44 @@
+"""The Launchpad binds identity too (issue 42, class 1): `submit_request` records who launched it,
+from the Dagster+ user tag where the deployment says Dagster+ sets it, and refuses an owner or
+team that user may not act for; a typed `user` tag counts for nothing without that."""
+
+from __future__ import annotations
+
+import pytest
+
+from assets.gate import submit_request
+from tests.gate.helpers import env  # noqa: F401
+
+pytestmark = pytest.mark.real_identity
+
+
+def _launch(env, user: str | None):  # noqa: F811
+    instance, _ledger, resources, _ = env
+    return submit_request.execute_in_process(
+        resources={"ledger": resources["ledger"], "policy": resources["policy"]}, instance=instance,
+        tags={"user": user} if user else None, raise_on_error=False,
+    )
+
+
+def test_the_launchpad_records_the_dagster_user_and_refuses_a_spoofed_owner(env, monkeypatch):  # noqa: F811
+    _instance, ledger, _resources, _ = env
+    monkeypatch.setenv("GPU_PLATFORM_IDENTITY", "dagster")
+    bad = _launch(env, "mallory@example.com")  # the example's owner is ana@example.com, team perception
+    assert not bad.success
+    text = str(bad.failure_data_for_node("submit_request_op").user_failure_data.description)
+    assert "owner: 'ana@example.com' is not you ('mallory@example.com', from dagster)" in text
+    assert ledger.count()[0] == 0
+    ok = _launch(env, "ana@example.com")
+    assert ok.success
+    rid = ok.output_for_node("submit_request_op")
+    assert ledger.submitter(rid) == {"submitted_by": "ana@example.com", "identity_source": "dagster", "verified": True}
+
+
+def test_without_an_identity_source_a_typed_user_tag_counts_for_nothing(env, monkeypatch):  # noqa: F811
+    _instance, ledger, _resources, _ = env
+    monkeypatch.delenv("GPU_PLATFORM_IDENTITY", raising=False)
+    out = _launch(env, "ana@example.com")
+    assert not out.success  # the default policy is S4: an unverified submitter is refused
+    text = str(out.failure_data_for_node("submit_request_op").user_failure_data.description)
+    assert "no identity source is configured" in text
+    assert ledger.count()[0] == 0
