@@ -7,12 +7,32 @@ with billing as (
     select
         day,
         currency,
-        sum(billed_cost) as billed_cost,
-        sum(effective_cost) as effective_cost,
+        sum(billed_cost) as billed_cost_rounded,
+        sum(effective_cost) as effective_cost_rounded,
+        -- exact sums (no per-row rounding before aggregation); round once, for display
+        sum(billed_cost_exact) as billed_cost,
+        sum(effective_cost_exact) as effective_cost,
+        -- the raw table's own amounts for the same money: the rows within the day as loaded, plus
+        -- the staged pieces of rows spanning days (their pieces add up to the row, tested above)
+        sum(billed_cost_exact) filter (where day_share < 1) as spanning_billed_cost,
         count(*) filter (where charge_class ilike 'correction') as correction_rows
     from {{ ref('stg_focus_billing') }}
     where day between {{ var('day_from') }} and {{ var('day_to') }}
     group by day, currency
+
+),
+
+raw_billing as (
+
+    select
+        cast(ChargePeriodStart as date) as day,
+        upper(BillingCurrency) as currency,
+        sum(BilledCost) as raw_billed_cost
+    from {{ source('raw_focus_billing') }}
+    where ChargePeriodStart >= {{ var('day_from') }}::timestamp
+      and ChargePeriodStart < {{ var('day_to') }}::timestamp + interval 1 day
+      and ChargePeriodEnd <= cast(cast(ChargePeriodStart as date) as timestamp) + interval 1 day
+    group by all
 
 ),
 
@@ -132,6 +152,10 @@ final as (
         k.currency,
         coalesce(b.billed_cost, 0) as billed_cost,
         coalesce(b.effective_cost, 0) as effective_cost,
+        coalesce(rb.raw_billed_cost, 0) + coalesce(b.spanning_billed_cost, 0) as raw_billed_cost,
+        -- money below the 1e-6 the pricing models round each piece to: in no part below, counted in
+        -- difference (100,000 rows of 0.0000004: 0.04)
+        coalesce(b.effective_cost, 0) - coalesce(b.effective_cost_rounded, 0) as rounding_effective_cost,
         coalesce(b.billed_cost, 0) - coalesce(b.effective_cost, 0) as billed_minus_effective,
         coalesce(s.commitment_purchase_billed, 0) as commitment_purchase_billed,
         coalesce(b.correction_rows, 0) as correction_rows,
@@ -172,6 +196,7 @@ final as (
     left join exceptions as e on e.day = k.day and e.currency = k.currency
     left join bypass as bp on bp.day = k.day and bp.currency = k.currency
     left join quarantined as q on q.day = k.day and q.currency = k.currency
+    left join raw_billing as rb on rb.day = k.day and rb.currency = k.currency
 
 )
 

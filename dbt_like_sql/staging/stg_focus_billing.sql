@@ -71,7 +71,11 @@ costed as (
         -- table another writer filled without it falls back to BilledCost, never to 0
         coalesce(cast(EffectiveCost as decimal(18, 6)), cast(BilledCost as decimal(18, 6))) as row_effective_cost,
         cast(case when period_s > 0 then round(cast(coalesce(EffectiveCost, BilledCost) as double) * day_s / period_s, 6)
-                  else cast(coalesce(EffectiveCost, BilledCost) as double) end as decimal(18, 6)) as rounded_effective_piece
+                  else cast(coalesce(EffectiveCost, BilledCost) as double) end as decimal(18, 6)) as rounded_effective_piece,
+        -- the row as the raw table keeps it (DECIMAL(38, 15), the loader's type: this cast can never
+        -- overflow, so it is no bound of focus.WAREHOUSE_DECIMALS): the exact pieces below
+        BilledCost::decimal(38, 15) as row_billed_exact,
+        coalesce(EffectiveCost, BilledCost)::decimal(38, 15) as row_effective_exact
     from pieces
 
 ),
@@ -88,7 +92,16 @@ settled as (
         case when is_last
             then row_effective_cost
                 - coalesce(sum(rounded_effective_piece) over (partition by source, source_row) - rounded_effective_piece, 0)
-            else rounded_effective_piece end as effective_piece
+            else rounded_effective_piece end as effective_piece,
+        -- exact: a one-day row is its own amount, unrounded (100,000 rows of 0.0000004 sum to 0.04);
+        -- a row over several days has the same rounded pieces but the last takes the exact rest
+        case when is_last
+            then row_billed_exact - coalesce(sum(rounded_piece) over (partition by source, source_row) - rounded_piece, 0)
+            else rounded_piece end as billed_exact_piece,
+        case when is_last
+            then row_effective_exact
+                - coalesce(sum(rounded_effective_piece) over (partition by source, source_row) - rounded_effective_piece, 0)
+            else rounded_effective_piece end as effective_exact_piece
     from costed
 
 ),
@@ -152,6 +165,10 @@ final as (
         row_effective_cost,
         cast(billed_piece as decimal(18, 6)) as billed_cost,
         cast(effective_piece as decimal(18, 6)) as effective_cost,
+        -- the same pieces unrounded (DECIMAL(38, 15)): what the day's totals sum; the models that
+        -- price and distribute use the 1e-6 pieces above, and reconciliation shows the difference
+        billed_exact_piece::decimal(38, 15) as billed_cost_exact,
+        effective_exact_piece::decimal(38, 15) as effective_cost_exact,
         upper(BillingCurrency) as currency,
         -- the day's share of the row's ConsumedQuantity (a node's hours when its unit is hours)
         cast(ConsumedQuantity as double) * day_share as consumed_quantity,

@@ -258,6 +258,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                 "chargeback_total",
                 "quarantined_billed",
                 "quarantined_effective",
+                "rounding",
                 "difference",
             ],
         ),

@@ -152,3 +152,41 @@ def test_a_file_with_no_accepted_row_is_quarantined_under_the_day_it_was_loaded_
     assert days == [(date(2026, 11, 28),)]
     (billed,) = con.execute("select sum(BilledCost) from raw_focus_quarantine").fetchone()
     assert billed == INVOICE + D("100.00")
+
+
+def test_sub_micro_rows_sum_exactly_raw_equals_staged_equals_reported(tmp_path):
+    """100,000 AWS-shaped data-transfer rows of 0.0000004 USD (one per hour slice and resource, as
+    a per-request export writes tiny charges): billed 0.04 exactly, not 0, and the data test
+    raw = staged = reported (1e-9) passes; the 0.04 below the pricing models' 1e-6 pieces shows as
+    `rounding` and in `difference`."""
+    with GCP.open(newline="") as f:
+        header = next(csv.reader(f))
+    aws = Path(__file__).parent.parent / "fixtures" / "finops" / "whole-bill" / "focus-aws-2026-11-28.csv"
+    with aws.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    (egress, *_) = [r for r in rows if r["ServiceSubcategory"] == "Network Traffic" or "transfer" in
+                    r["ChargeDescription"].lower()]
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(egress), lineterminator="\n")
+    w.writeheader()
+    for i in range(100_000):
+        w.writerow({**egress, "BilledCost": "0.0000004", "EffectiveCost": "0.0000004", "ListCost": "0.0000004",
+                    "ContractedCost": "0.0000004", "ResourceId": f"arn:aws:s3:::av-logs-{i:06d}",
+                    "ChargePeriodStart": "2026-11-28T05:00:00Z", "ChargePeriodEnd": "2026-11-28T06:00:00Z"})
+    assert header  # the clouds share FOCUS 1.2's columns
+    bill = tmp_path / "focus-tiny.csv"
+    bill.write_text(out.getvalue())
+    env = {"GPU_PLATFORM_HOME": str(tmp_path), "GPU_PLATFORM_WAREHOUSE": ""}
+    runner = CliRunner()
+    assert runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--focus", str(bill)], env=env).exit_code == 0
+    build = runner.invoke(main, ["cost", "build", "--day", DAY], env=env)
+    assert build.exit_code == 0, build.output
+    rep = json.loads(runner.invoke(main, ["cost", "report", "--day", DAY, "--format", "json"], env=env).stdout)
+    (t,) = rep["totals"]
+    assert D(t["billed"]) == D("0.04") and D(t["effective"]) == D("0.04")
+    assert D(t["rounding"]) == D("0.04") and D(t["difference"]) == D("0.04")
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
+        ((raw, reported),) = con.execute("select raw_billed_cost, billed_cost from reconciliation where day = $d",
+                                         {"d": date(2026, 11, 28)}).fetchall()
+        (loaded,) = con.execute("select sum(BilledCost) from raw_focus_billing").fetchone()
+    assert raw == reported == loaded == D("0.04")

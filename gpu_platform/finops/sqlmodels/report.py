@@ -168,6 +168,9 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                            "r.quarantined_effective_cost as quarantined_effective"
                            if "quarantined_rows" in recon_cols else  # built before it kept quarantined money
                            "0 as quarantined_rows, 0 as quarantined_billed, 0 as quarantined_effective")
+        # money below the 1e-6 each priced piece is rounded to (counted in difference)
+        quarantine_cols += (", r.rounding_effective_cost as rounding" if "rounding_effective_cost" in recon_cols
+                            else ", 0 as rounding")
         # billed: BilledCost of every FOCUS piece of the day (the invoice); effective: their
         # EffectiveCost (amortized), which chargeback distributes; allocated / idle: all priced GPU
         # nodes (billed and price book); shared / tax / credit / unused_commitment: the day's other
