@@ -64,6 +64,7 @@ from gpu_platform.observe.queueview import (
     write_gate_snapshot,
 )
 from gpu_platform.policy import Policy
+from gpu_platform.requests.approvals import retrospectives
 from gpu_platform.requests.identity import IdentityError
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, LedgerError, RequestState
 from gpu_platform.requests.model import RequestError, validate_request
@@ -73,6 +74,12 @@ from resources.policy import PolicyResource
 from resources.settings import PlatformSettings
 
 GPU_QUEUE = dg.AssetKey("gpu_queue")
+_RETRO_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("request_id", "string"), dg.TableColumn("approver", "string"),
+    dg.TableColumn("why", "string", description="used (admitted on it) or expired"),
+    dg.TableColumn("due_since", "string"),
+])
+"""gpu_queue's `break_glass_retrospectives_due`: what `gpu-platform approve --due` lists."""
 
 gpu_queue = dg.AssetSpec(
     GPU_QUEUE,
@@ -432,6 +439,13 @@ def _queue_materialization(
     if not_shown:
         metadata["waiting_not_shown"] = dg.MetadataValue.text(
             f"{not_shown} more waiting request(s): gpu-platform queue --all lists every one"
+        )
+    due = retrospectives(pol, led.approved_states(), now)
+    if due:  # break-glass grants used or expired whose retrospective is open (docs/approvals.md)
+        metadata["break_glass_retrospectives_due"] = dg.MetadataValue.table(
+            [dg.TableRecord({"request_id": r.request_id, "approver": r.approver, "why": r.why,
+                             "due_since": r.due_since.isoformat(timespec="seconds")}) for r in due],
+            schema=_RETRO_SCHEMA,
         )
     plotted = dg.AssetObservation(GPU_QUEUE, description=_summary(snaps), metadata=plotted_metadata(snaps))
     event = dg.AssetMaterialization(GPU_QUEUE, description=_summary(snaps), metadata=metadata)

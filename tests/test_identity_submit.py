@@ -99,3 +99,9 @@ def test_without_an_identity_source_unverified_below_s4_and_refused_from_s4(sqli
     assert details["verified"] is False and details["submitted_by"] == "platform-lead@example.com"
     ex = CliRunner().invoke(main, ["explain", rid, "--ledger", sqlite_url, "--format", "json"])
     assert "unverified" in json.dumps(json.loads(ex.output))
+    env_s3 = {**env, "GPU_PLATFORM_POLICY": str(s3)}
+    q = CliRunner().invoke(main, ["queue", "--ledger", sqlite_url, "--format", "json"], env=env_s3)
+    (row,) = [r for r in json.loads(q.output) if r["request_id"] == rid]
+    assert row["unverified"] is True
+    q = CliRunner().invoke(main, ["queue", "--ledger", sqlite_url], env={**env_s3, "COLUMNS": "250"})
+    assert "(unverified)" in q.output

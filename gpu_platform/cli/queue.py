@@ -50,8 +50,11 @@ def queue(
     plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")), on_cluster=on_cluster)
     states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
     rows = queue_rows(states, plan, now, owner=owner, team=team)
+    # a request no identity source vouched for says so wherever it is shown (docs/approvals.md)
+    unverified = {rid for rid, d in ledger.submitters([r.request_id for r in rows]).items() if not d.get("verified")}
     if fmt == "json":
-        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        click.echo(json.dumps([{**r.to_json(), **({"unverified": True} if r.request_id in unverified else {})}
+                               for r in rows], indent=2))
         return
     table = Table(title="GPU queue")
     kueue = any(r.cluster for r in rows)  # the column only where a cluster said something
@@ -74,7 +77,8 @@ def queue(
         cells = [
             plain(r.lane),
             plain(r.request_id) if r.name == r.request_id else f"{plain(r.name)}\n{plain(r.request_id)}",
-            "\n".join(plain(x) for x in (r.owner, r.team, r.target) if x),
+            "\n".join(plain(x) for x in (r.owner, r.team, r.target) if x)
+            + (" (unverified)" if r.request_id in unverified else ""),
             plain(r.state),
             str(r.gpus),
             plain(r.flavor or ""),

@@ -42,3 +42,23 @@ def test_without_an_identity_source_a_typed_user_tag_counts_for_nothing(env, mon
     text = str(out.failure_data_for_node("submit_request_op").user_failure_data.description)
     assert "no identity source is configured" in text
     assert ledger.count()[0] == 0
+
+
+def test_the_ui_lists_an_open_retrospective_on_gpu_queue(env, policy):  # noqa: F811
+    """A used break-glass grant opens a retrospective, shown on gpu_queue's materialization (the
+    UI) as `approve --due` lists it, until it is recorded done."""
+    from assets.gate import GPU_QUEUE
+    from tests.gate.helpers import submit, tick
+
+    instance, ledger, resources, _ = env
+    rid = submit(ledger, policy, "incident_response")
+    ledger.record(rid, "approved", "incident approval", details={
+        "kind": "incident", "role": "safety-owner", "approver": "release-safety-lead@example.com", "reason": "sev1",
+        "identity_source": "oidc", "verified": True})
+    for _ in range(2):  # the first tick admits it (the grant is used), the next one shows it
+        for ev in tick(instance, resources).asset_events:
+            instance.report_runless_asset_event(ev)
+    assert ledger.state(rid).state == "admitted"
+    meta = instance.get_latest_materialization_event(GPU_QUEUE).asset_materialization.metadata
+    (row,) = meta["break_glass_retrospectives_due"].records
+    assert row.data["request_id"] == rid and row.data["why"] == "used"
