@@ -1,7 +1,9 @@
 -- Bypass rate per day: GPU time on no admitted request against GPU time of admitted requests (how
 -- much of it was charged to the team owning the pod's namespace, how much nobody owns), the Jobs
 -- on the cluster the ledger cannot match (seen by the read-back that day), and the approved
--- policy exceptions (safety approvals, cost exceptions) the ledger recorded that day.
+-- policy exceptions (safety approvals, cost exceptions) the ledger recorded that day, and the
+-- break-glass (incident) grants: granted that day, and still without a recorded retrospective at
+-- the day's end (`gpu-platform approve --due` lists those already due: used or expired).
 with days as (
 
     select * from {{ ref('int_build_days') }}
@@ -55,7 +57,36 @@ approvals as (
         count(distinct e.approver) as approvers
     from {{ ref('stg_request_events') }} as e
     inner join days as d on e.event_at >= d.day_start and e.event_at < d.day_end
-    where e.event = 'approved'
+    where e.event = 'approved' and coalesce(e.approval_kind, '') <> 'retrospective'
+    group by d.day
+
+),
+
+break_glass as (
+
+    select
+        d.day,
+        count(*) filter (where g.event_at >= d.day_start) as break_glass_grants,
+        count(*) filter (
+            where not exists (
+                select 1 from {{ ref('stg_request_events') }} as r
+                where r.request_id = g.request_id and r.event = 'approved'
+                    and r.approval_kind = 'retrospective' and r.event_at >= g.event_at and r.event_at < d.day_end
+            )
+        ) as break_glass_unreviewed
+    from {{ ref('stg_request_events') }} as g
+    inner join days as d on g.event_at < d.day_end
+    where g.event = 'approved' and g.approval_kind = 'incident'
+    group by d.day
+
+),
+
+retrospectives as (
+
+    select d.day, count(*) as retrospectives_done
+    from {{ ref('stg_request_events') }} as e
+    inner join days as d on e.event_at >= d.day_start and e.event_at < d.day_end
+    where e.event = 'approved' and e.approval_kind = 'retrospective'
     group by d.day
 
 ),
@@ -77,12 +108,17 @@ final as (
         coalesce(x.approved_exceptions, 0) as approved_exceptions,
         coalesce(x.safety_approvals, 0) as safety_approvals,
         coalesce(x.cost_exceptions, 0) as cost_exceptions,
-        coalesce(x.approvers, 0) as approvers
+        coalesce(x.approvers, 0) as approvers,
+        coalesce(g.break_glass_grants, 0) as break_glass_grants,
+        coalesce(g.break_glass_unreviewed, 0) as break_glass_unreviewed,
+        coalesce(r.retrospectives_done, 0) as retrospectives_done
     from days as d
     left join attributed as a on a.day = d.day
     left join unattributed as u on u.day = d.day
     left join unmatched as m on m.day = d.day
     left join approvals as x on x.day = d.day
+    left join break_glass as g on g.day = d.day
+    left join retrospectives as r on r.day = d.day
 
 )
 

@@ -27,7 +27,9 @@ def test_cost_build_then_scorecard_json_and_table(tmp_path):
                                          "bypass_share": 0.5 / 61, "unmatched_jobs": 2,
                                          "unmatched_unknown_request_jobs": 1, "unmatched_ended_request_jobs": 1,
                                          "approved_exceptions": 2,
-                                         "safety_approvals": 1, "cost_exceptions": 1, "approvers": 2}]
+                                         "safety_approvals": 1, "cost_exceptions": 1, "approvers": 2,
+                                         "break_glass_grants": 0, "break_glass_unreviewed": 0,
+                                         "retrospectives_done": 0}]
     fired = {(s["signal"], s["subject"]): s["severity"] for s in data["capacity_signals"]}
     assert fired[("release_replay_delayed_by_research", "release_eval")] == "ERROR"
     assert ("incident_waiting_for_capacity", "incident_response") not in fired  # did not fire
