@@ -90,6 +90,7 @@ def _nominee_approves(request, monkeypatch) -> None:
     def submissions(self, requests, *args, **kwargs):
         done = original(self, requests, *args, **kwargs)
         pol = kwargs.get("policy") or load_policy()
+        at = kwargs.get("at", args[1] if len(args) > 1 else None)  # granted when it was submitted
         for req, sub in zip(requests, done, strict=True):
             lane = pol.lanes.get(req.lane or "")
             kind = lane.requires_approval if lane is not None else None
@@ -99,7 +100,7 @@ def _nominee_approves(request, monkeypatch) -> None:
             if roles:
                 details = {"kind": kind, "role": roles[0], "approver": req.approver, "reason": "test: the nominee approved",
                            "identity_source": "test", "verified": True}
-                self.record(sub.request_id, "approved", f"{kind} approval by {req.approver}", details=details)
+                self.record(sub.request_id, "approved", f"{kind} approval by {req.approver}", details=details, at=at)
         return done
 
     monkeypatch.setattr(Ledger, "submissions", submissions)
