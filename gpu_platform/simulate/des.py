@@ -763,7 +763,11 @@ class _Sim:
             while aging and aging[0][0] <= t_run:
                 _due, _i, r, level = heapq.heappop(aging)
                 if r.state == "pending" and level > self.level.get(r.job.job_id, 0):
-                    arrived |= self._age(r, level)
+                    self._age(r, level)
+                    # a raised priority changes what the queue may preempt: look at every queue
+                    # again, as after a completion (what the engine answers must not depend on
+                    # the shortcuts: tests/simulate/test_cli_and_scale.py)
+                    freed = True
             if self.pending and (freed or arrived):
                 self.schedule(t_run, full=freed)
             if nodes:

@@ -29,10 +29,10 @@ def _tiled(lane_map: str, copies: int):
 @pytest.mark.parametrize(
     ("lane_map", "calls", "cycles", "preemptions", "digest"),
     [
-        ("elasticflow", 4946, 13308, 0, "a9a67932d26014e09a9a4f35dfd4948352ee3017fddd34e7c6c1f742c935225f"),
-        # aging (targets.boost_after, issue 45) changed this mix's outcome: 42 more preemptions,
-        # candidate runs waiting past 24 h taking GPUs back from the lane's younger runs
-        ("elasticflow-fleet", 5030, 13325, 72, "d483ff33f4ff8034eb2a3501477bf87c925cf997c8829e735443c5264179371e"),
+        # issue 45's defaults (the assurance reserve lends, BestEffortFIFO release and incident
+        # lanes, aging) changed both mixes' outcomes
+        ("elasticflow", 4795, 12924, 0, "b2e6747dcdf8e84c85f9236b611995ac217f3163530c52ab7df0d4beac59d5bd"),
+        ("elasticflow-fleet", 4739, 12335, 56, "9be344de8fd95a6638220a1dbd0c7ab7e91b962ceb54f05b831e409383599e0c"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):
