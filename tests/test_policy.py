@@ -122,8 +122,7 @@ def test_default_policy_cohort_tree_reserves_assurance_capacity(policy):
         assert policy.lane(lane).cohort_name == "assurance"
     assert policy.lane("research_best_effort").cohort_name == "batch"
     reserve = {q.flavor_name: q for q in tree["assurance"].quotas}
-    # the reserve lends while idle and is reclaimed by preemption (issue 45): no lending_limit
-    assert reserve["h100-ondemand"].nominal_quota == 8 and reserve["h100-ondemand"].lending_limit is None
+    assert reserve["h100-ondemand"].nominal_quota == 8 and reserve["h100-ondemand"].lending_limit == 10
     # Lanes' and cohorts' nominal quotas together fit each flavor's capacity.
     for flavor in policy.flavors:
         rows = [q for lane in policy.lanes.values() for q in lane.quotas]
@@ -188,7 +187,7 @@ def test_cohort_tree_errors_are_named(cohorts: list[dict], message: str) -> None
 def test_policy_check_prints_the_cohort_tree():
     res = CliRunner().invoke(main, ["policy", "check"])
     assert res.exit_code == 0, res.output
-    assert "assurance: h100-ondemand 8" in res.output and "lends ≤" not in res.output
+    assert "assurance: h100-ondemand 8 (lends ≤ 10)" in res.output
     tree = res.output[res.output.index("cohorts") :]
     assert tree.index("assurance") < tree.index("incident_response") < tree.index("batch") < tree.index("research_best_effort")
 

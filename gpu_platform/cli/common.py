@@ -106,9 +106,29 @@ class SafeConsole(Console):
         )
 
 
+    @property
+    def size(self):  # the width read when asked (`_width`), not when the console was made
+        from rich.console import ConsoleDimensions
+
+        dims = super().size
+        width = _width(self.file)
+        if width is None:
+            columns = os.environ.get("COLUMNS", "")
+            width = int(columns) if columns.isdigit() else dims.width
+        return ConsoleDimensions(width, dims.height)
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)
+
+
 def make_console(stderr: bool = False) -> Console:
-    """A console for a command's output, its width read now (`_width`); a `SafeConsole`."""
-    return SafeConsole(stderr=stderr, width=_width(sys.stderr if stderr else sys.stdout))
+    """A console for a command's output (a `SafeConsole`). Its width follows the output and the
+    environment at the time it prints (`_width`): the module-level consoles below are made when a
+    command module is first imported, which says nothing of where a later command writes."""
+    out = SafeConsole(stderr=stderr)
+    out._width = None  # rich freezes $COLUMNS at construction; `size` reads it when asked
+    return out
 
 
 console = make_console()

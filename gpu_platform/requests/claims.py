@@ -25,8 +25,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from gpu_platform.requests.ledger import artifact_claims_table, requests_table
 from gpu_platform.requests.model import JobRequest
+from gpu_platform.requests.schema import artifact_claims_table, requests_table
 
 _MARK = ""
 _CHUNK = 500

@@ -158,7 +158,14 @@ def run_k8s_render(cmd: str, work: Path, rendered: Path) -> None:
 
 def run_submit(cmd: str, work: Path, rendered: Path) -> None:
     """What runs in the code-location pod, here: the example recorded in a SQLite ledger."""
-    done = _sh("gpu-platform submit examples/requests/labeler_batch.yaml", work)
+    # the platform's pod runs with the identity source its deployment configures; here the OS login,
+    # given the roster role that submits on the teams' behalf (as the demo's policy does)
+    from gpu_platform.demo.identity import demo_policy_text
+
+    policy = work / "deployed-policy.yaml"
+    policy.write_text(demo_policy_text())
+    done = _sh("gpu-platform submit examples/requests/labeler_batch.yaml", work,
+               GPU_PLATFORM_IDENTITY="os_user", GPU_PLATFORM_POLICY=str(policy))
     assert re.fullmatch(r"req-[0-9a-z-]+\n", done.stdout), done.stdout
 
 

@@ -29,10 +29,11 @@ def _tiled(lane_map: str, copies: int):
 @pytest.mark.parametrize(
     ("lane_map", "calls", "cycles", "preemptions", "digest"),
     [
-        # issue 45's defaults (the assurance reserve lends, BestEffortFIFO release and incident
-        # lanes, aging) changed both mixes' outcomes
-        ("elasticflow", 4795, 12924, 0, "b2e6747dcdf8e84c85f9236b611995ac217f3163530c52ab7df0d4beac59d5bd"),
-        ("elasticflow-fleet", 4739, 12335, 56, "9be344de8fd95a6638220a1dbd0c7ab7e91b962ceb54f05b831e409383599e0c"),
+        ("elasticflow", 4946, 13308, 0, "a9a67932d26014e09a9a4f35dfd4948352ee3017fddd34e7c6c1f742c935225f"),
+        # aging (targets.boost_after, issue 45) changed this mix's outcome: candidate runs waiting
+        # past 24 h take GPUs back from the lane's younger runs; every queue is shown again at an
+        # aging step, so the simulator's shortcuts give the full queue's outcome
+        ("elasticflow-fleet", 4942, 12988, 33, "b37206c18b22ae6ffa3f05854d95a719c30d6564bdc305eca9520a821b42867f"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):
