@@ -146,3 +146,12 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-xdist's workers run with COLUMNS=80 in their environment; the CLI honours $COLUMNS
+    (as a terminal user sets it), so a test would see 80-column tables under `make test` (-n 2)
+    and wider ones alone. Every test starts as a pipe does (no $COLUMNS: 200 columns); a test of
+    a width sets it itself (tests/cli/test_tables.py)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
