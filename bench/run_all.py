@@ -741,10 +741,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_path = ROOT / "docs" / "BENCHMARKS.md"
     previous = _previous_sections(out_path) if only else {}
-    previous_when = ""
+    previous_when = previous_machine = ""
     if only and out_path.exists():
         head = out_path.read_text().split("\n", 4)
         previous_when = next((x for x in head if x.startswith("Written by")), "")
+        previous_machine = next((x for x in out_path.read_text().splitlines() if x.startswith("Machine: ")), "")
     sections = []
     by_name: dict[str, list[dict]] = {}
     failed = 0
@@ -775,7 +776,8 @@ def main(argv: list[str] | None = None) -> int:
     if only is not None:
         written = (f"Written by `make bench` ({previous_when.removeprefix('Written by `make bench` on ').rstrip('.')} "
                    f"for the sections kept); rerun on {when} with `bench/run_all.py --only {','.join(sorted(only))}` "
-                   f"for: {', '.join(sorted(only))}. Kept from the previous run: {', '.join(kept) or 'none'}.\n\n")
+                   f"for: {', '.join(sorted(only))}. Kept from the previous run: {', '.join(kept) or 'none'} "
+                   f"(measured on its machine: {previous_machine.removeprefix('Machine: ').rstrip('.') or 'unknown'}).\n\n")
     else:
         written = f"Written by `make bench` on {when}.\n\n"
     doc = (
