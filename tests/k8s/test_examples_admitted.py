@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_platform.admission.engine import admit_until_stable
 from gpu_platform.admission.kueue_export import kueue_manifests
@@ -34,6 +35,10 @@ EXAMPLES = sorted(
     ]
 )
 IDS = [str(p.relative_to(ROOT / "examples").with_suffix("")) for p in EXAMPLES]
+# `gpu_type: any` picks among the whole-GPU flavors, so its variant covers the whole-GPU examples
+# (a MIG or shared example names its slice's flavor itself)
+WHOLE = [p for p in EXAMPLES if (yaml.safe_load(p.read_text()) or {}).get("gpu_resource", "nvidia.com/gpu") == "nvidia.com/gpu"]
+WHOLE_IDS = [str(p.relative_to(ROOT / "examples").with_suffix("")) for p in WHOLE]
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +91,12 @@ def test_kueue_admits_the_example_on_the_engines_flavor(path: Path, k8s_policy, 
         assert job["spec"]["template"]["metadata"]["annotations"][TAS_UNCONSTRAINED] == "true"
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=IDS)
+@pytest.mark.parametrize("path", WHOLE, ids=WHOLE_IDS)
 def test_kueue_admits_the_example_for_any_gpu_on_the_engines_flavor(
     path: Path, k8s_policy, example_request, exported
 ) -> None:
     req = example_request(path)
-    if req.gpu_resource != "nvidia.com/gpu":
-        pytest.skip(f"{req.gpu_resource}: gpu_type any picks among the whole-GPU flavors only")
+    assert req.gpu_resource == "nvidia.com/gpu"
     raw = req.model_dump(exclude_none=True, exclude={"nodes", "gpus_per_node"})
     try:
         anyreq = validate_request({**raw, "gpu_type": "any"}, k8s_policy)
