@@ -46,10 +46,13 @@ from gpu_platform.finops.feeds.schemas import (
     RAW_FEED_FILE_QUARANTINE,
     RAW_FOCUS_BILLING,
     RAW_FOCUS_QUARANTINE,
+    RAW_SERVICE_REQUESTS,
+    RAW_SERVICE_REQUESTS_QUARANTINE,
+    SERVICE_REQUEST_SCHEMA,
     FeedBatch,
 )
 
-Feed = Literal["dcgm", "focus", "nodes", "pods", "volumes"]
+Feed = Literal["dcgm", "focus", "nodes", "pods", "volumes", "requests"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ _TABLES: dict[str, dict[str, pl.DataType]] = {
     RAW_PODS_QUARANTINE: QUARANTINE_SCHEMA,
     RAW_VOLUMES: VOLUME_SCHEMA,
     RAW_VOLUMES_QUARANTINE: QUARANTINE_SCHEMA,
+    RAW_SERVICE_REQUESTS: SERVICE_REQUEST_SCHEMA,
+    RAW_SERVICE_REQUESTS_QUARANTINE: DCGM_QUARANTINE_SCHEMA,
 }
 _FEEDS: dict[str, tuple[str, str]] = {
     "dcgm": (RAW_DCGM_SAMPLES, RAW_DCGM_QUARANTINE),
@@ -99,6 +104,7 @@ _FEEDS: dict[str, tuple[str, str]] = {
     "nodes": (RAW_NODES, RAW_NODES_QUARANTINE),
     "pods": (RAW_PODS, RAW_PODS_QUARANTINE),
     "volumes": (RAW_VOLUMES, RAW_VOLUMES_QUARANTINE),
+    "requests": (RAW_SERVICE_REQUESTS, RAW_SERVICE_REQUESTS_QUARANTINE),
 }
 _NOT_NULL = {
     RAW_DCGM_SAMPLES: {"ts", "metric", "value", "source", "source_line"},
@@ -113,6 +119,8 @@ _NOT_NULL = {
     RAW_PODS_QUARANTINE: {"source", "reason"},
     RAW_VOLUMES: {"volume", "snapshot_at", "source", "source_row"},
     RAW_VOLUMES_QUARANTINE: {"source", "reason"},
+    RAW_SERVICE_REQUESTS: {"ts", "service", "requests", "source", "source_line"},
+    RAW_SERVICE_REQUESTS_QUARANTINE: {"source", "reason"},
 }
 
 

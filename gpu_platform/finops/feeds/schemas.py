@@ -17,6 +17,8 @@ RAW_DCGM_HOURLY = "raw_dcgm_hourly"
 RAW_FOCUS_BILLING = "raw_focus_billing"
 RAW_FOCUS_QUARANTINE = "raw_focus_quarantine"
 RAW_FEED_FILE_QUARANTINE = "raw_feed_file_quarantine"
+RAW_SERVICE_REQUESTS = "raw_service_requests"
+RAW_SERVICE_REQUESTS_QUARANTINE = "raw_service_requests_quarantine"
 
 UTC_TS = pl.Datetime("us", "UTC")
 
@@ -79,6 +81,22 @@ DCGM_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "raw": pl.String(),
     "reason": pl.String(),
 }
+
+SERVICE_REQUEST_SCHEMA: dict[str, pl.DataType] = {
+    "ts": UTC_TS,
+    "service": pl.String(),
+    "requests": pl.Float64(),
+    "metric": pl.String(),
+    "extra_labels": pl.String(),
+    "source": pl.String(),
+    "source_line": pl.Int32(),
+}
+"""Columns of ``raw_service_requests``: requests a service answered in the step that ends at
+``ts`` (a Prometheus ``query_range`` point of ``increase(...[5m])`` at step 5m; see
+``gpu_platform.finops.feeds.requests_prom``). ``service``: the ``service`` label (the service's
+Kubernetes name); ``metric``: the series name (NULL for an unnamed ``sum by (service)``);
+``extra_labels``: the series' other labels as JSON (sorted keys), NULL when none;
+``source_line``: the point's position in the answer (1-based, series by series)."""
 
 FOCUS_QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String(),
