@@ -16,12 +16,13 @@ LANES = {
     "labeler_batch",
     "incident_response",
     "platform_maintenance",
+    "online_serving",
 }
 BROKEN = Path(__file__).parent / "fixtures" / "policies" / "broken.yaml"
 
 
-def test_default_policy_has_the_eight_lanes_in_priority_order(policy):
-    assert set(policy.lanes) == LANES
+def test_default_policy_has_the_nine_lanes_in_priority_order(policy):
+    assert set(policy.lanes) == LANES and len(policy.lanes) == 9
     order = [lane.name for lane in policy.lanes_by_priority()]
     assert order[0] == "incident_response"
     assert order[-1] == "research_best_effort"
@@ -93,7 +94,7 @@ def test_policy_check_cli_prints_lanes_and_exits_0():
     assert result.exit_code == 0, result.output
     for lane in LANES:
         assert lane in result.output
-    assert "8 lanes" in result.output
+    assert "9 lanes" in result.output
     assert "team limits in research_best_effort: default max_share=0.5, max_running=12" in result.output
     assert "approver role finops: may approve cost; members finops-lead@example.com" in result.output
 
@@ -202,7 +203,7 @@ def test_every_exclusive_flavor_gets_its_node_shape_from_its_node_pool(policy):
     shapes = {name: (s.gpus_per_node, s.full_nodes, s.topology_levels) for name, s in policy.node_shapes.items()}
     assert shapes == {
         "h100-ondemand": (8, 4, ("topology.kubernetes.io/zone", "kubernetes.io/hostname")),
-        "l4-inference": (4, 4, ()),
+        "l4-inference": (4, 6, ()),  # 24 L4s: 16 for batch, 8 for online serving
         "a100-spot": (8, 2, ()),
     }
     # fractional flavors (MIG slices, shared replicas) are not placed per node

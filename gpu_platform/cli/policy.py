@@ -85,6 +85,8 @@ def policy_check(file: str | None) -> None:
         pre = f"within={p.within_cluster_queue} reclaim={p.reclaim_within_cohort}"
         if lane.protected:
             pre += " protected"
+        if lane.serving:
+            pre += " serving"
         if lane.yields_to:
             pre += f" yields_to={','.join(lane.yields_to)}"
         table.add_row(

@@ -323,6 +323,91 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _cohort_root(cohort: Any, parent: dict[Any, Any]) -> Any:
+    """The root of a cohort's tree (the cohort itself when unknown or in a cycle)."""
+    seen = {cohort}
+    while parent.get(cohort) is not None and parent[cohort] not in seen:
+        cohort = parent[cohort]
+        seen.add(cohort)
+    return cohort
+
+
+def _serving_errors(raw: dict[str, Any]) -> list[str]:
+    """Serving lanes (`serving: true`, docs/serving.md): their requests are services, they are
+    protected, and no other lane can take their replicas in Kueue either, which knows nothing of
+    `protected`. Kueue's rule (pkg/scheduler/preemption, findCandidates): a ClusterQueue preempts
+    in another ClusterQueue of its cohort tree only with `reclaim_within_cohort` other than Never,
+    only while that queue borrows on a flavor/resource the preemptor asks for, and with
+    LowerPriority only workloads of lower priority. So a batch lane reaches a serving lane exactly
+    when the serving lane may borrow there (`borrowing_limit` unset or above 0), the batch lane
+    has quota on the same flavor and resource in the same tree, and its reclaim is Any, or
+    LowerPriority above the serving lane's priority. A serving lane that lends idle GPUs must take
+    them back (`reclaim_within_cohort: Any`)."""
+    lanes = raw.get("lanes")
+    if not isinstance(lanes, dict):
+        return []
+    errors: list[str] = []
+    parent = {c.get("name"): c.get("parent_name") for c in raw.get("cohorts") or [] if isinstance(c, dict)}
+
+    def pre(lane: dict[str, Any]) -> dict[str, Any]:
+        p = lane.get("preemption")
+        return p if isinstance(p, dict) else {}
+
+    def rows(lane: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+        return [(i, q) for i, q in enumerate(lane.get("quotas") or []) if isinstance(q, dict)]
+
+    for name, lane in lanes.items():
+        if not isinstance(lane, dict):
+            continue
+        base = f"lanes.{name}"
+        serving = lane.get("serving") is True
+        workload = lane.get("default_workload")
+        if not serving:
+            if workload == "service":
+                errors.append(f"{base}.default_workload: service is for serving lanes only (set serving: true)")
+            continue
+        if workload is not None and workload != "service":
+            errors.append(f"{base}.default_workload: a serving lane's requests are services (default_workload: service)")
+        if lane.get("protected") is not True:
+            errors.append(f"{base}.protected: a serving lane must be protected (its replicas are never preemption victims)")
+        cohort = lane.get("cohort_name")
+        if cohort is None:
+            continue
+        if any(q.get("lending_limit", None) != 0 for _, q in rows(lane)) and pre(lane).get("reclaim_within_cohort") != "Any":
+            errors.append(
+                f"{base}.preemption.reclaim_within_cohort: a serving lane that lends idle GPUs (a quota with "
+                f"lending_limit unset or above 0) must take them back when it scales up: set Any "
+                f"(it is {pre(lane).get('reclaim_within_cohort', 'Never')})"
+            )
+        root = _cohort_root(cohort, parent)
+        prio = lane.get("priority")
+        for i, q in rows(lane):
+            limit = q.get("borrowing_limit")
+            if limit == 0:
+                continue
+            key = (q.get("flavor_name"), q.get("resource", GPU))
+            borrows = "unset (no limit)" if limit is None else f"{limit}"
+            for other, ol in lanes.items():
+                if other == name or not isinstance(ol, dict) or ol.get("serving") is True:
+                    continue
+                if ol.get("cohort_name") is None or _cohort_root(ol.get("cohort_name"), parent) != root:
+                    continue
+                if key not in {(oq.get("flavor_name"), oq.get("resource", GPU)) for _, oq in rows(ol)}:
+                    continue
+                reclaim = pre(ol).get("reclaim_within_cohort", "Never")
+                oprio = ol.get("priority")
+                higher = isinstance(prio, int) and isinstance(oprio, int) and oprio > prio
+                if reclaim == "Any" or (reclaim == "LowerPriority" and higher):
+                    why = "any priority" if reclaim == "Any" else f"priority {oprio} above {name}'s {prio}"
+                    errors.append(
+                        f"lanes.{other}.preemption.reclaim_within_cohort: {reclaim} ({why}) lets batch lane {other} "
+                        f"preempt serving lane {name}'s replicas on {key[0]} ({key[1]}) while {name} borrows there "
+                        f"({base}.quotas[{i}].borrowing_limit is {borrows}); set that borrowing_limit to 0 or "
+                        f"{other}'s reclaim_within_cohort to Never"
+                    )
+    return errors
+
+
 def _requires_approval_errors(lanes: dict[str, Any], approvers: Any) -> list[str]:
     """`lanes.*.requires_approval`: some roster role may grant that kind (else nothing is ever admitted)."""
     errors: list[str] = []
@@ -498,6 +583,7 @@ def parse_policy(raw: Any, source: str = "policy") -> Policy:
     errors.extend(_autoscaling_errors(data))
     errors.extend(_provisioning_errors(data))
     errors.extend(_site_errors(data))
+    errors.extend(_serving_errors(data))
     for i, f in enumerate(data.get("flavors") or []):
         if isinstance(f, dict):
             errors.extend(topology_level_errors(f.get("topology_levels"), f"flavors[{i}]"))

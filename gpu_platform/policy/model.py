@@ -32,7 +32,8 @@ NodePool = Literal["training", "inference", "spot"]
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 BudgetPeriod = Literal["day", "week", "month"]
 WorkloadKind = Literal[
-    "label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map"
+    "label_batch", "training_run", "replay", "map_segmentation", "evidence_pack", "released_model", "released_map",
+    "service",
 ]
 WORKLOAD_KINDS: tuple[str, ...] = WorkloadKind.__args__
 
@@ -337,6 +338,9 @@ class Lane(_Frozen):
     once checkpointed with immutable logs.
     sharing_modes: the ways the lane may use GPUs (exclusive, mig, shared); an evidence lane may not
     use shared GPUs (no memory isolation between tenants, so results are not reproducible).
+    serving: the lane's requests are long-running services (`workload: service` with a `service:`
+    block; docs/serving.md); a serving lane is protected and no other lane may reclaim its replicas
+    (`policy check` refuses a policy that would let one).
     """
 
     name: str
@@ -344,6 +348,7 @@ class Lane(_Frozen):
     default_workload: WorkloadKind
     priority: int
     protected: bool = False
+    serving: bool = False
     cohort_name: str | None = None
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     required_fields: tuple[str, ...] = ()

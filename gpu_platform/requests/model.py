@@ -30,6 +30,7 @@ from gpu_platform.safeload import (
     show_key,
 )
 from gpu_platform.safeload.text import char_problem
+from gpu_platform.serving.model import ServiceSpec, service_name
 from gpu_platform.units import parse_duration
 
 PreemptionPolicy = Literal["requeue", "checkpoint_requeue", "fail"]
@@ -212,6 +213,10 @@ class JobRequest(BaseModel):
     publication_target: str | None = None
     change_ticket: str | None = None
     maintenance_window: str | None = None
+    service: ServiceSpec | None = None
+    """A serving lane's request (`workload: service`): the service it runs (docs/serving.md);
+    `gpu_count` of `gpu_resource` is then what one replica holds. Required in a serving lane,
+    refused elsewhere."""
 
     @field_validator("*", mode="after")
     @classmethod
@@ -686,14 +691,79 @@ def validate_request(raw: Any, policy: Policy, source: str = "request") -> JobRe
             errors.append(f"max_cost: {req_.max_cost} exceeds lane {lane.name}'s whole budget {lane.budget} {policy.currency}")
         if lane is not None and lane.name == "incident_response" and req_.evidence_hold is False:
             errors.append("evidence_hold: incident_response jobs keep their evidence under hold; must be true")
+    errors.extend(service_problems(policy, lane, raw, partial, bad_fields))
     if errors:
         raise RequestError([one_line(e) for e in dict.fromkeys(errors)], source)
     assert req is not None
     if shape:
         req = req.model_copy(update=shape)
     if req.workload is None and lane is not None:
-        req = req.model_copy(update={"workload": lane.default_workload})
+        req = req.model_copy(update={"workload": "service" if lane.serving else lane.default_workload})
     return req
+
+
+def lane_gpu_room(policy: Policy, lane_name: str, flavors: list[str], resource: str) -> float:
+    """The most of `resource` a lane can ever hold on `flavors`: per flavor, its nominal quota plus
+    its borrowing limit (no limit: the flavor's whole offer), capped by what the flavor offers."""
+    lane = policy.lanes[lane_name]
+    total = 0.0
+    for name in flavors:
+        q = lane.quota(name, resource)
+        offered = policy.flavor(name).offered.get(resource, 0)
+        if q is None:
+            continue
+        reach = offered if q.borrowing_limit is None else q.nominal_quota + q.borrowing_limit
+        total += min(offered, reach) if lane.cohort_name is not None else min(offered, q.nominal_quota)
+    return total
+
+
+def service_problems(
+    policy: Policy, lane: Any, raw: dict[str, Any], req: JobRequest | None, bad_fields: set[str]
+) -> list[str]:
+    """A service request against its lane: `service:` in a serving lane only and always there,
+    `workload: service` exactly there, a Kubernetes name, and min (and max) replicas the lane can
+    ever hold (a min that never fits would wait forever; replicas above what fits could never be
+    admitted, so the autoscaler's max would be a promise the lane breaks)."""
+    errors: list[str] = []
+    has_service = not _missing(raw.get("service"))
+    workload = raw.get("workload")
+    if lane is not None and lane.serving:
+        if not has_service and "service" not in bad_fields:
+            errors.append(
+                f"service: required by serving lane {lane.name} (model_id, replicas: {{min, max}}, "
+                "slo: {p95_latency_ms, target_qps_per_replica})"
+            )
+        if isinstance(workload, str) and workload != "service" and "workload" not in bad_fields:
+            errors.append(f"workload: lane {lane.name} is a serving lane; its requests are services (workload: service)")
+    elif lane is not None:
+        serving = ", ".join(sorted(n for n, lane_ in policy.lanes.items() if lane_.serving)) or "none in this policy"
+        if has_service:
+            errors.append(f"service: only for requests in a serving lane; lane {lane.name} is not one (serving lanes: {serving})")
+        if workload == "service":
+            errors.append(f"workload: service runs in a serving lane; lane {lane.name} is not one (serving lanes: {serving})")
+    if req is None or req.service is None or lane is None or not lane.serving:
+        return errors
+    spec = req.service
+    if service_name(spec, req.name) is None:
+        errors.append(
+            f"name: a service is named by service.name or the request's name, which must be a DNS-1035 label "
+            f"(lower-case letters, digits and '-', starting with a letter, at most 63); got {show(req.name or '')}"
+        )
+    count = req.gpu_count
+    if count is None:
+        return errors
+    flavors = matching_flavors(policy, lane.name, req.gpu_type, req.gpu_resource, req.site)
+    if not flavors:
+        return errors  # reported on gpu_type / gpu_resource
+    room = lane_gpu_room(policy, lane.name, flavors, req.gpu_resource)
+    for which in ("min", "max"):
+        n = getattr(spec.replicas, which)
+        if n * count > room:
+            errors.append(
+                f"service.replicas.{which}: {n} replicas x {count} {req.gpu_resource} = {n * count} exceed the "
+                f"{room:g} lane {lane.name} can ever hold on {', '.join(flavors)} (nominal quota plus borrowing limit)"
+            )
+    return errors
 
 
 def local_inventory_problems(req: JobRequest, gpus: int, detail: str) -> list[str]:
