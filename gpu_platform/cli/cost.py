@@ -346,6 +346,65 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             raise SystemExit(1)
 
 
+@cost.command()
+@click.option("--day", required=True, callback=_day, help="UTC day, YYYY-MM-DD.")
+@warehouse_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["focus", "csv", "parquet"]),
+    default="focus",
+    show_default=True,
+    help="focus: FOCUS 1.2 rows as CSV; parquet: the same rows as Parquet; csv: the same rows in our own "
+    "snake_case columns.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="File to write (default: stdout; parquet needs --out or a stdout that is not a terminal).",
+)
+def export(day: str, warehouse: str | None, fmt: str, out: str | None) -> None:
+    """The day's allocation as FOCUS 1.2 rows: EffectiveCost per team and request, its parts in
+    x_ columns, Tags team / cost_center / lane / request / release, and reconciling lines so the
+    rows add up to the day's bill (docs/finops.md, "FOCUS export").
+
+    Exit 2 when the day is not built or its rows fail the FOCUS checks (every problem listed)."""
+    import sys
+
+    from gpu_platform.finops.export import ExportError, focus_export, write_export
+    from gpu_platform.finops.warehouse import WarehouseBusy
+    from gpu_platform.finops.warehouse import connect as warehouse_connect
+
+    warehouse = _warehouse(warehouse)
+    if not Path(warehouse).exists():
+        raise click.UsageError(
+            f"{warehouse}: no warehouse there: {day} is not built (run `gpu-platform cost build --day {day}`, "
+            "or pass --warehouse)"
+        )
+    if fmt == "parquet" and out is None and sys.stdout.isatty():
+        raise click.UsageError("--format parquet writes binary: give --out FILE or redirect stdout")
+    try:
+        con = warehouse_connect(warehouse)
+    except WarehouseBusy as exc:
+        raise WarehouseBusyExit(str(exc)) from None
+    try:
+        data = focus_export(con, day)
+    except ExportError as exc:
+        raise click.UsageError(str(exc)) from None
+    finally:
+        con.close()
+    if out is None:
+        write_export(data, fmt, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
+    with open(out, "wb") as f:
+        write_export(data, fmt, f)
+    sums = ", ".join(f"{cur} billed {t['billed']:.2f} effective {t['effective']:.2f}"
+                     for cur, t in sorted(data.totals.items()))
+    click.echo(f"wrote {len(data.rows)} rows for {day} to {out} ({sums})", err=True)
+
+
 def _warn_incomplete(data: dict) -> None:
     """The incomplete warning on stderr (money the day's loads quarantined is in no total) and
     the day's flags (unreconciled money over the threshold)."""
