@@ -213,6 +213,8 @@ class _Sim:
         self.level: dict[str, int] = {}  # aging level a job's workload carries
         self.base_prio: dict[str, int] = {}
         self.seq_age = 0
+        # more events beside the trace (`simulate(events=...)`: a service's autoscaler)
+        self.events = None
 
     @staticmethod
     def _shape(wl: Workload) -> tuple:
@@ -740,7 +742,8 @@ class _Sim:
             aging = self.aging
             while aging and aging[0][2].state != "pending":
                 heapq.heappop(aging)  # a job that runs again is put back by its requeue
-            t = min(t_arr, t_end, aging[0][0] if aging else _INF)
+            events = self.events
+            t = min(t_arr, t_end, aging[0][0] if aging else _INF, events.next_time() if events is not None else _INF)
             if t == _INF:
                 break
             t_run = t if self.tick <= 0 else math.ceil(t / self.tick - 1e-12) * self.tick
@@ -768,8 +771,12 @@ class _Sim:
                     # again, as after a completion (what the engine answers must not depend on
                     # the shortcuts: tests/simulate/test_cli_and_scale.py)
                     freed = True
+            if events is not None:
+                freed |= events.fire(self, t_run)
             if self.pending and (freed or arrived):
                 self.schedule(t_run, full=freed)
+            if events is not None:
+                events.observe(self, t_run)
             if nodes:
                 stranded, since = self._stranded(), t_run
         return start, last
@@ -785,6 +792,7 @@ def simulate(
     per_shape: int = 1,
     skip_bound: bool = True,
     merge_held: bool = True,
+    events=None,
 ) -> SimResult:
     """Replay `jobs` under `scenario`. tick=0: the engine runs at every instant something
     changes; tick>0: at multiples of `tick` seconds (a gate on a sensor interval).
@@ -792,10 +800,14 @@ def simulate(
     window / per_shape / skip_bound / merge_held: distinct / identical pending workloads shown
     per queue at first, whether workloads over their own queue's ceiling are held back, whether
     running workloads nobody shown may preempt are folded per (queue, flavor, priority) (the
-    outcome does not depend on them, only the time it takes; see the module doc)."""
+    outcome does not depend on them, only the time it takes; see the module doc).
+    events: more events beside the trace, asked at each instant (`simulate/serving.py`: a service's
+    autoscaler): `next_time()`, `fire(sim, now)` before the engine runs (True: look at every
+    queue), `observe(sim, now)` after it; None: the trace only."""
     if scenario.fast is not None:  # a baseline with its own event loop (no engine)
         return scenario.fast(scenario, jobs, tick)
     sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
+    sim.events = events
     # The trace's jobs and workloads live for the whole run: frozen out of the cyclic GC, the
     # collections the engine's allocations trigger do not walk them again and again (that grew
     # with the trace's length). The engine frees its snapshots by reference counting (it breaks

@@ -1,0 +1,139 @@
+"""The simulator with a service's traffic beside the batch trace, on a scenario checked by hand.
+
+Pool: one flavor `l4` whose only quota is the service's (4 replicas x 1 GPU); batch lane
+`research` has nominal 0 there (it can only borrow). Demand: 5 qps (1 replica) until t=1000,
+35 qps (4 replicas at 10 qps each) until t=2000, then 5 qps again; the autoscaler ticks every
+100 s with no scale-down window; a reclaim waits 50 s (the borrower's grace), replicas start at
+once, no node model. One batch job of 3 GPUs arrives at t=10 for 5000 s. Window [0, 3000).
+
+With lending: the job borrows 3 idle serving GPUs at t=10; at t=1000 three replicas reclaim them
+(the job is preempted, InCohortReclamation) and are ready at 1050, so replicas were below need for
+50 s (share 50 / 3000); the job runs again when the service scales down at t=2000. Batch
+GPU-seconds in the window: 3 x (1000 - 10) + 3 x (3000 - 2000) = 5970 of 4 x 3000.
+Without lending: the job can never be admitted (nothing to borrow), the replicas start at their
+tick, never below need.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_platform.admission import ClusterQueueSpec, ClusterState, FlavorSpec, ResourceQuota, Workload
+from gpu_platform.admission.model import LOWER_PRIORITY
+from gpu_platform.policy import GPU
+from gpu_platform.serving.demand import TraceDemand
+from gpu_platform.simulate.scenario import Scenario
+from gpu_platform.simulate.serving import (
+    ServiceLoad,
+    ServingOptions,
+    below_need_seconds,
+    compare_lending,
+    serving_figures,
+    serving_scenario,
+    simulate_serving,
+)
+from gpu_platform.simulate.trace import TraceJob
+
+
+def _scenario() -> Scenario:
+    base = ClusterState(
+        cluster_queues=(
+            ClusterQueueSpec(
+                "research", (ResourceQuota("l4", GPU, 0.0),), cohort="pool", within_cluster_queue=LOWER_PRIORITY
+            ),
+        ),
+        flavors=(FlavorSpec("l4", capacity={GPU: 0.0}),),
+        cohorts=("pool",),
+    )
+
+    def workload(job: TraceJob) -> Workload:
+        return Workload(name=job.job_id, cq=job.lane, requests={GPU: job.gpus}, priority=100, created_at=job.submit_ts)
+
+    return Scenario("policy", "hand-checked", base, workload)
+
+
+SERVICE = ServiceLoad("web", "serving", "l4", 1, 1, 4, 10.0, TraceDemand(((0, 5.0), (1000, 35.0), (2000, 5.0))))
+OPTIONS = ServingOptions(cadence_s=100, scale_down_window_s=0, replica_startup_s=0, reclaim_grace_s=50, node_gpus=None)
+JOBS = [TraceJob("b1", 10, 5000, 3, "research")]
+
+
+def test_borrower_is_preempted_when_the_service_scales_up():
+    result, run = simulate_serving(_scenario(), JOBS, SERVICE, lending=True, options=OPTIONS, start=0, end=3000)
+    job = next(r for r in result.runs if r.job.job_id == "b1")
+    assert job.first_admit == 10 and job.flavor == "l4"
+    assert job.preemptions == 1
+    assert job.last_admit == 2000  # back once the service scaled down
+    up = [p for p in run.replicas if p.requested == 1000]
+    assert len(up) == 3
+    assert all(p.admitted == 1000 and p.reclaimed and p.ready == 1050 for p in up)
+    assert all(p.stopped == 2000 for p in up)
+    first = run.replicas[0]
+    assert first.requested == 0 and first.ready == 0 and not first.reclaimed and first.stopped == 3000
+
+
+def test_figures_with_and_without_lending():
+    doc = compare_lending(_scenario(), JOBS, SERVICE, options=OPTIONS, start=0, end=3000)
+    on, off = doc["with_lending"], doc["without_lending"]
+    assert on["slo_below_need_share"] == round(50 / 3000, 4)
+    assert on["scale_up_delay_s"] == {"p50": 50.0, "p95": 50.0, "max": 50.0}
+    assert on["reclaims"] == 3 and on["reclaim_scale_up_delay_s"]["max"] == 50.0
+    assert on["batch_gpu_hours"] == round(5970 / 3600, 3)
+    assert on["batch_gpu_hours_on_serving_flavor"] == round(5970 / 3600, 3)
+    assert on["batch_utilization"] == round(5970 / (4 * 3000), 4)
+    # replicas: 1 for 3000 s + 3 for 950 s ready... held from admission: 1 x 3000 + 3 x 1000
+    assert on["serving_gpu_hours"] == round(6000 / 3600, 3)
+    assert off["slo_below_need_share"] == 0.0
+    assert off["reclaims"] == 0
+    assert off["batch_gpu_hours"] == 0.0 and off["batch_utilization"] == 0.0
+    assert off["scale_up_delay_s"]["max"] == 0.0
+
+
+def test_scale_down_window_keeps_replicas_and_cadence_delays_scale_up():
+    # ticks every 300 s: the rise at t=1000 is seen at t=1200; a 600 s scale-down window keeps the
+    # 4 replicas until the tick at 2400 (the last tick wanting 4 is 1800; 1800 + 600 = 2400)
+    opts = ServingOptions(cadence_s=300, scale_down_window_s=600, replica_startup_s=0, reclaim_grace_s=0, node_gpus=None)
+    _result, run = simulate_serving(_scenario(), [], SERVICE, lending=False, options=opts, start=0, end=3000)
+    up = [p for p in run.replicas if p.index > 0]
+    assert {p.requested for p in up} == {1200}
+    assert {p.stopped for p in up} == {2400}
+    doc = serving_figures(_result, run)
+    assert doc["slo_below_need_share"] == round(200 / 3000, 4)
+
+
+def test_node_start_when_the_flavor_had_no_running_node():
+    # 2-GPU nodes, none kept warm: the first replica needs a node (360 s); without lending nothing
+    # else keeps nodes up, so the 3 replicas at t=1000 need new nodes too
+    opts = ServingOptions(
+        cadence_s=100, scale_down_window_s=0, replica_startup_s=30, reclaim_grace_s=50, node_gpus=2, node_startup_s=360
+    )
+    _result, run = simulate_serving(_scenario(), [], SERVICE, lending=False, options=opts, start=0, end=3000)
+    first = run.replicas[0]
+    assert first.new_node and first.ready == 0 + 360 + 30
+    up = [p for p in run.replicas if p.requested == 1000]
+    # the first replica's node has one free GPU: one replica starts there, two need a node
+    assert sorted(p.ready for p in up) == [1030, 1390, 1390]
+
+
+def test_below_need_seconds_by_hand():
+    need = [(0, 1), (10, 3), (20, 1)]
+    ready = [(0, 1), (15, 2), (18, 3), (25, 0)]
+    # [10,18): ready < 3; [25,30): 0 < 1
+    assert below_need_seconds(need, ready, 0, 30) == 8 + 5
+
+
+def test_serving_scenario_lends_only_with_lending():
+    on = serving_scenario(_scenario(), SERVICE, lending=True).base
+    off = serving_scenario(_scenario(), SERVICE, lending=False).base
+    q_on = next(c for c in on.cluster_queues if c.name == "serving")
+    q_off = next(c for c in off.cluster_queues if c.name == "serving")
+    assert q_on.quotas[0].nominal == 4 and q_on.quotas[0].lending_limit is None
+    assert q_off.quotas[0].lending_limit == 0
+    assert q_on.reclaim_within_cohort == "Any" and q_on.protected and q_on.cohort == "pool"
+    assert on.flavors[0].capacity[GPU] == 4
+
+
+def test_bad_service_is_refused_naming_fields():
+    with pytest.raises(ValueError) as e:
+        ServiceLoad("web", "serving", "l4", 0, 2, 1, 0.0, SERVICE.demand)
+    msg = str(e.value)
+    assert "gpus_per_replica" in msg and "max_replicas" in msg and "target_qps_per_replica" in msg
