@@ -24,6 +24,9 @@ from click.testing import CliRunner
 from gpu_platform.cli import main
 from gpu_platform.finops.export import ExportError, focus_export, split, validate_focus
 from gpu_platform.finops.feeds.focus import load_focus
+from tests.finops.test_quarantined_money import DAY as GCP_DAY
+from tests.finops.test_quarantined_money import INVOICE as GCP_INVOICE
+from tests.finops.test_quarantined_money import gcp_day  # noqa: F401  (a fixture)
 from tests.finops.test_whole_bill import DAY, INVOICE, PREV, built  # noqa: F401  (the built day, a fixture)
 
 
@@ -152,3 +155,21 @@ def test_split_adds_up_exactly_and_follows_the_weights():
     assert sum(split(D("-400"), [D("1179.84"), D("471.96"), D("732")])) == D("-400")
     assert split(D("10"), [D(0), D(0)]) == [D("5"), D("5")]
     assert split(D("0.000003"), [D(3), D(1)]) == [D("0.000002"), D("0.000001")]
+
+
+def test_quarantined_money_has_its_own_line_and_the_export_still_reconciles(gcp_day, tmp_path):  # noqa: F811
+    """The GCP day with three quarantined rows (tests/finops/test_quarantined_money.py): the export
+    adds up to what was read plus what was quarantined, i.e. the invoice and the reversed row."""
+    out = tmp_path / "gcp.csv"
+    res = CliRunner().invoke(main, ["cost", "export", "--day", GCP_DAY, "--out", str(out)],
+                             env={"GPU_PLATFORM_HOME": str(gcp_day["wh"].parent), "GPU_PLATFORM_WAREHOUSE": ""})
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(out.open()))
+    (t,) = gcp_day["report"]["totals"]
+    billed, effective = sums(rows)["USD"]
+    assert billed == D(t["billed"]) + D(t["quarantined_billed"]) == GCP_INVOICE + D("100.00")
+    assert effective == D(t["effective"]) + D(t["quarantined_effective"])
+    (q,) = [r for r in rows if r["x_AllocationLine"] == "quarantined"]
+    assert (D(q["BilledCost"]), D(q["EffectiveCost"])) == (gcp_day["bad"]["billed"], gcp_day["bad"]["effective"])
+    assert q["ChargeCategory"] == "Adjustment" and q["x_Team"] == ""
+    assert load_focus(out, currency=None).quarantine.height == 0
