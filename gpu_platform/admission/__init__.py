@@ -5,6 +5,14 @@ ProvisioningRequest and MultiKueue admission checks in `kueue_checks.py`). Pure 
 `schedule_cycle(state)` runs one cycle; `admit_until_stable(state)` runs cycles back to back (the
 gate); `preemption_targets(state, preemptor, flavor)` picks victims; `from_policy(...)` builds the
 state from the policy and job requests.
+
+One module per job: `engine.py` runs cycles (the public entry points); `cycle.py` is one cycle
+(heads, order, admit or preempt, lane rules); `flavor_assign.py` Kueue's flavor assignment;
+`reasons.py` what each waiting workload is told (reason, position, estimated start);
+`workload_keys.py` what the engine reads off a workload; `quota.py` the quota snapshot and cohort
+tree; `preemption.py` victim search; `nodes.py` and `tas.py` the node and topology rules;
+`model.py` the engine's types; `policy_view.py` the state built from the policy; `cases.py` the
+YAML admission cases.
 May import `policy/`, `requests/`, `cluster/names`, `devices/`, `safeload/`.
 """
 
