@@ -28,7 +28,9 @@ final as (
         rejected_labels,
         replay_hours,
         -- what gpu_count counts, as the device plugin names it (NULL in older snapshots: whole GPUs)
-        coalesce(gpu_resource, 'nvidia.com/gpu') as gpu_resource
+        coalesce(gpu_resource, 'nvidia.com/gpu') as gpu_resource,
+        -- a service request's service (the `service` label of its request counts); NULL otherwise
+        service_name
     from source
 
 )

@@ -283,6 +283,12 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             ["unit", "currency", "cost", "units", "cost_per_unit"],
         ),
         (
+            "Inference services (the day's replica cost per 1,000 requests; idle: held, not busy)",
+            data.get("services", []),
+            ["service", "team", "currency", "replica_hours", "allocated_cost", "idle_cost", "requests",
+             "cost_per_1k_requests", "reason"],
+        ),
+        (
             "Unpriced requests (GPU time no price covers: in no unit cost)",
             data["unpriced_requests"],
             ["request_id", "team", "workload", "unpriced_gpu_hours", "reason"],
@@ -333,6 +339,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
                     "request_id",
                     "workload",
                     "file",
+                    "service",
                 )
                 else "right",
             )

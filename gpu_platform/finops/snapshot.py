@@ -27,6 +27,7 @@ from gpu_platform.devices.sharing import GPU, gpu_share
 from gpu_platform.lineage.graph import SUCCEEDED, LineageStore, WorkloadRun
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import EventRow, Ledger, RequestState
+from gpu_platform.serving.model import service_name
 
 END_EVENTS = {"finished": "Succeeded", "failed": "Failed", "preempted": "Preempted"}
 """Ledger events that end an attempt's pod, and the pod exit status each one means."""
@@ -64,11 +65,14 @@ def unit_share(policy: Policy, flavor_name: str | None, resource: str | None) ->
 
 
 def pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) -> list[dict[str, Any]]:
-    """One `raw_pod_requests` row per admitted attempt of one request, from its events in order.
+    """One `raw_pod_requests` row per admitted attempt of one request, from its events in order
+    (a service: one per replica, `service_pod_rows`).
 
     `gpu_resource` / `gpu_share`: the resource the request counts and the share of a GPU one unit
     of it is on the admitted flavor (`unit_share`), so slices and replicas are priced by their share."""
     req = state.request
+    if getattr(req, "service", None) is not None:
+        return service_pod_rows(state, events, policy)
     namespace = _namespace(policy, req.team)
     resource = req.gpu_resource or GPU
     pods: list[dict[str, Any]] = []
@@ -96,6 +100,72 @@ def pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) ->
             current["ended_at"] = _naive_utc(ev.at)
             current["exit_status"] = END_EVENTS[ev.event]
             current = None
+    return pods
+
+
+def service_pod_rows(state: RequestState, events: Iterable[EventRow], policy: Policy) -> list[dict[str, Any]]:
+    """A service's replicas as pods, from its events in order: an `admitted` event starts
+    `details.replicas` replicas (else `service.replicas.min`), each `replicas` event (the replicas
+    sensor's observation, details `replicas`) starts or stops replicas to its count (the newest
+    stop first, `Succeeded`: a replica scaled down ended cleanly), and an end event
+    (`finished` / `failed` / `preempted`) stops the rest with its status. Replica pod `k` of
+    attempt `N` is `<request_id>-a<N>-r<k>` (k counts every replica the attempt started, from 1),
+    `gpu_resource` x `gpu_count` each: what one replica holds. On a cluster, the Deployment's own
+    pods (label `gpu-platform.io/request-id`) replace these rows (int_pods)."""
+    req = state.request
+    namespace = _namespace(policy, req.team)
+    resource = req.gpu_resource or GPU
+    spec = req.service
+    pods: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    attempt = started = 0
+    admitted: EventRow | None = None
+
+    def start(ev: EventRow, n: int) -> None:
+        nonlocal started
+        assert admitted is not None
+        for _ in range(n):
+            started += 1
+            pod = {
+                "namespace": namespace,
+                "pod": f"{pod_name(state.request_id, attempt)}-r{started}",
+                "request_id": state.request_id,
+                "attempt": attempt,
+                "flavor_name": admitted.flavor,
+                "hostname": admitted.details.get("hostname"),
+                "gpu_uuids": None,
+                "started_at": _naive_utc(ev.at),
+                "ended_at": None,
+                "exit_status": None,
+                "gpu_resource": resource,
+                "gpu_share": unit_share(policy, admitted.flavor, resource),
+            }
+            pods.append(pod)
+            running.append(pod)
+
+    def stop(ev: EventRow, n: int, status: str) -> None:
+        for _ in range(min(n, len(running))):
+            pod = running.pop()
+            pod["ended_at"] = _naive_utc(ev.at)
+            pod["exit_status"] = status
+
+    for ev in events:
+        if ev.event == "admitted":
+            stop(ev, len(running), "Preempted")  # a relaunch without an end event on record
+            attempt, started, admitted = attempt + 1, 0, ev
+            wanted = ev.details.get("replicas") if ev.details else None
+            start(ev, wanted if isinstance(wanted, int) and wanted >= 0 else spec.replicas.min)
+        elif ev.event == "replicas" and admitted is not None:
+            wanted = (ev.details or {}).get("replicas")
+            if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 0:
+                continue
+            if wanted > len(running):
+                start(ev, wanted - len(running))
+            else:
+                stop(ev, len(running) - wanted, "Succeeded")
+        elif ev.event in END_EVENTS and admitted is not None:
+            stop(ev, len(running), END_EVENTS[ev.event])
+            admitted = None
     return pods
 
 
@@ -138,7 +208,17 @@ def request_row(state: RequestState, policy: Policy, results: dict[str, Any] | N
         "rejected_labels": results.get("rejected"),
         "replay_hours": float(replay_hours) if replay_hours is not None else None,
         "gpu_resource": req.gpu_resource or GPU,
+        "service_name": _service_name(req),
     }
+
+
+def _service_name(req: Any) -> str | None:
+    """A service request's service (its Kubernetes name, the `service` label of its request
+    counts); None for any other request."""
+    spec = getattr(req, "service", None)
+    if spec is None:
+        return None
+    return service_name(spec, req.name)
 
 
 def ledger_snapshot(

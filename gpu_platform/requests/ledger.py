@@ -51,11 +51,13 @@ from gpu_platform.requests.model import (
 )
 
 Event = Literal[
-    "submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster", "approved"
+    "submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster", "approved",
+    "replicas",
 ]
 EVENTS: tuple[str, ...] = Event.__args__
-INFO_EVENTS = ("cluster", "approved")
-"""Events that record what was observed without changing the request's state."""
+INFO_EVENTS = ("cluster", "approved", "replicas")
+"""Events that record what was observed without changing the request's state. `replicas`: a
+service's replicas running now (details `replicas`, `source`), recorded when they change."""
 ACTIVE_STATES = ("admitted",)
 PENDING_STATES = ("submitted", "waiting", "requeued")
 TERMINAL_STATES = ("finished", "failed", "rejected")
@@ -210,6 +212,8 @@ def _fold(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             continue
         if ev == "approved":
             d["p_approvals"] += 1
+            continue
+        if ev in INFO_EVENTS:
             continue
         if i > d["p_sid"]:
             d.update(p_sid=i, p_state=ev, p_reason=v["reason"] or "", p_code=reason_code(v["reason"]),

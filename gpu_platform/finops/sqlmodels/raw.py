@@ -22,6 +22,7 @@ from gpu_platform.finops.feeds.schemas import (
     RAW_DCGM_SAMPLES,
     RAW_FOCUS_BILLING,
     RAW_FOCUS_QUARANTINE,
+    RAW_SERVICE_REQUESTS,
 )
 
 WORKLOADS = (
@@ -49,7 +50,8 @@ create table if not exists raw_requests (
     accepted_labels bigint,
     rejected_labels bigint,
     replay_hours double,
-    gpu_resource varchar
+    gpu_resource varchar,
+    service_name varchar
 )"""
 
 RAW_POD_REQUESTS_DDL = """
@@ -79,21 +81,22 @@ the parent's output is an input of the child. Unit costs sum over these trees.""
 REQUEST_COLUMNS = (
     "request_id", "team", "cost_center", "lane", "site", "odd_cell", "workload", "gpu_type", "gpu_count",
     "submitted_at", "state", "attempts", "release_packet_id", "candidate_id", "incident_id",
-    "output_artifact_ids", "accepted_labels", "rejected_labels", "replay_hours", "gpu_resource",
+    "output_artifact_ids", "accepted_labels", "rejected_labels", "replay_hours", "gpu_resource", "service_name",
 )
 POD_COLUMNS = (
     "namespace", "pod", "request_id", "attempt", "flavor_name", "hostname", "gpu_uuids",
     "started_at", "ended_at", "exit_status", "gpu_resource", "gpu_share",
 )
 ADDED_COLUMNS = {
-    "raw_requests": (("gpu_resource", "varchar"),),
+    "raw_requests": (("gpu_resource", "varchar"), ("service_name", "varchar")),
     "raw_pod_requests": (("gpu_resource", "varchar"), ("gpu_share", "double")),
 }
 """Columns added after the first release: a warehouse made before gets them (nullable) on open.
 `gpu_resource`: what `gpu_count` counts (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`,
 `nvidia.com/gpu.shared`; NULL = whole GPUs); `gpu_share`: the share of one physical GPU a unit of
 it is priced at (`gpu_platform.devices.sharing.gpu_share` of the admitted flavor; NULL = the profile's
-compute slices / 7, or 1)."""
+compute slices / 7, or 1); `service_name`: a service request's service (the `service` label of its
+request counts, `raw_service_requests`), NULL for other requests."""
 
 
 def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -115,7 +118,7 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     present = {r[0] for r in con.execute(
         "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
     for table in (RAW_DCGM_SAMPLES, RAW_DCGM_HOURLY, RAW_FOCUS_BILLING, RAW_FOCUS_QUARANTINE, RAW_NODES, RAW_PODS,
-                  RAW_VOLUMES):
+                  RAW_VOLUMES, RAW_SERVICE_REQUESTS):
         if table not in present:
             con.execute(table_ddl(table))
             con.execute(f"alter table {table} alter column day drop not null")

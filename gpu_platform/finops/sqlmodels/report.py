@@ -161,7 +161,7 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     have = _tables(con)
     out: dict[str, Any] = {"day": d.isoformat(), "stale": staleness(con, d), "totals": [], "exceptions": [],
                            "unit_costs": [], "unpriced_requests": [], "chargeback_by_team": [], "top_requests": [],
-                           "price_book_nodes": []}
+                           "price_book_nodes": [], "services": []}
     if "reconciliation" in have:
         recon_cols = {r[0] for r in con.execute("describe reconciliation").fetchall()}
         quarantine_cols = ("r.quarantined_rows, r.quarantined_billed_cost as quarantined_billed, "
@@ -260,6 +260,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     from gpu_platform.finops.forecast import budget_rows, forecast_rows
 
     # month-end forecast per team and lane, and every budget against it (cost_forecast, budget_burn)
+    # inference services: cost per 1,000 requests of the day (unit_cost_inference_request)
+    out["services"] = service_rows(con, d)
     out["forecast"] = forecast_rows(con, d)
     out["budget_burn"] = budget_rows(con, d)
     if "platform_cost_per_tenant" in have:
@@ -268,6 +270,24 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                    cpu_cost, storage_cost, idle_cost, shared_cost, tax_cost, credit_cost, total_cost
             from platform_cost_per_tenant where day = $day order by currency, total_cost desc, team""", {"day": d})
     return out
+
+
+SERVICE_COLUMNS = ["service", "team", "currency", "replica_hours", "allocated_gpu_hours", "idle_gpu_hours",
+                   "allocated_cost", "idle_cost", "requests", "cost_per_1k_requests",
+                   "idle_cost_per_1k_requests", "reason"]
+"""What `cost report`, the unit_cost_inference_request asset's metadata and `/metrics` show of a
+service's day (one query: `service_rows`)."""
+
+
+def service_rows(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[str, Any]]:
+    """Each service's day from unit_cost_inference_request: replica and GPU time, cost, its idle
+    part, requests, cost per 1,000 requests (NULL with a reason). [] before the mart is built."""
+    if "unit_cost_inference_request" not in _tables(con):
+        return []
+    return _rows(con, f"""
+        select {", ".join(SERVICE_COLUMNS)} from unit_cost_inference_request
+        where day = $day order by currency nulls last, allocated_cost desc nulls last, service""",
+                 {"day": date.fromisoformat(str(day))})
 
 
 def to_jsonable(value: Any) -> Any:
@@ -354,6 +374,13 @@ def model_metrics(
                           f"sum(allocated_cost) as cost from {model} {where} group by all "
                           "order by cost desc, request_id limit 10", params)
         out["top_requests_md"] = markdown_table(rows, ["request_id", "team", "workload", "currency", "gpu_hours", "cost"])
+    if model == "unit_cost_inference_request" and first is not None and first == last:
+        # the day's services as `cost report` shows them (service_rows), and each priced one's figure
+        rows = service_rows(con, first)
+        out["services_md"] = markdown_table(rows, [c for c in SERVICE_COLUMNS if c != "idle_cost_per_1k_requests"])
+        for r in rows:
+            if r["cost_per_1k_requests"] is not None:
+                out[f"cost_per_1k_requests_{r['service']}_{r['currency']}"] = float(r["cost_per_1k_requests"])
     if model in ("cost_forecast", "budget_burn") and first is not None and first == last:
         from gpu_platform.finops.forecast import forecast_metadata
 

@@ -1,0 +1,61 @@
+"""A service's replicas in the ledger (`replicas` events) become replica pods the cost models price."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from gpu_platform.finops.snapshot import ledger_snapshot
+from gpu_platform.requests.ledger import Ledger
+from gpu_platform.requests.model import validate_request_file
+
+T0 = datetime(2026, 11, 28, tzinfo=UTC)
+
+
+def at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def _service(policy, rid: str):
+    from tests.conftest import EXAMPLES
+
+    return validate_request_file(EXAMPLES / "online_serving.yaml", policy).model_copy(update={"request_id": rid})
+
+
+def test_replicas_events_start_and_stop_replica_pods(sqlite_url, policy):
+    ledger = Ledger(sqlite_url)
+    ledger.submit(_service(policy, "S-1"), at=at(0))
+    ledger.record("S-1", "admitted", flavor="l4-inference", details={"hostname": "gpu-l4-1"}, at=at(1))  # min 2
+    ledger.record("S-1", "replicas", details={"replicas": 4, "source": "cluster"}, at=at(8))
+    ledger.record("S-1", "replicas", details={"replicas": 3, "source": "cluster"}, at=at(20))
+    ledger.record("S-1", "replicas", details={"replicas": "many"}, at=at(21))  # not a count: ignored
+    ledger.record("S-1", "preempted", "Preempted (InCohortReclamation)", at=at(30))
+    # a replicas event is an observation: the request's state stays what its state events say
+    assert ledger.state("S-1").state == "preempted"
+    ledger.record("S-1", "admitted", flavor="l4-inference", details={"replicas": 1}, at=at(31))
+    assert ledger.state("S-1").state == "admitted" and ledger.state("S-1").attempts == 2
+    requests, pods = ledger_snapshot(ledger, policy)
+    assert [r["service_name"] for r in requests] == ["perception-serving"]
+    got = [(p["pod"], p["started_at"], p["ended_at"], p["exit_status"]) for p in pods]
+    naive = {h: at(h).replace(tzinfo=None) for h in (1, 8, 20, 30, 31)}
+    assert got == [
+        ("S-1-a1-r1", naive[1], naive[30], "Preempted"),
+        ("S-1-a1-r2", naive[1], naive[30], "Preempted"),
+        ("S-1-a1-r3", naive[8], naive[30], "Preempted"),
+        ("S-1-a1-r4", naive[8], naive[20], "Succeeded"),  # scaled down: the newest replica stops first
+        ("S-1-a2-r1", naive[31], None, None),
+    ]
+    assert {p["hostname"] for p in pods[:4]} == {"gpu-l4-1"}
+    assert {(p["gpu_resource"], p["gpu_share"], p["flavor_name"]) for p in pods} == {
+        ("nvidia.com/gpu", 1.0, "l4-inference")}
+
+
+def test_a_batch_request_keeps_one_pod_per_attempt_and_no_service_name(sqlite_url, policy):
+    from tests.conftest import EXAMPLES
+
+    ledger = Ledger(sqlite_url)
+    req = validate_request_file(EXAMPLES / "candidate_train.yaml", policy).model_copy(update={"request_id": "R-1"})
+    ledger.submit(req, at=at(0))
+    ledger.record("R-1", "admitted", flavor="h100-ondemand", at=at(1))
+    requests, pods = ledger_snapshot(ledger, policy)
+    assert requests[0]["service_name"] is None
+    assert [p["pod"] for p in pods] == ["R-1-a1"]
