@@ -12,8 +12,11 @@
 Both treat the pool as one set of GPUs (`gpu_type` is ignored: a whole-pool baseline) and never
 preempt. A job with more GPUs than the pool is never admitted (reported as such). With `tick`,
 arrivals and completions take effect at the next multiple of the tick, as in the engine loop.
-Each is a plain event loop over a heap of end times: O(n log n) for `fifo`; `fifo-backfill`
-also scans the waiting jobs that fit the free GPUs at each instant where the head is blocked.
+Every baseline is the same event loop (`_replay`) over a heap of end times, parameterized by the
+pool: one count of GPUs (`_Pool`), the pool's nodes (`_NodePool`) or the policy's flavors and
+their nodes (`_FlavorPool`); each pool says where a job can never run, where it fits now, how it
+backfills and what it strands. O(n log n) for `fifo`; `fifo-backfill` also scans the waiting jobs
+that fit the free GPUs at each instant where the head is blocked.
 
 With a node model (`scenarios.with_nodes`: the scenario's `base.nodes`), the pool is those nodes,
 all flavors' together (GPUs of a flavor without nodes form one node of their own): a job of g GPUs
@@ -50,6 +53,13 @@ def _at(t: float, tick: float) -> float:
 
 
 class _Pool:
+    """The whole pool's GPUs as one count (quota-only `fifo`). Every pool gives `_replay` the same
+    operations: `never` (why a job can never start, or None), `fit` (where the job starts now, or
+    None), `begin`, `finish_until`, `backfill` and `stranded`."""
+
+    measures_stranding = False
+    """Whether `_replay` reports stranded GPU-hours (a node model); False: None in the result."""
+
     def __init__(self, capacity: float):
         self.capacity = capacity
         self.free = capacity
@@ -57,7 +67,18 @@ class _Pool:
         self.usage: list[tuple[float, str, float]] = []
         self.seq = 0
 
-    def begin(self, r: JobRun, now: float) -> None:
+    def never(self, r: JobRun) -> str | None:
+        if r.job.gpus > self.capacity + 1e-9:
+            return f"asks for {r.job.gpus:g} GPUs, more than the whole pool ({self.capacity:g})"
+        return None
+
+    def fit(self, r: JobRun) -> str | None:
+        return _NODES if r.job.gpus <= self.free + 1e-9 else None
+
+    def stranded(self, queue: deque[JobRun]) -> float:
+        return 0.0
+
+    def begin(self, r: JobRun, now: float, where: str = "pool") -> None:
         self.free -= r.job.gpus
         r.state, r.start, r.first_admit, r.last_admit, r.flavor = "running", now, now, now, "pool"
         self.seq += 1
@@ -79,6 +100,8 @@ class _Pool:
         """EASY: the blocked head's shadow time and extra GPUs from the running jobs' end times;
         then each of the next `BACKFILL_DEPTH` waiting jobs, in queue order, that fits the free
         GPUs now and ends by the shadow time or fits the extra GPUs starts."""
+        if self.free <= 1e-9:
+            return
         head = queue[0]
         shadow, extra, avail = math.inf, 0.0, self.free
         for end, _s, r in sorted(self.ending, key=lambda e: e[0]):
@@ -105,41 +128,57 @@ class _Pool:
             del queue[k]
 
 
-def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
-    """Replay `jobs` on one FIFO queue of `capacity` GPUs (see the module docstring); on the
-    scenario's nodes where it has any (`run_fifo_nodes`)."""
-    if scenario.base.nodes:
-        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick)
+def _replay(scenario, jobs: list[TraceJob], pool, *, backfill: bool, tick: float) -> SimResult:
+    """The one FIFO event loop of every baseline, over any pool (`_Pool`, `_NodePool`,
+    `_FlavorPool`): jobs queue in (submit_ts, job_id) order; at each arrival or end instant the
+    ended jobs free their GPUs, arrivals that no placement can ever hold are refused with the
+    pool's reason, the queue's heads start while the pool places them, and with `backfill` the
+    pool backfills behind a blocked head. Stranded GPU-seconds are the pool's `stranded` rate
+    integrated between instants (reported where the pool models nodes)."""
     runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
-    pool = _Pool(capacity)
     queue: deque[JobRun] = deque()
     i, n = 0, len(runs)
     start = runs[0].job.submit_ts if runs else 0.0
     last = start
+    stranded_s, rate, since = 0.0, 0.0, start
     while i < n or pool.ending:
         t_arr = runs[i].job.submit_ts if i < n else math.inf
         t_end = pool.ending[0][0] if pool.ending else math.inf
         now = _at(min(t_arr, t_end), tick)
+        stranded_s += rate * (now - since)
         ended = pool.finish_until(now)
         if ended is not None:
             last = max(last, ended)
         while i < n and runs[i].job.submit_ts <= now:
             r = runs[i]
             i += 1
-            if r.job.gpus > capacity + 1e-9:
-                r.state = "rejected"
-                r.reason = f"asks for {r.job.gpus:g} GPUs, more than the whole pool ({capacity:g})"
+            why = pool.never(r)
+            if why is not None:
+                r.state, r.reason = "rejected", why
                 continue
             r.state = "pending"
             queue.append(r)
-        while queue and queue[0].job.gpus <= pool.free + 1e-9:
-            pool.begin(queue.popleft(), now)
-        if backfill and queue and pool.free > 1e-9:
+        while queue:
+            where = pool.fit(queue[0])
+            if where is None:
+                break
+            pool.begin(queue.popleft(), now, where)
+        if backfill and queue:
             pool.backfill(queue, now)
+        rate, since = pool.stranded(queue), now
     for r in runs:
         if r.state == "pending":
             r.reason = "still pending when the trace ended"
-    return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick)
+    stranded = stranded_s if pool.measures_stranding else None
+    return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded)
+
+
+def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
+    """Replay `jobs` on one FIFO queue of `capacity` GPUs (see the module docstring); on the
+    scenario's nodes where it has any (`run_fifo_nodes`)."""
+    if scenario.base.nodes:
+        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick)
+    return _replay(scenario, jobs, _Pool(capacity), backfill=backfill, tick=tick)
 
 
 _NODES = "pool"
@@ -148,6 +187,8 @@ _EPS = 1e-9
 
 class _NodePool(_Pool):
     """The pool's GPUs on nodes (see the module docstring)."""
+
+    measures_stranding = True
 
     def __init__(self, capacity: float, nodes: tuple[NodeSpec, ...], node: float | None):
         super().__init__(capacity)
@@ -179,7 +220,10 @@ class _NodePool(_Pool):
     def fits(self, r: JobRun) -> bool:
         return self.book.fits(self.workload(r), _NODES)
 
-    def begin(self, r: JobRun, now: float) -> None:
+    def fit(self, r: JobRun) -> str | None:
+        return _NODES if self.fits(r) else None
+
+    def begin(self, r: JobRun, now: float, where: str = _NODES) -> None:
         super().begin(r, now)
         wl = self.workload(r)
         self.book.place(wl)
@@ -218,6 +262,8 @@ class _NodePool(_Pool):
     def backfill(self, queue: deque[JobRun], now: float) -> None:
         """EASY on nodes: each of the next `BACKFILL_DEPTH` waiting jobs that fits now and ends by
         the head's shadow time starts."""
+        if self.free <= _EPS:
+            return
         shadow = self.shadow(queue[0])
         started: list[int] = []
         for k in range(1, min(len(queue), BACKFILL_DEPTH + 1)):
@@ -247,39 +293,8 @@ class _NodePool(_Pool):
 def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
     """`run_fifo` on the scenario's nodes (see the module docstring)."""
     sizes = scenario.node_gpus or {}
-    runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
     pool = _NodePool(capacity, scenario.base.nodes, min(sizes.values()) if sizes else None)
-    queue: deque[JobRun] = deque()
-    i, n = 0, len(runs)
-    start = runs[0].job.submit_ts if runs else 0.0
-    last = start
-    stranded_s, rate, since = 0.0, 0.0, start
-    while i < n or pool.ending:
-        t_arr = runs[i].job.submit_ts if i < n else math.inf
-        t_end = pool.ending[0][0] if pool.ending else math.inf
-        now = _at(min(t_arr, t_end), tick)
-        stranded_s += rate * (now - since)
-        ended = pool.finish_until(now)
-        if ended is not None:
-            last = max(last, ended)
-        while i < n and runs[i].job.submit_ts <= now:
-            r = runs[i]
-            i += 1
-            why = pool.never(r)
-            if why is not None:
-                r.state, r.reason = "rejected", why
-                continue
-            r.state = "pending"
-            queue.append(r)
-        while queue and pool.fits(queue[0]):
-            pool.begin(queue.popleft(), now)
-        if backfill and queue and pool.free > _EPS:
-            pool.backfill(queue, now)
-        rate, since = pool.stranded(queue), now
-    for r in runs:
-        if r.state == "pending":
-            r.reason = "still pending when the trace ended"
-    return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded_s)
+    return _replay(scenario, jobs, pool, backfill=backfill, tick=tick)
 
 
 class _FlavorPool:
@@ -304,6 +319,7 @@ class _FlavorPool:
         self.wl: dict[str, Workload] = {}
         self.flavors_of: dict[str, tuple[str, ...]] = {}
         self.wls: dict[tuple[str, str], Workload] = {}
+        self.measures_stranding = bool(placed)
 
     def flavors(self, r: JobRun) -> tuple[str, ...]:
         fl = self.flavors_of.get(r.job.job_id)
@@ -452,41 +468,4 @@ def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool,
     baseline of a policy split into flavors: the single-pool `fifo` runs a 64-GPU job on a pool
     whose largest flavor holds 48; no Kueue queue can.
     """
-    runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
-    pool = _FlavorPool(scenario, allowed)
-    queue: deque[JobRun] = deque()
-    i, n = 0, len(runs)
-    start = runs[0].job.submit_ts if runs else 0.0
-    last = start
-    stranded_s, rate, since = 0.0, 0.0, start
-    while i < n or pool.ending:
-        t_arr = runs[i].job.submit_ts if i < n else math.inf
-        t_end = pool.ending[0][0] if pool.ending else math.inf
-        now = _at(min(t_arr, t_end), tick)
-        stranded_s += rate * (now - since)
-        ended = pool.finish_until(now)
-        if ended is not None:
-            last = max(last, ended)
-        while i < n and runs[i].job.submit_ts <= now:
-            r = runs[i]
-            i += 1
-            why = pool.never(r)
-            if why is not None:
-                r.state, r.reason = "rejected", why
-                continue
-            r.state = "pending"
-            queue.append(r)
-        while queue:
-            f = pool.fit(queue[0])
-            if f is None:
-                break
-            pool.begin(queue.popleft(), now, f)
-        if backfill and queue:
-            pool.backfill(queue, now)
-        rate, since = pool.stranded(queue), now
-    for r in runs:
-        if r.state == "pending":
-            r.reason = "still pending when the trace ended"
-    return SimResult(
-        scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded_s if pool.real_nodes else None
-    )
+    return _replay(scenario, jobs, _FlavorPool(scenario, allowed), backfill=backfill, tick=tick)

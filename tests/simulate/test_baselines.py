@@ -115,7 +115,7 @@ def test_fifo_flavors_is_the_engine_fifo_over_flavors(pol):
 
 
 def test_a_small_pool_keeps_node_sized_quotas():
-    # A 64-GPU pool at 16: every quota is a quarter. A lane with nominal 8 and a borrowing limit
+    # The 76-GPU pool at 18: every quota about a quarter. A lane with nominal 8 and a borrowing limit
     # of 12 H100s (a node of 8 and more) used to become 2 + 3 (rounded down), so its 8-GPU jobs
     # were rejected as "more than it can ever hold". Now it keeps one node.
     import yaml
@@ -129,7 +129,7 @@ def test_a_small_pool_keeps_node_sized_quotas():
     raw["lanes"]["research_best_effort"]["quotas"][1]["nominal_quota"] = 8
     pol = parse_policy(raw)
     assert node_gpus(pol)["h100-ondemand"] == 8
-    scn = policy_scenario(pol, 16)
+    scn = policy_scenario(pol, 18)
     (quota,) = [q for c in scn.base.cluster_queues if c.name == "candidate_train" for q in c.quotas]
     assert (quota.nominal, quota.borrowing_limit) == (8, 8)  # 2 -> one node; 12 x 1/4 = 3 -> one node
     res = simulate(scn, [TraceJob("node-sized", 0, 100, 8, "candidate_train")])

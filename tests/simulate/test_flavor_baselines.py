@@ -52,11 +52,11 @@ def test_flavor_backfill_on_one_flavor_is_the_pool_backfill(jobs):
 
 
 def test_flavor_backfill_never_delays_the_reserved_head():
-    # default policy at 68 GPUs: h100-ondemand 32, l4 16, a100 16, mig 2, shared 2.
+    # default policy at 76 GPUs: h100-ondemand 32, l4 24, a100 16, mig 2, shared 2.
     pol = load_policy(default_policy_path())
     jobs = [
         TraceJob("a", 0, 100, 30, "research_best_effort"),    # h100: 2 left
-        TraceJob("b", 1, 100, 16, "research_best_effort"),    # l4: full
+        TraceJob("b", 1, 100, 24, "research_best_effort"),    # l4: full
         TraceJob("head", 2, 50, 32, "research_best_effort"),  # fits h100 only, at 100
         TraceJob("short", 3, 50, 2, "research_best_effort"),  # h100 now, ends 53 <= 100
         TraceJob("long", 4, 500, 2, "research_best_effort"),  # h100 and l4 full: a100, not reserved
