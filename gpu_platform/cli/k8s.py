@@ -48,6 +48,12 @@ def k8s() -> None:
     default=None,
     help="Step (op name) of the run to render (default: the workload step, the run's one GPU Job).",
 )
+@click.option(
+    "--prometheus-url",
+    default=None,
+    help="A service's autoscaler reads its queries here (default: "
+    "http://prometheus-operated.monitoring.svc:9090).",
+)
 def render(
     request_file: str,
     policy_path: str | None,
@@ -56,8 +62,11 @@ def render(
     run_id: str | None,
     attempt: int,
     step: str | None,
+    prometheus_url: str | None,
 ) -> None:
-    """Print the Job manifest (YAML) that k8s_job_executor would create for REQUEST_FILE.
+    """Print the Job manifest (YAML) that k8s_job_executor would create for REQUEST_FILE; for a
+    service request (`service:`), its Deployment or LeaderWorkerSet, Service and autoscaler
+    (KEDA ScaledObject or HorizontalPodAutoscaler; docs/serving.md).
 
     Imports `resources.k8s` (dagster-k8s) lazily, so `gpu_platform` stays Dagster-free at import.
     """
@@ -77,6 +86,9 @@ def render(
     if rid is None:
         rid = "req-render-" + hashlib.sha256(Path(request_file).read_bytes()).hexdigest()[:12]
     request = request.model_copy(update={"request_id": rid})
+    if request.service is not None:
+        _render_service(request, policy, flavor, prometheus_url, step)
+        return
     if step is not None:
         steps = _run_steps(request.workload)
         if step not in steps:
@@ -106,6 +118,29 @@ def render(
         f"(lane {request.lane}, team {request.team}; the gate admitted it on {chosen}, Kueue picks the flavor)"
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+def _render_service(request, policy, flavor: str | None, prometheus_url: str | None, step: str | None) -> None:
+    """Print a service's objects (`gpu_platform.serving.render`): no run, no steps."""
+    import yaml
+
+    from gpu_platform.serving.render import DEFAULT_PROMETHEUS_URL, service_manifests
+
+    if step is not None:
+        fail("cannot render a service", [f"--step {step!r}: a service runs no steps; its replicas are one Deployment"])
+    try:
+        docs = service_manifests(request, policy, flavor, prometheus_url or DEFAULT_PROMETHEUS_URL)
+    except ValueError as exc:
+        fail(f"cannot render service {request.request_id}", [str(exc)])
+    spec = request.service
+    workload = docs[0]
+    click.echo(
+        f"# {workload['kind']} {workload['metadata']['name']} of {spec.replicas.min}-{spec.replicas.max} replicas x "
+        f"{request.gpu_count} {request.gpu_resource} (model {spec.model_id}; request {request.request_id}, lane "
+        f"{request.lane}, team {request.team}; Kueue admits each replica through its pod integration), its Service "
+        f"and its {docs[2]['kind']}"
+    )
+    click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
 
 
 def _run_steps(workload: str | None) -> list[str]:

@@ -28,12 +28,15 @@ from tests.k8s.kueue_resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
-    [
+    p
+    for p in [
         *(ROOT / "examples" / "requests").rglob("*.yaml"),
         *(ROOT / "examples" / "distributed").glob("*.yaml"),
         *(ROOT / "examples" / "demo").glob("*.yaml"),
     ]
+    if "service" not in (yaml.safe_load(p.read_text()) or {})
 )
+"""Every example that runs as a Job (a service's Deployment: tests/k8s/test_kueue_resolution.py)."""
 IDS = [str(p.relative_to(ROOT / "examples").with_suffix("")) for p in EXAMPLES]
 # `gpu_type: any` picks among the whole-GPU flavors, so its variant covers the whole-GPU examples
 # (a MIG or shared example names its slice's flavor itself)
@@ -79,7 +82,7 @@ def _check(policy, req: JobRequest, flavor: str, exported) -> dict:
 
 
 def test_every_example_is_covered() -> None:
-    assert len(EXAMPLES) == 21  # 14 requests (release chain, fractional), 1 distributed, 6 demo
+    assert len(EXAMPLES) == 21  # 14 Job requests (release chain, fractional), 1 distributed, 6 demo
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=IDS)

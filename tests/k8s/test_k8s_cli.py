@@ -35,7 +35,7 @@ def test_default_job_names_differ_per_request_and_attempt() -> None:
     def name(*args: str) -> str:
         result = runner.invoke(k8s, ["render", *args])
         assert result.exit_code == 0, result.output
-        return yaml.safe_load(result.stdout)["metadata"]["name"]
+        return next(yaml.safe_load_all(result.stdout))["metadata"]["name"]  # a service's first object
 
     names = {
         name(str(path)) for path in sorted((ROOT / "examples" / "requests").glob("*.yaml"))

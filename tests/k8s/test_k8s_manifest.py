@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import kubernetes_validate
 import pytest
+import yaml
 from dagster_k8s import k8s_job_executor
 from dagster_k8s.job import UserDefinedDagsterK8sConfig, get_user_defined_k8s_config
 
@@ -32,7 +33,10 @@ from gpu_platform.cluster.jobs import (
 from resources.k8s import k8s_run_config, k8s_tags, render_job_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples" / "requests").rglob("*.yaml"))
+EXAMPLES = sorted(
+    p for p in (ROOT / "examples" / "requests").rglob("*.yaml") if "service" not in (yaml.safe_load(p.read_text()) or {})
+)
+"""Every example request but services, which are no Job (tests/serving/test_render.py renders them)."""
 K8S_VERSIONS = ("1.31.0", "latest")
 
 
@@ -196,3 +200,9 @@ def test_domain_modules_do_not_import_dagster() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_service_is_no_job(k8s_policy, example_request) -> None:
+    req = example_request(ROOT / "examples" / "requests" / "online_serving.yaml")
+    with pytest.raises(ValueError, match="is a service .* not a Job"):
+        render_job_manifest(req, "l4-inference", k8s_policy)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_platform.admission.kueue_export import kueue_manifests
 from gpu_platform.cluster.jobs import (
@@ -27,7 +28,10 @@ from resources.k8s import render_job_manifest, render_workload_manifests
 from tests.k8s.kueue_resolve import KueueRefusal, admit_on, pod_matches_labels, resolve, tolerates
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples" / "requests").rglob("*.yaml"))
+ALL_EXAMPLES = sorted((ROOT / "examples" / "requests").rglob("*.yaml"))
+SERVICES = [p for p in ALL_EXAMPLES if "service" in (yaml.safe_load(p.read_text()) or {})]
+EXAMPLES = [p for p in ALL_EXAMPLES if p not in SERVICES]
+"""The examples that run as Jobs; a service runs as a Deployment (test_service_pods_resolve_against_the_export)."""
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,25 @@ def _by_kind(objects, kind):
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
 
 
-def test_all_fourteen_examples_are_covered() -> None:
-    # One per lane, four in the release chain, a MIG slice and a shared replica.
-    assert len(EXAMPLES) == 14
+def test_all_fifteen_examples_are_covered() -> None:
+    # One per lane (the serving lane's a service), four in the release chain, a MIG slice and a shared replica.
+    assert len(ALL_EXAMPLES) == 15 and len(SERVICES) == 1
+
+
+@pytest.mark.parametrize("path", SERVICES, ids=[p.stem for p in SERVICES])
+def test_service_pods_resolve_against_the_export(path: Path, k8s_policy, example_request, exported) -> None:
+    """Kueue's pod integration reads the Deployment's queue and its pods' priority class: both
+    exist in the export, and the pods may land only on the serving lane's flavor."""
+    from gpu_platform.serving.render import service_manifests
+
+    req = example_request(path)
+    deployment = service_manifests(req, k8s_policy)[0]
+    res = resolve(deployment, exported)
+    assert res.cluster_queue["metadata"]["name"] == "online-serving"
+    assert res.priority_class["value"] == k8s_policy.lane(req.lane).priority
+    assert res.flavors == ["l4-inference"]
+    pod_view = {**deployment, "metadata": {**deployment["metadata"], "labels": deployment["spec"]["template"]["metadata"]["labels"]}}
+    assert resolve(pod_view, exported).flavors == ["l4-inference"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
