@@ -65,9 +65,9 @@ def _service_pods() -> list[dict]:
             for ns, pod, req, att, flv, node, gpus, s, e, ex, _, _ in SERVICE_PODS]
 
 
-@pytest.fixture(scope="module")
-def con(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serving")
+def build_day(tmp: Path) -> duckdb.DuckDBPyConnection:
+    """The scenario's day plus the service, its request counts loaded from `tmp/feeds`, priced into
+    `tmp/w.duckdb` with every data test passing; the open connection."""
     c = duckdb.connect(str(tmp / "w.duckdb"))
     ensure_raw_tables(c)
     load_ledger_snapshot(c, [*REQUESTS, SERVICE], [*pod_dicts(), *_service_pods()])
@@ -84,6 +84,12 @@ def con(tmp_path_factory):
     project.build(c, day=DAY)
     failures = {f"{t.model}.{t.test_name}": t.failures for t in project.run_tests(c, DAY)}
     assert {k: v for k, v in failures.items() if v} == {}
+    return c
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory):
+    c = build_day(tmp_path_factory.mktemp("serving"))
     yield c
     c.close()
 

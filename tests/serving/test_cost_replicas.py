@@ -59,3 +59,52 @@ def test_a_batch_request_keeps_one_pod_per_attempt_and_no_service_name(sqlite_ur
     requests, pods = ledger_snapshot(ledger, policy)
     assert requests[0]["service_name"] is None
     assert [p["pod"] for p in pods] == ["R-1-a1"]
+
+
+def test_local_replicas_follow_the_request_counts_as_keda_would(sqlite_url, policy, tmp_path):
+    """QPS = the newest saved point at or before now over 300 s; replicas = ceil(QPS / target) in [min, max]."""
+    import shutil
+    from pathlib import Path
+
+    from gpu_platform.observe.serving.replicas import local_replicas, service_views, sync_replicas
+
+    feeds = tmp_path / "feeds"
+    (feeds / "requests" / "2026-11-28").mkdir(parents=True)
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "serving" / "requests-2026-11-28.json"
+    shutil.copy(fixture, feeds / "requests" / "2026-11-28" / "prom.json")
+    req = _service(policy, "S-1")
+    # 1.5 QPS per replica: 1,000 requests / 300 s = 3.33 QPS -> 3 replicas; 3,000 -> 10 QPS -> 7, capped at max 6
+    spec = req.service.model_copy(update={"slo": req.service.slo.model_copy(update={"target_qps_per_replica": 1.5})})
+    ledger = Ledger(sqlite_url)
+    ledger.submit(req.model_copy(update={"service": spec}), at=at(0))
+    ledger.record("S-1", "admitted", flavor="l4-inference", at=at(0.5))
+    assert [v.current_replicas for v in service_views(ledger)] == [2]  # min replicas at admission
+
+    def tick(hours: float) -> list[int]:
+        now = at(hours)
+        changes = sync_replicas(ledger, local_replicas(ledger.states(), feeds, now), "local", at=now)
+        return [n for _, n in changes]
+
+    assert tick(6.05) == [3]
+    assert tick(6.10) == []  # unchanged: nothing recorded
+    assert tick(12.05) == [6]
+    assert tick(21.0) == [3]
+    views = service_views(ledger)
+    assert (views[0].current_replicas, views[0].source) == (3, "local")
+    assert [e.details["replicas"] for e in ledger.events("S-1") if e.event == "replicas"] == [3, 6, 3]
+    # a day without any saved point: no observation, the count stays
+    assert tick(24 * 3) == []
+
+
+def test_cluster_replicas_read_the_service_deployments():
+    from gpu_platform.observe.serving.replicas import cluster_replicas
+
+    deployments = [
+        {"metadata": {"name": "perception-serving", "labels": {"gpu-platform.io/service": "perception-serving",
+                                                             "gpu-platform.io/request-id": "S-1"},
+                      "annotations": {"gpu-platform.io/request-id": "S-1"}}, "status": {"replicas": 4}},
+        {"metadata": {"name": "scaling-up", "labels": {"gpu-platform.io/service": "x"},
+                      "annotations": {"gpu-platform.io/request-id": "S-2"}}, "status": {}},
+        {"metadata": {"name": "not-a-service", "labels": {"app": "web"}}, "status": {"replicas": 9}},
+    ]
+    assert cluster_replicas(deployments) == {"S-1": 4, "S-2": 0}

@@ -172,10 +172,15 @@ def retrospectives_gauge(pol: Policy, ledger: Ledger, now) -> GaugeMetricFamily:
 
 
 def registry_for(ledger: Ledger, policy: Policy, warehouse: str | Path | None = None, **kwargs) -> CollectorRegistry:
-    """A registry holding the queue collector and, with a warehouse file, the cost forecast's
-    (`gpu_platform.observe.metrics.forecast`); no process or platform collectors."""
+    """A registry holding the queue collector, the services' (`gpu_platform.observe.metrics.services`)
+    and, with a warehouse file, the cost forecast's (`gpu_platform.observe.metrics.forecast`); no
+    process or platform collectors."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(ledger, policy, **kwargs))
+    from gpu_platform.observe.metrics.services import ServiceCollector
+
+    # inference services: replicas now and, with a warehouse, cost per 1,000 requests
+    registry.register(ServiceCollector(ledger, warehouse))
     if warehouse is not None:
         from gpu_platform.observe.metrics.forecast import ForecastCollector
 
