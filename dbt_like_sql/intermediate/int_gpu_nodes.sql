@@ -37,6 +37,8 @@ final as (
         i.provider_id,
         i.provider_key,
         i.alt_provider_key,
+        -- every instance the name stood for during the day (a replaced node: two; stg_nodes)
+        i.instances,
         i.instance_type,
         i.node_pool,
         i.labels,

@@ -51,23 +51,69 @@ islands as (
 
 ),
 
-consumed as (
+instance_periods as (
 
-    -- a row billed for a longer period than its instance ran (a daily row of a 12-hour spot node)
-    -- says how long it ran in ConsumedQuantity (hours): the node's hours are those, not the
-    -- period's length, so its pods pay the node's rate for the hours it lived
-    select day, hostname, currency, min(consumed_hours) as consumed_hours
+    -- a node's hours come from the instance-hour rows (ConsumedQuantity in hours) when it has any:
+    -- per instance and charge period, the hours the instance ran in it (the smallest of its rows'
+    -- ConsumedQuantity, capped by the period's length: a daily row of a spot node reclaimed after
+    -- 12 h says 12; a partial last hour before a replacement says 0.5); one instance's SKUs (GPU,
+    -- cores, RAM) for the same period count once
+    select
+        day, hostname, currency,
+        coalesce(resource_key, resource_id, lower(resource_name)) as instance,
+        day_period_start as s, day_period_end as e,
+        min(least(consumed_hours, epoch(day_period_end - day_period_start) / 3600.0)) as hours
     from billing
     where consumed_hours > 0
-      and consumed_hours < epoch(day_period_end - day_period_start) / 3600.0 - 1e-6
+    group by all
+
+),
+
+instance_hours as (
+
+    -- a node replaced under the same name: the instances' hours add up (old instance 00-09:30, new
+    -- 09:30-24: 24 h), capped by the union of their periods (an overlap is counted once)
+    select day, hostname, currency, sum(least(hours, instance_span)) as hours
+    from (
+        select day, hostname, currency, instance, sum(hours) as hours,
+               (max(epoch(e)) - min(epoch(s))) / 3600.0 as instance_span
+        from instance_periods
+        group by day, hostname, currency, instance
+    )
+    group by day, hostname, currency
+
+),
+
+hour_islands as (
+
+    select day, hostname, currency, s, e,
+           sum(case when prev_end is null or s > prev_end then 1 else 0 end)
+               over (partition by day, hostname, currency order by s, e rows unbounded preceding) as island
+    from (
+        select *, max(e) over (partition by day, hostname, currency order by s, e
+                               rows between unbounded preceding and 1 preceding) as prev_end
+        from (select distinct day, hostname, currency, s, e from instance_periods)
+    )
+
+),
+
+hour_span as (
+
+    select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as span_hours
+    from (
+        select day, hostname, currency, island, min(s) as island_start, max(e) as island_end
+        from hour_islands group by day, hostname, currency, island
+    )
     group by day, hostname, currency
 
 ),
 
 node_hours as (
 
+    -- without instance-hour rows (a scale set's row counts every instance; a node billed in other
+    -- units): the union of the node's charge periods on the day
     select u.day, u.hostname, u.currency,
-           least(u.period_hours, coalesce(c.consumed_hours, u.period_hours)) as billed_hours
+           coalesce(least(h.hours, sp.span_hours), u.period_hours) as billed_hours
     from (
         select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as period_hours
         from (
@@ -76,7 +122,8 @@ node_hours as (
         )
         group by day, hostname, currency
     ) as u
-    left join consumed as c on c.day = u.day and c.hostname = u.hostname and c.currency = u.currency
+    left join instance_hours as h on h.day = u.day and h.hostname = u.hostname and h.currency = u.currency
+    left join hour_span as sp on sp.day = u.day and sp.hostname = u.hostname and sp.currency = u.currency
 
 ),
 

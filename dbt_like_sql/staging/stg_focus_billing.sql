@@ -138,6 +138,15 @@ final as (
                 then nullif('oci:' || regexp_extract(lower(ResourceId), '(ocid1\.instance\.[0-9a-z._-]+)$', 1), 'oci:')
         end as resource_key,
         ResourceName as resource_name,
+        -- the virtual machine a row names (lower-case): Azure's x_SkuDetails VMName (its cost details'
+        -- AdditionalInfo, kept in extra_columns), else ResourceName; int_billing_nodes gives a scale
+        -- set's row to the instance it names
+        lower(coalesce(
+            case when json_valid(extra_columns) and json_valid(json_extract_string(extra_columns, '$.x_SkuDetails'))
+                 then coalesce(json_extract_string(json_extract_string(extra_columns, '$.x_SkuDetails'), '$.VMName'),
+                               json_extract_string(json_extract_string(extra_columns, '$.x_SkuDetails'), '$.VmName'))
+            end,
+            ResourceName)) as vm_name,
         ResourceType as resource_type,
         ServiceName as service_name,
         ServiceCategory as service_category,

@@ -1,6 +1,13 @@
 -- Nodes of the cluster inventory per day (GPU nodes and CPU nodes, has_gpus tells them apart): the
 -- day's latest snapshot of each node, or, for a day without a snapshot, the newest earlier snapshot
 -- day no older than node_snapshot_max_age_days.
+-- instances: every cloud instance (provider identity) the name stood for during the day, with the
+-- time it did [valid_from, valid_to): a node replaced under the same name (a new instance id the
+-- same day) lists both, so both instances' bills price the node. An instance is valid from its
+-- Node object's creationTimestamp (else from the last snapshot that still showed the instance
+-- before it; the first instance known to a name: always) until the first snapshot showing the
+-- next instance under the name (the last: for ever). Snapshots of the next day are read too, so
+-- a replacement seen first after midnight still names its day.
 with days as (
 
     select cast(d as date) as day
@@ -29,6 +36,59 @@ chosen as (
         on s.snapshot_day <= d.day
         and s.snapshot_day >= d.day - cast({{ var('node_snapshot_max_age_days') }} as integer)
     group by d.day
+
+),
+
+instance_source as (
+
+    select node, provider_key, alt_provider_key, snapshot_at, created_at
+    from {{ source('raw_nodes') }}
+    where provider_key is not null
+      and coalesce(day, cast(snapshot_at as date))
+        between {{ var('day_from') }}::date - cast({{ var('node_snapshot_max_age_days') }} as integer)
+        and {{ var('day_to') }}::date + 1
+
+),
+
+seen as (
+
+    select
+        node,
+        provider_key,
+        max(alt_provider_key) as alt_provider_key,
+        min(snapshot_at) as seen_from,
+        max(snapshot_at) as seen_to,
+        min(created_at) as created_at
+    from instance_source
+    group by node, provider_key
+
+),
+
+windows as (
+
+    select
+        node,
+        provider_key,
+        alt_provider_key,
+        case when lag(seen_to) over w is null then '-infinity'::timestamp
+             else coalesce(created_at, lag(seen_to) over w) end as valid_from,
+        coalesce(lead(seen_from) over w, 'infinity'::timestamp) as valid_to
+    from seen
+    window w as (partition by node order by coalesce(created_at, seen_from), seen_from, provider_key)
+
+),
+
+instances as (
+
+    select
+        d.day,
+        w.node,
+        list({'provider_key': w.provider_key, 'alt_provider_key': w.alt_provider_key,
+              'valid_from': w.valid_from, 'valid_to': w.valid_to} order by w.valid_from, w.provider_key) as instances
+    from days as d
+    inner join windows as w
+        on w.valid_from < cast(d.day as timestamp) + interval 1 day and w.valid_to > cast(d.day as timestamp)
+    group by d.day, w.node
 
 ),
 
@@ -65,9 +125,11 @@ final as (
         memory_capacity,
         taints,
         labels,
+        i.instances,
         snapshot_day,
         snapshot_at
-    from latest
+    from latest as l
+    left join instances as i using (day, node)
 
 )
 

@@ -5,11 +5,20 @@ with source as (
 
 ),
 
+team_aliases as (
+
+    -- a renamed team's former names (policy teams.<team>.aliases, bound as alias|team): a request
+    -- recorded under one is the team's
+    select split_part(a, '|', 1) as alias_name, split_part(a, '|', 2) as current_team
+    from unnest(cast({{ var('team_aliases') }} as varchar[])) as u(a)
+
+),
+
 final as (
 
     select
         request_id,
-        team,
+        coalesce(ta.current_team, s.team) as team,
         cost_center,
         lane,
         coalesce(site, 'unknown') as site,
@@ -31,7 +40,8 @@ final as (
         coalesce(gpu_resource, 'nvidia.com/gpu') as gpu_resource,
         -- a service request's service (the `service` label of its request counts); NULL otherwise
         service_name
-    from source
+    from source as s
+    left join team_aliases as ta on ta.alias_name = s.team
 
 )
 

@@ -320,6 +320,34 @@ def _semantic_errors(raw: dict[str, Any]) -> list[str]:
         for ns, n in namespaces.items():
             if n > 1 and ns is not None:
                 errors.append(f"teams: namespace {ns!r} used by {n} teams")
+        errors.extend(_alias_errors(teams))
+    return errors
+
+
+def _alias_errors(teams: dict[str, Any]) -> list[str]:
+    """`teams.<t>.aliases` (a renamed team's former names, namespaces it moved out of): an alias
+    names one team only, so it may not be another team's name, namespace or alias."""
+    errors: list[str] = []
+    owner: dict[str, str] = {}
+    for name, t in teams.items():
+        owner.setdefault(str(name), str(name))
+        if isinstance(t, dict) and isinstance(t.get("namespace"), str):
+            owner.setdefault(t["namespace"], str(name))
+    seen: dict[str, str] = {}
+    for name, t in teams.items():
+        aliases = t.get("aliases") if isinstance(t, dict) else None
+        if not isinstance(aliases, list | tuple):
+            continue
+        for alias in aliases:
+            if not isinstance(alias, str):
+                continue
+            other = owner.get(alias)
+            if other is not None and other != name:
+                what = "name" if alias == other else "namespace"
+                errors.append(f"teams.{name}.aliases: {alias!r} is team {other}'s {what}; an alias names one team only")
+            elif alias in seen and seen[alias] != name:
+                errors.append(f"teams.{name}.aliases: {alias!r} is already an alias of team {seen[alias]}")
+            seen.setdefault(alias, str(name))
     return errors
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -450,6 +450,11 @@ class Team(_Frozen):
     data_access_scopes: tuple[str, ...]
     site: str | None = None
     budget: Decimal | None = Field(default=None, ge=0)
+    aliases: tuple[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")], ...] = ()
+    """Names the team had before (a renamed team's former name, a namespace it moved out of): the
+    cost models charge history recorded under an alias (requests of the ledger, pods in that
+    namespace) to this team (docs/finops.md, "A fleet that changes"). An alias may not be another
+    team's name, namespace or alias (checked when the policy loads)."""
     members: tuple[str, ...] = ()
     """People (as the identity source names them) and groups (`group:<name>`, as it reports
     them) who may submit for this team and its cost center (docs/approvals.md, Identity).

@@ -68,11 +68,14 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "memory_capacity": pl.Float64(),
     "taints": pl.String(),
     "labels": pl.String(),
+    "created_at": UTC_TS,
     "source": pl.String(),
     "source_row": pl.Int32(),
 }
 """Columns of `raw_nodes`. `mig_capacity`, `taints`, `labels`: JSON text (sorted keys).
-`cpu_capacity` (cores) and `memory_capacity` (bytes): `status.capacity.cpu` / `.memory`."""
+`cpu_capacity` (cores) and `memory_capacity` (bytes): `status.capacity.cpu` / `.memory`.
+`created_at`: `metadata.creationTimestamp`, when the Node object (so the instance behind a name)
+appeared: a node replaced under the same name has a new provider id and a new creation time."""
 
 POD_SCHEMA: dict[str, pl.DataType] = {
     "snapshot_at": UTC_TS,
@@ -346,6 +349,7 @@ def _node_row(item: Any) -> dict[str, Any]:
         "memory_capacity": _resource(capacity.get("memory"), "status.capacity.memory"),
         "taints": _json(taints),
         "labels": _json(labels),
+        "created_at": _ts(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
     }
 
 

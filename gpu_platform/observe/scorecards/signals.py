@@ -62,7 +62,17 @@ def team_namespaces(policy: Any) -> list[str]:
     """`team|namespace|cost_center|site` per team (`teams.<team>.namespace`; site '' when unset):
     who owns each namespace, so the cost models charge a namespace's pods without a request id
     (bypass) to its team. One bound list, like :func:`flavor_catalog`."""
-    return [f"{name}|{t.namespace}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())]
+    out = [f"{name}|{t.namespace}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())]
+    # a namespace the team moved out of (an alias that is no namespace of its own) is still its
+    out += [f"{name}|{a}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())
+            for a in getattr(t, "aliases", ()) if a != t.namespace]
+    return out
+
+
+def team_aliases(policy: Any) -> list[str]:
+    """`alias|team` per alias of a team (`teams.<team>.aliases`: a former name): the cost models
+    charge a request recorded under the alias to the team (bound as one list)."""
+    return [f"{a}|{name}" for name, t in sorted(policy.teams.items()) for a in getattr(t, "aliases", ())]
 
 
 def lane_wait_targets(policy: Any) -> list[str]:
@@ -96,6 +106,7 @@ def model_vars(policy: Any) -> dict[str, Any]:
         error_signals=list(error_signals(policy.scale)),
         flavor_catalog=flavor_catalog(policy),
         team_namespaces=team_namespaces(policy),
+        team_aliases=team_aliases(policy),
         lane_wait_targets=lane_wait_targets(policy),
         budgets=budgets(policy),
         budget_period=policy.budget_period,
