@@ -175,8 +175,14 @@ def scale_table(pol) -> Table:
               help="Search on the first N jobs of the trace (0: all of it).")
 @click.option("--max-utilization-gap", type=float, default=0.02, show_default=True,
               help="Utilization may be at most this far below FIFO with backfill (0.02: 2 points).")
-@click.option("--validate", type=click.Choice(["full", "sample"]), default="full", show_default=True,
-              help="Compare the input and the tuned policy with the baselines on the whole trace or on the sample.")
+@click.option("--validate", type=click.Choice(["later", "full", "sample"]), default="later", show_default=True,
+              help="Compare the input and the tuned policy with the baselines on the jobs after the sample (out of "
+                   "sample), the whole trace or the sample.")
+@click.option("--tune-trace", "tune_traces", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Tune on this trace's sample too (repeatable): every candidate is judged by its worst target "
+                   "across the inputs.")
+@click.option("--validate-trace", "validate_traces", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Also report the input and tuned policy on this held-out trace (repeatable; same lane map).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The sampler's seed (the same seed, the same search).")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Stop searching after S seconds.")
 @click.option("--checkpoint-interval", type=float, default=1800.0, show_default=True,
@@ -185,7 +191,8 @@ def scale_table(pol) -> Table:
               help="Write tuned-policy.yaml, policy.diff, pareto.json, pareto.png and the comparison report here.")
 @click.option("--fail-on-missed", is_flag=True, help="Exit 1 when the tuned policy misses a target on validation.")
 def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, sample_jobs, max_utilization_gap,
-                validate, seed, timeout_s, checkpoint_interval, out_dir, fail_on_missed) -> None:
+                validate, tune_traces, validate_traces, seed, timeout_s, checkpoint_interval, out_dir,
+                fail_on_missed) -> None:
     """Search the policy's quotas, limits and preemption knobs against its lane targets on a trace."""
     import json
     from pathlib import Path
@@ -225,21 +232,33 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         raw = load_document(src, POLICY_LIMITS)
     except InputError as exc:
         fail(f"policy invalid: {src}", exc.errors)
+    def read(path):
+        try:
+            t = load_trace(path, lane_from, lm, lanes=frozenset(pol.lanes))
+        except TraceError as exc:
+            fail(f"trace invalid: {exc.source}", exc.errors)
+        if not t.jobs:
+            fail("policy tune", [f"{path}: no usable job (rows {t.rows}, quarantined {len(t.quarantined)})"])
+        return t, sorted(t.jobs, key=lambda j: (j.submit_ts, j.job_id))
+
     try:
         lm = load_lane_map(_lane_map_path(lane_map)) if lane_map else None
-        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes))
     except TraceError as exc:
-        fail(f"trace invalid: {exc.source}", exc.errors)
-    if not trace.jobs:
-        fail("policy tune", [f"{trace_path}: no usable job (rows {trace.rows}, quarantined {len(trace.quarantined)})"])
-    jobs = sorted(trace.jobs, key=lambda j: (j.submit_ts, j.job_id))
+        fail(f"lane map invalid: {exc.source}", exc.errors)
+    trace, jobs = read(trace_path)
     sample = jobs[:sample_jobs] if sample_jobs else jobs
-    knobs = tune.discover(raw, {j.lane for j in sample})
+    more_inputs = []
+    for path in tune_traces:
+        _t, tj = read(path)
+        more_inputs.append(tune.Input(Path(path).name, tj[:sample_jobs] if sample_jobs else tj))
+    held_out = [(Path(path).name, read(path)[1]) for path in validate_traces]
+    knobs = tune.discover(raw, {j.lane for j in sample} | {j.lane for i in more_inputs for j in i.jobs})
     if not knobs:
         fail("policy tune", ["the policy has no whole-GPU quota the trace's lanes could use: nothing to tune"])
-    err.print(f"tuning {len(knobs)} knobs on {len(sample):,} of {len(jobs):,} jobs, {trials} candidates "
-              f"(FIFO with backfill on the sample first)")
-    problem = tune.Problem(raw, sample, capacity, max_utilization_gap, checkpoint_interval)
+    err.print(f"tuning {len(knobs)} knobs on {len(sample):,} of {len(jobs):,} jobs"
+              + "".join(f" and {len(i.jobs):,} of {i.name}" for i in more_inputs)
+              + f", {trials} candidates (FIFO with backfill on the sample first)")
+    problem = tune.Problem(raw, sample, capacity, max_utilization_gap, checkpoint_interval, inputs=more_inputs)
     fifo_util = problem.baseline["total"]["gpu_utilization"]
     best = {"feasible": 0}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -255,14 +274,19 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
             if not err.is_terminal:  # a log, not a live bar: one line per candidate
                 err.print(f"candidate {i}/{trials}: {util} ({best['feasible']} so far meet every target)")
 
-        evals = tune.search(problem, knobs, trials, seed=seed, timeout_s=timeout_s, on_trial=on_trial)
+        refused: list[tune.Evaluation] = []
+        evals = tune.search(problem, knobs, trials, seed=seed, timeout_s=timeout_s, on_trial=on_trial, invalid=refused)
+    if not evals:
+        fail("policy tune", [f"no candidate passed policy validation ({len(refused)} drawn; first error: "
+                             f"{refused[0].error if refused else 'none'})"], code=1)
     chosen = tune.choose(evals)
     front = tune.pareto(evals)
-    found = tune.verdict(evals, chosen)
+    found = tune.verdict(evals, chosen, invalid=len(refused))
     if found["result"] == "infeasible":
         err.print(
             f"policy tune: no candidate of {len(evals)} met every target on the sample; binding: "
-            f"{found['binding']} (excess {found['binding_excess']:.2f}, normalized)"
+            f"{found['binding']}" + (f" on {found['binding_input']}" if found.get("binding_input") else "")
+            + f" (excess {found['binding_excess']:.2f}, normalized)"
             + ("; the result is the input policy unchanged" if found["unchanged_from_input"] else "; the least-violating candidate follows")
             if found["binding"] else f"policy tune: no candidate of {len(evals)} met every target (none validated)"
         )
@@ -291,8 +315,11 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     }
     write_file(out / "pareto.json", json.dumps(pareto_doc, indent=1))
     # the comparison: input policy vs tuned vs the FIFO baselines, on the validation jobs
-    vjobs = jobs if validate == "full" else sample
-    err.print(f"validating on {len(vjobs):,} jobs: input policy, tuned policy, fifo, {BASELINE}")
+    vjobs = {"full": jobs, "sample": sample, "later": jobs[len(sample):]}[validate]
+    if not vjobs:  # the sample is the whole trace: nothing after it
+        err.print("no job after the sample: validating on the whole trace (not out of sample)")
+        validate, vjobs = "full", jobs
+    err.print(f"validating on {len(vjobs):,} jobs ({validate}): input policy, tuned policy, fifo, {BASELINE}")
     scen: dict = {}
     results: dict = {}
     for name, p, kind in (("policy", pol, "policy"), ("tuned", tuned_pol, "policy"), ("fifo", pol, "fifo"),
@@ -311,6 +338,25 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         "utilization_gap_points": round(gap_points, 2), "max_utilization_gap_points": 100 * max_utilization_gap,
         "search": {k: v for k, v in pareto_doc.items() if k != "trials"},
     }
+    held: dict = {}
+    for name, hjobs in held_out:  # traces the search never saw: the tuned policy's out-of-sample figures
+        rep = {k: lane_report(simulate(SCENARIOS[kind](p, capacity), hjobs, checkpoint_interval_s=checkpoint_interval))
+               for k, p, kind in (("policy", pol, "policy"), ("tuned", tuned_pol, "policy"), (BASELINE, pol, BASELINE))}
+        t_in = judge(pol, {"policy": rep["policy"], BASELINE: rep[BASELINE]})
+        t_tuned = judge(tuned_pol, {"policy": rep["tuned"], BASELINE: rep[BASELINE]})
+        util = {k: rep[k]["total"]["gpu_utilization"] or 0.0 for k in rep}
+        held[name] = {
+            "jobs": len(hjobs), "utilization": util,
+            "utilization_gap_points": round(100 * (util[BASELINE] - util["tuned"]), 2),
+            "targets_met": t_tuned["met"], "targets_missed": t_tuned["missed"],
+            "missed": [f"{lane}.{r['target']}" for lane, rows in t_tuned["lanes"].items() for r in rows if r["met"] is False],
+            "input_policy_targets_met": t_in["met"], "input_policy_targets_missed": t_in["missed"],
+            "wait_p95_s": {k: {lane: r["wait_s"]["p95"] for lane, r in rep[k]["lanes"].items()} for k in rep},
+        }
+        err.print(f"held out {name} ({len(hjobs):,} jobs): tuned {100 * util['tuned']:.1f}% (input "
+                  f"{100 * util['policy']:.1f}%, {BASELINE} {100 * util[BASELINE]:.1f}%), targets met "
+                  f"{t_tuned['met']}, missed {t_tuned['missed']} (input policy: met {t_in['met']}, missed {t_in['missed']})")
+    doc["held_out"] = held
     write_trace_report(out, doc, results)
     print_table(doc, err)
     err.print("tuned policy:")
@@ -322,6 +368,10 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     click.echo(json.dumps({"tuned_policy": str(out / "tuned-policy.yaml"), "targets_met": targets_tuned["met"],
                            "targets_missed": targets_tuned["missed"], "utilization_gap_points": round(gap_points, 2),
                            "candidates": len(evals), "feasible_on_sample": sum(e.feasible for e in evals),
+                           "validated_on": validate, "validation_jobs": len(vjobs), "held_out": {
+                               n: {k: h[k] for k in ("jobs", "utilization_gap_points", "targets_met", "targets_missed",
+                                                     "missed")}
+                               for n, h in held.items()},
                            "verdict": found}, indent=1))
     missed = targets_tuned["missed"] or gap_points > 100 * max_utilization_gap + 1e-9
     if fail_on_missed and missed:

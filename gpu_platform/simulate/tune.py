@@ -20,7 +20,13 @@ The knobs (`discover`), all read from the policy itself, in the policy's own uni
   `borrow_within_cohort`, its `max_priority_threshold`;
 - per lane without jobs and per cohort, the `lending_limit` of its whole-GPU rows (what the
   trace's lanes may borrow from it).
-A candidate that fails policy validation is infeasible, with its first error recorded. The
+Every candidate is repaired where the policy's rules tie knobs together (nominal quotas within
+a flavor's capacity, lending within nominal, a warm pool's lane keeping room for its GPUs) and
+validated before it is simulated: one validation still refuses costs no trial (`search`).
+Several tuning inputs (other traces, or parts of one) may be given: each candidate is judged on
+all of them and its constraints are the worst across them (`Evaluation.violation`, the robust
+objective), so a policy cannot win on one trace by missing on another. `policy tune` then reports
+the tuned policy on jobs it was not tuned on (the jobs after the sample, or other traces). The
 search is seeded with the input policy, with "lend idle" (every borrowing limit open,
 borrow-only rows open, reclaim `Any` for lanes with quota to take back) and with "share by demand"
 (lend idle, each flavor's searched nominal quota split among the trace's lanes by their share of
@@ -290,6 +296,7 @@ def repair(raw: dict[str, Any], knobs: list[Knob], values: dict[str, Any]) -> di
             if out[top] <= 0:
                 break
             out[top] -= 1
+    _keep_warm_pools(raw, knobs, out)
     for k in knobs:
         if k.field == "lending_limit" and k.scope == "lanes" and k.name in out:
             nom = out.get(f"lanes.{k.owner}.{k.flavor}.nominal_quota")
@@ -301,6 +308,47 @@ def repair(raw: dict[str, Any], knobs: list[Knob], values: dict[str, Any]) -> di
     return out
 
 
+def _keep_warm_pools(raw: dict[str, Any], knobs: list[Knob], out: dict[str, Any]) -> None:
+    """Policy validation requires a warm pool's lane to hold at least its `gpus` in the pool's node
+    pool (nominal quota plus borrowing limit over the lane's rows there): where a candidate leaves
+    less, open the borrowing limit (or the borrow-only row) of the lane's first such flavor, so no
+    trial is spent on a candidate validation would refuse (`autoscaling.warm_pools[i].gpus`)."""
+    block = raw.get("autoscaling") or {}
+    pool_of = {f.get("name"): f.get("node_pool") for f in raw.get("flavors") or [] if isinstance(f, dict)}
+    by_name = {k.name: k for k in knobs}
+    for w in block.get("warm_pools") or []:
+        if not isinstance(w, dict) or not isinstance(w.get("gpus"), int | float):
+            continue
+        lane, pool = w.get("lane"), w.get("node_pool")
+        entry = (raw.get("lanes") or {}).get(lane)
+        if not isinstance(entry, dict):
+            continue
+        flavors = [f for f, p in pool_of.items() if p == pool]
+        held = 0.0
+        opener: str | None = None
+        for fl in flavors:
+            q = _row_of(entry, fl)
+            nk, bk, rk = (f"lanes.{lane}.{fl}.{f}" for f in ("nominal_quota", "borrowing_limit", "borrow_only"))
+            nom = out[nk] if nk in out else (None if q is None else q.get("nominal_quota") or 0)
+            if rk in by_name and (q is None or not (q.get("nominal_quota") or 0)) and not nom:
+                # a row the lane may lack: its borrow-only knob decides whether it exists
+                v = out.get(rk, 0)
+                held += 0.0 if v <= 0 else (math.inf if v >= by_name[rk].high else float(v))
+                opener = opener or rk
+                continue
+            if q is None and not nom:
+                continue
+            if bk in out:
+                lim = math.inf if out[bk] >= by_name[bk].high else float(out[bk])
+                opener = opener or bk
+            else:
+                b = None if q is None else q.get("borrowing_limit")
+                lim = math.inf if b is None else float(b)
+            held += float(nom or 0) + lim
+        if held < w["gpus"] and opener is not None:
+            out[opener] = by_name[opener].high
+
+
 @dataclass(slots=True)
 class Evaluation:
     values: dict[str, Any]
@@ -310,6 +358,8 @@ class Evaluation:
     error: str | None = None
     report: dict[str, Any] | None = None
     targets: dict[str, Any] | None = None
+    by_input: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each tuning input's constraint excesses (`violations` holds the worst across them)."""
 
     @property
     def feasible(self) -> bool:
@@ -317,12 +367,28 @@ class Evaluation:
 
     @property
     def violation(self) -> float:
-        return math.inf if self.error else sum(max(0.0, v) for v in self.violations.values())
+        """The robust objective: the worst normalized excess over every constraint and every
+        tuning input (0: all met), never a sum that one large margin elsewhere could hide."""
+        return math.inf if self.error else max((max(0.0, v) for v in self.violations.values()), default=0.0)
+
+
+@dataclass(slots=True)
+class Input:
+    """One tuning input: a named list of jobs (a trace's sample, or a part of it) and FIFO with
+    backfill's report on it (computed by `Problem`)."""
+
+    name: str
+    jobs: list[TraceJob]
+    baseline: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Problem:
-    """What every candidate is judged against: the sample, the pool and the baseline."""
+    """What every candidate is judged against: the tuning inputs, the pool and the baseline.
+
+    jobs: the (first) tuning input; `inputs`: more of them (other traces' samples, or parts of one
+    trace). A candidate is judged on every input and its constraints are the worst across them
+    (`Evaluation.violation`), so the search cannot buy one input's margin with another's miss."""
 
     raw: dict[str, Any]
     jobs: list[TraceJob]
@@ -331,14 +397,28 @@ class Problem:
     checkpoint_interval_s: float = 1800.0
     tick: float = 0.0
     baseline: dict[str, Any] = field(default_factory=dict)
+    inputs: list[Input] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not self.baseline:
-            pol = parse_policy_document(copy.deepcopy(self.raw), "policy")
-            self.baseline = lane_report(simulate(SCENARIOS[BASELINE](pol, self.capacity), self.jobs))
+        pol = parse_policy_document(copy.deepcopy(self.raw), "policy")
+        first = Input("sample", self.jobs, self.baseline)
+        self.inputs = [first, *self.inputs]
+        for inp in self.inputs:
+            if not inp.baseline:
+                inp.baseline = lane_report(simulate(SCENARIOS[BASELINE](pol, self.capacity), inp.jobs, tick=self.tick))
+        self.baseline = first.baseline
 
     def policy(self, knobs: list[Knob], values: dict[str, Any]) -> Policy:
         return parse_policy_document(apply(copy.deepcopy(self.raw), knobs, values), "tuned policy")
+
+    def validate(self, knobs: list[Knob], values: dict[str, Any]) -> str | None:
+        """The first policy-validation error of a (repaired) candidate, or None: checked before any
+        simulation, so an invalid candidate costs no trial."""
+        try:
+            self.policy(knobs, values)
+        except PolicyError as exc:
+            return exc.errors[0] if exc.errors else "invalid"
+        return None
 
     def evaluate(self, knobs: list[Knob], values: dict[str, Any]) -> Evaluation:
         values = repair(self.raw, knobs, values)
@@ -348,15 +428,26 @@ class Problem:
         except PolicyError as exc:
             ev.error = exc.errors[0] if exc.errors else "invalid"
             return ev
-        rep = lane_report(
-            simulate(SCENARIOS["policy"](pol, self.capacity), self.jobs, tick=self.tick,
-                     checkpoint_interval_s=self.checkpoint_interval_s)
-        )
-        ev.report = rep
-        ev.utilization = rep["total"]["gpu_utilization"] or 0.0
-        ev.lost_gpu_hours = rep["total"]["gpu_hours_lost_to_preemption"]
-        ev.targets = judge(pol, {"policy": rep, BASELINE: self.baseline})
-        ev.violations = violations(rep, ev.targets, self.baseline, self.max_utilization_gap)
+        utils: list[float] = []
+        lost = 0.0
+        for inp in self.inputs:
+            rep = lane_report(
+                simulate(SCENARIOS["policy"](pol, self.capacity), inp.jobs, tick=self.tick,
+                         checkpoint_interval_s=self.checkpoint_interval_s)
+            )
+            targets = judge(pol, {"policy": rep, BASELINE: inp.baseline})
+            ev.by_input[inp.name] = violations(rep, targets, inp.baseline, self.max_utilization_gap)
+            utils.append(rep["total"]["gpu_utilization"] or 0.0)
+            lost += rep["total"]["gpu_hours_lost_to_preemption"]
+            if ev.report is None:
+                ev.report, ev.targets = rep, targets
+        ev.utilization = sum(utils) / len(utils)
+        ev.lost_gpu_hours = lost
+        worst: dict[str, float] = {}
+        for v in ev.by_input.values():
+            for k, x in v.items():
+                worst[k] = max(worst.get(k, -math.inf), x)
+        ev.violations = worst
         return ev
 
 
@@ -384,18 +475,26 @@ def binding(ev: Evaluation) -> str | None:
     return max(over, key=lambda k: over[k]) if over else None
 
 
-def verdict(evals: list[Evaluation], chosen: Evaluation) -> dict[str, Any]:
+def verdict(evals: list[Evaluation], chosen: Evaluation, invalid: int = 0) -> dict[str, Any]:
     """What the search found, said plainly: whether any candidate met every constraint on the
-    sample, and when none did, the binding constraint of the least-violating one and whether the
-    result differs from the input at all (never an empty diff presented as a result)."""
+    tuning inputs, and when none did, the binding constraint of the least-violating one (and, with
+    several inputs, the input where it binds) and whether the result differs from the input at all
+    (never an empty diff presented as a result). invalid: candidates refused by validation before
+    simulation (`search`'s `invalid`)."""
     feasible = sum(e.feasible for e in evals)
-    out: dict[str, Any] = {"feasible_candidates": feasible, "invalid_candidates": sum(e.error is not None for e in evals)}
+    out: dict[str, Any] = {
+        "feasible_candidates": feasible,
+        "invalid_candidates": sum(e.error is not None for e in evals) + invalid,
+    }
     if feasible:
         out["result"] = "feasible"
     else:
         out["result"] = "infeasible"
         out["binding"] = binding(chosen)
         out["binding_excess"] = chosen.violations.get(out["binding"]) if out["binding"] else None
+        if out["binding"] and len(chosen.by_input) > 1:
+            b = out["binding"]
+            out["binding_input"] = max(chosen.by_input, key=lambda n: chosen.by_input[n].get(b, -math.inf))
         out["unchanged_from_input"] = bool(evals) and chosen.values == evals[0].values
     return out
 
@@ -433,43 +532,53 @@ def search(
     seed: int = 0,
     timeout_s: float | None = None,
     on_trial: Callable[[int, Evaluation], None] | None = None,
+    invalid: list[Evaluation] | None = None,
 ) -> list[Evaluation]:
-    """Run the search; returns every evaluation in trial order (the two seeds first)."""
+    """Run the search; returns every simulated evaluation in trial order (the seeds first).
+
+    Each candidate is repaired (`repair`) and validated before it is simulated: one that policy
+    validation still refuses is told to the sampler as failed, appended to `invalid` (when given)
+    and does not count as a trial; at most `20 x trials` candidates are drawn in all."""
+    import time
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     evals: list[Evaluation] = []
-
     sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(10, max(2, trials // 4)))
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
     raw = problem.raw
     for values in (current(raw, knobs), lend_idle(raw, knobs), demand_share(raw, knobs, problem.jobs)):
         study.enqueue_trial(values, skip_if_exists=True)
-
-    def objective(trial: optuna.Trial) -> tuple[float, float]:
+    started = time.monotonic()
+    drawn = 0
+    while len(evals) < trials and drawn < 20 * trials:
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            break
+        drawn += 1
+        trial = study.ask()
         values: dict[str, Any] = {}
         for k in knobs:
             if k.kind == "choice":
                 values[k.name] = trial.suggest_categorical(k.name, list(k.choices))
             else:
                 values[k.name] = trial.suggest_int(k.name, k.low, k.high, step=k.step)
+        fixed = repair(raw, knobs, values)
+        error = problem.validate(knobs, fixed)
+        if error is not None:
+            if invalid is not None:
+                invalid.append(Evaluation(fixed, error=error))
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
         ev = problem.evaluate(knobs, values)
         evals.append(ev)
-        # one constraint: the summed excess when something is missed, else the tightest margin
-        if ev.error:
-            c = 1e9
-        elif ev.feasible:
-            c = max(ev.violations.values(), default=0.0)
-        else:
-            c = ev.violation
+        # one constraint, the robust one: the worst excess when something is missed, else the
+        # tightest margin (both across every tuning input)
+        c = max(ev.violations.values(), default=0.0) if ev.feasible else ev.violation
         trial.set_constraint("targets", c)  # Optuna's constrained optimization: feasible when <= 0
+        study.tell(trial, [ev.utilization or 0.0, ev.lost_gpu_hours or 0.0])
         if on_trial is not None:
             on_trial(len(evals), ev)
-        if ev.error:
-            return 0.0, 1e12
-        return ev.utilization or 0.0, ev.lost_gpu_hours or 0.0
-
-    study.optimize(objective, n_trials=trials, timeout=timeout_s, gc_after_trial=False)
     return evals
 
 

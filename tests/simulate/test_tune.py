@@ -211,3 +211,82 @@ def test_an_infeasible_search_names_its_binding_target_and_says_when_nothing_cha
                      "binding": "candidate_train.wait_p95", "binding_excess": 2.5, "unchanged_from_input": True}
     ok = tune.Evaluation({"a": 4}, violations={"utilization": -0.1})
     assert tune.verdict([inp, ok], ok) == {"feasible_candidates": 1, "invalid_candidates": 0, "result": "feasible"}
+
+
+def test_repair_keeps_room_for_a_warm_pool_so_validation_passes(raw):
+    """Validation requires a warm pool's lane to hold its GPUs in the pool's node pool; a candidate
+    that shuts incident response out of the training pool (nominal 0, borrowing 0) is repaired by
+    opening its borrowing there, not spent on a refusal."""
+    knobs = tune.discover(raw, TRACE_LANES)
+    values = tune.current(raw, knobs)
+    closed = {k.name: 0 for k in knobs if k.owner == "incident_response" and k.kind in ("int", "limit", "row")}
+    assert any(n.endswith("h100-ondemand.borrowing_limit") for n in closed)
+    values.update(closed)
+    problem = tune.Problem.__new__(tune.Problem)  # only the policy builder is needed
+    problem.raw = raw
+    assert "autoscaling.warm_pools[0]" in problem.validate(knobs, values)
+    fixed = tune.repair(raw, knobs, values)
+    assert problem.validate(knobs, fixed) is None
+    assert fixed["lanes.incident_response.h100-ondemand.borrowing_limit"] == knobs[
+        [k.name for k in knobs].index("lanes.incident_response.h100-ondemand.borrowing_limit")].high
+
+
+def test_invalid_candidates_cost_no_trial_and_are_counted(raw, monkeypatch):
+    jobs = _sample(200)
+    problem = tune.Problem(raw, jobs, 800, 0.02)
+    knobs = tune.discover(raw, {j.lane for j in jobs})
+    calls = {"n": 0}
+    real = tune.Problem.validate
+
+    def every_other(self, knobs, values):
+        calls["n"] += 1
+        return "autoscaling.warm_pools[0].gpus: refused for the test" if calls["n"] % 2 == 0 else real(self, knobs, values)
+
+    monkeypatch.setattr(tune.Problem, "validate", every_other)
+    refused: list = []
+    evals = tune.search(problem, knobs, trials=3, seed=2, invalid=refused)
+    assert len(evals) == 3 and all(e.error is None for e in evals)  # three simulated, all valid
+    assert len(refused) == 2 and all(e.error.startswith("autoscaling.warm_pools") for e in refused)
+    found = tune.verdict(evals, tune.choose(evals), invalid=len(refused))
+    assert found["invalid_candidates"] == 2
+
+
+def test_the_objective_is_the_worst_violation_across_inputs(raw):
+    """Two tuning inputs: a candidate's constraints are the worst of each across them, and its
+    violation is the single worst excess, not a sum."""
+    jobs = _sample(600)
+    problem = tune.Problem(raw, jobs[:300], 800, 0.02, inputs=[tune.Input("later", jobs[300:])])
+    assert [i.name for i in problem.inputs] == ["sample", "later"] and all(i.baseline for i in problem.inputs)
+    knobs = tune.discover(raw, {j.lane for j in jobs})
+    ev = problem.evaluate(knobs, tune.current(raw, knobs))
+    assert set(ev.by_input) == {"sample", "later"}
+    for k, v in ev.violations.items():
+        assert v == max(ev.by_input["sample"][k], ev.by_input["later"][k])
+    assert ev.violation == max(0.0, *ev.violations.values())
+    two = tune.Evaluation({}, violations={"a.wait_p95": 0.5, "b.wait_p95": 0.7})
+    assert two.violation == 0.7
+
+
+def test_an_infeasible_search_over_inputs_names_where_the_target_binds():
+    ev = tune.Evaluation({"a": 1}, violations={"candidate_train.wait_p95": 2.0},
+                         by_input={"cluster04": {"candidate_train.wait_p95": -0.5},
+                                   "cluster02": {"candidate_train.wait_p95": 2.0}})
+    found = tune.verdict([ev], ev)
+    assert found["binding"] == "candidate_train.wait_p95" and found["binding_input"] == "cluster02"
+
+
+def test_cli_reports_the_tuned_policy_out_of_sample_and_on_a_held_out_trace(tmp_path):
+    out = tmp_path / "tuned"
+    held = tmp_path / "held.csv"
+    lines = SLICE.read_text().splitlines()
+    held.write_text("\n".join(lines[:1] + lines[1001:1401]) + "\n")
+    r = CliRunner().invoke(main, ["policy", "tune", "--trace", str(SLICE), "--lane-map", "elasticflow-fleet",
+                                  "--policy", str(TIGHT), "--capacity", "800", "--trials", "2", "--sample-jobs", "300",
+                                  "--validate-trace", str(held), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    assert summary["validated_on"] == "later" and summary["validation_jobs"] == 2000 - 300
+    h = summary["held_out"]["held.csv"]
+    assert h["jobs"] == 400 and h["targets_met"] + h["targets_missed"] > 0
+    assert len(h["missed"]) == h["targets_missed"]
+    assert "held out held.csv (400 jobs)" in r.stderr
