@@ -9,7 +9,7 @@ flavor or GPU type, spot only where the lane has spot quota) stand where Kueue c
 affinity and taints. `FlavorAssigner` is a mixin of the cycle engine (`admission/cycle.py`): it
 reads the engine's `state`, `snap`, `last_tried`, `done` and records `node_blocked`.
 
-May import `admission/model.py`, `quota.py`, `preemption.py`, `tas.py`, `workload_keys.py`, `devices/`.
+May import `admission/model.py`, `quota.py`, `preemption.py`, `tas.py`, `serving_lending.py`, `workload_keys.py`, `devices/`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from gpu_platform.admission.model import NEVER, TAS_FOLLOWS_FLAVOR, ClusterState, FlavorFungibility, Workload
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot
+from gpu_platform.admission.serving_lending import lent_refusal
 from gpu_platform.admission.tas import is_tas_only, topology_refusal
 from gpu_platform.admission.workload_keys import EPS, qty
 
@@ -170,6 +171,9 @@ class FlavorAssigner:
         f, r = fr
         if v > pot + EPS:
             return NOFIT, 0, f"{cq.name} needs {qty(v)} {r} on {f}, more than it can ever hold ({qty(pot)})"
+        lent = lent_refusal(snap, wl, cq, fr, v)  # a serving lane's idle GPUs it could not take back
+        if lent is not None:
+            return NOFIT, 0, lent
         borrow, may_reclaim = find_height(cq, fr, v)
         if v <= avail + EPS:
             nodes = snap.node_refusal(wl, {fr: v}) if snap.nodes is not None else None

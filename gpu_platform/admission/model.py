@@ -199,6 +199,9 @@ class ClusterQueueSpec:
     flavor_fungibility: FlavorFungibility | None = None
     team_limits: TeamLimits | None = None
     admission_fair_sharing: AdmissionFairSharing | None = None
+    serving: bool = False
+    """A serving lane's queue (`Lane.serving`): the idle part of its lendable quota may be borrowed
+    only by workloads it can take back (`admission/serving_lending.py`)."""
 
     @property
     def flavors(self) -> tuple[str, ...]:

@@ -114,6 +114,7 @@ def cluster_queue_for(
         budget_total=float(lane.budget),
         team_limits=team_limits_for(lane),
         admission_fair_sharing=admission_fair_sharing,
+        serving=lane.serving,
     )
 
 

@@ -34,6 +34,20 @@ def _h(v: float | None) -> str:
     return "-" if v is None else f"{v / 3600:.2f}"
 
 
+def print_serving(section: dict, console: Console) -> None:
+    """The service's SLO and batch utilization with and without lending (`simulate --service`)."""
+    from rich.table import Table
+
+    from gpu_platform.simulate.serving import serving_rows
+
+    t = Table(title=f"service {section['service']['name']} ({section['service']['lane']}) beside the trace")
+    for col in ("figure", "with lending", "without lending"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    for row in serving_rows(section):
+        t.add_row(*row)
+    print_fitted(console, t)
+
+
 def print_table(doc: dict, console: Console) -> None:
     from rich.table import Table
 
@@ -165,6 +179,26 @@ def print_targets(targets: dict, console: Console) -> None:
     default=None,
     help="Place GPUs on the policy's node shapes (resized with --capacity); default: quota only.",
 )
+@click.option(
+    "--service",
+    "service_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A service request (serving lane) whose replicas follow --demand beside the trace: serving SLO and batch "
+    "utilization with and without lending (docs/serving.md, Simulating traffic).",
+)
+@click.option(
+    "--demand",
+    "demand_spec",
+    default=None,
+    help="The service's traffic: diurnal:PEAK,TROUGH[,PERIOD_H[,PEAK_AT_H]] (qps) or a CSV timestamp,qps.",
+)
+@click.option(
+    "--reclaim-grace",
+    type=float,
+    default=None,
+    help="Seconds a reclaimed batch borrower takes to stop (its terminationGracePeriodSeconds; default 30).",
+)
 @click.option("--quiet", is_flag=True, help="No lane table on stderr.")
 @click.option(
     "--fail-on-missed",
@@ -184,6 +218,9 @@ def simulate_cmd(
     out_dir: str | None,
     node_gpus: float | None,
     node_model: str | None,
+    service_path: str | None,
+    demand_spec: str | None,
+    reclaim_grace: float | None,
     quiet: bool,
     fail_on_missed: bool,
 ) -> None:
@@ -229,6 +266,8 @@ def simulate_cmd(
         problems.append("--node-gpus: must be > 0")
     if node_model == "policy" and not policy_node_gpus(pol):
         problems.append("--node-model policy: the policy declares no node shapes (autoscaling.node_pools.<pool>.node_gpus)")
+    if (service_path is None) != (demand_spec is None):
+        problems.append("--service and --demand: give both (the service and its traffic)")
     if problems:
         fail("simulate", problems)
     try:
@@ -264,10 +303,23 @@ def simulate_cmd(
         results[name] = res
     doc["capacity_gpus"] = doc["scenarios"]["policy"]["capacity_gpus"]
     doc["targets"] = judge(pol, doc["scenarios"])
+    if service_path is not None and demand_spec is not None:
+        from gpu_platform.simulate.serving import ServingInputError, serving_section
+
+        scn = SCENARIOS["policy"](pol, capacity)
+        try:
+            doc["serving"] = serving_section(
+                pol, scn, trace.jobs, service_path, demand_spec, reclaim_grace_s=reclaim_grace,
+                tick=tick, checkpoint_interval_s=checkpoint_interval,
+            )
+        except ServingInputError as exc:
+            fail(exc.source, exc.errors)
     click.echo(json.dumps(doc, indent=1))
     if not quiet:
         print_table(doc, err)
         print_targets(doc["targets"], err)
+        if "serving" in doc:
+            print_serving(doc["serving"], err)
     if out_dir:
         from gpu_platform.simulate.html import write_trace_report
 

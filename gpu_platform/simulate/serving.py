@@ -17,7 +17,8 @@ replica scaled down leaves at once (newest first, a pending one before a running
 
 A replica is ready (serves traffic) after, from its admission: the victims' termination when it
 reclaimed GPUs (`reclaim_grace_s`: a borrower gets its terminationGracePeriodSeconds to save a
-checkpoint and exit before its GPUs are free), a new node's start when its GPUs were on no running
+checkpoint and exit before its GPUs are free; 30 s, Kubernetes' default, which the platform's
+Jobs keep), a new node's start when its GPUs were on no running
 node (`node_startup_s`), and its own start (`replica_startup_s`: image pull and model load).
 Nodes of the serving flavor: `min_nodes` always run; beyond that, a node runs while the flavor's
 GPUs in use (any lane) needed it within the last `node_scale_down_s` (the cluster autoscaler's
@@ -102,7 +103,7 @@ class ServingOptions:
     cadence_s: float = 30.0
     scale_down_window_s: float = 300.0
     replica_startup_s: float = 60.0
-    reclaim_grace_s: float = 120.0
+    reclaim_grace_s: float = 30.0
     node_gpus: float | None = 4.0
     node_startup_s: float = 360.0
     min_nodes: int = 0
@@ -141,9 +142,11 @@ class ServingRun:
 def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool) -> Scenario:
     """The scenario with the service's queue: its quota on the flavor is max replicas x GPUs per
     replica (lending_limit None with lending, 0 without), borrowing nothing, reclaiming with `Any`,
-    protected. A queue of that name already there keeps its cohort and priority rules but gets this
-    quota row; otherwise the queue joins the root of the cohort tree of the first queue with quota
-    on the flavor, and the flavor's capacity grows by the service's GPUs."""
+    protected. A queue of that name already there (the policy's serving lane) keeps its cohort and
+    rules but gets this quota row instead of its own, and the flavor's capacity changes by the
+    difference, so the rest of the pool is what the policy (resized) gives the other lanes;
+    otherwise the queue joins the root of the cohort tree of the first queue with quota on the
+    flavor, and the flavor's capacity grows by the service's GPUs."""
     base = scenario.base
     quota = ResourceQuota(service.flavor, GPU, service.quota_gpus, 0.0, None if lending else 0.0)
     existing = next((c for c in base.cluster_queues if c.name == service.lane), None)
@@ -179,9 +182,9 @@ def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool)
         grow = service.quota_gpus
     if not any(f.name == service.flavor for f in flavors):
         raise ValueError(f"service {service.name}: flavor {service.flavor!r} is not in the scenario")
-    if grow > 0:
+    if grow:
         flavors = tuple(
-            replace(f, capacity={**(f.capacity or {}), GPU: (f.capacity or {}).get(GPU, 0.0) + grow})
+            replace(f, capacity={**(f.capacity or {}), GPU: max(0.0, (f.capacity or {}).get(GPU, 0.0) + grow)})
             if f.name == service.flavor and f.capacity is not None
             else f
             for f in flavors
@@ -543,6 +546,166 @@ def compare_lending(
     return out
 
 
+class ServingInputError(ValueError):
+    """A service or demand given to the simulator that cannot be used; `errors` lists every problem."""
+
+    def __init__(self, errors: list[str], source: str):
+        self.errors = errors
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(errors))
+
+
+def parse_demand(spec: str, start: float) -> Demand:
+    """`--demand`: `diurnal:PEAK,TROUGH[,PERIOD_H[,PEAK_AT_H]]` (qps; hours, default 24 and 14: the
+    peak at 14:00 of each day counted from `start`) or a request-rate CSV `timestamp,qps`, moved so
+    its first row is at `start` (the batch trace's first submission)."""
+    from gpu_platform.serving.demand import DemandError, load_demand_csv
+
+    if spec.startswith("diurnal:"):
+        parts = spec[len("diurnal:") :].split(",")
+        try:
+            nums = [float(x) for x in parts]
+        except ValueError:
+            raise ServingInputError([f"diurnal:{','.join(parts)}: expected numbers PEAK,TROUGH[,PERIOD_H[,PEAK_AT_H]]"], "--demand") from None
+        if not 2 <= len(nums) <= 4:
+            raise ServingInputError(["diurnal: expected PEAK,TROUGH[,PERIOD_H[,PEAK_AT_H]]"], "--demand")
+        period = nums[2] * 3600 if len(nums) > 2 else 86_400.0
+        peak_at = nums[3] * 3600 if len(nums) > 3 else 14 * 3600.0
+        try:
+            return DiurnalDemand(nums[0], nums[1], period, start + peak_at)
+        except DemandError as e:
+            raise ServingInputError(e.errors, "--demand") from None
+    try:
+        return load_demand_csv(spec, shift_to=start)
+    except DemandError as e:
+        raise ServingInputError(e.errors, e.source) from None
+
+
+def service_from_request(path: str, policy: Any, demand: Demand) -> ServiceLoad:
+    """A `ServiceLoad` from a service request file (`examples/requests/online_serving.yaml`): its
+    serving `lane`, `gpu_type` (a flavor or product of the lane; None: the lane's first flavor),
+    `gpu_count` per replica and `service:` block (`ServiceSpec`). Only what the simulator needs is
+    checked, every problem listed: the rest of the request (metadata, max_cost, the lane's room at
+    the policy's own size) is `submit`'s, since the simulator resizes the pool."""
+    from pydantic import ValidationError
+
+    from gpu_platform.requests.model import RequestError, load_request_file
+    from gpu_platform.serving.model import ServiceSpec
+
+    try:
+        raw = load_request_file(path)
+    except RequestError as e:
+        raise ServingInputError(e.errors, path) from None
+    if not isinstance(raw, dict):
+        raise ServingInputError(["expected a mapping (a service request)"], path)
+    errors: list[str] = []
+    lane = policy.lanes.get(raw.get("lane")) if isinstance(raw.get("lane"), str) else None
+    if lane is None:
+        errors.append(f"lane: {raw.get('lane')!r} is not a lane of the policy")
+    elif not getattr(lane, "serving", False):
+        errors.append(f"lane: {lane.name} is not a serving lane (serving: true)")
+    count = raw.get("gpu_count")
+    if isinstance(count, bool) or not isinstance(count, int | float) or count <= 0:
+        errors.append(f"gpu_count: must be a number > 0 (GPUs per replica), got {count!r}")
+    spec = None
+    try:
+        spec = ServiceSpec.model_validate(raw.get("service"))
+    except ValidationError as e:
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"])
+            errors.append(f"service{'.' + loc if loc else ''}: {err['msg']}")
+    flavor = None
+    if lane is not None:
+        gpu_type = raw.get("gpu_type")
+        names = [
+            q.flavor_name
+            for q in lane.quotas
+            if q.resource == GPU
+            and gpu_type in (None, "any", q.flavor_name, getattr(policy.flavor_by_name.get(q.flavor_name), "gpu_product", None))
+        ]
+        if not names:
+            errors.append(f"gpu_type: {gpu_type!r} matches no nvidia.com/gpu quota of lane {lane.name}")
+        else:
+            flavor = names[0]
+    if errors:
+        raise ServingInputError(errors, path)
+    assert lane is not None and spec is not None and flavor is not None
+    name = spec.name or (raw.get("name") if isinstance(raw.get("name"), str) else None) or lane.name
+    return service_from_spec(name, lane.name, flavor, float(count), spec, demand, lane.priority)
+
+
+def options_for(policy: Any, flavor: str, **overrides: Any) -> ServingOptions:
+    """Node timings of the flavor's node pool from the policy (`autoscaling.node_pools`: node_gpus,
+    startup_time, min_nodes); the rest ServingOptions' defaults; `overrides` win."""
+    kw: dict[str, Any] = {}
+    f = policy.flavor_by_name.get(flavor)
+    pools = policy.autoscaling.node_pools if policy.autoscaling is not None else {}
+    pool = pools.get(f.node_pool) if f is not None else None
+    if pool is not None:
+        kw["node_gpus"] = float(f.node_gpus or pool.node_gpus)
+        kw["node_startup_s"] = pool.startup_time.total_seconds()
+        kw["min_nodes"] = int(pool.min_nodes)
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return ServingOptions(**kw)
+
+
+def serving_section(
+    policy: Any,
+    scenario: Scenario,
+    jobs: list[TraceJob],
+    service_path: str,
+    demand_spec: str,
+    *,
+    reclaim_grace_s: float | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """`simulate --service FILE --demand SPEC`: the service beside the trace under the policy's
+    scenario, with and without lending (`compare_lending`); ServingInputError lists every problem."""
+    if scenario.fast is not None:
+        raise ServingInputError([f"scenario {scenario.name} replays without the engine"], "--service")
+    start = min((j.submit_ts for j in jobs), default=0.0)
+    problems: list[str] = []
+    demand = service = None
+    try:
+        demand = parse_demand(demand_spec, start)
+    except ServingInputError as e:
+        problems += [f"{e.source}: {x}" for x in e.errors]
+    try:
+        service = service_from_request(service_path, policy, demand or DiurnalDemand(0.0, 0.0))
+    except ServingInputError as e:
+        problems += [f"{e.source}: {x}" for x in e.errors]
+    if reclaim_grace_s is not None and reclaim_grace_s < 0:
+        problems.append(f"--reclaim-grace: must be >= 0, got {reclaim_grace_s:g}")
+    if problems:
+        raise ServingInputError(problems, "simulate --service")
+    assert service is not None
+    opts = options_for(policy, service.flavor, reclaim_grace_s=reclaim_grace_s)
+    return compare_lending(scenario, jobs, service, options=opts, **kw)
+
+
+def serving_rows(section: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(figure, with lending, without) rows of a `compare_lending` section, for a table."""
+
+    def f(v: Any, scale: float = 1.0, unit: str = "") -> str:
+        return "-" if v is None else f"{v * scale:.4g}{unit}"
+
+    on, off = section["with_lending"], section["without_lending"]
+    rows = [
+        ("serving: share of time below need", f(on["slo_below_need_share"], 100, " %"), f(off["slo_below_need_share"], 100, " %")),
+        ("serving: scale-up delay p50", f(on["scale_up_delay_s"]["p50"], 1, " s"), f(off["scale_up_delay_s"]["p50"], 1, " s")),
+        ("serving: scale-up delay p95", f(on["scale_up_delay_s"]["p95"], 1, " s"), f(off["scale_up_delay_s"]["p95"], 1, " s")),
+        ("serving: replicas that reclaimed GPUs", str(on["reclaims"]), str(off["reclaims"])),
+        ("serving: delay of those, p95", f(on["reclaim_scale_up_delay_s"]["p95"], 1, " s"), f(off["reclaim_scale_up_delay_s"]["p95"], 1, " s")),
+        ("serving: replicas that waited for a node", str(on["new_node_starts"]), str(off["new_node_starts"])),
+        ("batch: utilization of the pool", f(on["batch_utilization"], 100, " %"), f(off["batch_utilization"], 100, " %")),
+        ("batch: GPU-hours", f(on["batch_gpu_hours"]), f(off["batch_gpu_hours"])),
+        ("batch: GPU-hours on the serving flavor", f(on["batch_gpu_hours_on_serving_flavor"]), f(off["batch_gpu_hours_on_serving_flavor"])),
+        ("batch: wait p95", f(on["batch_wait_p95_h"], 1, " h"), f(off["batch_wait_p95_h"], 1, " h")),
+        ("pool: utilization (batch + serving)", f(on["pool_utilization"], 100, " %"), f(off["pool_utilization"], 100, " %")),
+    ]
+    return rows
+
+
 def service_from_spec(
     name: str, lane: str, flavor: str, gpus_per_replica: float, spec: Any, demand: Demand, priority: int = 10_000
 ) -> ServiceLoad:
@@ -569,6 +732,12 @@ __all__ = [
     "compare_lending",
     "ready_steps",
     "serving_figures",
+    "ServingInputError",
+    "options_for",
+    "parse_demand",
+    "service_from_request",
+    "serving_rows",
     "serving_scenario",
+    "serving_section",
     "simulate_serving",
 ]

@@ -137,3 +137,53 @@ def test_bad_service_is_refused_naming_fields():
         ServiceLoad("web", "serving", "l4", 0, 2, 1, 0.0, SERVICE.demand)
     msg = str(e.value)
     assert "gpus_per_replica" in msg and "max_replicas" in msg and "target_qps_per_replica" in msg
+
+
+def _trace(tmp_path):
+    p = tmp_path / "jobs.csv"
+    rows = ["job_id,submit_ts,duration_s,gpus,lane,gpu_type"]
+    rows += [f"j{i},{i * 600},{7200},2,research_best_effort,any" for i in range(6)]
+    p.write_text("\n".join(rows) + "\n")
+    return p
+
+
+def test_cli_service_beside_the_trace(tmp_path):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    res = CliRunner().invoke(
+        main,
+        [
+            "simulate", "--trace", str(_trace(tmp_path)), "--compare", "none", "--quiet",
+            "--service", "examples/requests/online_serving.yaml", "--demand", "diurnal:200,40,2",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    import json
+
+    doc = json.loads(res.stdout)
+    section = doc["serving"]
+    assert section["service"]["lane"] == "online_serving" and section["service"]["replicas"] == {"min": 2, "max": 6}
+    assert section["demand"]["kind"] == "diurnal" and section["demand"]["period_s"] == 7200
+    on, off = section["with_lending"], section["without_lending"]
+    assert on["lending"] is True and off["lending"] is False
+    assert on["replicas_requested"] >= 2 and 0 <= on["slo_below_need_share"] <= 1
+    # node timings from the policy's inference pool (autoscaling.node_pools.inference)
+    assert section["options"]["node_startup_s"] == 360 and section["options"]["node_gpus"] == 4
+
+
+def test_cli_service_problems_listed_together(tmp_path):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    bad = tmp_path / "svc.yaml"
+    bad.write_text("lane: research_best_effort\ngpu_count: 0\nservice: {model_id: m, replicas: {min: 3, max: 2}}\n")
+    args = ["simulate", "--trace", str(_trace(tmp_path)), "--compare", "none", "--quiet"]
+    res = CliRunner().invoke(main, [*args, "--service", str(bad), "--demand", "diurnal:1,5"])
+    assert res.exit_code == 2
+    out = res.output
+    assert "trough_qps" in out and "not a serving lane" in out and "gpu_count" in out and "replicas" in out and "slo" in out
+    res = CliRunner().invoke(main, [*args, "--service", str(bad)])
+    assert res.exit_code == 2 and "give both" in res.output

@@ -1,0 +1,113 @@
+"""Lending idle serving GPUs in the admission engine (docs/serving.md, Lending idle serving GPUs).
+
+Pool: one flavor `l4` of 12 GPUs; the serving queue holds 8 (lends its idle part, reclaims with
+Any, protected), labeling 4 of its own, research and maintenance (protected) nothing: they only
+borrow. One replica (1 GPU) runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpu_platform.admission import (
+    ClusterQueueSpec,
+    ClusterState,
+    FlavorSpec,
+    ResourceQuota,
+    Workload,
+    admit_until_stable,
+    apply_result,
+    from_policy,
+)
+from gpu_platform.admission.model import ANY, IN_COHORT_RECLAMATION, LOWER_PRIORITY
+from gpu_platform.policy import GPU, load_policy
+
+F = "l4"
+
+
+def _state(lending_limit: float | None = None) -> ClusterState:
+    serving = ClusterQueueSpec(
+        "online_serving", (ResourceQuota(F, GPU, 8.0, 0.0, lending_limit),), cohort="pool",
+        reclaim_within_cohort=ANY, protected=True, serving=True,
+    )
+    research = ClusterQueueSpec("research", (ResourceQuota(F, GPU, 0.0),), cohort="pool", within_cluster_queue=LOWER_PRIORITY)
+    labeler = ClusterQueueSpec("labeler", (ResourceQuota(F, GPU, 4.0),), cohort="pool")
+    maint = ClusterQueueSpec("maint", (ResourceQuota(F, GPU, 0.0, 8.0),), cohort="pool", protected=True)
+    evidence = ClusterQueueSpec("release", (ResourceQuota(F, GPU, 0.0, 8.0),), cohort="pool")
+    return ClusterState(
+        cluster_queues=(serving, research, labeler, maint, evidence),
+        flavors=(FlavorSpec(F, capacity={GPU: 12.0}),),
+        cohorts=("pool",),
+        admitted=(_replica(0, 0.0, admitted=True),),
+    )
+
+
+def _replica(i: int, t: float, admitted: bool = False) -> Workload:
+    w = Workload(f"replica-{i}", "online_serving", {GPU: 1.0}, priority=900, created_at=t)
+    return replace(w, flavor=F, admitted_at=t) if admitted else w
+
+
+def test_batch_borrows_idle_serving_gpus_and_is_reclaimed_on_scale_up():
+    s = replace(_state(), pending=(Workload("b1", "research", {GPU: 6.0}, priority=100, created_at=1),), now=1)
+    res = admit_until_stable(s)
+    assert [(a.name, a.borrowing) for a in res.admitted] == [("b1", True)]
+    # the service scales from 1 to 8 replicas: 5 fit the free GPUs (12 - 1 - 6), the 6th reclaims
+    s = apply_result(s, res)
+    s = replace(s, pending=tuple(_replica(i, 10) for i in range(1, 8)), now=10)
+    res = admit_until_stable(s)
+    assert sorted(a.name for a in res.admitted) == [f"replica-{i}" for i in range(1, 6)]
+    assert [(p.victim, p.preemptor_cq, p.reason) for p in res.preempted] == [("b1", "online_serving", IN_COHORT_RECLAMATION)]
+    # once the borrower is evicted, the rest of the replicas are admitted within the serving quota
+    s = apply_result(s, res)
+    res = admit_until_stable(replace(s, now=40))
+    assert sorted(a.name for a in res.admitted) == ["replica-6", "replica-7"]
+    assert not res.preempted and all(not a.borrowing for a in res.admitted)
+
+
+def test_without_lending_batch_cannot_borrow_serving_gpus():
+    s = replace(_state(lending_limit=0.0), pending=(Workload("b1", "research", {GPU: 6.0}, priority=100, created_at=1),), now=1)
+    res = admit_until_stable(s)
+    assert not res.admitted  # only labeling's 4 idle GPUs are lendable
+    s = replace(s, pending=(Workload("b2", "research", {GPU: 4.0}, priority=100, created_at=1),))
+    assert [a.name for a in admit_until_stable(s).admitted] == ["b2"]
+
+
+@pytest.mark.parametrize(
+    ("cq", "evidence", "why"),
+    [("maint", False, "maint is protected"), ("release", True, "evidence job not checkpointed")],
+)
+def test_work_serving_could_not_take_back_borrows_only_beyond_its_idle_quota(cq, evidence, why):
+    # free: 11 GPUs, of which 7 are the serving lane's idle quota: 4 may be borrowed
+    wl = Workload("x", cq, {GPU: 5.0}, priority=500, created_at=1, evidence=evidence)
+    res = admit_until_stable(replace(_state(), pending=(wl,), now=1))
+    assert not res.admitted
+    msg = res.pending[0].message
+    assert "online_serving" in msg and why in msg and "only 4" in msg
+    ok = replace(wl, requests={GPU: 4.0})
+    assert [a.name for a in admit_until_stable(replace(_state(), pending=(ok,), now=1)).admitted] == ["x"]
+
+
+def test_checkpointed_or_reclaimable_work_is_not_held_back():
+    wl = Workload("x", "research", {GPU: 11.0}, priority=100, created_at=1)
+    assert [a.name for a in admit_until_stable(replace(_state(), pending=(wl,), now=1)).admitted] == ["x"]
+
+
+def test_protected_work_within_its_own_nominal_is_never_held_back():
+    st = _state()
+    maint = ClusterQueueSpec("maint", (ResourceQuota(F, GPU, 4.0, 0.0),), cohort="pool", protected=True)
+    labeler = ClusterQueueSpec("labeler", (ResourceQuota(F, GPU, 0.0),), cohort="pool")
+    st = replace(st, cluster_queues=tuple(maint if c.name == "maint" else labeler if c.name == "labeler" else c for c in st.cluster_queues))
+    wl = Workload("x", "maint", {GPU: 4.0}, priority=500, created_at=1)
+    assert [a.name for a in admit_until_stable(replace(st, pending=(wl,), now=1)).admitted] == ["x"]
+
+
+def test_policy_serving_lane_is_a_serving_queue():
+    pol = load_policy()
+    serving = [lane.name for lane in pol.lanes.values() if lane.serving]
+    assert serving
+    state = from_policy(pol)
+    specs = {c.name: c for c in state.cluster_queues}
+    assert all(specs[name].serving for name in serving)
+    assert not any(c.serving for c in state.cluster_queues if c.name not in serving)
