@@ -72,7 +72,9 @@ def _upstream_keys(model: Model, project: Project) -> list[dg.AssetKey]:
 
 def _figures(metrics: dict) -> dict[str, dg.MetadataValue]:
     return {
-        key: dg.MetadataValue.md(value) if key.endswith("_md") else dg.MetadataValue.float(float(value))
+        key: dg.MetadataValue.md(value) if key.endswith("_md")
+        else dg.MetadataValue.text(value) if isinstance(value, str)  # e.g. a unit cost's as_of_day
+        else dg.MetadataValue.float(float(value))
         for key, value in metrics.items()
     }
 
@@ -81,28 +83,29 @@ def _metadata(build) -> dict[str, dg.MetadataValue]:
     """The whole step's metadata: rows and figures of everything it built (an unpartitioned model,
     or one day), and the build time."""
     return {
+        **_figures(build.metrics),  # first: a unit cost's as_of_day and the day's figures lead
         "rows": dg.MetadataValue.int(build.rows),
         "seconds": dg.MetadataValue.float(round(build.result.seconds, 3)),
-        **_figures(build.metrics),
     }
 
 
 def add_day_metadata(context: dg.AssetExecutionContext, build) -> dict[str, dg.MetadataValue]:
     """Each daily partition of a run gets its own day's rows and figures (`add_asset_metadata`
-    per partition key), however many days one run builds; what is left for the whole step is
-    the build time and how many days it built (the same on every partition of the run)."""
+    per partition key), however many days one run builds, then the build time and how many days
+    it built (the same on every partition of the run); nothing is left for the whole step."""
     keys = context.partition_keys
     for key in keys:
         day = build.day_metrics.get(key, {"rows": 0})
+        # the model's figures lead, in their order (chargeback's per-team table first), then rows and
+        # the run's entries (on each partition: a step's own metadata would come before them)
         context.add_asset_metadata(
-            {"rows": dg.MetadataValue.int(int(day.get("rows", 0))),
-             **_figures({k: v for k, v in day.items() if k != "rows"})},
+            {**_figures({k: v for k, v in day.items() if k != "rows"}),
+             "rows": dg.MetadataValue.int(int(day.get("rows", 0))),
+             "seconds": dg.MetadataValue.float(round(build.result.seconds, 3)),
+             "days_in_run": dg.MetadataValue.int(len(keys))},
             partition_key=key,
         )
-    return {
-        "seconds": dg.MetadataValue.float(round(build.result.seconds, 3)),
-        "days_in_run": dg.MetadataValue.int(len(keys)),
-    }
+    return {}
 
 
 def build_finops_asset(model: Model, project: Project, ephemeral: tuple[Model, ...] = ()) -> dg.AssetsDefinition:

@@ -41,7 +41,7 @@ through GraphQL that every lane is observed on `gpu_queue`, the workload and cos
 blocked release's check names what is missing, its run's tags name the check, the suite and the fix,
 and the cost asset has plotted (numeric) metadata; and that the numbers
 the UI shows equal `gpu-platform cost report --format json` to the cent: each seeded day's chargeback
-and billed totals (that partition's own metadata) and every lifetime unit cost, released model and
+and billed totals and per-team table (that partition's own metadata) and every unit cost as of the day its asset names, released model and
 map included. Stops the demo
 (the supervisor stops the whole process tree) whatever happens. Exit 0 when every check passed.
 """
@@ -58,6 +58,7 @@ import socket
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -681,7 +682,8 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
 
 LATEST = """query Latest($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
   assetMaterializations(partitions: $p, limit: 1) { partition metadataEntries { label
-  ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue } } } } } }"""
+  ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue }
+  ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr } } } } } }"""
 PRICING = """{ runsOrError(filter: {pipelineName: "finops_daily", statuses: [QUEUED, NOT_STARTED, STARTING, STARTED]}) {
   ... on Runs { results { runId } } } }"""
 CENT = 0.01
@@ -697,6 +699,16 @@ def shown(url: str, asset: str, partition: str | None = None) -> dict[str, float
             if e.get("floatValue") is not None or e.get("intValue") is not None}
 
 
+def shown_text(url: str, asset: str, partition: str | None = None) -> list[tuple[str, str]]:
+    """The text and markdown entries the UI shows for `asset`, in the UI's order (label, value)."""
+    mats = graphql(url, LATEST, {"key": {"path": [asset]}, "p": [partition] if partition else None})
+    mats = (mats["assetOrError"] or {}).get("assetMaterializations") or []
+    if not mats:
+        return []
+    return [(e["label"], e.get("text", e.get("mdStr"))) for e in mats[0]["metadataEntries"]
+            if e.get("text") is not None or e.get("mdStr") is not None]
+
+
 def cost_report(env: dict[str, str], day: str) -> dict:
     cli = str(Path(sys.executable).parent / "gpu-platform")
     out = subprocess.run([cli, "cost", "report", "--day", day, "--format", "json"], env=env, cwd=ROOT,
@@ -706,10 +718,18 @@ def cost_report(env: dict[str, str], day: str) -> dict:
 
 def number_checks(url: str, env: dict[str, str], days: list[str], checks: Checks) -> None:
     """What the UI shows equals `cost report --format json`, to the cent: each seeded day's
-    chargeback and billed totals (its own partition's metadata) and every lifetime unit cost."""
+    chargeback and billed totals and its per-team table, which leads the partition's metadata (its
+    own partition's), and every unit cost as of the day the unit-cost asset names (as_of_day)."""
     for day in days:
         report = cost_report(env, day)
         charge, recon = shown(url, "chargeback", day), shown(url, "reconciliation", day)
+        texts = shown_text(url, "chargeback", day)
+        lead = texts[0] if texts else ("", "")
+        teams = [r for r in report["chargeback_by_team"] if not r["team"].startswith("(")]
+        checks.that(lead[0] == "by_team_md" and all(f"| {r['team']} |" in lead[1] for r in teams)
+                    and all(f"| {Decimal(r['total_cost']):.2f} |" in lead[1] for r in teams),
+                    f"chargeback {day} leads with the per-team table of cost report's {len(teams)} team(s): "
+                    f"first entry {lead[0]!r}")
         for t in report["totals"]:
             cur = t["currency"]
             ui, cli = charge.get(f"total_cost_{cur}"), float(t["chargeback_total"])
@@ -718,25 +738,38 @@ def number_checks(url: str, env: dict[str, str], days: list[str], checks: Checks
             ui, cli = recon.get(f"billed_cost_{cur}"), float(t["billed"])
             checks.that(ui is not None and abs(ui - cli) <= CENT,
                         f"reconciliation {day} billed in the UI: {ui} {cur}; cost report: {cli:.2f}")
-    # unit costs are lifetime: today's pricing changes them, so compare when none is in flight,
-    # and once more if a run slipped in between the two reads
+    # unit costs: each asset shows the day it is as of (units complete by its end); `cost report
+    # --day` of that day must say the same. Compare when no pricing run is in flight, and once more
+    # if one slipped in between the two reads
     for attempt in range(2):
         deadline = time.monotonic() + 300
         while graphql(url, PRICING)["runsOrError"]["results"] and time.monotonic() < deadline:
             time.sleep(5)
-        report = cost_report(env, days[-1])
         diffs = []
-        for u in report["unit_costs"]:
-            meta = shown(url, f"unit_cost_{u['unit']}")
-            ui, cli = meta.get(f"lifetime_cost_{u['currency']}"), float(u["cost"] or 0)
-            diffs.append((u, ui, cli, ui is not None and abs(ui - cli) <= CENT))
-        if all(ok for *_, ok in diffs) or attempt == 1:
+        reports: dict[str, dict] = {}
+        for unit in ("training_run", "accepted_label", "replay_hour", "released_model", "released_map",
+                     "odd_cell_approval", "evidence_pack"):
+            as_of = dict(shown_text(url, f"unit_cost_{unit}")).get("as_of_day")
+            meta = shown(url, f"unit_cost_{unit}")
+            if as_of is None:
+                diffs.append(({"unit": unit, "currency": "?", "units": 0}, None, 0.0, False, "no as_of_day"))
+                continue
+            report = reports.setdefault(as_of, cost_report(env, as_of))
+            for u in (u for u in report["unit_costs"] if u["unit"] == unit):
+                cur = u["currency"]
+                ui, cli = meta.get(f"cost_{cur}"), float(u["cost"] or 0)
+                ok = ui is not None and abs(ui - cli) <= CENT
+                if u["cost_per_unit"] is not None:
+                    per = meta.get(f"cost_per_{unit}_{cur}")
+                    ok = ok and per is not None and abs(per - float(u["cost_per_unit"])) <= CENT
+                diffs.append((u, ui, cli, ok, f"as of {as_of}"))
+        if all(d[3] for d in diffs) or attempt == 1:
             break
     units = {u["unit"] for u, *_ in diffs}
     checks.that({"released_model", "released_map"} <= units, f"cost report has unit costs of {sorted(units)}")
-    for u, ui, cli, ok in diffs:
-        checks.that(ok, f"unit_cost_{u['unit']} in the UI: lifetime {ui} {u['currency']}; cost report: {cli:.2f} "
-                        f"over {u['units']} unit(s)")
+    for u, ui, cli, ok, when in diffs:
+        checks.that(ok, f"unit_cost_{u['unit']} in the UI ({when}): {ui} {u['currency']}; cost report --day: "
+                        f"{cli:.2f} over {u['units']} unit(s)")
 
 
 def api_checks(url: str, checks: Checks, blocked_run: str) -> None:

@@ -278,7 +278,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
             ["kind", "treatment", "currency", "amount", "hostname", "pod", "reason"],
         ),
         (
-            "Unit costs (lifetime to date)",
+            "Unit costs (units complete by the day, at their lifetime cost)",
             data["unit_costs"],
             ["unit", "currency", "cost", "units", "cost_per_unit"],
         ),

@@ -51,7 +51,8 @@ def test_each_partition_of_a_three_day_run_carries_its_own_days_figures(demo_env
             # the raw feeds too: a day's billing rows, not the run's
             focus = _metadata(instance, "raw_focus_billing", day)
             assert focus["days_in_run"] == 3
-        # the unit costs: what the asset shows is what `cost report` shows (lifetime, per currency)
+        # the unit costs: what the asset shows is what `cost report --day` shows for the day it is
+        # as of (the newest day priced before today: the last seeded day), per currency
         latest = {}
         for asset in ("unit_cost_training_run", "unit_cost_accepted_label", "unit_cost_replay_hour"):
             (record,) = instance.fetch_materializations(dg.AssetKey(asset), limit=1).records
@@ -60,7 +61,8 @@ def test_each_partition_of_a_three_day_run_carries_its_own_days_figures(demo_env
     for unit, asset in (("training_run", "unit_cost_training_run"), ("accepted_label", "unit_cost_accepted_label"),
                         ("replay_hour", "unit_cost_replay_hour")):
         meta = latest[asset]
-        assert _cents(meta["lifetime_cost_USD"]) == _cents(units[unit]["cost"]), unit
-        assert meta["lifetime_units_USD"] == float(units[unit]["units"]), unit
-        assert _cents(meta[f"lifetime_cost_per_{unit}_USD"]) == _cents(units[unit]["cost_per_unit"]), unit
+        assert meta["as_of_day"] == days[-1] == report["day"], unit
+        assert _cents(meta["cost_USD"]) == _cents(units[unit]["cost"]), unit
+        assert meta["units_USD"] == float(units[unit]["units"]), unit
+        assert _cents(meta[f"cost_per_{unit}_USD"]) == _cents(units[unit]["cost_per_unit"]), unit
     assert len(set(totals.values())) > 1, totals  # the days differ, so a shared total would show

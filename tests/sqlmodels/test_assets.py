@@ -148,3 +148,21 @@ def test_backfill_range_runs_as_one_step_per_asset(tmp_path):
     assert all(e.passed for e in result.get_asset_check_evaluations() if e.check_name not in signals)
     with duckdb.connect(path, read_only=True) as con:
         assert str(con.execute("select sum(total_cost) from chargeback").fetchall()[0][0]) == "1191.648000"
+
+
+def test_the_chargeback_partition_leads_with_the_per_team_table_and_unit_costs_name_their_day(materialized):
+    """What the UI shows first on a chargeback partition is the per-team table; a unit-cost asset
+    shows the figures of the day it names, equal to `cost report --day` of that day."""
+    from gpu_platform.finops.sqlmodels.report import cost_report
+
+    result, path = materialized
+    mats = {m.asset_key.to_user_string(): m.metadata for m in result.get_asset_materialization_events()
+            for m in [m.event_specific_data.materialization]}
+    assert next(iter(mats["chargeback"])) == "by_team_md"
+    assert "| safety |" in mats["chargeback"]["by_team_md"].value
+    with duckdb.connect(path, read_only=True) as con:
+        report = cost_report(con, DAY)
+    units = {u["unit"]: u for u in report["unit_costs"] if u["currency"] == "USD"}
+    meta = mats["unit_cost_training_run"]
+    assert meta["as_of_day"].value == DAY
+    assert meta["cost_USD"].value == pytest.approx(float(units["training_run"]["cost"]))

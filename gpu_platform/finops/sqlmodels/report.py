@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -151,6 +151,95 @@ def _shown(value: Any) -> str:
     return str(Decimal(value).quantize(Decimal("0.000001")))
 
 
+def _complete_by(con: duckdb.DuckDBPyConnection, table: str, have: set[str]) -> str:
+    """The filter keeping a unit-cost mart's units complete by the end of `$day`: their last day with
+    priced GPU time (`last_day`) on or before it; a mart without one, by its release request's last
+    priced day, else the day it was submitted."""
+    cols = {r[0] for r in con.execute(f"describe {table}").fetchall()}
+    if "last_day" in cols:
+        return "m.last_day <= $day"
+    if "request_id" in cols and {"int_request_cost", "stg_requests"} <= have:
+        return ("coalesce((select max(c.last_day) from int_request_cost as c where c.request_id = m.request_id), "
+                "(select cast(max(r.submitted_at) as date) from stg_requests as r where r.request_id = m.request_id)"
+                ") <= $day")
+    return "cast($day as date) is not null"  # every row (the mart names no day)
+
+
+def unit_costs(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[str, Any]]:
+    """The unit costs of day D, per unit and currency: every unit complete by the end of D (its last
+    day with priced GPU time on or before D) at its lifetime cost (every day, every attempt), so a
+    later day's pricing (today so far) never changes D's figures. `cost report --day D` and the
+    unit-cost assets' metadata (as of :func:`unit_cost_day`) both read it."""
+    d = date.fromisoformat(str(day))
+    have = _tables(con)
+    out: list[dict[str, Any]] = []
+    for label, table, cost_col, units in UNIT_COSTS:
+        if table not in have:
+            continue
+        unit_expr = f"sum(m.{units})" if units else "count(*)"
+        for r in _rows(con, f"""
+                select m.currency, sum(m.{cost_col}) as cost, {unit_expr} as units
+                from {table} as m where m.currency is not null and {_complete_by(con, table, have)}
+                group by m.currency order by m.currency""", {"day": d}):
+            per = None
+            if r["units"] and r["cost"] is not None:
+                per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
+            out.append({"unit": label, "currency": r["currency"], "cost": r["cost"], "units": r["units"],
+                        "cost_per_unit": per, "as_of_day": d.isoformat()})
+    return out
+
+
+def unit_cost_day(con: duckdb.DuckDBPyConnection, today: date | None = None) -> date | None:
+    """The day a unit-cost asset shows: the newest day priced before today (UTC; today is "so far"
+    and changes), else the newest priced day; None before any day is priced."""
+    if "fct_gpu_cost_by_request" not in _tables(con):
+        return None
+    today = today or datetime.now(UTC).date()
+    (before, newest) = con.execute(
+        "select max(day) filter (where day < $today), max(day) from fct_gpu_cost_by_request",
+        {"today": today}).fetchone()
+    return before or newest
+
+
+TEAM_COLUMNS = ["team", "cost_center", "currency", "allocated_gpu_hours", "allocated_cost", "bypass_gpu_hours",
+                "bypass_cost", "cpu_cost", "storage_cost", "idle_cost", "shared_cost", "tax_cost", "credit_cost",
+                "unused_commitment_cost", "unreconciled_cost", "total_cost"]
+"""Chargeback by team, as `cost report` and the chargeback asset's metadata show it (one query:
+:func:`chargeback_by_team`). allocated_cost includes bypass_cost."""
+
+
+def chargeback_by_team(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[str, Any]]:
+    """The day's chargeback per team, cost center and currency, from `chargeback` (so its own
+    materialization can show it before `platform_cost_per_tenant` is built): largest first."""
+    if "chargeback" not in _tables(con):
+        return []
+    return _rows(con, """
+        select team, cost_center, currency, sum(allocated_gpu_hours) as allocated_gpu_hours,
+               sum(allocated_cost) as allocated_cost,
+               coalesce(sum(allocated_gpu_hours) filter (where bypass), 0.0) as bypass_gpu_hours,
+               coalesce(sum(allocated_cost) filter (where bypass), 0) as bypass_cost,
+               sum(cpu_cost) as cpu_cost, sum(storage_cost) as storage_cost, sum(idle_cost) as idle_cost,
+               sum(shared_cost) as shared_cost, sum(tax_cost) as tax_cost, sum(credit_cost) as credit_cost,
+               sum(unused_commitment_cost) as unused_commitment_cost, sum(unreconciled_cost) as unreconciled_cost,
+               sum(total_cost) as total_cost
+        from chargeback where day = $day group by team, cost_center, currency
+        order by currency, total_cost desc, team""", {"day": date.fromisoformat(str(day))})
+
+
+def team_table_markdown(rows: list[dict[str, Any]]) -> str:
+    """:func:`chargeback_by_team` as the chargeback asset leads with it: allocated (admitted
+    requests' GPU time), bypass, by use (CPU and storage), idle, shared, tax, credit, other (unused
+    commitment, unreconciled) and total, which the columns add up to."""
+    shown = [{"team": r["team"], "currency": r["currency"],
+              "allocated": r["allocated_cost"] - r["bypass_cost"], "bypass": r["bypass_cost"],
+              "by_use": r["cpu_cost"] + r["storage_cost"], "idle": r["idle_cost"], "shared": r["shared_cost"],
+              "tax": r["tax_cost"], "credit": r["credit_cost"],
+              "other": r["unused_commitment_cost"] + r["unreconciled_cost"], "total": r["total_cost"]}
+             for r in rows]
+    return markdown_table(shown, ["team", "currency", "allocated", "bypass", "by_use", "idle", "shared", "tax",
+                                  "credit", "other", "total"])
+
+
 def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) -> dict[str, Any]:
     """The day's totals per currency, lifetime unit costs, chargeback by team and the top requests,
     and `stale` (:func:`staleness`: None when the figures are current).
@@ -240,18 +329,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
                    sum(allocated_cost) as cost
             from fct_gpu_cost_by_request where day = $day
             group by all order by cost desc, request_id limit $top""", {"day": d, "top": top})
-    for label, table, cost_col, units in UNIT_COSTS:
-        if table not in have:
-            continue
-        unit_expr = f"sum({units})" if units else "count(*)"
-        for r in _rows(con, f"""
-                select currency, sum({cost_col}) as cost, {unit_expr} as units
-                from {table} group by currency order by currency"""):
-            per = None
-            if r["units"] and r["cost"] is not None:
-                per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
-            out["unit_costs"].append({"unit": label, "currency": r["currency"], "cost": r["cost"],
-                                      "units": r["units"], "cost_per_unit": per})
+    # units complete by the end of the day, at their lifetime cost (the unit-cost assets show the same)
+    out["unit_costs"] = unit_costs(con, d)
     if "unpriced_requests" in have:
         # GPU time no price covers: in no unit cost above (lifetime, like them)
         out["unpriced_requests"] = _rows(con, """
@@ -264,11 +343,8 @@ def cost_report(con: duckdb.DuckDBPyConnection, day: str | date, top: int = 10) 
     out["services"] = service_rows(con, d)
     out["forecast"] = forecast_rows(con, d)
     out["budget_burn"] = budget_rows(con, d)
-    if "platform_cost_per_tenant" in have:
-        out["chargeback_by_team"] = _rows(con, """
-            select team, cost_center, currency, allocated_gpu_hours, allocated_cost, bypass_gpu_hours, bypass_cost,
-                   cpu_cost, storage_cost, idle_cost, shared_cost, tax_cost, credit_cost, total_cost
-            from platform_cost_per_tenant where day = $day order by currency, total_cost desc, team""", {"day": d})
+    # per team from chargeback itself: the chargeback asset's metadata shows the same rows
+    out["chargeback_by_team"] = chargeback_by_team(con, d)
     return out
 
 
@@ -318,6 +394,9 @@ def model_metrics(
         where = "where day between $first and $last"
         params = {"first": date.fromisoformat(str(first)), "last": date.fromisoformat(str(last))}
     out: dict[str, Any] = {}
+    if model == "chargeback" and first is not None and first == last:
+        # leads the partition's metadata: the day per team, as `cost report` shows it
+        out["by_team_md"] = team_table_markdown(chargeback_by_team(con, first))
     if "allocated_gpu_hours" in cols:
         used_expr = "sum(used_gpu_hours)" if "used_gpu_hours" in cols else "null"
         alloc, used = con.execute(
@@ -349,17 +428,18 @@ def model_metrics(
         if flags:
             out["flags_md"] = "\n".join(f"- {f['message']}" for f in flags)
     unit = next((u for u in UNIT_COSTS if u[1] == model), None)
-    if unit is not None:
-        # what `cost report` shows as the unit cost: lifetime to date (every day, every attempt)
-        label, _, cost_col, units = unit
-        unit_expr = f"sum({units})" if units else "count(*)"
-        for cur, cost, n in con.execute(
-                f"select currency, sum({cost_col}), {unit_expr} from {model} where currency is not null "
-                "group by currency order by currency").fetchall():
-            out[f"lifetime_cost_{cur}"] = float(cost or 0)
-            out[f"lifetime_units_{cur}"] = float(n or 0)
-            if n:
-                out[f"lifetime_cost_per_{label}_{cur}"] = float(cost or 0) / float(n)
+    as_of = unit_cost_day(con) if unit is not None else None
+    if unit is not None and as_of is not None:
+        # what `cost report --day <as_of_day>` shows (unit_costs): the units complete by the end of
+        # the newest day priced before today, never today's pricing so far
+        label = unit[0]
+        out["as_of_day"] = as_of.isoformat()
+        for u in (u for u in unit_costs(con, as_of) if u["unit"] == label):
+            cur = u["currency"]
+            out[f"cost_{cur}"] = float(u["cost"] or 0)
+            out[f"units_{cur}"] = float(u["units"] or 0)
+            if u["cost_per_unit"] is not None:
+                out[f"cost_per_{label}_{cur}"] = float(u["cost_per_unit"])
     if model.startswith("unit_cost_") and "int_pod_gpu_hours" in _tables(con):
         # requests whose GPU time has no price are in no unit-cost mart: how many (unpriced_requests lists them)
         (n,) = con.execute("select count(distinct request_id) from int_pod_gpu_hours "
