@@ -265,6 +265,10 @@ class Workload:
     evicted_finish: bool | None = None
     topology: str | None = TAS_FOLLOWS_FLAVOR
     topology_level: str | None = None
+    replicas: int = 0
+    """A service's replicas (`workload: service`, docs/serving.md) this workload holds or asks for,
+    admitted together: `requests` and `pods` are all of them (0: not a service). A waiting service
+    asks for its `replicas.min`; an admitted one holds its current replicas."""
 
 
 

@@ -2,7 +2,8 @@
 check has none, its Topology Aware Scheduling does the same with node labels).
 
 A `NodeBook` holds every node of the flavors the cluster state describes (`ClusterState.nodes`) and
-which node each admitted workload's pods hold. A workload of `pods` pods asks for
+which node each admitted workload's pods hold. A service's replicas (`Workload.replicas`) are independent
+pods that may share a node: each goes to the fullest node that holds it. A workload of `pods` pods asks for
 `requests[nvidia.com/gpu] / pods` GPUs per pod, one pod per node: it fits when `pods` distinct
 nodes of its flavor each have that many GPUs free (a gang of whole nodes needs whole free nodes;
 a job of one pod needs one node with enough free). Pods go to the fullest nodes that hold them
@@ -92,11 +93,32 @@ class NodeBook:
                     return out
         return None
 
+    def find_shared(self, flavor: str, pods: int, per_pod: float) -> list[str] | None:
+        """Nodes for `pods` pods of `per_pod` GPUs that may share a node (a service's replicas,
+        `Workload.replicas`: independent pods, not a gang of whole nodes), each pod on the
+        fullest node that still holds it (best fit); a node appears once per pod it takes."""
+        if per_pod <= _EPS:
+            return []
+        free = {n: self.free[n] for n in self.by_flavor.get(flavor, ())}
+        out: list[str] = []
+        for _ in range(pods):
+            best = min((n for n, f in free.items() if f + _EPS >= per_pod), key=lambda n: free[n], default=None)
+            if best is None:
+                return None
+            free[best] -= per_pod
+            out.append(best)
+        return out
+
+    def _find(self, wl: Workload, flavor: str) -> list[str] | None:
+        pods, per = pod_shape(wl)
+        if wl.replicas:
+            return self.find_shared(flavor, pods, per)
+        return self.find(flavor, pods, per)
+
     def fits(self, wl: Workload, flavor: str) -> bool:
         if flavor not in self.by_flavor:
             return True
-        pods, per = pod_shape(wl)
-        return self.find(flavor, pods, per) is not None
+        return self._find(wl, flavor) is not None
 
     def place(self, wl: Workload) -> None:
         """Hold the workload's nodes: its recorded placement, the one it had before it was taken out
@@ -110,7 +132,7 @@ class NodeBook:
             spots = self._memo.pop(wl.name)
         else:
             pods, per = pod_shape(wl)
-            found = self.find(flavor, pods, per)
+            found = self._find(wl, flavor)
             if found is None:
                 found = sorted(self.by_flavor[flavor], key=lambda n: -self.free[n])[:pods]
             spots = tuple((n, per) for n in found)
@@ -137,9 +159,15 @@ class NodeBook:
         if flavor not in self.by_flavor:
             return None
         pods, per = pod_shape(wl)
-        if self.find(flavor, pods, per) is not None:
+        if self._find(wl, flavor) is not None:
             return None
         free = self.free_total(flavor)
+        if wl.replicas:
+            room = sum(int((f + _EPS) // per) * len(g) for f, g in self._buckets[flavor].items() if f > _EPS)
+            return (
+                f"{_n(free)} GPUs free in {flavor} but its nodes hold {room} more pod(s) of {_n(per)} "
+                f"(needs {pods}: {wl.replicas} replicas)"
+            )
         enough = sum(len(g) for f, g in self._buckets[flavor].items() if f + _EPS >= per)
         if pods == 1:
             most = max(self._buckets[flavor], default=0.0)

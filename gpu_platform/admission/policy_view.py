@@ -43,6 +43,8 @@ class AdmittedRequest:
     checkpointed: bool = False
     name: str | None = None
     approvals: frozenset[str] = frozenset()
+    replicas: int | None = None
+    """A service: the replicas it holds now (the ledger's `current_replicas`); None: its min."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,20 +146,26 @@ def workload_for(
     flavor: str | None = None,
     checkpointed: bool = False,
     approvals: frozenset[str] = frozenset(),
+    replicas: int | None = None,
 ) -> Workload:
     """One request as a workload: lane priority, GPU count (plus cpu/memory where the lane has quota).
 
     approvals: exceptions recorded in the ledger for it (`safety`, `cost`); the request's own
     `safety_approval` string is not one.
+    A service (`service:`) is `replicas` of its replicas at once (None: its `replicas.min`), each
+    `gpu_count` GPUs on `pods` pods: one Workload holding them all, so its min replicas are
+    admitted together or it waits (docs/serving.md, Admission).
     """
     lane = policy.lane(req.lane or "")
     resources, allowed = _lane_fit(policy, lane, req)
     topology, level = topology_of(req)
-    requests: dict[str, float] = {req.gpu_resource: float(req.gpu_count or 0)}
+    n = 0 if req.service is None else (replicas if replicas is not None else req.service.replicas.min)
+    times = n or 1
+    requests: dict[str, float] = {req.gpu_resource: float(req.gpu_count or 0) * times}
     if req.cpu is not None and "cpu" in resources:
-        requests["cpu"] = float(req.cpu)
+        requests["cpu"] = float(req.cpu) * times
     if req.memory_gib is not None and "memory" in resources:
-        requests["memory"] = float(req.memory_gib)
+        requests["memory"] = float(req.memory_gib) * times
     return Workload(
         name=name,
         cq=lane.name,
@@ -174,9 +182,10 @@ def workload_for(
         team=req.team,
         max_cost=None if req.max_cost is None else float(req.max_cost),
         expected_duration_s=None if req.expected_duration is None else req.expected_duration.total_seconds(),
-        pods=req.pods,
+        pods=req.pods * times,
         topology=topology,
         topology_level=level,
+        replicas=n,
     )
 
 
@@ -248,6 +257,7 @@ def from_policy(
                 flavor=a.flavor,
                 checkpointed=a.checkpointed,
                 approvals=a.approvals,
+                replicas=a.replicas,
             )
         )
     pend: list[Workload] = []

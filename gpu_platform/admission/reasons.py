@@ -24,7 +24,7 @@ from gpu_platform.admission.model import (
     Workload,
 )
 from gpu_platform.admission.quota import CohortNode, CQNode, Node, Snapshot
-from gpu_platform.admission.workload_keys import EPS, flavor_set
+from gpu_platform.admission.workload_keys import EPS, flavor_set, qty
 
 
 class PendingReasons:
@@ -81,6 +81,21 @@ class PendingReasons:
                 events.sort()
             self._ends_cache[key] = hit
         return hit
+
+    def _service_shortfall(self, w: Workload, cq: CQNode) -> str:
+        """What a waiting service lacks: its min replicas need their GPUs together, and the
+        flavor that could take most of them now (quota, borrowing and the cohort's free GPUs)
+        falls short by so many (docs/serving.md, Admission)."""
+        resource = next((r for r in w.requests if r not in ("cpu", "memory")), "nvidia.com/gpu")
+        total = w.requests.get(resource, 0.0)
+        per = total / w.replicas
+        flavors = [f for g in cq.groups for f in g.flavors if w.allowed_flavors is None or f in w.allowed_flavors]
+        free = max((self.snap.available(cq, (f, resource)) for f in flavors), default=0.0)
+        short = total - max(0.0, free)
+        text = f"service needs its min {w.replicas} replicas x {qty(per)} {resource} = {qty(total)} together"
+        if short > EPS:
+            return f"{text}, {qty(short)} short ({qty(max(0.0, free))} free to it now); "
+        return f"{text}; "
 
     def pending_infos(self) -> list[PendingInfo]:
         """Reason, position, queue and estimated start for every workload still waiting.
@@ -152,6 +167,8 @@ class PendingReasons:
                         est = None
                     elif code == PENDING_PREEMPTION:
                         est = now
+                if w.replicas and code != PENDING:
+                    msg = self._service_shortfall(w, cq) + msg
                 prefix = prefixes.get((code, msg))
                 if prefix is None:
                     prefix = prefixes[(code, msg)] = f"{code}: {msg}; position "

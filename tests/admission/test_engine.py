@@ -42,7 +42,7 @@ def running(
 
 def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     state = from_policy(pol, budget_spent={"release_eval": Decimal("1000")})
-    assert len(state.cluster_queues) == 8 and len(state.flavors) == 5
+    assert len(state.cluster_queues) == 9 and len(state.flavors) == 5
     assert [(c.name, c.parent) for c in state.cohorts] == [
         ("gpu-pool", None),
         ("assurance", "gpu-pool"),
@@ -61,7 +61,7 @@ def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     caps = {f.name: {r: v for r, v in f.capacity.items() if r.startswith("nvidia.com/")} for f in state.flavors}
     assert caps == {
         "h100-ondemand": {GPU: 32},
-        "l4-inference": {GPU: 16},
+        "l4-inference": {GPU: 24},  # 16 for batch, 8 for online serving
         "a100-spot": {GPU: 16},
         # Fractional flavors offer what the device plugin exposes: 2 GPUs cut into slices, or replicas.
         "h100-mig": {"nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-1g.10gb": 6},
