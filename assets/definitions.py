@@ -13,6 +13,7 @@ from assets.finops import finops_assets, finops_jobs, finops_schedules
 from assets.finops_today import finops_today_sensor
 from assets.gate import admission_sensor, gate_assets, gate_jobs, make_admission_sensor
 from assets.ingest import ingest_assets
+from assets.serving import serving_assets, serving_jobs, serving_sensors
 from assets.workloads import (
     kind_jobs,
     make_retention_schedule,
@@ -38,10 +39,10 @@ def build_definitions(env_name: str | None = None) -> dg.Definitions:
         jobs = make_workload_jobs(k8s_job_executor)
         sensor = make_admission_sensor(jobs)
     return dg.Definitions(
-        assets=[*workload_assets, *ingest_assets, *finops_assets, *gate_assets],
+        assets=[*workload_assets, *ingest_assets, *finops_assets, *gate_assets, *serving_assets],
         asset_checks=[*workload_checks],
-        jobs=[*gate_jobs, *jobs, retention_sweep, *finops_jobs],
-        sensors=[sensor, finops_today_sensor],
+        jobs=[*gate_jobs, *jobs, retention_sweep, *finops_jobs, *serving_jobs],
+        sensors=[sensor, finops_today_sensor, *serving_sensors],
         schedules=[make_retention_schedule(retention_on), *finops_schedules],
         resources=build_resources(env_name),
         # what runs without a job of their own use: asset backfills and materializations from the

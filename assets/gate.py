@@ -588,7 +588,8 @@ def _admission_tick(
             _stop_preempted(context.instance, run, victim_run_tags(p.preemptor, preemptor, ckpt), message)
     _cancel_failed_victims(context.instance, runs)
 
-    launches = settled.relaunch + plan.launches
+    # a service has no Dagster run: its replicas are the service_replicas_sensor's (assets/serving.py)
+    launches = [x for x in settled.relaunch + plan.launches if x.workload != "service"]
     queue_events, cursor = _queue_materialization(pol, led, states, plan, runs, now, context.cursor)
     if not launches and not plan.preemptions and not settled.events:
         waiting = len(plan.waits)

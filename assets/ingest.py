@@ -26,6 +26,7 @@ from gpu_platform.finops.feeds.ingest import (
     load_local_node,
     merge_reports,
 )
+from gpu_platform.finops.feeds.requests_prom import load_service_requests_day
 from gpu_platform.finops.snapshot import (
     ledger_snapshot,
     lineage_edges,
@@ -167,6 +168,23 @@ def raw_volumes(
     return _inventory(context, warehouse, settings, "volumes")
 
 
+@_daily_asset
+def raw_service_requests(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, settings: PlatformSettings
+) -> dg.MaterializeResult:
+    """Requests per service and 5-minute step from saved Prometheus query_range answers under
+    feeds/requests/<day>/ (docs/serving.md, Cost per request); bad points go to
+    raw_service_requests_quarantine with their position and reason."""
+    con = warehouse.connect()
+    try:
+        by_day = {day: [load_service_requests_day(con, Path(settings.home) / "feeds", day)] for day in _days(context)}
+    finally:
+        con.close()
+    for error in merge_reports([r for rs in by_day.values() for r in rs]).errors:
+        context.log.warning(error)
+    return dg.MaterializeResult(metadata=_day_metadata(context, by_day))
+
+
 @dg.asset(**_COMMON)
 def raw_ledger_snapshot(
     warehouse: Warehouse, ledger: LedgerResource, policy: PolicyResource, settings: PlatformSettings
@@ -202,5 +220,6 @@ def raw_ledger_snapshot(
     )
 
 
-ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_nodes, raw_pods, raw_volumes, raw_ledger_snapshot]
+ingest_assets = [raw_dcgm_samples, raw_focus_billing, raw_nodes, raw_pods, raw_volumes, raw_service_requests,
+                 raw_ledger_snapshot]
 INGEST_ASSET_NAMES = tuple(a.key.to_user_string() for a in ingest_assets)

@@ -17,7 +17,7 @@ stops the release in that run.
 """
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from pydantic import Field
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.run_links import submitted_by_metadata
 from gpu_platform.cluster.jobs import ENV_CHECKPOINT_DIR, RUN_STEPS, is_gang, namespace_for, resolve_flavor
+from gpu_platform.finops.sqlmodels.report import day_flags
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.gate.instance_config import RELEASE_CHECK_PRIORITY, WAREHOUSE_POOL
@@ -548,6 +549,8 @@ class Pricing:
     costs: dict[str, float] | None
     priced_through: date | None = None
     unavailable: str = ""
+    flagged_days: dict[str, str] = field(default_factory=dict)
+    """Days the requests were priced on that are flagged (over the unreconciled threshold): day -> why."""
 
 
 def _today() -> date:
@@ -583,10 +586,14 @@ def priced_costs(warehouse: Warehouse, request_ids: list[str]) -> Pricing:
             "where allocated_cost is not null and list_contains(?, request_id) group by 1",
             [request_ids],
         ).fetchall()
+        days = [d for (d,) in con.execute(
+            f"select distinct day from {COST_TABLE} where list_contains(?, request_id) order by day", [request_ids]
+        ).fetchall()]
+        flagged = {str(d): "; ".join(f["message"] for f in flags) for d in days if (flags := day_flags(con, d))}
     finally:
         con.close()
     yesterday = _today() - timedelta(days=1)
-    return Pricing({rid: float(cost) for rid, cost in rows}, min(priced_through, yesterday))
+    return Pricing({rid: float(cost) for rid, cost in rows}, min(priced_through, yesterday), flagged_days=flagged)
 
 
 def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
@@ -611,7 +618,8 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
         pricing = priced_costs(warehouse, sorted({n.request_id for n in tree.unique()}))
         severity = dg.AssetCheckSeverity.ERROR if config.enforce else dg.AssetCheckSeverity.WARN
         outcome = check_cost_attributed(tree, pricing.costs, pricing.priced_through,
-                                        unavailable=pricing.unavailable or "the cost models are not available")
+                                        unavailable=pricing.unavailable or "the cost models are not available",
+                                        flagged_days=pricing.flagged_days)
         result = _check_result(outcome, severity, context.partition_key)
         if pricing.costs is None:
             note = BUILD_COST_MODELS
@@ -624,7 +632,9 @@ def _cost_check(asset_kind: str) -> dg.AssetChecksDefinition:
             metadata={**result.metadata, "cost_models": pricing.costs is not None,
                       "priced_through": str(pricing.priced_through) if pricing.priced_through else "",
                       "awaiting_pricing": list(outcome.awaiting),
-                      "awaiting_pricing_count": len(outcome.awaiting)},
+                      "awaiting_pricing_count": len(outcome.awaiting),
+                      "flagged_cost_days": list(outcome.flagged),
+                      "flagged_cost_days_count": len(outcome.flagged)},
         )
         if not outcome.passed and severity == dg.AssetCheckSeverity.ERROR:
             _blocked(context, asset_kind, req, outcome, ledger,

@@ -333,6 +333,26 @@ fragmentation as (
 
 ),
 
+cost_day as (
+
+    -- a day built with more unreconciled money than unreconciled_threshold allows (chargeback's
+    -- check unreconciled_within_threshold, severity warn): the day is shown, and flagged here too
+    select
+        c.day, 'cost_day_over_unreconciled_threshold', c.currency, cast(null as varchar),
+        cast(sum(c.unreconciled_cost) as double),
+        cast(max(c.unreconciled_limit) as double),
+        sum(c.unreconciled_cost) > max(c.unreconciled_limit),
+        printf('Day %s: %s %s of the bill is unreconciled, over the limit %s (unreconciled_threshold of the day''s '
+               || 'cost). The day is built and flagged; the teams are charged without that money until its exceptions '
+               || 'are resolved: see gpu-platform cost report --day %s (exceptions, largest first).',
+               cast(c.day as varchar), cast(round(sum(c.unreconciled_cost), 2) as varchar), c.currency,
+               cast(round(max(c.unreconciled_limit), 2) as varchar), cast(c.day as varchar))
+    from {{ ref('chargeback') }} as c
+    where c.day between {{ var('day_from') }} and {{ var('day_to') }} and c.unreconciled_limit is not null
+    group by c.day, c.currency
+
+),
+
 signals as (
 
     select * from queue_wait
@@ -346,6 +366,7 @@ signals as (
     union all select * from slice
     union all select * from wait_target
     union all select * from fragmentation
+    union all select * from cost_day
 
 ),
 

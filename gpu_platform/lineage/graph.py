@@ -540,6 +540,10 @@ class CheckOutcome:
     awaiting: tuple[str, ...] = ()
     subjects: tuple[str, ...] = ()
     """The ids of what is missing where the check knows them (replay_coverage: the suites)."""
+    flagged: tuple[str, ...] = ()
+    """cost_attributed: the days the stages were priced on that are flagged (built with unreconciled
+    money over the threshold), each with its reason: they pass (a flagged day is built, not
+    blocked) and are named, so a release is not signed off on a flagged day unseen."""
 
     @property
     def description(self) -> str:
@@ -549,6 +553,8 @@ class CheckOutcome:
             text = f"{self.name}: missing {len(self.missing)}: " + "; ".join(self.missing)
         if self.awaiting:
             text += f"; awaiting pricing ({len(self.awaiting)}): " + "; ".join(self.awaiting)
+        if self.flagged:
+            text += f"; priced on flagged day(s) ({len(self.flagged)}): " + "; ".join(self.flagged)
         return text
 
 
@@ -670,6 +676,7 @@ def check_cost_attributed(
     costs: Mapping[str, Any] | None,
     priced_through: date | None = None,
     unavailable: str = "the cost models have not been built",
+    flagged_days: Mapping[str, str] | None = None,
 ) -> CheckOutcome:
     """Every program stage has GPU-hours, a team/cost center and a priced cost from the cost models
     (`costs`: request id -> priced cost).
@@ -677,7 +684,9 @@ def check_cost_attributed(
     costs=None: the cost models are not available (`unavailable` says why): no stage's cost can be
     attributed, so the check fails. priced_through: the last day the cost models have priced; a
     stage that ran after it awaits the next pricing (today's is never final): it passes, and is
-    listed in `awaiting`. None: every unpriced stage is missing.
+    listed in `awaiting`. None: every unpriced stage is missing. flagged_days: day -> why, for the
+    days the stages were priced on that are flagged (docs/finops.md, "What blocks a day"): named in
+    `flagged`, never failing the check.
     """
     missing: list[str] = []
     awaiting: list[str] = []
@@ -698,7 +707,8 @@ def check_cost_attributed(
                     awaiting.append(f"{where} (ran {ran}, priced through {priced_through})")
                 else:
                     missing.append(f"{where}: no priced cost in the cost models")
-    return CheckOutcome("cost_attributed", not missing, tuple(missing), len(stages), tuple(awaiting))
+    flagged = tuple(f"{day}: {why}" for day, why in sorted((flagged_days or {}).items()))
+    return CheckOutcome("cost_attributed", not missing, tuple(missing), len(stages), tuple(awaiting), flagged=flagged)
 
 
 RESUBMIT = "then submit the release again under a new request_id (`gpu-platform submit FILE`)"

@@ -52,6 +52,7 @@ SIGNAL_ROWS: dict[str, str] = {
     "whole_gpu_fits_slice": "sharing_utilization",
     "lane_wait_target_missed": "queue_wait",
     "gang_blocked_by_fragmentation": "queue_wait",
+    "cost_day_over_unreconciled_threshold": "allocation_coverage",
 }
 """Each capacity signal and the scorecard row it is computed from: a signal is computed at a
 scale only when its row is."""

@@ -180,7 +180,7 @@ def build_day(home: Path, hosts: tuple[str, ...]) -> dict:
     build = runner.invoke(main, ["cost", "build", "--day", DAY], env=env)
     report = runner.invoke(main, ["cost", "report", "--day", DAY, "--format", "json"], env=env)
     assert report.exit_code == 0, report.output
-    return {"wh": wh, "env": env, "build": build, "report": json.loads(report.output)}
+    return {"wh": wh, "env": env, "build": build, "report": json.loads(report.stdout), "stderr": report.stderr}
 
 
 def q(wh: Path, sql: str, params=None):
@@ -259,3 +259,51 @@ def test_an_alias_names_one_team_only(tmp_path, alias, message):
     variables = model_vars(load_policy(path))
     assert sorted(variables["team_aliases"]) == ["maps-old|mapping", "roads|perception", "vision|perception"]
     assert "perception|vision|CC-1010|" in variables["team_namespaces"]
+
+
+@pytest.fixture(scope="module")
+def without_telemetry(tmp_path_factory):
+    """The same day with one node-day without telemetry: the committed node reported no samples."""
+    return build_day(tmp_path_factory.mktemp("home"), (OD, SPOT))
+
+
+def test_a_node_day_without_telemetry_builds_the_day_flagged_everywhere(without_telemetry):
+    built = without_telemetry
+    assert built["build"].exit_code == 0, built["build"].output
+    assert "WARN" in built["build"].output
+    (usd,) = built["report"]["totals"]
+    assert D(usd["billed"]) == DAY_BILLED and D(usd["difference"]) == 0
+    # the committed node's unallocated 12 h x 4 GPUs x 7.625 is unreconciled, plus the notebook
+    assert D(usd["unreconciled"]) == D("366.000000") + D("29.4975")
+    (flag,) = built["report"]["flags"]
+    assert flag["flag"] == "unreconciled_over_threshold" and "the day is built" in flag["message"]
+    assert "unreconciled is over the limit" in built["stderr"]
+    # partition metadata (what the reconciliation / chargeback materializations carry)
+    from gpu_platform.finops.sqlmodels.report import model_metrics
+
+    with duckdb.connect(str(built["wh"]), read_only=True) as con:
+        meta = model_metrics(con, "reconciliation", DAY)
+        signals = con.execute("""
+            select subject, value, threshold, fired, severity, action from capacity_signals
+            where day = $d and signal = 'cost_day_over_unreconciled_threshold'""", {"d": DAY}).fetchall()
+    assert meta["over_unreconciled_threshold"] == 1.0 and "unreconciled" in meta["flags_md"]
+    ((subject, value, threshold, fired, severity, action),) = signals
+    assert (subject, fired, severity) == ("USD", True, "WARN")
+    assert value == pytest.approx(395.4975) and threshold == pytest.approx(48.326536)
+    assert f"Day {DAY}: 395.50 USD" in action and f"cost report --day {DAY}" in action
+
+
+def test_the_release_cost_check_names_the_flagged_day(without_telemetry, changed):
+    from assets.workloads import priced_costs
+    from gpu_platform.lineage.graph import LineageNode, check_cost_attributed
+    from resources.warehouse import Warehouse
+
+    flagged = priced_costs(Warehouse(path=str(without_telemetry["wh"])), ["req-train-1"])
+    assert list(flagged.flagged_days) == [DAY] and "unreconciled is over the limit" in flagged.flagged_days[DAY]
+    outcome = check_cost_attributed(LineageNode("req-release", "released_model", None, None), flagged.costs,
+                                    flagged.priced_through, flagged_days=flagged.flagged_days)
+    # a flagged day is built, not blocked: the check passes and names it
+    assert outcome.passed and outcome.flagged == (f"{DAY}: {flagged.flagged_days[DAY]}",)
+    assert f"priced on flagged day(s) (1): {DAY}: " in outcome.description
+    clean = priced_costs(Warehouse(path=str(changed["wh"])), ["req-train-1"])
+    assert clean.flagged_days == {} and clean.costs == {"req-train-1": pytest.approx(1179.84)}

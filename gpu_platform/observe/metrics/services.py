@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from gpu_platform.finops.sqlmodels.report import service_rows
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.finops.warehouse import connect as warehouse_connect
-from gpu_platform.observe.serving.replicas import service_views
+from gpu_platform.observe.serving.replicas import latest_service_day, service_views
 from gpu_platform.requests.ledger import Ledger
 
 P = "gpu_platform_"
@@ -34,16 +34,6 @@ SERVICE_METRIC_NAMES = (
     P + "service_idle_cost",
     P + "service_cost_per_1k_requests",
 )
-
-
-def latest_service_day(con: duckdb.DuckDBPyConnection):
-    """The newest day unit_cost_inference_request holds (None: never built)."""
-    tables = {r[0] for r in con.execute(
-        "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
-    if "unit_cost_inference_request" not in tables:
-        return None
-    (d,) = con.execute("select max(day) from unit_cost_inference_request").fetchone()
-    return d
 
 
 class ServiceCollector(Collector):

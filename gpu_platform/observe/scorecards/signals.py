@@ -48,6 +48,8 @@ SIGNALS: tuple[Signal, ...] = (
            "a whole-GPU request's peak FB_USED (GiB) <= threshold and mean engine activity <= slice_engine_active_max"),
     Signal("gang_blocked_by_fragmentation", "flavor", "fragmented_gpu_hours_max",
            "GPU-hours of a flavor free but on no whole nodes while a multi-node request waited for whole nodes > threshold"),
+    Signal("cost_day_over_unreconciled_threshold", "currency", "unreconciled_threshold (cost build var)",
+           "a built day's unreconciled money (chargeback's (unreconciled) row) > unreconciled_threshold x the day's cost"),
 )
 assert {s.name for s in SIGNALS} == set(SIGNAL_ROWS), "every signal has its scorecard row in policy/scale.py"
 

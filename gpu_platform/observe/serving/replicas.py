@@ -184,3 +184,64 @@ def sync_replicas(ledger: Ledger, observed: Mapping[str, int], source: str, at: 
     record_replicas(ledger, changes, source, at)
     return changes
 
+
+
+def latest_service_day(con: Any):
+    """The newest day unit_cost_inference_request holds (None: never built)."""
+    tables = {r[0] for r in con.execute(
+        "select table_name from information_schema.tables where table_schema = 'main'").fetchall()}
+    if "unit_cost_inference_request" not in tables:
+        return None
+    (d,) = con.execute("select max(day) from unit_cost_inference_request").fetchone()
+    return d
+
+
+def released_model_request(states: Iterable[RequestState], model_id: str) -> RequestState | None:
+    """The released_model request that released `model_id` (named in its `artifact_set` or
+    `output_artifact_ids`, or its own id): a finished one first, the newest of those; None: none."""
+    found = [s for s in states if s.request.workload == "released_model"
+             and (model_id in s.request.artifact_set or model_id in s.request.output_artifact_ids
+                  or model_id == s.request_id)]
+    found.sort(key=lambda s: (s.state == "finished", s.submitted_at))
+    return found[-1] if found else None
+
+
+def service_summary(ledger: Ledger, request_id: str, con: Any = None) -> dict[str, Any]:
+    """What the service asset shows of one service request: the service, its model and the
+    release that produced it, replicas now (min, max, who recorded them), GPUs per replica, and
+    with a warehouse connection `con` its newest priced day (`service_rows`, as `cost report`)."""
+    from gpu_platform.finops.sqlmodels.report import service_rows
+
+    states = ledger.states()
+    state = next((s for s in states if s.request_id == request_id), None)
+    if state is None or getattr(state.request, "service", None) is None:
+        raise ValueError(f"{request_id}: not a service request in the ledger")
+    spec = state.request.service
+    count, at, source = replicas_from_events(spec, ledger.events(request_id))
+    release = released_model_request(states, spec.model_id)
+    out: dict[str, Any] = {
+        "service": service_name(spec, state.request.name) or request_id,
+        "request_id": request_id,
+        "state": state.state,
+        "team": state.request.team,
+        "lane": state.request.lane,
+        "model_id": spec.model_id,
+        "released_model_request": release.request_id if release else None,
+        "replicas": count if state.state == "admitted" else 0,
+        "replicas_min": spec.replicas.min,
+        "replicas_max": spec.replicas.max,
+        "replicas_source": source,
+        "replicas_since": at.isoformat() if at else None,
+        "gpus_per_replica": state.request.gpu_count or 1,
+        "gpu_resource": state.request.gpu_resource,
+        "target_qps_per_replica": spec.slo.target_qps_per_replica,
+        "p95_latency_ms": spec.slo.p95_latency_ms,
+        "cost_day": None,
+        "cost_rows": [],
+    }
+    if con is not None:
+        day = latest_service_day(con)
+        if day is not None:
+            out["cost_day"] = day.isoformat()
+            out["cost_rows"] = [r for r in service_rows(con, day) if r["service"] == out["service"]]
+    return out
