@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gpu_platform.admission.kueue_checks import check_manifests, cluster_queue_checks
+from gpu_platform.admission.serving_lending import serving_annotations
 from gpu_platform.cluster.jobs import node_selector_for, tolerations_for
 from gpu_platform.cluster.names import (
     KUEUE_API_GROUP,
@@ -146,6 +147,8 @@ def cluster_queue(policy: Policy, lane: Lane) -> dict[str, Any]:
     }
     if lane.yields_to is not None:
         annotations["gpu-platform.io/yields-to"] = ",".join(lane.yields_to)
+    if lane.serving:  # what it lends and to whom (admission/serving_lending.py)
+        annotations.update(serving_annotations(policy, lane.name))
     return {
         "apiVersion": API,
         "kind": "ClusterQueue",

@@ -21,6 +21,8 @@ Batch work that may be preempted borrows freely and is reclaimed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpu_platform.admission.model import Workload
 from gpu_platform.admission.preemption import exclusion
 from gpu_platform.admission.quota import FR, CQNode, Snapshot
@@ -80,3 +82,77 @@ def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> 
         f"of the {qty(max(0.0, free))} free is not the idle quota of serving lane(s) {', '.join(sorted(lenders))} "
         f"({qty(idle)}), which could not take it back ({'; '.join(sorted(why))})"
     )
+
+
+def lending_view(policy: Any) -> list[dict[str, Any]]:
+    """Per serving lane and GPU quota row: what it lends and to whom (the policy's view of the rule
+    above). lendable: min(nominal, lending_limit) (lending_limit None: all of it; 0: nothing).
+    borrowers: lanes of the same cohort tree with a quota row on that flavor and resource whose
+    borrowing_limit is not 0, split into `reclaimed` (it takes its GPUs back from them) and
+    `held_off` ({lane: reason}: the gate keeps them off its idle GPUs: protected, evidence, or
+    yields_to without the serving lane)."""
+    parent = {c.name: c.parent_name for c in policy.cohorts}
+
+    def root(name: str | None) -> str | None:
+        seen: set[str] = set()
+        while name is not None and parent.get(name) is not None and name not in seen:
+            seen.add(name)
+            name = parent[name]
+        return name
+
+    out: list[dict[str, Any]] = []
+    lanes = policy.lanes_by_priority()
+    for lane in lanes:
+        if not getattr(lane, "serving", False) or lane.cohort_name is None:
+            continue
+        tree = root(lane.cohort_name)
+        for q in lane.quotas:
+            lendable = q.nominal_quota if q.lending_limit is None else min(q.nominal_quota, q.lending_limit)
+            reclaimed: list[str] = []
+            held: dict[str, str] = {}
+            for other in lanes:
+                if other.name == lane.name or getattr(other, "serving", False) or root(other.cohort_name) != tree:
+                    continue
+                oq = next((x for x in other.quotas if x.flavor_name == q.flavor_name and x.resource == q.resource), None)
+                if other.cohort_name is None or oq is None or oq.borrowing_limit == 0:
+                    continue
+                if other.protected:
+                    held[other.name] = "protected"
+                elif other.evidence:
+                    held[other.name] = "evidence jobs refuse preemption until checkpointed"
+                elif other.yields_to is not None and lane.name not in other.yields_to:
+                    held[other.name] = f"yields only to {', '.join(other.yields_to) or 'nobody'}"
+                else:
+                    reclaimed.append(other.name)
+            out.append(
+                {
+                    "lane": lane.name,
+                    "flavor_name": q.flavor_name,
+                    "resource": q.resource,
+                    "nominal_quota": q.nominal_quota,
+                    "lendable": lendable,
+                    "reclaim_within_cohort": lane.preemption.reclaim_within_cohort,
+                    "reclaimed": reclaimed if lendable > 0 else [],
+                    "held_off": held if lendable > 0 else {},
+                }
+            )
+    return out
+
+
+def serving_annotations(policy: Any, lane_name: str) -> dict[str, str]:
+    """The serving lane's ClusterQueue annotations (`kueue export`): Kueue lends its idle quota
+    (no `lendingLimit`, or the one set) and reclaims it (`reclaimWithinCohort: Any`) by itself;
+    which lanes the gate keeps off those GPUs Kueue cannot express, so it travels as annotations
+    like `protected`: `gpu-platform.io/serving-lends-to` (ClusterQueues it takes GPUs back from)
+    and `gpu-platform.io/serving-held-off` (ClusterQueues kept off its idle GPUs by the gate),
+    each comma-separated, empty when it lends nothing."""
+    from gpu_platform.cluster.names import cluster_queue_name
+
+    rows = [r for r in lending_view(policy) if r["lane"] == lane_name]
+    lends = sorted({cluster_queue_name(x) for r in rows for x in r["reclaimed"]})
+    held = sorted({cluster_queue_name(x) for r in rows for x in r["held_off"]})
+    return {
+        "gpu-platform.io/serving": "true",
+        "gpu-platform.io/serving-lends-to": ",".join(lends),
+        "gpu-platform.io/serving-held-off": ",".join(held),
+    }

@@ -111,3 +111,51 @@ def test_policy_serving_lane_is_a_serving_queue():
     specs = {c.name: c for c in state.cluster_queues}
     assert all(specs[name].serving for name in serving)
     assert not any(c.serving for c in state.cluster_queues if c.name not in serving)
+
+
+def test_packaged_policy_with_lending_batch_borrows_and_is_reclaimed():
+    """The packaged policy's serving lane, lending (`with_lending`): research borrows the idle L4s
+    of online_serving (and of the other inference lanes); the service at 2 replicas scales to 6:
+    two fit what is still free, two reclaim from research (InCohortReclamation)."""
+    from gpu_platform.serving.lending import scale_up_workloads, with_lending
+
+    pol = with_lending(load_policy())
+    state = from_policy(pol)
+    service = Workload(
+        "perception-serving", "online_serving", {GPU: 2.0}, priority=pol.lane("online_serving").priority,
+        flavor="l4-inference", admitted_at=0.0, pods=2, placement={"l4-inference/node-0": 2.0},
+    )
+    sweeps = tuple(
+        Workload(f"sweep-{i}", "research_best_effort", {GPU: 4.0}, priority=100, created_at=1, allowed_flavors=("l4-inference",))
+        for i in range(5)
+    )
+    s = replace(state, admitted=(service,), pending=sweeps, now=1)
+    res = admit_until_stable(s)
+    # 20 of the 22 idle L4s (4-GPU nodes; the service's 2 replicas on node-0), online_serving's 6 idle among them
+    assert sorted(a.name for a in res.admitted) == [w.name for w in sweeps]
+    assert all(a.flavor == "l4-inference" and a.borrowing for a in res.admitted)
+    s = apply_result(s, res)
+    more = scale_up_workloads(service, wanted=6, admitted=2, now=10, held=2)
+    assert [w.name for w in more] == [f"perception-serving/replica-{i}" for i in range(3, 7)]
+    assert all(w.requests == {GPU: 1.0} and w.flavor == "l4-inference" for w in more)
+    res = admit_until_stable(replace(s, pending=tuple(more), now=10))
+    assert len(res.admitted) == 2
+    assert len(res.preempted) == 1
+    victim = res.preempted[0]
+    assert victim.victim.startswith("sweep-") and victim.reason == IN_COHORT_RECLAMATION
+    assert victim.preemptor_cq == "online_serving"
+
+
+def test_packaged_policy_lending_view():
+    from gpu_platform.admission.serving_lending import lending_view
+    from gpu_platform.serving.lending import idle_lendable, with_lending
+
+    shipped = lending_view(load_policy())
+    assert [(r["lane"], r["lendable"]) for r in shipped] == [("online_serving", 0.0)]  # lending_limit: 0
+    row = lending_view(with_lending(load_policy()))[0]
+    assert row["lendable"] == 8.0 and row["reclaim_within_cohort"] == "Any"
+    assert "research_best_effort" in row["reclaimed"] and "labeler_batch" in row["reclaimed"]
+    assert row["held_off"]["platform_maintenance"] == "protected"
+    assert "checkpointed" in row["held_off"]["release_eval"] and "checkpointed" in row["held_off"]["candidate_train"]
+    assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=3) == 5
+    assert idle_lendable(load_policy(), "online_serving", "l4-inference", used=3) == 0
