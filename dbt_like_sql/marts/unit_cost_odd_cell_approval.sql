@@ -51,7 +51,7 @@ final as (
         c.requests,
         coalesce(a.approvals, 0) as approvals,
         c.cost,
-        cast(round(cast(c.cost as double) / nullif(a.approvals, 0), 6) as decimal(18, 6)) as cost_per_approval,
+        {{ cost_per('a.approvals') }} as cost_per_approval,
         -- why there is no cost per approval (NULL when there is one)
         case
             when a.packs is null

@@ -1,30 +1,5 @@
 -- Cost of each training run, failed retries included: the unit is one run.
-with requests as (
-
-    select * from {{ ref('stg_requests') }}
-    where workload = 'training_run'
-
-),
-
-cost as (
-
-    select * from {{ ref('int_request_cost') }}
-
-),
-
-final as (
-
-    select
-        r.request_id,
-        r.team,
-        r.cost_center,
-        r.lane,
-        r.candidate_id,
-        r.state,
-        c.currency,
-        c.first_day,
-        c.last_day,
-        c.attempts,
+{% call request_unit_cost('training_run', ['lane', 'candidate_id']) %}
         c.failed_attempts,
         c.allocated_gpu_hours,
         c.used_gpu_hours,
@@ -36,9 +11,4 @@ final as (
         -- what the figure counts: every part is measured per pod; idle, shared, tax and credits are
         -- distributed in chargeback only
         'measured: gpu_cost, cpu_cost, storage_cost; distributed: none' as cost_parts
-    from requests as r
-    inner join cost as c on c.request_id = r.request_id
-
-)
-
-select * from final
+{% endcall %}

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from gpu_platform.finops.sqlmodels import Project
-from gpu_platform.finops.sqlmodels.runner import BUILD_CHECKPOINT_THRESHOLD, _size_bytes
+from gpu_platform.finops.sqlmodels.warehouse import BUILD_CHECKPOINT_THRESHOLD, _size_bytes
 
 
 def _project(root: Path, models: int = 3, rows: int = 100_000) -> Project:
