@@ -104,6 +104,12 @@ def request_validate(files: tuple[str, ...], policy_path: str | None) -> None:
             f"[green]ok[/] {f}: lane {req.lane}, {req.gpu_count} x {req.gpu_type}"
             + (f" ({req.nodes} nodes x {req.gpus_per_node} GPUs)" if req.nodes and req.nodes > 1 else "")
             + f", workload {req.workload}"
+            + (
+                f" ({req.service.replicas.min}-{req.service.replicas.max} replicas of model {req.service.model_id}, "
+                f"autoscaler {req.service.autoscaler})"
+                if req.service is not None
+                else ""
+            )
         )
         _warn(f, req)
     if failed:

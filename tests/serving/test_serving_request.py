@@ -208,3 +208,27 @@ def test_serving_lane_rules():
     assert "lanes.online_serving.default_workload: a serving lane's requests are services" in text
     assert "lanes.online_serving.preemption.reclaim_within_cohort: a serving lane that lends idle GPUs" in text
     assert "lanes.research_best_effort.default_workload: service is for serving lanes only" in text
+
+
+def test_request_validate_prints_the_service():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "requests" / "online_serving.yaml"
+    res = CliRunner().invoke(main, ["request", "validate", str(example)])
+    assert res.exit_code == 0, res.output
+    assert "workload service (2-6 replicas of model model-perception-2026.12-rc1, autoscaler keda)" in res.output
+
+
+def test_policy_check_marks_the_serving_lane():
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    res = CliRunner().invoke(main, ["policy", "check"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    (row,) = [line for line in res.output.splitlines() if "online_serving" in line and "reclaim=Any" in line]
+    assert "protected serving" in row
