@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 DEMO_REQUESTS = EXAMPLES.parent / "demo"
 INCIDENT = DEMO_REQUESTS / "incident_sev1.yaml"
+SERVICE_EXAMPLE = "online_serving.yaml"
+"""The demo's service (`gpu_platform.demo.serving.EXAMPLE`), seeded with the history."""
 MARKER = ".demo_seeded"
 BACKFILL_FILE = "demo_backfill.json"
 DEV_WARNING = "ignore:Function `dev_command` is superseded"
@@ -62,7 +64,9 @@ def _load(path: Path, policy):
 
 
 def live_request_files() -> list[Path]:
-    files = sorted(EXAMPLES.glob("*.yaml")) + sorted((EXAMPLES / "release_chain").glob("*.yaml"))
+    # the demo's service runs from the first history day (gpu_platform.demo.serving), not as a live request
+    files = [p for p in sorted(EXAMPLES.glob("*.yaml")) if p.name != SERVICE_EXAMPLE]
+    files += sorted((EXAMPLES / "release_chain").glob("*.yaml"))
     return files + [p for p in sorted(DEMO_REQUESTS.glob("*.yaml")) if p != INCIDENT]
 
 
@@ -148,6 +152,9 @@ def _seed(home: Path, days: int, price_days: int, console: Console, project_conf
         task = progress.add_task(f"demo: {days} days through the admission engine", total=1)
         history = demo_history.generate(policy, span)
         demo_history.write_ledger(history, ledger, policy)
+        from gpu_platform.demo.serving import add_service
+
+        add_service(history, ledger, policy, home / "feeds")  # its pods go out with the history's feeds
         progress.advance(task)
         task = progress.add_task("demo: DCGM, node, pod and FOCUS feeds", total=len(span))
         written = demo_history.write_feeds(history, home / "feeds", policy, advance=lambda: progress.advance(task))

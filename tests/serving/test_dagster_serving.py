@@ -103,6 +103,7 @@ def test_the_service_asset_shows_its_release_replicas_and_cost_per_request(tmp_p
     assert md["service"].value == "perception-serving" and md["model_id"].value == "model-perception-2026.12-rc1"
     assert md["released_model"].value.endswith("partition=REL-1")
     assert (md["replicas"].value, md["replicas_min"].value, md["replicas_max"].value) == (3, 2, 6)
+    assert md["lendable_gpus"].value == 3  # 6 - 3 replicas x 1 GPU
     assert md["replicas_source"].value == "cluster" and md["cost_day"].value == "2026-11-28"
     assert md["cost_per_1k_requests_USD"].value == 0.11525
     assert md["idle_cost_USD"].value == 38.724

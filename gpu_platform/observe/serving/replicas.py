@@ -233,6 +233,9 @@ def service_summary(ledger: Ledger, request_id: str, con: Any = None) -> dict[st
         "replicas_source": source,
         "replicas_since": at.isoformat() if at else None,
         "gpus_per_replica": state.request.gpu_count or 1,
+        # serving GPUs the service holds no replica on now: idle quota batch lanes may borrow until it scales up
+        "lendable_gpus": (spec.replicas.max - min(count, spec.replicas.max)) * (state.request.gpu_count or 1)
+        if state.state == "admitted" else 0,
         "gpu_resource": state.request.gpu_resource,
         "target_qps_per_replica": spec.slo.target_qps_per_replica,
         "p95_latency_ms": spec.slo.p95_latency_ms,
