@@ -190,9 +190,18 @@ def scale_table(pol) -> Table:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Write tuned-policy.yaml, policy.diff, pareto.json, pareto.png and the comparison report here.")
 @click.option("--fail-on-missed", is_flag=True, help="Exit 1 when the tuned policy misses a target on validation.")
+@click.option("--service", "service_path", type=click.Path(dir_okay=False), default=None,
+              help="A service request (serving lane) run beside every candidate with --demand: its share of time "
+                   "below need is a constraint (--serving-slo), its lane's lending_limit a knob (docs/serving.md).")
+@click.option("--demand", "demand_spec", default=None,
+              help="The service's traffic: diurnal:PEAK,TROUGH[,PERIOD_H[,PEAK_AT_H]] (qps) or a CSV timestamp,qps.")
+@click.option("--serving-slo", "serving_slo", type=float, default=0.05, show_default=True,
+              help="With --service: the most share of time its ready replicas may be below the demand's need.")
+@click.option("--reclaim-grace", "reclaim_grace", type=float, default=None,
+              help="With --service: seconds a reclaimed batch borrower takes to stop (default 30).")
 def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, sample_jobs, max_utilization_gap,
                 validate, tune_traces, validate_traces, seed, timeout_s, checkpoint_interval, out_dir,
-                fail_on_missed) -> None:
+                fail_on_missed, service_path=None, demand_spec=None, serving_slo=0.05, reclaim_grace=None) -> None:
     """Search the policy's quotas, limits and preemption knobs against its lane targets on a trace."""
     import json
     from pathlib import Path
@@ -224,6 +233,8 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         problems.append("--max-utilization-gap: must be in [0, 1)")
     if lane_from is not None and lane_map is None:
         problems.append("--lane-from: needs --lane-map FILE")
+    if (service_path is None) != (demand_spec is None):
+        problems.append("--service and --demand: give both (the service and its traffic)")
     if problems:
         fail("policy tune", problems)
     src = Path(policy_path) if policy_path else default_policy_path()
@@ -258,7 +269,16 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     err.print(f"tuning {len(knobs)} knobs on {len(sample):,} of {len(jobs):,} jobs"
               + "".join(f" and {len(i.jobs):,} of {i.name}" for i in more_inputs)
               + f", {trials} candidates (FIFO with backfill on the sample first)")
-    problem = tune.Problem(raw, sample, capacity, max_utilization_gap, checkpoint_interval, inputs=more_inputs)
+    serving = None
+    if service_path is not None:
+        from gpu_platform.simulate.serving import ServingInputError, serving_target
+
+        try:
+            serving = serving_target(pol, sample, service_path, demand_spec, serving_slo, reclaim_grace_s=reclaim_grace)
+        except ServingInputError as exc:
+            fail(exc.source, exc.errors)
+    problem = tune.Problem(raw, sample, capacity, max_utilization_gap, checkpoint_interval, inputs=more_inputs,
+                           serving=serving)
     fifo_util = problem.baseline["total"]["gpu_utilization"]
     best = {"feasible": 0}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

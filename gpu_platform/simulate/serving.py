@@ -26,8 +26,8 @@ scale-down-unneeded-time, 10 min), so GPUs a borrower held are on running nodes.
 free GPUs on running nodes first, then free GPUs needing a node, then reclaimed ones. Batch work
 is not delayed by node starts (as in the rest of the simulator: quota only).
 
-Figures (`serving_figures`), over the window [start, end) (the batch trace's first to last
-submission unless given):
+Figures (`serving_figures`), over the window [start, end) (unless given: the batch trace's first
+submission to the latest submission + duration, when its work would end had nothing waited):
 - need(t) = wanted_replicas(qps(t)) without the autoscaler's cadence and window: what the traffic
   needs at t (clamped to [min, max]: above max no platform could help);
 - slo_below_need_share: share of the window with ready replicas < need(t);
@@ -130,7 +130,7 @@ class ServingRun:
 
     service: ServiceLoad
     options: ServingOptions
-    lending: bool
+    lending: bool | None
     start: float
     end: float
     replicas: list[Replica] = field(default_factory=list)
@@ -139,17 +139,23 @@ class ServingRun:
     batch_on_flavor_gpu_s: float = 0.0
 
 
-def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool) -> Scenario:
+def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool | None) -> Scenario:
     """The scenario with the service's queue: its quota on the flavor is max replicas x GPUs per
-    replica (lending_limit None with lending, 0 without), borrowing nothing, reclaiming with `Any`,
+    replica (lending_limit None with lending, 0 without; lending=None: the queue's own lending
+    limit, at most that quota), borrowing nothing, reclaiming with `Any`,
     protected. A queue of that name already there (the policy's serving lane) keeps its cohort and
     rules but gets this quota row instead of its own, and the flavor's capacity changes by the
     difference, so the rest of the pool is what the policy (resized) gives the other lanes;
     otherwise the queue joins the root of the cohort tree of the first queue with quota on the
     flavor, and the flavor's capacity grows by the service's GPUs."""
     base = scenario.base
-    quota = ResourceQuota(service.flavor, GPU, service.quota_gpus, 0.0, None if lending else 0.0)
     existing = next((c for c in base.cluster_queues if c.name == service.lane), None)
+    if lending is None:  # the policy's own lending limit on the flavor (`policy tune` searches it)
+        own = next((q for q in (existing.quotas if existing else ()) if q.flavor == service.flavor and q.resource == GPU), None)
+        limit = None if own is None or own.lending_limit is None else min(own.lending_limit, service.quota_gpus)
+    else:
+        limit = None if lending else 0.0
+    quota = ResourceQuota(service.flavor, GPU, service.quota_gpus, 0.0, limit)
     flavors = base.flavors
     if existing is not None:
         rows = tuple(q for q in existing.quotas if not (q.flavor == service.flavor and q.resource == GPU))
@@ -191,7 +197,7 @@ def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool)
         )
     return replace(
         scenario,
-        name=f"{scenario.name}+{service.name}" + ("" if lending else " (no lending)"),
+        name=f"{scenario.name}+{service.name}" + ("" if lending is not False else " (no lending)"),
         base=replace(base, cluster_queues=cqs, flavors=flavors),
     )
 
@@ -358,20 +364,22 @@ def simulate_serving(
     jobs: list[TraceJob],
     service: ServiceLoad,
     *,
-    lending: bool = True,
+    lending: bool | None = True,
     options: ServingOptions | None = None,
     start: float | None = None,
     end: float | None = None,
     **kw: Any,
 ) -> tuple[SimResult, ServingRun]:
-    """Replay `jobs` with the service beside them (lending its idle GPUs or not). start/end: the
-    window the service runs and figures cover; None: the trace's first / last submission.
+    """Replay `jobs` with the service beside them (lending its idle GPUs or not; None: as its
+    queue's lending limit says). start/end: the
+    window the service runs and figures cover; None: the trace's first submission / the latest
+    submission + duration (when its work would end, had nothing waited).
     Other keywords go to `des.simulate` (tick, checkpoint_interval_s, ...)."""
     opt = options or ServingOptions()
     if start is None:
         start = min((j.submit_ts for j in jobs), default=0.0)
     if end is None:
-        end = max((j.submit_ts for j in jobs), default=start)
+        end = max((j.submit_ts + j.duration_s for j in jobs), default=start)
     if end <= start:
         raise ValueError(f"the serving window is empty ({start:g} .. {end:g}): give end")
     scn = serving_scenario(scenario, service, lending=lending)
@@ -546,6 +554,27 @@ def compare_lending(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ServingTarget:
+    """What `policy tune` weighs for a service: it runs beside each tuning input, lending as the
+    candidate's serving lane says (its `lending_limit` is a knob), and its share of time below need
+    must be at most `slo_below_need_share` (a constraint, normalized per share of the limit like
+    the lanes' share targets); batch utilization stays the objective."""
+
+    service: ServiceLoad
+    options: ServingOptions
+    slo_below_need_share: float
+
+    def run(self, scenario: Scenario, jobs: list[TraceJob], **kw: Any) -> tuple[SimResult, dict[str, Any]]:
+        result, run = simulate_serving(scenario, jobs, self.service, lending=None, options=self.options, **kw)
+        return result, serving_figures(result, run)
+
+    def violations(self, figures: dict[str, Any]) -> dict[str, float]:
+        limit = self.slo_below_need_share
+        share = figures["slo_below_need_share"] or 0.0
+        return {f"{self.service.lane}.serving_below_need_share": (share - limit) / max(1e-3, limit)}
+
+
 class ServingInputError(ValueError):
     """A service or demand given to the simulator that cannot be used; `errors` lists every problem."""
 
@@ -683,6 +712,33 @@ def serving_section(
     return compare_lending(scenario, jobs, service, options=opts, **kw)
 
 
+def serving_target(
+    policy: Any, jobs: list[TraceJob], service_path: str, demand_spec: str, slo_below_need_share: float,
+    *, reclaim_grace_s: float | None = None,
+) -> ServingTarget:
+    """`policy tune --service FILE --demand SPEC --serving-slo SHARE`; ServingInputError lists
+    every problem."""
+    start = min((j.submit_ts for j in jobs), default=0.0)
+    problems: list[str] = []
+    demand = service = None
+    try:
+        demand = parse_demand(demand_spec, start)
+    except ServingInputError as e:
+        problems += [f"{e.source}: {x}" for x in e.errors]
+    try:
+        service = service_from_request(service_path, policy, demand or DiurnalDemand(0.0, 0.0))
+    except ServingInputError as e:
+        problems += [f"{e.source}: {x}" for x in e.errors]
+    if not 0 <= slo_below_need_share < 1:
+        problems.append(f"--serving-slo: a share in [0, 1), got {slo_below_need_share:g}")
+    if reclaim_grace_s is not None and reclaim_grace_s < 0:
+        problems.append(f"--reclaim-grace: must be >= 0, got {reclaim_grace_s:g}")
+    if problems:
+        raise ServingInputError(problems, "policy tune --service")
+    assert service is not None
+    return ServingTarget(service, options_for(policy, service.flavor, reclaim_grace_s=reclaim_grace_s), slo_below_need_share)
+
+
 def serving_rows(section: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(figure, with lending, without) rows of a `compare_lending` section, for a table."""
 
@@ -733,6 +789,8 @@ __all__ = [
     "ready_steps",
     "serving_figures",
     "ServingInputError",
+    "ServingTarget",
+    "serving_target",
     "options_for",
     "parse_demand",
     "service_from_request",

@@ -7,7 +7,9 @@ the simulator for every candidate policy, on a sample of the trace, and lets Opt
 - objectives: maximize the pool's utilization, minimize the GPU-hours lost to preemption;
 - constraints (each must be <= 0): every lane target of the policy (`lanes.<lane>.targets`,
   judged as `simulate` judges them), utilization at most `max_utilization_gap` below FIFO with
-  backfill on the same sample, and no more jobs never admitted than FIFO with backfill leaves.
+  backfill on the same sample, and no more jobs never admitted than FIFO with backfill leaves;
+  with a service beside the trace (`Problem.serving`, `policy tune --service`), its share of time
+  below the demand's need at most its target (docs/serving.md, Simulating traffic).
 
 The knobs (`discover`), all read from the policy itself, in the policy's own units (before any
 `--capacity` scaling):
@@ -398,6 +400,9 @@ class Problem:
     tick: float = 0.0
     baseline: dict[str, Any] = field(default_factory=dict)
     inputs: list[Input] = field(default_factory=list)
+    serving: Any = None
+    """A service run beside every input (`simulate.serving.ServingTarget`): its share of time below
+    need is one more constraint; None: batch only."""
 
     def __post_init__(self) -> None:
         pol = parse_policy_document(copy.deepcopy(self.raw), "policy")
@@ -431,12 +436,19 @@ class Problem:
         utils: list[float] = []
         lost = 0.0
         for inp in self.inputs:
-            rep = lane_report(
-                simulate(SCENARIOS["policy"](pol, self.capacity), inp.jobs, tick=self.tick,
-                         checkpoint_interval_s=self.checkpoint_interval_s)
-            )
+            scn = SCENARIOS["policy"](pol, self.capacity)
+            kw = {"tick": self.tick, "checkpoint_interval_s": self.checkpoint_interval_s}
+            served = None
+            if self.serving is not None:
+                res, served = self.serving.run(scn, inp.jobs, **kw)
+            else:
+                res = simulate(scn, inp.jobs, **kw)
+            rep = lane_report(res)
             targets = judge(pol, {"policy": rep, BASELINE: inp.baseline})
             ev.by_input[inp.name] = violations(rep, targets, inp.baseline, self.max_utilization_gap)
+            if served is not None:
+                rep["serving"] = served
+                ev.by_input[inp.name].update(self.serving.violations(served))
             utils.append(rep["total"]["gpu_utilization"] or 0.0)
             lost += rep["total"]["gpu_hours_lost_to_preemption"]
             if ev.report is None:
