@@ -8,10 +8,10 @@ batch lanes, with `reclaim_within_cohort: Any` and protected (batch never preemp
 With lending its `lending_limit` is None (all idle quota may be lent); without, 0.
 
 Every `cadence_s` seconds the autoscaler reads the demand and asks for
-`wanted_replicas(qps, target, min, max)` replicas (KEDA's polling interval, 30 s by default);
-scaling down waits until the wanted count stayed lower for `scale_down_window_s` (HPA's
-`behavior.scaleDown.stabilizationWindowSeconds`, 300 s by default: the most wanted over the window
-is kept), scaling up is immediate. A new replica is a pending workload of the serving queue: the
+`wanted_replicas(qps, target, min, max)` replicas (KEDA's pollingInterval: 15 s as `k8s render`
+writes it, `options_for`; 30 s is KEDA's own default); scaling down waits until the wanted count
+stayed lower for `scale_down_window_s` (the HPA's `behavior.scaleDown.stabilizationWindowSeconds`,
+300 s: the most wanted over the window is kept), scaling up is immediate. A new replica is a pending workload of the serving queue: the
 engine admits it on free quota or reclaims it from a batch borrower (`InCohortReclamation`); a
 replica scaled down leaves at once (newest first, a pending one before a running one).
 
@@ -664,9 +664,13 @@ def service_from_request(path: str, policy: Any, demand: Demand) -> ServiceLoad:
 
 
 def options_for(policy: Any, flavor: str, **overrides: Any) -> ServingOptions:
-    """Node timings of the flavor's node pool from the policy (`autoscaling.node_pools`: node_gpus,
-    startup_time, min_nodes); the rest ServingOptions' defaults; `overrides` win."""
-    kw: dict[str, Any] = {}
+    """The autoscaler's timings as `k8s render` writes them (KEDA's pollingInterval, the HPA's
+    scale-down stabilization window: `serving/render.py`), node timings of the flavor's node pool
+    from the policy (`autoscaling.node_pools`: node_gpus, startup_time, min_nodes); the rest
+    ServingOptions' defaults; `overrides` win."""
+    from gpu_platform.serving.render import KEDA_POLLING_INTERVAL_S, SCALE_DOWN_STABILIZATION_S
+
+    kw: dict[str, Any] = {"cadence_s": float(KEDA_POLLING_INTERVAL_S), "scale_down_window_s": float(SCALE_DOWN_STABILIZATION_S)}
     f = policy.flavor_by_name.get(flavor)
     pools = policy.autoscaling.node_pools if policy.autoscaling is not None else {}
     pool = pools.get(f.node_pool) if f is not None else None
