@@ -84,5 +84,5 @@ def test_under_the_demo_every_schedule_and_sensor_starts_running(monkeypatch):
     schedules = {s.name: s.default_status for s in defs.schedules or []}
     sensors = {s.name: s.default_status for s in defs.sensors or []}
     assert {"retention_sweep_daily", "finops_daily_schedule"} <= set(schedules)
-    assert {"admission_sensor", "finops_today_sensor"} <= set(sensors)
+    assert {"admission_sensor", "finops_today_sensor", "service_replicas_sensor"} <= set(sensors)
     assert {n: st.value for n, st in {**schedules, **sensors}.items() if st.value != "RUNNING"} == {}
