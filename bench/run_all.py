@@ -55,7 +55,9 @@ BENCHES = [
         "dcgm_parse",
         [PY, "bench/bench_dcgm_parse.py"],
         "issue 27: >= 100x prometheus_client's parser on both the clean generated input and the real reference "
-        "feed replicated (a third of its lines DCGM blank sentinels), in one run",
+        "feed replicated (a third of its lines DCGM blank sentinels), in one run; issue 43: also on the clean "
+        "input's fleet as Prometheus' /federate writes it (a timestamp on every sample, a label block per GPU "
+        "with instance and job, values as Go's shortest float text)",
     ),
     (
         "simulate",
@@ -218,7 +220,11 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
                     "reported", True,
                 ))
     for dcgm in by_name.get("dcgm_parse", []):
-        label = {"clean": "clean generated input", "reference": "real reference feed replicated"}.get(dcgm.get("input"), "input")
+        label = {
+            "clean": "clean generated input",
+            "reference": "real reference feed replicated",
+            "federate": "the fleet as Prometheus /federate writes it (timestamps, per-GPU label blocks)",
+        }.get(dcgm.get("input"), "input")
         rows.append((f"DCGM parsing vs prometheus_client, {label}",
                      f"{dcgm['ratio']}x ({dcgm['ours_samples_per_s']:,} samples/s; CPU {dcgm.get('ratio_cpu', '?')}x, "
                      f"{dcgm.get('ours_samples_per_cpu_s', 0):,}/CPU-s)",

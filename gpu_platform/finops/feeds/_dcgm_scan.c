@@ -20,10 +20,16 @@
  *               caller's cast, the same one the numpy path makes, so no value is guessed;
  *   and why a value read is not a sample (``cause``: the index of its reason in
  *   dcgm._FAST_REASONS, 0 when it is one; the name and label block checks are the caller's).
- *   Decimal numbers are read only when exact in binary64 arithmetic: at most 19 digits whose
- *   integer is <= 2^53 and a power of ten of at most 22 (one correctly rounded multiplication
- *   or division), which is what every correctly rounded parser returns; anything else is
- *   status 3. Timestamps: an optional sign and 1..18 digits.
+ *   Decimal numbers are read when at most 19 significant digits and a power of ten of at most
+ *   22: an integer <= 2^53 by one correctly rounded multiplication or division; a longer one
+ *   (the 17 digits Go's and Python's shortest float texts often have, as Prometheus'
+ *   ``/federate`` writes them) by exact 128-bit integer arithmetic, rounded once to nearest,
+ *   ties to even. Either way the correctly rounded value, which is what every correctly rounded
+ *   parser (polars' cast among them) returns; anything else is status 3. Timestamps: an
+ *   optional sign and 1..18 digits.
+ * - a line longer than ``max_line`` bytes (newline not counted) is neither: a comment is
+ *   skipped, any other line recorded apart (its line index, start and end) for the caller to
+ *   quarantine with the bound as its reason, so that nothing else reads it.
  * - every other non-empty line is recorded for the character-level tokenizer (its line index,
  *   start and end).
  *
@@ -192,6 +198,37 @@ static const double POW10[23] = {
 
 #define IS_DIGIT(c) ((unsigned)((c) - '0') < 10u)
 
+static const uint64_t POW5[23] = {
+    1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull, 9765625ull,
+    48828125ull, 244140625ull, 1220703125ull, 6103515625ull, 30517578125ull, 152587890625ull,
+    762939453125ull, 3814697265625ull, 19073486328125ull, 95367431640625ull, 476837158203125ull,
+    2384185791015625ull,
+};
+
+/* n * 2^exp2 rounded once to binary64 (nearest, ties to even); ``sticky``: a nonzero remainder
+   below n's last bit was dropped (only ever set with n of more than 54 bits). n > 0 and the
+   result a normal number (the callers' ranges: 1e-22 .. 2^64 * 1e22). */
+static double round_scaled(__uint128_t n, int sticky, int exp2) {
+    uint64_t hi = (uint64_t)(n >> 64);
+    int bits = hi ? 128 - __builtin_clzll(hi) : 64 - __builtin_clzll((uint64_t)n);
+    if (bits <= 53) return ldexp((double)(uint64_t)n, exp2);
+    int drop = bits - 53;
+    __uint128_t one = 1, rem = n & ((one << drop) - 1), half = one << (drop - 1);
+    uint64_t top = (uint64_t)(n >> drop);
+    if (rem > half || (rem == half && (sticky || (top & 1)))) top++; /* 2^53 at most: exact */
+    return ldexp((double)top, exp2 + drop);
+}
+
+/* m * 10^e10 (m < 2^64, |e10| <= 22) correctly rounded. 10^k = 5^k * 2^k and 5^22 < 2^52:
+   for k >= 0 the product m * 5^k is exact in 128 bits; for k < 0, m shifted to the top of 128
+   bits divided by 5^-k leaves a quotient of more than 74 bits and a remainder (the sticky bit). */
+static double scaled_exactly(uint64_t m, int e10) {
+    if (e10 >= 0) return round_scaled((__uint128_t)m * POW5[e10], 0, e10);
+    int s = 64 + __builtin_clzll(m);
+    __uint128_t n = (__uint128_t)m << s, d = POW5[-e10];
+    return round_scaled(n / d, n % d != 0, e10 - s);
+}
+
 /* A decimal number [+-]?(d+(.d*)?|.d+)([eE][+-]?d+)? filling [p, end), read exactly: 1 and
    *out, or 0 when the text is not one or its value would need more than one rounding. */
 static int parse_float(const uint8_t *p, const uint8_t *end, double *out) {
@@ -251,12 +288,17 @@ static int parse_float(const uint8_t *p, const uint8_t *end, double *out) {
     }
     if (p != end) return 0;
     int e10 = e - frac;
-    if (e10 < -22 || e10 > 22 || m > (1ull << 53)) return 0;
-    double v = (double)m;
-    if (e10 < 0)
-        v /= POW10[-e10];
-    else
-        v *= POW10[e10];
+    if (e10 < -22 || e10 > 22) return 0;
+    double v;
+    if (m <= (1ull << 53)) {
+        v = (double)m;
+        if (e10 < 0)
+            v /= POW10[-e10];
+        else
+            v *= POW10[e10];
+    } else {
+        v = scaled_exactly(m, e10);
+    }
     *out = neg ? -v : v;
     return 1;
 }
@@ -336,9 +378,34 @@ static inline int64_t cached_code(Table *t, Last *last, const uint8_t *b, int64_
     return code;
 }
 
+/* The label block that followed each block code last time (-1: none yet). Exposition text repeats
+   its series in one order (every metric lists the GPUs in the same order, every scrape the
+   metrics): the block after the previous line's is nearly always the one that followed it
+   before, so one comparison finds its code without hashing it. */
+typedef struct {
+    int64_t *next;
+    Py_ssize_t cap;
+} Successors;
+
+static int64_t successor(const Successors *q, int64_t code) { return code >= 0 && code < q->cap ? q->next[code] : -1; }
+
+static int set_successor(Successors *q, int64_t code, int64_t next) {
+    if (code < 0) return 0;
+    if (code >= q->cap) {
+        Py_ssize_t cap = q->cap ? q->cap : 256;
+        while (cap <= code) cap *= 2;
+        if (grow((void **)&q->next, cap, 8)) return -1;
+        for (Py_ssize_t i = q->cap; i < cap; i++) q->next[i] = -1;
+        q->cap = cap;
+    }
+    q->next[code] = next;
+    return 0;
+}
+
 typedef struct {
     FastRows fast;
-    SlowRows slow;
+    SlowRows slow, overlong;
+    Successors after;
     Table names, blocks;
     int64_t newlines;
     int64_t sentinel_first; /* start of the first sentinel's value, -1 when none */
@@ -346,15 +413,21 @@ typedef struct {
 } Scan;
 
 /* 0 when fine, -1 when out of memory. */
-static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r) {
+static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Py_ssize_t max_line, Scan *r) {
     Py_ssize_t s = 0;
     int64_t line = 0;
     Last last_name = {0, 0, -1}, last_block = {0, 0, -1};
+    int64_t prev_block = -1;
     while (s < size) {
         const uint8_t *nl = memchr(b + s, '\n', (size_t)(size - s));
         Py_ssize_t e = nl ? nl - b : size;
         r->newlines += nl != NULL;
-        if (e > s && b[s] != '#') {
+        if (e - s > max_line) {
+            /* a comment: '#' after blanks within the first 200 bytes (the text quarantined) */
+            Py_ssize_t c = s, head = s + 200 < e ? s + 200 : e;
+            while (c < head && (b[c] == ' ' || b[c] == '\t' || b[c] == '\r')) c++;
+            if ((c == head || b[c] != '#') && slow_push(&r->overlong, line, s, e)) return -1;
+        } else if (e > s && b[s] != '#') {
             uint8_t first = b[s];
             Py_ssize_t po = s, pc = e - 1;
             int fast = 0;
@@ -396,8 +469,19 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Scan *r)
                                 }
                             }
                             int64_t name = cached_code(&r->names, &last_name, b, s, po - s, seed);
-                            int64_t block = cached_code(&r->blocks, &last_block, b, po + 1, pc - po - 1, seed ^ K3);
-                            if (name < 0 || block < 0) return -1;
+                            int64_t block_start = po + 1, block_len = pc - po - 1, block;
+                            int64_t guess = successor(&r->after, prev_block);
+                            if (guess >= 0 && guess != last_block.code && r->blocks.len[guess] == block_len &&
+                                memcmp(b + r->blocks.start[guess], b + block_start, (size_t)block_len) == 0) {
+                                block = guess;
+                                last_block.start = block_start;
+                                last_block.len = block_len;
+                                last_block.code = block;
+                            } else {
+                                block = cached_code(&r->blocks, &last_block, b, block_start, block_len, seed ^ K3);
+                            }
+                            if (name < 0 || block < 0 || set_successor(&r->after, prev_block, block)) return -1;
+                            prev_block = block;
                             f->line[k] = line;
                             f->start[k] = s;
                             f->v[k] = v;
@@ -474,16 +558,19 @@ static PyObject *as_block(void *pp, Py_ssize_t n, size_t item) {
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(data, seed) -> (newlines, fast, names, blocks, slow, sentinel_first, sentinel_same)\n\n"
+             "scan(data, seed, max_line) -> (newlines, fast, names, blocks, slow, sentinel_first, sentinel_same,\n"
+             "overlong)\n\n"
              "fast: buffers of (line, start, value start, end, value length, ts as int64; value float64;\n"
              "status, cause uint8; name, block uint32 codes); names, blocks: (start, length) int64 of\n"
-             "each code; slow: (line, start, end) int64 of each line left to the tokenizer. See the module's source.");
+             "each code; slow: (line, start, end) int64 of each line left to the tokenizer; overlong: the\n"
+             "same of each line longer than max_line bytes that is not a comment. See the module's source.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "y*K", &view, &seed)) return NULL;
+    Py_ssize_t max_line;
+    if (!PyArg_ParseTuple(args, "y*Kn", &view, &seed, &max_line)) return NULL;
     Scan r;
     memset(&r, 0, sizeof(r));
     r.sentinel_first = -1;
@@ -491,7 +578,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     int rc = -1;
     if (table_init(&r.names) == 0 && table_init(&r.blocks) == 0) {
         Py_BEGIN_ALLOW_THREADS
-        rc = scan_piece((const uint8_t *)view.buf, view.len, (uint64_t)seed, &r);
+        rc = scan_piece((const uint8_t *)view.buf, view.len, (uint64_t)seed, max_line, &r);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&view);
@@ -512,20 +599,26 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             Py_BuildValue("(NN)", as_block(&r.blocks.start, r.blocks.n, 8), as_block(&r.blocks.len, r.blocks.n, 8));
         PyObject *slow = Py_BuildValue("(NNN)", as_block(&r.slow.line, r.slow.n, 8),
                                        as_block(&r.slow.start, r.slow.n, 8), as_block(&r.slow.end, r.slow.n, 8));
-        if (fast && names && blocks && slow)
-            out = Py_BuildValue("(LNNNNLO)", (long long)r.newlines, fast, names, blocks, slow,
-                                (long long)r.sentinel_first, r.sentinel_same ? Py_True : Py_False);
+        PyObject *overlong =
+            Py_BuildValue("(NNN)", as_block(&r.overlong.line, r.overlong.n, 8),
+                          as_block(&r.overlong.start, r.overlong.n, 8), as_block(&r.overlong.end, r.overlong.n, 8));
+        if (fast && names && blocks && slow && overlong)
+            out = Py_BuildValue("(LNNNNLON)", (long long)r.newlines, fast, names, blocks, slow,
+                                (long long)r.sentinel_first, r.sentinel_same ? Py_True : Py_False, overlong);
         else {
             Py_XDECREF(fast);
             Py_XDECREF(names);
             Py_XDECREF(blocks);
             Py_XDECREF(slow);
+            Py_XDECREF(overlong);
         }
     }
     fast_free(&r.fast);
     slow_free(&r.slow);
+    slow_free(&r.overlong);
     table_free(&r.names);
     table_free(&r.blocks);
+    free(r.after.next);
     return out;
 }
 
@@ -673,5 +766,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__dcgm_scan(void) {
     DELIM['{'] = DELIM['|'] = DELIM['}'] = 1;
     if (PyType_Ready(&BlockType) < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* what dcgm.py checks before using the module: a build of an older source is not used */
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

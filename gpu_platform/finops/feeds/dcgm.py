@@ -27,10 +27,13 @@ per core (numpy, polars and Arrow release the GIL); each piece numbers its lines
 renumbered once the earlier pieces' newlines are known. The per-byte work is done by a compiled
 scan (the C extension ``_dcgm_scan``, built at install when a C compiler is present;
 :data:`SCAN_PATH` says which scan is in use): in one pass over a piece it finds each line's shape
-and offsets by the rule below, numbers the metric names and label blocks with hash tables, reads
-plain decimal values and timestamps where binary64 arithmetic reads them exactly (the value the
-cast gives; anything else is cast as below) and recognises the sentinels; the rest is the same
-code on both scans. Without the extension, numpy does it: one numpy pass over a piece finds every
+and offsets by the rule below, numbers the metric names and label blocks with hash tables (a block
+is first compared with the one that followed the previous line's block last time, which is where
+exposition text repeats its series, so most lines are numbered without hashing), reads decimal
+values of up to 19 significant digits and a power of ten of at most 22 correctly rounded (the 17
+digits of Go's shortest float text, as Prometheus' ``/federate`` writes values, included; the value
+the cast gives, bit for bit; anything else is cast as below) and timestamps, and recognises the
+sentinels; the rest is the same code on both scans. Without the extension, numpy does it: one numpy pass over a piece finds every
 newline, ``{`` and ``}``; a line whose first delimiter is a ``{`` and whose last is a ``}``
 followed by one space is a fast-path line: its metric name (to the ``{``), label block (to the
 last ``}``) and value become zero-copy Arrow string views into the input, built from the offsets.
@@ -48,7 +51,8 @@ blank, a delimiter after the value, an unparseable value or timestamp) goes thro
 Lines end at ``\\n`` (a trailing ``\\r`` is ignored); leading blanks are tolerated.
 
 Bounds: a line longer than :data:`MAX_LINE_BYTES` (64 KiB) is quarantined before any parsing (its
-first 200 characters kept; an overlong comment is dropped), so a 30 MB label costs one byte scan;
+first 200 bytes kept; an overlong comment is dropped), so a 30 MB label costs one byte scan (the
+compiled scan sets such a line apart as it meets it; the numpy scan drops them in a pass first);
 a label value longer than :data:`MAX_LABEL_VALUE_CHARS` (4,096 characters) quarantines its line.
 dcgm-exporter's own lines are a few hundred bytes (label values are Kubernetes names of at most
 253 characters, UUIDs, driver versions).
@@ -87,6 +91,8 @@ try:
     from gpu_platform.finops.feeds import _dcgm_scan
 except ImportError:  # installed without a C compiler: the numpy scan does the same, slower
     _dcgm_scan = None
+if _dcgm_scan is not None and getattr(_dcgm_scan, "ABI", 1) != 2:
+    _dcgm_scan = None  # built from an older source (rebuilt by `make install`): not used
 
 __all__ = [
     "LABEL_COLUMNS",
@@ -684,8 +690,11 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
     casts it; everything after that is the numpy path's own code."""
     out = _Chunk()
     data = buf.data if buf.length == buf.size else memoryview(buf.data)[: buf.length]
-    newlines, fast_cols, names, blocks, slow_cols, sentinel_at, sentinel_same = _dcgm_scan.scan(data, _HASH_SEED)
+    newlines, fast_cols, names, blocks, slow_cols, sentinel_at, sentinel_same, overlong = _dcgm_scan.scan(
+        data, _HASH_SEED, MAX_LINE_BYTES
+    )
     out.newlines = newlines
+    o_line, o_start, o_end = (np.frombuffer(c, dtype=np.int64) for c in overlong)
     fast, f_start, f_v, f_end, v_len, ts_ms = (np.frombuffer(c, dtype=np.int64) for c in fast_cols[:6])
     value = np.frombuffer(fast_cols[6], dtype=np.float64)
     status, cause = (np.frombuffer(c, dtype=np.uint8) for c in fast_cols[7:9])
@@ -735,7 +744,9 @@ def _parse_chunk_compiled(buf: _Buffer, *, scraped_at: datetime, dictionary: _Di
             return bytes(buf.data[start:end]).decode("utf-8").rstrip("\r")
 
         _slow_rows(out, s_line, raw)
-    out.rows_in += len(fast)
+    for line, start, end in zip(o_line.tolist(), o_start.tolist(), o_end.tolist(), strict=True):
+        out.slow_quarantine.append((line + 1, *_overlong_row(buf.data, start, end)))
+    out.rows_in += len(fast) + len(o_line)
     return out
 
 
@@ -1142,7 +1153,8 @@ def parse_text(data: str | bytes, *, source: str, scraped_at: datetime) -> FeedB
     """
     scraped_at = _check_aware(scraped_at)
     buf = _to_utf8(data)
-    buf, overlong = _drop_overlong_lines(buf, source)
+    # the compiled scan sets overlong lines apart as it meets them; the numpy scan first drops them
+    buf, overlong = _drop_overlong_lines(buf, source) if SCAN_PATH != "compiled" else (buf, None)
     if overlong is not None:
         batch = parse_text(buf, source=source, scraped_at=scraped_at)
         quarantine = pl.concat([batch.quarantine, overlong]).sort("source_line")
@@ -1184,13 +1196,18 @@ def _drop_overlong_lines(buf: bytes, source: str) -> tuple[bytes, pl.DataFrame |
         start, end = int(starts[i]), int(ends[i])
         kept += buf[pos:start]
         pos = end
-        head = buf[start : start + 200].decode("utf-8", "replace")
-        if head.lstrip().startswith("#"):
+        if buf[start : min(end, start + 200)].decode("utf-8", "replace").lstrip(" \t\r").startswith("#"):
             continue  # a comment carries no sample
-        rows.append((source, i + 1, f"{head}... ({end - start} bytes)",
-                     f"line {i + 1}: line is {end - start} bytes, over the limit of {MAX_LINE_BYTES}"))
+        raw, reason = _overlong_row(buf, start, end)
+        rows.append((source, i + 1, raw, f"line {i + 1}: {reason}"))
     kept += buf[pos:]
     return bytes(kept), pl.DataFrame(rows, schema=DCGM_QUARANTINE_SCHEMA, orient="row")
+
+
+def _overlong_row(buf: bytes | memoryview, start: int, end: int) -> tuple[str, str]:
+    """The quarantine's raw text (the first 200 bytes) and reason of a line over the bound."""
+    head = bytes(buf[start : min(end, start + 200)]).decode("utf-8", "replace")
+    return f"{head}... ({end - start} bytes)", f"line is {end - start} bytes, over the limit of {MAX_LINE_BYTES}"
 
 
 _MAX_CHUNK = 1 << 30
