@@ -134,6 +134,7 @@ final as (
         end as effective_cost,
         b.pricing_category,
         b.commitment_discount_id,
+        b.sku_id,
         b.currency,
         -- hours the row says its instance ran (ConsumedQuantity in hours; not for a scale set's row,
         -- which counts every instance of the set)

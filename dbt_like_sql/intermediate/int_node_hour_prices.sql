@@ -54,18 +54,26 @@ islands as (
 instance_periods as (
 
     -- a node's hours come from the instance-hour rows (ConsumedQuantity in hours) when it has any:
-    -- per instance and charge period, the hours the instance ran in it (the smallest of its rows'
-    -- ConsumedQuantity, capped by the period's length: a daily row of a spot node reclaimed after
-    -- 12 h says 12; a partial last hour before a replacement says 0.5); one instance's SKUs (GPU,
-    -- cores, RAM) for the same period count once
+    -- per instance and charge period, the hours the instance ran in it: per SKU the sum of its
+    -- rows' ConsumedQuantity (an hour split between a commitment and on demand; two instances
+    -- under one ResourceId, as GCP names a re-created instance), then the smallest over the SKUs
+    -- (one instance's GPU, cores and RAM of the same hour count once), capped by the period's
+    -- length: a daily row of a spot node reclaimed after 12 h says 12, a partial last hour before
+    -- a replacement 0.5
     select
-        day, hostname, currency,
-        coalesce(resource_key, resource_id, lower(resource_name)) as instance,
-        day_period_start as s, day_period_end as e,
-        min(least(consumed_hours, epoch(day_period_end - day_period_start) / 3600.0)) as hours
-    from billing
-    where consumed_hours > 0
-    group by all
+        day, hostname, currency, instance, s, e,
+        least(min(sku_hours), epoch(e - s) / 3600.0) as hours
+    from (
+        select
+            day, hostname, currency,
+            coalesce(resource_key, resource_id, lower(resource_name)) as instance,
+            day_period_start as s, day_period_end as e, sku_id,
+            sum(consumed_hours) as sku_hours
+        from billing
+        where consumed_hours > 0
+        group by all
+    )
+    group by day, hostname, currency, instance, s, e
 
 ),
 

@@ -52,15 +52,17 @@ instance_source as (
 
 seen as (
 
+    -- an instance: a provider identity and its second one (GKE re-creates an instance under the same
+    -- name and self link with a new numeric id, which GCP may bill under)
     select
         node,
         provider_key,
-        max(alt_provider_key) as alt_provider_key,
+        alt_provider_key,
         min(snapshot_at) as seen_from,
         max(snapshot_at) as seen_to,
         min(created_at) as created_at
     from instance_source
-    group by node, provider_key
+    group by node, provider_key, alt_provider_key
 
 ),
 
@@ -74,7 +76,7 @@ windows as (
              else coalesce(created_at, lag(seen_to) over w) end as valid_from,
         coalesce(lead(seen_from) over w, 'infinity'::timestamp) as valid_to
     from seen
-    window w as (partition by node order by coalesce(created_at, seen_from), seen_from, provider_key)
+    window w as (partition by node order by coalesce(created_at, seen_from), seen_from, provider_key, alt_provider_key)
 
 ),
 
@@ -84,7 +86,8 @@ instances as (
         d.day,
         w.node,
         list({'provider_key': w.provider_key, 'alt_provider_key': w.alt_provider_key,
-              'valid_from': w.valid_from, 'valid_to': w.valid_to} order by w.valid_from, w.provider_key) as instances
+              'valid_from': w.valid_from, 'valid_to': w.valid_to}
+             order by w.valid_from, w.provider_key, w.alt_provider_key) as instances
     from days as d
     inner join windows as w
         on w.valid_from < cast(d.day as timestamp) + interval 1 day and w.valid_to > cast(d.day as timestamp)

@@ -12,6 +12,11 @@ boot disk named after its node.
 - GCP (clouds/gcp/): the committed a3-highgpu-8g node's boot disk, a pd-balanced disk named after its
   instance (`.../disks/gke-train-a3-pool-1a2b3c4d-x7k2`, ResourceName the node's name; 4.80 a
   day): the node's cost (docs/finops.md, "Prices").
+- GCP as BigQuery's CSV export writes it (`2026-11-28 00:00:00 UTC`): the spot node
+  gke-train-a3-spot-5e6f7a8b-q9w8 preempted at 11:30 and re-created by its managed instance group
+  under the same name and self link (a new numeric id, `container.googleapis.com/instance_id`, and
+  creationTimestamp 11:36): the 11:00 hour is two rows per SKU under one ResourceId, 0.5 h and
+  0.4 h. Both instances price the node: 23.9 h at 4.4075 (842.714), not 0.4 h of that hour.
 """
 
 from __future__ import annotations
@@ -87,6 +92,48 @@ def gcp_bill(path: Path) -> None:
     _write(path, fields, [*rows, boot])
 
 
+SPOT_GKE_NEW_ID = "6693051496831405968"
+
+
+def bigquery_time(value: str) -> str:
+    return value.replace("T", " ").replace("Z", " UTC") if value else value
+
+
+def gcp_replaced_bill(path: Path) -> None:
+    fields, rows = _read(CLOUDS / "gcp" / "focus-gcp-2026-11-28.csv")
+    out = []
+    for row in rows:
+        row = {k: bigquery_time(v) if k.endswith(("PeriodStart", "PeriodEnd")) else v for k, v in row.items()}
+        if row["ResourceName"] == GKE_B and row["ChargePeriodStart"].startswith("2026-11-28 11:"):
+            # the first instance ran 11:00-11:30, the re-created one 11:36-12:00
+            for share in (D("0.5"), D("0.4")):
+                cost = str(D(row["BilledCost"]) * share)
+                out.append({**row, "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
+                            "ConsumedQuantity": str(share), "PricingQuantity": str(share)})
+        else:
+            out.append(row)
+    _write(path, fields, out)
+
+
+def gcp_replaced_snapshots(home: Path) -> list[Path]:
+    """06:00: the first instance; 18:00: the one its managed instance group re-created at 11:30."""
+    import os
+
+    doc = json.loads((CLOUDS / "gcp" / "kubectl-get-nodes.json").read_text())
+    early = home / "nodes-0600.json"
+    early.write_text(json.dumps(doc))
+    for item in doc["items"]:
+        if item["metadata"]["name"] == GKE_B:
+            item["metadata"]["annotations"]["container.googleapis.com/instance_id"] = SPOT_GKE_NEW_ID
+            item["metadata"]["creationTimestamp"] = "2026-11-28T11:36:00Z"
+    late = home / "nodes-1800.json"
+    late.write_text(json.dumps(doc))
+    for f, h in ((early, 6), (late, 18)):
+        t = (D0 + timedelta(hours=h)).timestamp() + 0.0
+        os.utime(f, (t, t))
+    return [early, late]
+
+
 def dcgm_history(path: Path, pods: list[tuple]) -> None:
     con = duckdb.connect()
     con.execute("create table assign (hostname varchar, gpu integer, pod varchar, s double, e double)")
@@ -113,24 +160,32 @@ CASES = {
     "azure": dict(bill=azure_bill, pods=[(AKS_0, TRAIN, 8, 0, 12), (AKS_1, "perception-sweep-0", 8, 0, 24),
                                          (AKS_SPOT, "perception-sweep-1", 4, 0, 24)]),
     "gcp": dict(bill=gcp_bill, pods=[(GKE_A, TRAIN, 8, 0, 12), (GKE_B, "perception-sweep-0", 4, 0, 24)]),
+    "gcp-replaced": dict(bill=gcp_replaced_bill, snapshots=gcp_replaced_snapshots,
+                         pods=[(GKE_A, TRAIN, 8, 0, 12), (GKE_B, "perception-sweep-0", 4, 0, 24)]),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def cloud(request, tmp_path_factory):
     name = request.param
-    case, fix = CASES[name], CLOUDS / name
+    case, fix = CASES[name], CLOUDS / name.split("-")[0]
     home = tmp_path_factory.mktemp(name)
     env = {"GPU_PLATFORM_HOME": str(home), "GPU_PLATFORM_WAREHOUSE": ""}
     runner = CliRunner()
     bill, dcgm = home / "focus.csv", home / "dcgm.parquet"
     case["bill"](bill)
     dcgm_history(dcgm, case["pods"])
+    snapshots = case["snapshots"](home) if "snapshots" in case else [fix / "kubectl-get-nodes.json"]
     ingest = runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--focus", str(bill), "--dcgm", str(dcgm),
-                                  "--nodes", str(fix / "kubectl-get-nodes.json"),
+                                  "--nodes", str(snapshots[0]),
                                   "--pods", str(fix / "kubectl-get-pods.json"),
                                   "--volumes", str(fix / "kubectl-get-pv.json"), "--format", "json"], env=env)
     assert ingest.exit_code == 0, ingest.output
+    for more in snapshots[1:]:
+        again = runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--nodes", str(more)], env=env)
+        assert again.exit_code == 0, again.output
+    lines = json.loads(ingest.output)["feeds"]
+    assert all(line["rows_in"] == line["accepted"] for line in lines), [x for x in lines if x["feed"] == "focus"]
     wh = home / "warehouse.duckdb"
     with duckdb.connect(str(wh)) as con:
         load_ledger_snapshot(con, [dict(
@@ -174,6 +229,14 @@ def test_each_named_instance_is_priced_from_its_own_rows(cloud):
         assert prices[AKS_1] == ("scale_set_instance", D("1560.000000"), D("8.125000"))
         ((cost,),) = q(cloud["wh"], "select allocated_cost from fct_gpu_cost_by_request where request_id = 'req-train-1'")
         assert cost == D("12.29") * 96
+    elif cloud["name"] == "gcp-replaced":
+        # both instances (one ResourceId, two numeric ids) price the node: 842.714 / (8 x 23.9)
+        assert prices[GKE_B] == ("provider_id", D("842.714000"), D("4.407500"))
+        ((hours, instances),) = q(cloud["wh"], """
+            select n.node_hours, len(g.instances) from int_node_hour_prices as n
+            join int_gpu_nodes as g using (day, hostname) where n.day = $d and n.hostname = $h""",
+            {"d": DAY, "h": GKE_B})
+        assert (round(hours, 9), instances) == (23.9, 2)
     else:
         # the boot disk is the node's: 24 h x 70.52 + 4.80, over 8 GPUs x 24 h
         assert prices[GKE_A] == ("provider_id,resource_name", D("1697.280000"), D("8.840000"))
