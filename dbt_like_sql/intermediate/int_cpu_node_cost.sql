@@ -41,12 +41,7 @@ candidates as (
 
 matched as (
 
-    select b.*, c.hostname as node
-    from billing as b
-    inner join (
-        select * from candidates
-        qualify row_number() over (partition by day, source, source_row order by rule_rank, hostname) = 1
-    ) as c on c.day = b.day and c.source = b.source and c.source_row = b.source_row
+    {{ best_candidate('hostname', 'node') }}
 
 ),
 
@@ -105,12 +100,7 @@ pods as (
 
 owners as (
 
-    select
-        split_part(t, '|', 1) as team,
-        split_part(t, '|', 2) as namespace,
-        nullif(split_part(t, '|', 3), '') as cost_center,
-        nullif(split_part(t, '|', 4), '') as site
-    from unnest(cast({{ var('team_namespaces') }} as varchar[])) as u(t)
+    {{ namespace_owners() }}
 
 ),
 
@@ -122,11 +112,7 @@ final as (
         p.namespace,
         p.pod,
         p.request_id,
-        coalesce(r.team, o.team) as team,
-        coalesce(r.cost_center, o.cost_center, o.team) as cost_center,
-        coalesce(r.site, o.site, 'unknown') as site,
-        case when r.request_id is not null then r.lane when o.team is not null then '(namespace)' end as lane,
-        case when r.request_id is not null then 'request' when o.team is not null then 'namespace' end as owner_rule,
+        {{ pod_owner() }}
         p.currency,
         p.cpu_requests * p.hours as cpu_core_hours,
         p.memory_gib_requests * p.hours as memory_gib_hours,

@@ -9,23 +9,14 @@ with source as not materialized (
     -- the raw samples, for multi-source node-days only (the semi join below)
     -- load_day: the day whose feed directory the sample was loaded under (NULL for seeded tables)
     select *, day as load_day from {{ source('raw_dcgm_samples') }}
-    where ts >= {{ var('day_from') }}::timestamp
-      and ts < {{ var('day_to') }}::timestamp + interval 1 day
-      and metric in ('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL')
-      -- values near 2^63 are DCGM blank sentinels, not data
-      and value is not null and not isnan(value) and value >= 0 and value < 1e15
+    where {{ dcgm_sample_filter(['DCGM_FI_PROF_GR_ENGINE_ACTIVE', 'DCGM_FI_DEV_GPU_UTIL']) }}
 
 ),
 
 normalised as (
 
     select
-        cast(hour as date) as day,
-        lower(hostname) as hostname,
-        gpu,
-        coalesce(gpu_instance_id, '') as gpu_instance_id,
-        nullif(namespace, '') as namespace,
-        nullif(pod, '') as pod,
+        {{ dcgm_key('hour') }},
         metric,
         source,
         model_name,
@@ -46,13 +37,7 @@ per_source as (
 
     -- hours to days in one pass, still per source: a single-source node-day's rows are final here
     select
-        day,
-        hostname,
-        gpu,
-        gpu_instance_id,
-        namespace,
-        pod,
-        metric,
+        {{ busy_key() }},
         source,
         min(model_name) as model_name,
         min(gpu_instance_profile) as gpu_instance_profile,
@@ -61,7 +46,7 @@ per_source as (
         sum(duplicate_samples) as duplicate_samples,
         sum(busy_micro) as busy_micro
     from normalised
-    group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric, source
+    group by {{ busy_key() }}, source
 
 ),
 
@@ -89,13 +74,7 @@ deduped as (
 
     -- multi-source node-days only: one sample per GPU, metric and ts, the first by (source, source_line)
     select
-        day,
-        hostname,
-        gpu,
-        gpu_instance_id,
-        namespace,
-        pod,
-        metric,
+        {{ busy_key() }},
         min(model_name) as model_name,
         min(gpu_instance_profile) as gpu_instance_profile,
         count(*) as samples,
@@ -104,13 +83,7 @@ deduped as (
         sum(busy_micro) as busy_micro
     from (
         select
-            s.day,
-            s.hostname,
-            s.gpu,
-            s.gpu_instance_id,
-            s.namespace,
-            s.pod,
-            s.metric,
+            {{ busy_key('s') }},
             s.model_name,
             s.gpu_instance_profile,
             s.load_day,
@@ -118,13 +91,8 @@ deduped as (
                 * 1000000.0) as busy_micro
         from (
             select
-                cast(ts as date) as day,
+                {{ dcgm_key('ts') | indent(8) }},
                 ts,
-                lower(hostname) as hostname,
-                gpu,
-                coalesce(gpu_instance_id, '') as gpu_instance_id,
-                nullif(namespace, '') as namespace,
-                nullif(pod, '') as pod,
                 metric,
                 model_name,
                 gpu_instance_profile,
@@ -134,27 +102,19 @@ deduped as (
                 source_line
             from source
         ) as s
-        semi join multi_source as g
-            on g.day = s.day and g.hostname = s.hostname
-        qualify row_number() over (
-            partition by s.hostname, s.gpu, s.gpu_instance_id, s.namespace, s.pod, s.metric, s.ts
-            order by s.source, s.source_line
-        ) = 1
+        {{ first_of_multi_source('s') }}
     )
-    group by day, hostname, gpu, gpu_instance_id, namespace, pod, metric
+    group by {{ busy_key() }}
 
 ),
 
 final as (
 
+    {%- for part in ['single_source', 'deduped'] %}
+    {% if not loop.first %}union all
+    {% endif -%}
     select
-        day,
-        hostname,
-        gpu,
-        gpu_instance_id,
-        namespace,
-        pod,
-        metric,
+        {{ busy_key() }},
         model_name,
         gpu_instance_profile,
         cast(samples as bigint) as samples,
@@ -162,23 +122,8 @@ final as (
         cast(duplicate_samples as bigint) as duplicate_samples,
         -- micro-units back to an exact decimal(38, 6)
         cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
-    from single_source
-    union all
-    select
-        day,
-        hostname,
-        gpu,
-        gpu_instance_id,
-        namespace,
-        pod,
-        metric,
-        model_name,
-        gpu_instance_profile,
-        samples,
-        outside_samples,
-        cast(duplicate_samples as bigint) as duplicate_samples,
-        cast(cast(busy_micro as bigint) as decimal(38, 0)) * cast(0.000001 as decimal(7, 6)) as busy_samples
-    from deduped
+    from {{ part | ident }}
+    {%- endfor %}
 
 )
 

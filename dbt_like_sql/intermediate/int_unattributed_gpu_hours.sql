@@ -80,12 +80,7 @@ pods as (
 
 owners as (
 
-    select
-        split_part(t, '|', 1) as team,
-        split_part(t, '|', 2) as namespace,
-        nullif(split_part(t, '|', 3), '') as cost_center,
-        nullif(split_part(t, '|', 4), '') as site
-    from unnest(cast({{ var('team_namespaces') }} as varchar[])) as u(t)
+    {{ namespace_owners() }}
 
 ),
 

@@ -39,12 +39,7 @@ candidates as (
 
 matched as (
 
-    select b.*, c.volume
-    from billing as b
-    inner join (
-        select * from candidates
-        qualify row_number() over (partition by day, source, source_row order by rule_rank, volume) = 1
-    ) as c on c.day = b.day and c.source = b.source and c.source_row = b.source_row
+    {{ best_candidate('volume', 'volume') }}
 
 ),
 
@@ -159,12 +154,7 @@ unmounted as (
 
 owners as (
 
-    select
-        split_part(t, '|', 1) as team,
-        split_part(t, '|', 2) as namespace,
-        nullif(split_part(t, '|', 3), '') as cost_center,
-        nullif(split_part(t, '|', 4), '') as site
-    from unnest(cast({{ var('team_namespaces') }} as varchar[])) as u(t)
+    {{ namespace_owners() }}
 
 ),
 
@@ -177,13 +167,7 @@ final as (
         p.namespace,
         p.pod,
         p.request_id,
-        case when p.pod <> '(unmounted)' then coalesce(r.team, o.team) end as team,
-        case when p.pod <> '(unmounted)' then coalesce(r.cost_center, o.cost_center, o.team) end as cost_center,
-        case when p.pod <> '(unmounted)' then coalesce(r.site, o.site, 'unknown') end as site,
-        case when p.pod = '(unmounted)' then null
-             when r.request_id is not null then r.lane when o.team is not null then '(namespace)' end as lane,
-        case when p.pod = '(unmounted)' then 'unmounted'
-             when r.request_id is not null then 'request' when o.team is not null then 'namespace' end as owner_rule,
+        {{ pod_owner(unmounted=true) }}
         p.currency,
         p.mounted_hours,
         p.hours_share,

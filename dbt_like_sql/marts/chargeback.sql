@@ -105,34 +105,28 @@ allocated as (
 
 idle as (
 
-    select day, currency, sum(idle_cost) as pool
-    from {{ ref('int_idle_capacity') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-    group by day, currency
+    {% call day_currency_totals('int_idle_capacity') %}
+        sum(idle_cost) as pool
+    {% endcall %}
 
 ),
 
 shared as (
 
-    select
-        day,
-        currency,
+    {% call day_currency_totals('int_shared_cost') %}
         sum(shared_cost) as pool,
         sum(tax_cost) as tax_pool,
         sum(credit_cost) as credit_pool,
         sum(unused_commitment_cost) as unused_pool
-    from {{ ref('int_shared_cost') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-    group by day, currency
+    {% endcall %}
 
 ),
 
 exceptions as (
 
-    select day, currency, sum(amount) as pool
-    from {{ ref('reconciliation_exceptions') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }} and treatment = 'unreconciled'
-    group by day, currency
+    {% call day_currency_totals('reconciliation_exceptions', equal={'treatment': 'unreconciled'}) %}
+        sum(amount) as pool
+    {% endcall %}
 
 ),
 

@@ -4,9 +4,7 @@
 -- usage they covered (billed_minus_effective).
 with billing as (
 
-    select
-        day,
-        currency,
+    {% call day_currency_totals('stg_focus_billing') %}
         sum(billed_cost) as billed_cost_rounded,
         sum(effective_cost) as effective_cost_rounded,
         -- exact sums (no per-row rounding before aggregation); round once, for display
@@ -16,9 +14,7 @@ with billing as (
         -- the staged pieces of rows spanning days (their pieces add up to the row, tested above)
         sum(billed_cost_exact) filter (where day_share < 1) as spanning_billed_cost,
         count(*) filter (where charge_class ilike 'correction') as correction_rows
-    from {{ ref('stg_focus_billing') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-    group by day, currency
+    {% endcall %}
 
 ),
 
@@ -58,26 +54,20 @@ quarantined as (
 
 nodes as (
 
-    select
-        day,
-        currency,
+    {% call day_currency_totals('int_idle_capacity') %}
         coalesce(sum(billed_node_cost) filter (where price_source = 'billing'), 0) as billed_node_cost,
         coalesce(sum(node_cost) filter (where price_source = 'billing'), 0) as effective_node_cost,
         coalesce(sum(allocated_cost) filter (where price_source = 'billing'), 0) as allocated_cost,
         coalesce(sum(idle_cost) filter (where price_source = 'billing'), 0) as idle_cost,
         coalesce(sum(unattributed_cost) filter (where price_source = 'billing'), 0) as unattributed_cost,
         coalesce(sum(node_cost) filter (where price_source = 'price_book'), 0) as price_book_cost
-    from {{ ref('int_idle_capacity') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-    group by day, currency
+    {% endcall %}
 
 ),
 
 shared as (
 
-    select
-        day,
-        currency,
+    {% call day_currency_totals('int_shared_cost') %}
         sum(shared_cost) as shared_cost,
         sum(cpu_node_allocated_cost) as cpu_node_cost,
         sum(storage_allocated_cost) as storage_cost,
@@ -86,19 +76,16 @@ shared as (
         sum(credit_cost) as credit_cost,
         sum(unused_commitment_cost) as unused_commitment_cost,
         sum(commitment_purchase_billed) as commitment_purchase_billed
-    from {{ ref('int_shared_cost') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-    group by day, currency
+    {% endcall %}
 
 ),
 
 bypass as (
 
     -- GPU time on no admitted request in a team's namespace, on billed nodes: charged to the team
-    select day, currency, sum(cost) as bypass_cost
-    from {{ ref('int_unattributed_gpu_hours') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }} and bypass and price_source = 'billing'
-    group by day, currency
+    {% call day_currency_totals('int_unattributed_gpu_hours', equal={'bypass': true, 'price_source': 'billing'}) %}
+        sum(cost) as bypass_cost
+    {% endcall %}
 
 ),
 
@@ -121,15 +108,11 @@ exceptions as (
 
 charged as (
 
-    select
-        day,
-        currency,
+    {% call day_currency_totals('chargeback') %}
         sum(total_cost) as chargeback_total,
         coalesce(sum(total_cost) filter (where team not in ('(unreconciled)', '(unused commitment)')), 0)
             as charged_to_teams
-    from {{ ref('chargeback') }}
-    where day between {{ var('day_from') }} and {{ var('day_to') }}
-    group by day, currency
+    {% endcall %}
 
 ),
 

@@ -3,22 +3,14 @@
 with source as (
 
     select * from {{ source('raw_dcgm_samples') }}
-    where ts >= {{ var('day_from') }}::timestamp
-      and ts < {{ var('day_to') }}::timestamp + interval 1 day
-      and metric in ('DCGM_FI_DEV_FB_USED', 'DCGM_FI_DEV_XID_ERRORS')
-      and value is not null and not isnan(value) and value >= 0 and value < 1e15
+    where {{ dcgm_sample_filter(['DCGM_FI_DEV_FB_USED', 'DCGM_FI_DEV_XID_ERRORS']) }}
 
 ),
 
 final as (
 
     select
-        cast(ts as date) as day,
-        lower(hostname) as hostname,
-        gpu,
-        coalesce(gpu_instance_id, '') as gpu_instance_id,
-        nullif(namespace, '') as namespace,
-        nullif(pod, '') as pod,
+        {{ dcgm_key('ts') }},
         max(value) filter (where metric = 'DCGM_FI_DEV_FB_USED') as fb_used_max_mib,
         count(*) filter (where metric = 'DCGM_FI_DEV_FB_USED') as fb_samples,
         -- DCGM_FI_DEV_XID_ERRORS holds the last XID seen (0: none)

@@ -60,12 +60,7 @@ deduped as (
         on g.day = n.day and g.hostname = n.hostname
     union all
     select n.* from normalised as n
-    semi join multi_source as g
-        on g.day = n.day and g.hostname = n.hostname
-    qualify row_number() over (
-        partition by n.hostname, n.gpu, n.gpu_instance_id, n.namespace, n.pod, n.metric, n.ts
-        order by n.source, n.source_line
-    ) = 1
+    {{ first_of_multi_source('n') }}
 
 ),
 
