@@ -22,6 +22,7 @@ workloads admitted earlier in the same gate tick never (`fresh`).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -102,11 +103,20 @@ def satisfies_policy(preemptor: Workload, cand: Workload, policy: str) -> bool:
     return policy == ANY
 
 
+def reserved_second(w: Workload) -> int:
+    """When `w`'s quota was reserved, as Kueue compares it: the QuotaReserved condition's
+    LastTransitionTime (common/ordering.go `quotaReservationTime`), a metav1.Time, which the API
+    server stores as RFC 3339 with whole seconds. Two workloads admitted within the same second
+    are equally recent, and the UID decides between them."""
+    return math.floor(w.admitted_at)
+
+
 def order_key(cq_name: str, afs: AdmissionFairSharing | None = None):
     """Kueue's CandidatesOrdering (preemption/common/ordering.go): workloads whose eviction is
     already under way first, then other queues before the preemptor's own, (Admission Fair
     Sharing on the preemptor's queue) its LocalQueues with the higher usage first, lower priority
-    first, most recently admitted (quota reserved) first, and the UID (here: `uid`, else the name)."""
+    first, most recently admitted (quota reserved, to the second: `reserved_second`) first, and
+    the UID (here: `uid`, else the name) for equal times and priorities."""
     if afs is not None:
         shares: dict[str | None, float] = {}
 
@@ -117,7 +127,7 @@ def order_key(cq_name: str, afs: AdmissionFairSharing | None = None):
                 share = shares.get(w.team)
                 if share is None:
                     share = shares[w.team] = afs.usage(w.team)
-            return (not w.evicted, same, -share, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
+            return (not w.evicted, same, -share, w.priority, -math.floor(w.admitted_at), w.name if w.uid is None else w.uid)
 
         return afs_key
 
@@ -125,7 +135,7 @@ def order_key(cq_name: str, afs: AdmissionFairSharing | None = None):
     if key is None:
 
         def key(w: Workload):
-            return (not w.evicted, w.cq == cq_name, w.priority, -w.admitted_at, w.name if w.uid is None else w.uid)
+            return (not w.evicted, w.cq == cq_name, w.priority, -math.floor(w.admitted_at), w.name if w.uid is None else w.uid)
 
         if len(_ORDER_KEYS) > 4096:
             _ORDER_KEYS.clear()
