@@ -5,6 +5,10 @@
 --   daily_projected = (forecast_month_end - month_to_date) / days_remaining
 --   days_left = ceil((budget - month_to_date) / daily_projected), projected_exceed_day = day + days_left
 -- fired exactly when forecast_month_end > budget (already over: days_left 0, the day itself).
+-- Bypass spend (a team's GPU time on no admitted request, lane '(bypass)' in chargeback) is charged
+-- to the team: a team budget counts it (bypass_cost shows how much of month_to_date_cost it is).
+-- It is no lane's, so no lane budget counts it; the row scope 'bypass', subject '(bypass)' shows
+-- all of it (status unbudgeted: no budget covers it, it never fires).
 with budgets as (
 
     select
@@ -37,11 +41,12 @@ forecast as (
 by_subject as (
 
     select day, 'lane' as scope, lane as subject, sum(month_to_date_cost) as month_to_date_cost,
-           sum(forecast_month_end_cost) as forecast_month_end_cost
+           sum(forecast_month_end_cost) as forecast_month_end_cost, 0 as bypass_cost
     from forecast group by day, lane
     union all
     select day, 'team' as scope, team as subject, sum(month_to_date_cost) as month_to_date_cost,
-           sum(forecast_month_end_cost) as forecast_month_end_cost
+           sum(forecast_month_end_cost) as forecast_month_end_cost,
+           coalesce(sum(month_to_date_cost) filter (where lane = '(bypass)'), 0) as bypass_cost
     from forecast group by day, team
 
 ),
@@ -62,10 +67,34 @@ judged as (
         end as decimal(18, 6)) as month_budget,
         cast(coalesce(s.month_to_date_cost, 0) as decimal(18, 6)) as month_to_date_cost,
         cast(coalesce(s.forecast_month_end_cost, 0) as decimal(18, 6)) as forecast_month_end_cost,
+        cast(coalesce(s.bypass_cost, 0) as decimal(18, 6)) as bypass_cost,
         cast(datediff('day', d.day, d.month_end) as integer) as days_remaining
     from days as d
     cross join budgets as b
     left join by_subject as s on s.day = d.day and s.scope = b.scope and s.subject = b.subject
+
+),
+
+bypass as (
+
+    -- every team's bypass spend of the month: no lane budget covers it
+    select
+        d.day,
+        'bypass' as scope,
+        '(bypass)' as subject,
+        cast({{ var('budget_currency') }} as varchar) as currency,
+        cast({{ var('budget_period') }} as varchar) as budget_period,
+        cast(0 as decimal(18, 6)) as month_budget,
+        cast(s.month_to_date_cost as decimal(18, 6)) as month_to_date_cost,
+        cast(s.forecast_month_end_cost as decimal(18, 6)) as forecast_month_end_cost,
+        cast(s.month_to_date_cost as decimal(18, 6)) as bypass_cost,
+        cast(datediff('day', d.day, d.month_end) as integer) as days_remaining,
+        false as fired,
+        'unbudgeted' as status,
+        cast(null as integer) as days_left,
+        cast(s.forecast_month_end_cost as decimal(18, 6)) as projected_overrun
+    from days as d
+    inner join by_subject as s on s.day = d.day and s.scope = 'lane' and s.subject = '(bypass)'
 
 ),
 
@@ -96,6 +125,8 @@ final as (
         *,
         cast(day + days_left as date) as projected_exceed_day
     from burn
+    union all by name
+    select *, cast(null as date) as projected_exceed_day from bypass
 
 )
 

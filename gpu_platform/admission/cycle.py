@@ -251,14 +251,19 @@ class Engine(FlavorAssigner, PendingReasons):
             if budget is not None and w.max_cost is not None and w.max_cost > budget + EPS and not w.cost_approval:
                 st = over_budget.get(w.max_cost)
                 if st is None:
+                    # the gate's budget admits: the lane's budget less the max_cost reserved by the
+                    # requests admitted this period (measured spend: `cost report`'s budgets,
+                    # docs/finops.md "Which budget admits"); the way past it is a cost exception
                     st = (
                         BUDGET_EXHAUSTED,
-                        f"max_cost {qty(w.max_cost)} exceeds lane {name}'s remaining budget {qty(max(0.0, budget))}",
+                        f"max_cost {qty(w.max_cost)} exceeds lane {name}'s remaining budget {qty(max(0.0, budget))}; "
+                        "the gate reserves each admitted request's max_cost against the lane budget for the "
+                        "period; a cost exception lets it start: gpu-platform approve ",
                         None,
                     )
                     if w.max_cost != 0:
                         over_budget[w.max_cost] = st
-                self.status[w.name] = st
+                self.status[w.name] = (st[0], f"{st[1]}{w.name} --kind cost --role ROLE --reason TEXT", None)
                 self.parked.add(w.name)
                 i += 1
                 continue

@@ -195,7 +195,17 @@ def _build(
     is_flag=True,
     help="Exit 1 when the day's figures are stale (a model's last build failed, or feeds came in after it).",
 )
-def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> None:
+@policy_option
+@click.option(
+    "--ledger",
+    "ledger_url",
+    default=None,
+    help="Ledger URL for the gate's side of the budgets (default: $GPU_PLATFORM_LEDGER_URL or sqlite under "
+    "$GPU_PLATFORM_HOME, when it exists).",
+)
+def report(
+    day: str, warehouse: str | None, fmt: str, fail_on_stale: bool, policy_path: str | None, ledger_url: str | None
+) -> None:
     """Billed, allocated, idle, shared and unreconciled cost, exceptions, unit costs and chargeback for DAY.
 
     When the day is stale (its last build of a model failed, or its feeds were ingested after its
@@ -219,6 +229,7 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
         raise WarehouseBusyExit(str(exc)) from None  # a reader too: one line, exit 2
     try:
         data = cost_report(con, day)
+        data["budgets"], data["budget_rule"] = _budgets(con, day, policy_path, ledger_url)
     finally:
         con.close()
     stale = data.get("stale")
@@ -302,8 +313,14 @@ def report(day: str, warehouse: str | None, fmt: str, fail_on_stale: bool) -> No
         (
             "Budget burn (forecast against lane and team budgets)",
             data["budget_burn"],
-            ["scope", "subject", "currency", "month_budget", "forecast_month_end_cost", "status", "days_left",
-             "projected_exceed_day"],
+            ["scope", "subject", "currency", "month_budget", "month_to_date_cost", "bypass_cost",
+             "forecast_month_end_cost", "status", "days_left", "projected_exceed_day"],
+        ),
+        (
+            "Budgets: the gate's (reservations at admission, which admits) beside FinOps' (measured spend)",
+            data["budgets"],
+            ["scope", "subject", "currency", "admits", "gate_budget", "gate_reserved", "gate_remaining",
+             "month_budget", "month_to_date_cost", "finops_left", "finops_status"],
         ),
         (
             "Chargeback by team",
@@ -410,6 +427,27 @@ def export(day: str, warehouse: str | None, fmt: str, out: str | None) -> None:
     sums = ", ".join(f"{cur} billed {t['billed']:.2f} effective {t['effective']:.2f}"
                      for cur, t in sorted(data.totals.items()))
     click.echo(f"wrote {len(data.rows)} rows for {day} to {out} ({sums})", err=True)
+
+
+def _budgets(con: duckdb.DuckDBPyConnection, day: str, policy_path: str | None, ledger_url: str | None):
+    """(the budgets side by side, the rule that says which admits). The gate's side needs the ledger
+    and is today's: shown for a day of the current budget period only (None otherwise, or without
+    a ledger); FinOps' is budget_burn of the day."""
+    from datetime import UTC, datetime
+
+    from gpu_platform.finops.budgets import RULE, budget_rows
+    from gpu_platform.gate.tick import budget_period_start
+    from gpu_platform.requests.ledger import Ledger, default_ledger_url
+
+    pol = policy_or_exit(policy_path)
+    url = ledger_url or default_ledger_url()
+    reserved = since = None
+    since_now = budget_period_start(pol.budget_period, datetime.now(UTC))
+    exists = not url.startswith("sqlite") or Path(url.split("///", 1)[-1]).exists()
+    if exists and date.fromisoformat(day) >= since_now.date():
+        since = since_now
+        reserved = Ledger(url).reserved_by_lane(since)
+    return budget_rows(pol, reserved, since, con, date.fromisoformat(day)), RULE
 
 
 def _warn_incomplete(data: dict) -> None:

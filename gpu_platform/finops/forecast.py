@@ -20,7 +20,7 @@ FORECAST_COLUMNS = (
 )
 BURN_COLUMNS = (
     "scope", "subject", "currency", "month_budget", "month_to_date_cost", "forecast_month_end_cost",
-    "fired", "status", "days_left", "projected_exceed_day",
+    "fired", "status", "days_left", "projected_exceed_day", "bypass_cost",
 )
 
 
@@ -47,8 +47,10 @@ def budget_rows(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[st
     """The day's budget burn per lane and team budget: fired first, soonest to pass first."""
     if "budget_burn" not in _tables(con):
         return []
+    have = {r[0] for r in con.execute("describe budget_burn").fetchall()}
+    cols = [c if c in have else f"0 as {c}" for c in BURN_COLUMNS]  # bypass_cost: built before it existed
     return _rows(con, f"""
-        select {', '.join(BURN_COLUMNS)} from budget_burn where day = $day
+        select {', '.join(cols)} from budget_burn where day = $day
         order by fired desc, days_left nulls last, scope, subject""", {"day": date.fromisoformat(str(day))})
 
 

@@ -213,15 +213,22 @@ def chargeback_by_team(con: duckdb.DuckDBPyConnection, day: str | date) -> list[
     materialization can show it before `platform_cost_per_tenant` is built): largest first."""
     if "chargeback" not in _tables(con):
         return []
-    return _rows(con, """
-        select team, cost_center, currency, sum(allocated_gpu_hours) as allocated_gpu_hours,
-               sum(allocated_cost) as allocated_cost,
-               coalesce(sum(allocated_gpu_hours) filter (where bypass), 0.0) as bypass_gpu_hours,
-               coalesce(sum(allocated_cost) filter (where bypass), 0) as bypass_cost,
-               sum(cpu_cost) as cpu_cost, sum(storage_cost) as storage_cost, sum(idle_cost) as idle_cost,
-               sum(shared_cost) as shared_cost, sum(tax_cost) as tax_cost, sum(credit_cost) as credit_cost,
-               sum(unused_commitment_cost) as unused_commitment_cost, sum(unreconciled_cost) as unreconciled_cost,
-               sum(total_cost) as total_cost
+    have = {r[0] for r in con.execute("describe chargeback").fetchall()}
+    # a column a chargeback table lacks (built before it existed) counts 0
+    c = {k: k if k in have else "cast(0 as decimal(18, 6))" for k in (
+        "allocated_gpu_hours", "allocated_cost", "cpu_cost", "storage_cost", "idle_cost", "shared_cost", "tax_cost",
+        "credit_cost", "unused_commitment_cost", "unreconciled_cost", "total_cost")}
+    bypass = "bypass" if "bypass" in have else "false"
+    return _rows(con, f"""
+        select team, cost_center, currency, sum({c['allocated_gpu_hours']}) as allocated_gpu_hours,
+               sum({c['allocated_cost']}) as allocated_cost,
+               coalesce(sum({c['allocated_gpu_hours']}) filter (where {bypass}), 0.0) as bypass_gpu_hours,
+               coalesce(sum({c['allocated_cost']}) filter (where {bypass}), 0) as bypass_cost,
+               sum({c['cpu_cost']}) as cpu_cost, sum({c['storage_cost']}) as storage_cost,
+               sum({c['idle_cost']}) as idle_cost, sum({c['shared_cost']}) as shared_cost,
+               sum({c['tax_cost']}) as tax_cost, sum({c['credit_cost']}) as credit_cost,
+               sum({c['unused_commitment_cost']}) as unused_commitment_cost,
+               sum({c['unreconciled_cost']}) as unreconciled_cost, sum({c['total_cost']}) as total_cost
         from chargeback where day = $day group by team, cost_center, currency
         order by currency, total_cost desc, team""", {"day": date.fromisoformat(str(day))})
 

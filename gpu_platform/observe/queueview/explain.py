@@ -17,6 +17,8 @@ import sqlalchemy as sa
 
 from gpu_platform.admission.kueue_checks import check_origin
 from gpu_platform.cluster.names import site_of_cluster
+from gpu_platform.finops.budgets import RULE as BUDGET_RULE
+from gpu_platform.finops.budgets import cost_exception_command
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.requests.approvals import honoured, roster_errors
 from gpu_platform.requests.ledger import Ledger, RequestState, events_table, requests_table
@@ -78,6 +80,11 @@ class Explanation:
     admission_checks: list[dict[str, Any]] = field(default_factory=list)
     """Kueue's admission checks on the request's Workload as last read back (`cluster sync`):
     name, state (Pending, Ready, Retry, Rejected), message and the policy lines the check comes from."""
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    """The request's lane and team budgets, the gate's (reservations at admission, which admits)
+    beside FinOps' (measured spend, `budget_burn`; None without a warehouse): `finops.budgets`."""
+    cost_exception: str = ""
+    """The command that grants this request a cost exception (empty: its lane has no budget)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +100,9 @@ class Explanation:
             "gpu_type": self.gpu_type,
             "state": self.state,
             "steps": [s.to_json() for s in self.steps],
+            "budgets": self.budgets,
+            "budget_rule": BUDGET_RULE if self.budgets else None,
+            "cost_exception": self.cost_exception or None,
         }
 
 
@@ -240,8 +250,22 @@ def _lane_of(ledger: Ledger, request_id: str) -> str | None:
         ).scalar_one_or_none()
 
 
-def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
-    """The request's decision history; LedgerError for an unknown request id."""
+def _budgets(ledger: Ledger, policy: Policy, state: RequestState, warehouse, now: datetime | None) -> list:
+    from gpu_platform.finops.budgets import budget_rows
+    from gpu_platform.gate.tick import budget_period_start
+
+    now = now or datetime.now(UTC)
+    since = budget_period_start(policy.budget_period, now)
+    team = state.request.team
+    return budget_rows(policy, ledger.reserved_by_lane(since), since, warehouse, now.date(),
+                       lanes=[state.request.lane or ""], teams=[team] if team else [])
+
+
+def explain(
+    ledger: Ledger, policy: Policy, request_id: str, warehouse: Any = None, now: datetime | None = None
+) -> Explanation:
+    """The request's decision history; LedgerError for an unknown request id. `warehouse`: a
+    read-only DuckDB connection for FinOps' side of the budgets (None: the gate's side only)."""
     state: RequestState = ledger.state(request_id)
     lane = state.request.lane or ""
     events = ledger.events(request_id)
@@ -307,4 +331,7 @@ def explain(ledger: Ledger, policy: Policy, request_id: str) -> Explanation:
         owner=state.request.owner or "",
         target=state.request.target,
         admission_checks=checks,
+        budgets=(budgets := _budgets(ledger, policy, state, warehouse, now)),
+        cost_exception=cost_exception_command(policy, request_id)
+        if any(b["scope"] == "lane" for b in budgets) else "",
     )
