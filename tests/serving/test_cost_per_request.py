@@ -151,3 +151,25 @@ def test_the_asset_metadata_shows_what_cost_report_says(con):
     meta = day_model_metrics(con, "unit_cost_inference_request", (DAY, DAY))[DAY]
     assert meta["cost_per_1k_requests_perception-serving_USD"] == float(cost_report(con, DAY)["services"][0]["cost_per_1k_requests"])
     assert "perception-serving" in meta["services_md"] and "0.12" in meta["services_md"]
+
+
+def test_cost_report_table_shows_the_service_whole_at_80_columns(tmp_path):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+    from tests.cli.test_tables import _assert_reads
+
+    build_day(tmp_path).close()
+    args = ["cost", "report", "--day", DAY, "--warehouse", str(tmp_path / "w.duckdb")]
+    for width in (80, 140):
+        res = CliRunner().invoke(main, [*args, "--format", "table"], env={"COLUMNS": str(width)}, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        _assert_reads(res.output, width)
+        flat = res.output.replace("\n", "")
+        assert "Inference services" in flat and "0.115250" in res.output
+    import json
+
+    res = CliRunner().invoke(main, [*args, "--format", "json"], catch_exceptions=False)
+    services = {s["service"]: s for s in json.loads(res.output)["services"]}
+    assert services["perception-serving"]["cost_per_1k_requests"] == "0.115250"
+    assert services["map-tiles"]["reason"].startswith("requests counted but no replica GPU time")
