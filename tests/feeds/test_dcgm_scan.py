@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_platform.finops.feeds import dcgm
+from gpu_platform.finops.feeds import dcgm, dcgm_labels
 from gpu_platform.finops.feeds.schemas import FeedBatch
 
 pytestmark = pytest.mark.skipif(
@@ -150,7 +150,7 @@ def test_huge_lines_crlf_and_no_trailing_newline(monkeypatch: pytest.MonkeyPatch
     # the scan itself on lines and labels far beyond dcgm-exporter's (the input bounds lifted;
     # tests/feeds/test_dcgm_bounds.py checks the bounds)
     monkeypatch.setattr(dcgm, "MAX_LINE_BYTES", 1 << 30)
-    monkeypatch.setattr(dcgm, "MAX_LABEL_VALUE_CHARS", 1 << 30)
+    monkeypatch.setattr(dcgm_labels, "MAX_LABEL_VALUE_CHARS", 1 << 30)
     big = "x" * 200_000
     lines = [
         f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",pod="{big}"}} 1.5\r',
