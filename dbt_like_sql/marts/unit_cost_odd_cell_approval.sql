@@ -1,5 +1,7 @@
 -- Cost per ODD-cell approval: replay + evidence-pack cost of one cell in one release packet,
--- divided by the finished evidence packs (approvals) for that cell.
+-- divided by the finished evidence packs (approvals) for that cell. Each row is one cell's own
+-- figure; a headline over several cells divides the approved cells' cost by their approvals
+-- (cost report: a cell with no approval yet adds its cost to no approval's).
 with requests as (
 
     select * from {{ ref('stg_requests') }}
@@ -22,6 +24,8 @@ cells as (
         r.odd_cell,
         c.currency,
         count(distinct r.request_id) as requests,
+        min(c.first_day) as first_day,
+        max(c.last_day) as last_day,
         sum(c.cost) as cost
     from requests as r
     inner join cost as c on c.request_id = r.request_id
@@ -48,6 +52,8 @@ final as (
         c.release_packet_id,
         c.odd_cell,
         c.currency,
+        c.first_day,
+        c.last_day,
         c.requests,
         coalesce(a.approvals, 0) as approvals,
         c.cost,

@@ -291,7 +291,7 @@ def report(
         (
             "Unit costs (units complete by the day, at their lifetime cost)",
             data["unit_costs"],
-            ["unit", "currency", "cost", "units", "cost_per_unit"],
+            ["unit", "currency", "cost", "units", "cost_per_unit", "cost_without_units"],
         ),
         (
             "Inference services (the day's replica cost per 1,000 requests; idle: held, not busy)",

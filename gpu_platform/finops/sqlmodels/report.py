@@ -176,16 +176,25 @@ def unit_costs(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[str
     for label, table, cost_col, units in UNIT_COSTS:
         if table not in have:
             continue
-        unit_expr = f"sum(m.{units})" if units else "count(*)"
+        # a row without units (an ODD cell not approved yet, a batch without accepted labels) adds
+        # its cost to no unit's: the headline is the cost of the rows that have units over their
+        # units (each row's own figure is the mart's); the rest is cost_without_units
+        if units:
+            has = f"coalesce(m.{units}, 0) > 0"
+            sums = (f"coalesce(sum(m.{cost_col}) filter (where {has}), 0) as cost, sum(m.{units}) as units, "
+                    f"coalesce(sum(m.{cost_col}) filter (where not ({has})), 0) as cost_without_units")
+        else:
+            sums = f"sum(m.{cost_col}) as cost, count(*) as units, 0 as cost_without_units"
         for r in _rows(con, f"""
-                select m.currency, sum(m.{cost_col}) as cost, {unit_expr} as units
+                select m.currency, {sums}
                 from {table} as m where m.currency is not null and {_complete_by(con, table, have)}
                 group by m.currency order by m.currency""", {"day": d}):
             per = None
             if r["units"] and r["cost"] is not None:
                 per = (Decimal(r["cost"]) / Decimal(str(r["units"]))).quantize(Decimal("0.000001"))
             out.append({"unit": label, "currency": r["currency"], "cost": r["cost"], "units": r["units"],
-                        "cost_per_unit": per, "as_of_day": d.isoformat()})
+                        "cost_per_unit": per, "cost_without_units": r["cost_without_units"],
+                        "as_of_day": d.isoformat()})
     return out
 
 
