@@ -63,6 +63,7 @@ from gpu_platform.observe.queueview import (
     waiting_request_text,
     write_gate_snapshot,
 )
+from gpu_platform.observe.serving.replicas import current_replicas
 from gpu_platform.policy import Policy
 from gpu_platform.requests.approvals import retrospectives
 from gpu_platform.requests.identity import IdentityError
@@ -572,6 +573,8 @@ def _admission_tick(
         preempted=preemptions_of(led, states),
         checkpoint_of=lambda rid: latest_checkpoint(checkpoints_under(work_root, rid)),
         team_usage=team_usage,
+        # a running service holds the replicas it has now (the ledger's view, service_replicas_sensor)
+        replicas=current_replicas(led, states),
     )
     record_plan(led, plan, states, hostname=socket.gethostname() if settings.executor == "local" else None)
     victims = {p.victim: p for p in plan.preemptions}

@@ -122,11 +122,15 @@ def build_state(
     holding: Mapping[str, str] | None = None,
     node_model: bool = False,
     team_usage: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    replicas: Mapping[str, int] | None = None,
 ) -> ClusterState:
     """The admission engine's input from the policy and the ledger's pending and admitted requests.
 
     team_usage: lane -> team -> decayed usage of the lanes with Admission Fair Sharing, as Kueue
     reports it on each team's LocalQueue (`cluster.readback.read_team_usage`); None: none yet.
+
+    replicas: an admitted service's request id -> the replicas it holds now (the ledger's
+    `current_replicas`, kept by the replicas sensor); a service not in it holds its min.
 
     node_model: place GPUs on the nodes of the policy's node shapes, so a gang waits for whole
     free nodes (the gate in front of a cluster); False: quota only (the local executor runs on one
@@ -161,11 +165,14 @@ def build_state(
             elif s.state in PENDING_STATES:
                 pending.append(_pending_workload(policy, s, kinds))
         _LAST_SPLIT[:] = [] if holding else [policy, list(states), active, list(pending)]
+    replicas = replicas or {}
     admitted = [
-        AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds)
+        AdmittedRequest(s.request, holding[s.request_id], _ts(s.updated_at), False, s.request_id, kinds,
+                        replicas=replicas.get(s.request_id))
         if stopping
         else AdmittedRequest(
-            s.request, s.cluster_flavor or s.flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds
+            s.request, s.cluster_flavor or s.flavor, _ts(s.updated_at), checkpointed(s.request_id), s.request_id, kinds,
+            replicas=replicas.get(s.request_id),
         )
         for s, kinds, stopping in active
     ]
@@ -367,6 +374,7 @@ def plan_tick(
     preempted: Mapping[str, PreemptedBy] | None = None,
     checkpoint_of: Callable[[str], Path | None] = lambda _rid: None,
     team_usage: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    replicas: Mapping[str, int] | None = None,
 ) -> TickPlan:
     """Run admission cycles until nothing more is admitted; return the tick's decisions.
 
@@ -381,6 +389,7 @@ def plan_tick(
     (`WaitingForPreemptedVictims`) instead of being launched onto GPUs still in use.
     node_model: see `build_state` (True for the gate with the k8s executor).
     team_usage: see `build_state` (the k8s gate reads it from the teams' LocalQueues).
+    replicas: see `build_state` (services' current replicas).
     """
     holding = {k: v for k, v in (holding or {}).items() if v}
     everyone = list(states)
@@ -392,7 +401,7 @@ def plan_tick(
     if out:
         states = [s for s in states if s.request_id not in out]
     by_id = {s.request_id: s for s in states}
-    state = build_state(policy, states, now, checkpointed, spent, holding, node_model, team_usage)
+    state = build_state(policy, states, now, checkpointed, spent, holding, node_model, team_usage, replicas)
     result: CycleResult = admit_until_stable(state, max_cycles=max_cycles)
     plan = TickPlan(waits=list(result.pending), preemptions=list(result.preempted), rejections=list(result.rejected))
     plan.waits.extend(upstream.values())

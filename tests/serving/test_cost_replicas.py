@@ -108,3 +108,22 @@ def test_cluster_replicas_read_the_service_deployments():
         {"metadata": {"name": "not-a-service", "labels": {"app": "web"}}, "status": {"replicas": 9}},
     ]
     assert cluster_replicas(deployments) == {"S-1": 4, "S-2": 0}
+
+
+def test_the_gate_gives_the_engine_each_services_current_replicas(sqlite_url, policy):
+    from gpu_platform.gate.tick import build_state
+    from gpu_platform.observe.serving.replicas import current_replicas
+
+    ledger = Ledger(sqlite_url)
+    ledger.submit(_service(policy, "S-1"), at=at(0))
+    ledger.record("S-1", "admitted", flavor="l4-inference", at=at(1))
+    states = ledger.states()
+    assert current_replicas(ledger, states) == {"S-1": 2}  # min replicas at admission
+    ledger.record("S-1", "replicas", details={"replicas": 5, "source": "cluster"}, at=at(2))
+    states = ledger.states()
+    held = current_replicas(ledger, states)
+    assert held == {"S-1": 5}
+    workload = next(w for w in build_state(policy, states, at(3), replicas=held).admitted if w.name == "S-1")
+    assert workload.replicas == 5
+    # without the ledger's view the engine would count the service at its min
+    assert next(w for w in build_state(policy, states, at(3)).admitted if w.name == "S-1").replicas == 2

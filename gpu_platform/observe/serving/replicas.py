@@ -248,3 +248,11 @@ def service_summary(ledger: Ledger, request_id: str, con: Any = None) -> dict[st
             out["cost_day"] = day.isoformat()
             out["cost_rows"] = [r for r in service_rows(con, day) if r["service"] == out["service"]]
     return out
+
+
+def current_replicas(ledger: Ledger, states: Iterable[RequestState]) -> dict[str, int]:
+    """Request id -> the replicas each running service holds now (what the gate gives the engine)."""
+    running = running_services(states)
+    if not running:
+        return {}
+    return {v.request_id: v.current_replicas for v in service_views(ledger, running)}
