@@ -44,7 +44,7 @@ def _day(_ctx: click.Context, _param: click.Parameter, value: str) -> date:
 
 @click.group()
 def feeds() -> None:
-    """Feed ingestion: DCGM, FOCUS billing, node and pod inventory."""
+    """Feed ingestion: DCGM, FOCUS billing, node and pod inventory, requests per service."""
 
 
 @feeds.command("ingest")
@@ -73,6 +73,10 @@ def feeds() -> None:
     help="`kubectl get pv -o json` output (PersistentVolumes: which cloud volume backs each claim).",
 )
 @click.option(
+    "--requests", "requests_inputs", multiple=True, type=click.Path(dir_okay=False),
+    help="Prometheus query_range .json of requests per service (sum by (service) (increase(...[5m])), step 5m).",
+)
+@click.option(
     "--from-cluster", is_flag=True,
     help="Read nodes, pods and PersistentVolumes (those not given as files) through the API.",
 )
@@ -90,6 +94,7 @@ def ingest(
     nodes_input: str | None,
     pods_input: str | None,
     volumes_input: str | None,
+    requests_inputs: tuple[str, ...],
     from_cluster: bool,
     warehouse: str | None,
     fmt: str,
@@ -98,17 +103,19 @@ def ingest(
     from gpu_platform.finops.feeds import dcgm as dcgm_feed
     from gpu_platform.finops.feeds import ingest as ing
     from gpu_platform.finops.feeds.load import load_batch
+    from gpu_platform.finops.feeds.requests_prom import load_service_requests_day, read_service_requests_file
     from gpu_platform.finops.feeds.schemas import FeedSchemaError
     from gpu_platform.finops.warehouse import WarehouseBusy
     from gpu_platform.finops.warehouse import connect as warehouse_connect
 
     path = Path(warehouse) if warehouse else default_warehouse()
     path.parent.mkdir(parents=True, exist_ok=True)
-    explicit = bool(dcgm_inputs or focus_inputs or nodes_input or pods_input or volumes_input or from_cluster)
+    explicit = bool(dcgm_inputs or focus_inputs or nodes_input or pods_input or volumes_input or requests_inputs
+                    or from_cluster)
     missing = [
         p
         for p in (*focus_inputs, *(x for x in dcgm_inputs if "://" not in x), nodes_input, pods_input,
-                  volumes_input)
+                  volumes_input, *requests_inputs)
         if p and not Path(p).exists()  # a FIFO or device is refused by name when read
     ]
     if missing:
@@ -144,6 +151,7 @@ def ingest(
                 ("nodes", ing.load_inventory_day(con, feeds_dir, day, "nodes")),
                 ("pods", ing.load_inventory_day(con, feeds_dir, day, "pods")),
                 ("volumes", ing.load_inventory_day(con, feeds_dir, day, "volumes")),
+                ("requests", load_service_requests_day(con, feeds_dir, day)),
             ):
                 add(feed, str(feeds_dir / feed), report.rows_in, report.accepted, report.quarantined)
         for item in dcgm_inputs:
@@ -195,6 +203,17 @@ def ingest(
                     problems.append(f"--from-cluster ({kind}): {type(e).__name__}: {e}")
                     continue
                 add(kind, source, report.rows_in, report.accepted, report.quarantined)
+        for item in requests_inputs:
+            # every point of the answer, under DAY; the models count each point on the day its window ends
+            source = str(Path(item).resolve())
+            batch, _, reason = ing.read_feed_file(
+                Path(item), lambda p=Path(item), s=source: read_service_requests_file(p, s)
+            )
+            if batch is None:
+                problems.append(f"--requests {item}: {reason}")
+                continue
+            stats = load_batch(con, "requests", batch, source=source, day=day)
+            add("requests", source, batch.rows_in, stats.accepted, stats.quarantined)
     finally:
         con.close()
     if fmt == "json":

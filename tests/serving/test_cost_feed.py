@@ -112,3 +112,21 @@ def test_the_day_loader_loads_files_and_quarantines_an_unreadable_one(tmp_path):
     assert con.execute("select count(*), count(*) filter (where service = 'map-tiles') "
                        "from raw_service_requests").fetchone() == (289, 0)
     assert con.execute("select count(*) from raw_service_requests_quarantine").fetchone() == (0,)
+
+
+def test_feeds_ingest_loads_a_requests_answer_and_names_a_bad_file(tmp_path):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    wh = str(tmp_path / "w.duckdb")
+    bad = tmp_path / "failed.json"
+    bad.write_text(json.dumps({"status": "error", "errorType": "timeout", "error": "query timed out"}))
+    args = ["feeds", "ingest", "--day", DAY.isoformat(), "--warehouse", wh, "--format", "json",
+            "--requests", str(FIXTURES / "requests-mixed-2026-11-28.json")]
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    (line,) = json.loads(res.output)["feeds"]
+    assert (line["feed"], line["rows_in"], line["accepted"], line["quarantined"]) == ("requests", 11, 2, 9)
+    res = CliRunner().invoke(main, [*args[:-2], "--requests", str(bad)], catch_exceptions=False)
+    assert res.exit_code == 2 and "--requests" in res.stderr and "errorType='timeout'" in res.stderr
