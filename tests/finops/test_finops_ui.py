@@ -63,3 +63,11 @@ def test_unit_costs_are_the_days_figures_in_the_report_and_the_asset(built):  # 
                 assert round(meta[f"cost_per_{unit}_USD"], 6) == float(u["cost_per_unit"]), unit
             assert not any(k.startswith("lifetime_") for k in meta), unit
     assert D(by_unit["training_run"]["cost"]) == cost.quantize(D("0.000001"))
+
+
+def test_platform_cost_per_tenant_shows_the_same_per_team_split(built):  # noqa: F811
+    with duckdb.connect(str(built["wh"]), read_only=True) as con:
+        tenant = model_metrics(con, "platform_cost_per_tenant", (DAY, DAY))
+        charge = model_metrics(con, "chargeback", (DAY, DAY))
+    assert tenant["by_team_md"] == charge["by_team_md"]
+    assert "| idle | shared | tax | credit |" in tenant["by_team_md"]

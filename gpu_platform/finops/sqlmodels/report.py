@@ -462,6 +462,9 @@ def model_metrics(
                            "where currency is null and allocated_gpu_hours > 0").fetchone()
         out["unpriced_requests"] = int(n)
     if model == "platform_cost_per_tenant":
+        if first is not None and first == last:
+            # the day per team with its split, as the chargeback partition leads with it
+            out["by_team_md"] = team_table_markdown(chargeback_by_team(con, first))
         rows = _rows(con, f"select team, currency, allocated_gpu_hours, total_cost from {model} {where} "
                           "order by total_cost desc limit 10", params)
         out["top_teams_md"] = markdown_table(rows, ["team", "currency", "allocated_gpu_hours", "total_cost"])
