@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from gpu_platform.finops.sqlmodels import Project, default_project_path
+from gpu_platform.finops.sqlmodels.templates import Macros
 
 ROOT = Path(__file__).resolve().parents[2]
 FEEDS = ROOT / "tests" / "fixtures" / "feeds"  # copies of ../shared/reference/feeds
@@ -113,11 +114,13 @@ import assets.definitions, gpu_platform, resources
 from gpu_platform.demo.instance import EXAMPLES
 from gpu_platform.finops.feeds.dcgm import SCAN_PATH
 from gpu_platform.finops.sqlmodels import Project, default_project_path
+from gpu_platform.finops.sqlmodels.templates import Macros
 from gpu_platform.policy.loading import default_policy_path
 project = Project.load(default_project_path())
 print(json.dumps({
     "modules": [m.__file__ for m in (gpu_platform, assets.definitions, resources)],
     "project": str(project.path), "models": len(project.models),
+    "macros": sorted(Macros.load(project.path).names),
     "examples": str(EXAMPLES), "example_files": len(list(EXAMPLES.glob("*.yaml"))),
     "policy": str(default_policy_path()), "scan": SCAN_PATH,
 }))
@@ -127,6 +130,8 @@ print(json.dumps({
         assert _under(path, installed.site), f"{path} is not under the install {installed.site}"
         assert not _under(path, ROOT), path
     assert got["models"] == len(Project.load(default_project_path()).models)
+    # the models call the project's macros: the wheel ships dbt_like_sql/macros/ with them
+    assert got["macros"] == sorted(Macros.load(default_project_path()).names) != []
     assert got["example_files"] == len(list((ROOT / "examples" / "requests").glob("*.yaml"))) > 0
     assert got["scan"] == "compiled", "the wheel lacks the compiled DCGM scan"
 
