@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -181,15 +181,18 @@ def parse_service_requests(obj: str | bytes | Mapping[str, Any], source: str, st
                 bad["reason"].append(f"row {number}: {problem}")
                 continue
             previous = seconds
-            rows["ts"].append(datetime.fromtimestamp(seconds, UTC))
+            rows["ts"].append(round(seconds * 1_000_000))
             rows["service"].append(service)
             rows["requests"].append(value)
             rows["metric"].append(name)
             rows["extra_labels"].append(extra)
             rows["source"].append(source)
             rows["source_line"].append(number)
+    # microseconds since the epoch -> UTC timestamps, in one cast
+    ts = pl.Series("ts", rows.pop("ts"), dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    frame = pl.DataFrame(rows, schema={k: v for k, v in SERVICE_REQUEST_SCHEMA.items() if k != "ts"})
     return FeedBatch(
-        rows=pl.DataFrame(rows, schema=SERVICE_REQUEST_SCHEMA),
+        rows=frame.with_columns(ts).select(list(SERVICE_REQUEST_SCHEMA)),
         quarantine=pl.DataFrame(bad, schema=DCGM_QUARANTINE_SCHEMA),
         rows_in=number,
     )
