@@ -24,6 +24,19 @@ node_cost as (
 
 ),
 
+up_since as (
+
+    -- the node's observed start, where the inventory says it joined during the day: the Node
+    -- object's creationTimestamp of the first instance the name stood for (NULL when unknown)
+    select
+        n.day,
+        n.hostname,
+        case when count(*) filter (where i.created_at is null) = 0 then min(i.created_at) end as up_since
+    from nodes as n, unnest(n.instances) as u(i)
+    group by n.day, n.hostname
+
+),
+
 periods as (
 
     -- several rows (instance, disk, hourly and daily) cover the same hours: count the union once
@@ -119,16 +132,22 @@ hour_span as (
 node_hours as (
 
     -- without instance-hour rows (a scale set's row counts every instance; a node billed in other
-    -- units): the union of the node's charge periods on the day
+    -- units): the union of the node's charge periods on the day from its observed start (a node
+    -- created at 12:00 on a daily row without hours: 12 h), else the whole union
     select u.day, u.hostname, u.currency,
-           coalesce(least(h.hours, sp.span_hours), u.period_hours) as billed_hours
+           coalesce(least(h.hours, sp.span_hours), nullif(u.observed_hours, 0), u.period_hours) as billed_hours
     from (
-        select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as period_hours
+        select x.day, x.hostname, x.currency,
+               sum(epoch(x.island_end - x.island_start)) / 3600.0 as period_hours,
+               sum(greatest(epoch(x.island_end)
+                            - greatest(epoch(x.island_start), coalesce(epoch(o.up_since), epoch(x.island_start))),
+                            0)) / 3600.0 as observed_hours
         from (
             select day, hostname, currency, island, min(s) as island_start, max(e) as island_end
             from islands group by day, hostname, currency, island
-        )
-        group by day, hostname, currency
+        ) as x
+        left join up_since as o on o.day = x.day and o.hostname = x.hostname
+        group by x.day, x.hostname, x.currency
     ) as u
     left join instance_hours as h on h.day = u.day and h.hostname = u.hostname and h.currency = u.currency
     left join hour_span as sp on sp.day = u.day and sp.hostname = u.hostname and sp.currency = u.currency

@@ -72,6 +72,7 @@ windows as (
         node,
         provider_key,
         alt_provider_key,
+        created_at,
         case when lag(seen_to) over w is null then '-infinity'::timestamp
              else coalesce(created_at, lag(seen_to) over w) end as valid_from,
         coalesce(lead(seen_from) over w, 'infinity'::timestamp) as valid_to
@@ -86,7 +87,7 @@ instances as (
         d.day,
         w.node,
         list({'provider_key': w.provider_key, 'alt_provider_key': w.alt_provider_key,
-              'valid_from': w.valid_from, 'valid_to': w.valid_to}
+              'valid_from': w.valid_from, 'valid_to': w.valid_to, 'created_at': w.created_at}
              order by w.valid_from, w.provider_key, w.alt_provider_key) as instances
     from days as d
     inner join windows as w

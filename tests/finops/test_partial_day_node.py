@@ -68,3 +68,35 @@ def test_a_daily_row_of_a_node_that_ran_all_day_keeps_the_whole_day(tmp_path):
         ((hours,),) = con.execute("select node_hours from int_node_hour_prices where day = $d and hostname = $h",
                                   {"d": DAY, "h": SPOT}).fetchall()
     assert hours == 24.0
+
+
+def test_a_daily_row_without_hours_of_a_node_created_at_noon_prices_its_observed_twelve_hours(tmp_path):
+    """No ConsumedQuantity in hours: the node's hours are its charge period from when the inventory
+    says it joined (creationTimestamp 12:00), not the whole day."""
+    import json
+
+    env = {"GPU_PLATFORM_HOME": str(tmp_path), "GPU_PLATFORM_WAREHOUSE": ""}
+    bill = tmp_path / "focus-daily.csv"
+    daily_spot_bill(bill)
+    text = bill.read_text().splitlines()
+    header = text[0].split(",")
+    row = next(csv.reader([text[1]]))
+    row[header.index("ConsumedQuantity")] = ""
+    row[header.index("ConsumedUnit")] = ""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, row])
+    bill.write_text(out.getvalue())
+    doc = json.loads((FIX / "kubectl-get-nodes.json").read_text())
+    for item in doc["items"]:
+        if item["metadata"]["name"] == SPOT:
+            item["metadata"]["creationTimestamp"] = "2026-11-28T12:00:00Z"
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(doc))
+    runner = CliRunner()
+    ingest = runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--focus", str(bill), "--nodes", str(nodes)], env=env)
+    assert ingest.exit_code == 0, ingest.output
+    runner.invoke(main, ["cost", "build", "--day", DAY, "--no-tests"], env=env)
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
+        ((hours, cost),) = con.execute("select node_hours, node_cost from int_node_hour_prices where day = $d and hostname = $h",
+                                       {"d": DAY, "h": SPOT}).fetchall()
+    assert (hours, cost) == (12.0, D("471.96"))
