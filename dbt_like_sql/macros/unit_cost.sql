@@ -23,8 +23,9 @@ cost as (
 
 {#- `with requests, cost, final ... select * from final`: every request of `workload` joined to its
     lifetime cost (int_request_cost), with the request's identity, `keys` (request columns named
-    by the model) and the cost's span; the caller's block adds the model's own columns. -#}
-{% macro request_unit_cost(workload, keys) -%}
+    by the model), the cost's span and `measures` (request columns after it); the caller's block
+    adds the model's own columns. -#}
+{% macro request_unit_cost(workload, keys, measures=[]) -%}
 with requests as (
 
     select * from {{ ref('stg_requests') }}
@@ -43,6 +44,9 @@ final as (
         c.first_day,
         c.last_day,
         c.attempts,
+        {%- for measure in measures %}
+        r.{{ measure | ident }},
+        {%- endfor %}
         {{ caller() | trim }}
     from requests as r
     inner join cost as c on c.request_id = r.request_id
