@@ -307,3 +307,17 @@ def test_the_release_cost_check_names_the_flagged_day(without_telemetry, changed
     assert f"priced on flagged day(s) (1): {DAY}: " in outcome.description
     clean = priced_costs(Warehouse(path=str(changed["wh"])), ["req-train-1"])
     assert clean.flagged_days == {} and clean.costs == {"req-train-1": pytest.approx(1179.84)}
+
+
+def test_a_warehouse_from_before_creation_times_gets_the_column_and_builds():
+    from gpu_platform.finops.feeds.load import table_ddl
+    from gpu_platform.finops.sqlmodels import Project, default_project_path, ensure_raw_tables
+
+    con = duckdb.connect()
+    con.execute(table_ddl("raw_nodes").replace(', "created_at" TIMESTAMP', ""))
+    con.execute("insert into raw_nodes (snapshot_at, node, provider_key, gpu_capacity, source, source_row, day) "
+                "values ($t, $n, $k, 8, 'old', 1, $d)", {"t": D0, "n": OD, "k": f"aws:{OLD}", "d": DAY})
+    ensure_raw_tables(con)
+    Project.load(default_project_path()).build(con, days=(DAY, DAY), select=["stg_nodes"])
+    ((instances,),) = con.execute("select instances from stg_nodes where node = $n", {"n": OD}).fetchall()
+    assert [(i["provider_key"], i["created_at"]) for i in instances] == [(f"aws:{OLD}", None)]

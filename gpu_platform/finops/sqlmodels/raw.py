@@ -128,6 +128,8 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f'alter table {RAW_FOCUS_QUARANTINE} add column if not exists "{name}" {sql_type}')
     # a pod table written before the inventory read volumes: no pod mounts a known claim
     con.execute(f"alter table {RAW_PODS} add column if not exists volume_claims varchar")
+    # a node table written before the inventory kept creationTimestamp: no instance has a known start
+    con.execute(f"alter table {RAW_NODES} add column if not exists created_at timestamp")
     if RAW_DCGM_HOURLY not in present and RAW_DCGM_SAMPLES in present:
         columns = {r[0] for r in con.execute(
             "select column_name from information_schema.columns where table_name = $t and table_schema = 'main'",
