@@ -25,67 +25,43 @@ events once, when it is first opened (`backfill_state`).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
-import sqlite3
-import threading
 import time
-import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
-from pydantic import TypeAdapter
 from sqlalchemy.exc import IntegrityError
 
-from gpu_platform.requests.model import (
-    FIELD_MAX_CHARS,
-    JobRequest,
+from gpu_platform.requests.events import (  # noqa: F401 (kept import paths)
+    _STATE_UPDATE,
+    ACTIVE_STATES,
+    EVENTS,
+    INFO_EVENTS,
+    PENDING_STATES,
+    TERMINAL_STATES,
+    Event,
+    EventRow,
+    RequestState,
+    _fold,
+    _state_row,
+    _utc,
+    reason_code,
 )
-
-Event = Literal[
-    "submitted", "waiting", "admitted", "preempted", "requeued", "finished", "failed", "rejected", "cluster", "approved",
-    "replicas",
-]
-EVENTS: tuple[str, ...] = Event.__args__
-INFO_EVENTS = ("cluster", "approved", "replicas")
-"""Events that record what was observed without changing the request's state. `replicas`: a
-service's replicas running now (details `replicas`, `source`), recorded when they change."""
-ACTIVE_STATES = ("admitted",)
-PENDING_STATES = ("submitted", "waiting", "requeued")
-TERMINAL_STATES = ("finished", "failed", "rejected")
-
-
-class LedgerError(RuntimeError):
-    """A ledger operation that cannot be carried out (unknown request, conflicting resubmission)."""
-
-
-class BatchConflict(LedgerError):
-    """A batch refused as a whole: `conflicts` lists (source, problem) for each conflicting request."""
-
-    def __init__(self, conflicts: list[tuple[str, str]]):
-        self.conflicts = conflicts
-        super().__init__("; ".join(f"{src}: {msg}" for src, msg in conflicts))
-
-
-class RequestEnded(BatchConflict):
-    """A batch refused as a whole because a request's content is that of a request that already
-    ended and `again` was not asked: `ended` lists (source, Submission) for each, the Submission
-    naming the ended request, its state and when it ended (`ended_line` says it in words)."""
-
-    def __init__(self, ended: list[tuple[str, Submission]]):
-        self.ended = ended
-        super().__init__([(src, ended_line(sub)) for src, sub in ended])
-
-
-from gpu_platform.requests.schema import (  # noqa: E402  the tables live below the ledger and its helpers
+from gpu_platform.requests.ledger_db import (  # noqa: F401 (kept import paths)
+    _VERSIONS_INDEX,
+    PARSED_CACHE_SIZE,
+    _chunks,
+    _create_index,
+    _make_engine,
+    create_tables,
+    default_ledger_url,
+    request_from_payload,
+)
+from gpu_platform.requests.model import JobRequest
+from gpu_platform.requests.schema import (  # noqa: F401 (kept import paths)
     UNMATCHED_COLUMNS,
     UNMATCHED_KINDS,
     events_table,
@@ -94,192 +70,25 @@ from gpu_platform.requests.schema import (  # noqa: E402  the tables live below 
     state_table,
     unmatched_table,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class RequestState:
-    """A request with its latest state event. `attempts` counts admissions (1 for a first launch).
-
-    `Ledger.states` hands out the same instance again while the request's state row is
-    unchanged: treat it, its `details` and `cluster` as read-only.
-
-    cluster: the latest `cluster` event (what Kueue said about the request's Job) as a mapping
-    with `reason`, `at` and its details (`condition`, `kueue_reason`, `message`, `flavor`,
-    `attempt`, ...); None when the cluster has said nothing (or the request runs locally).
-    """
-
-    seq: int
-    request_id: str
-    request: JobRequest
-    state: str
-    reason: str
-    flavor: str | None
-    run_id: str | None
-    submitted_at: datetime
-    updated_at: datetime
-    attempts: int
-    details: dict[str, Any]
-    cluster: dict[str, Any] | None = None
-    approvals: tuple[dict[str, Any], ...] = ()
-    """Every `approved` event of the request, oldest first: its details plus `at`."""
-    preemptions: int = 0
-    """How many times it was preempted (its `preempted` events)."""
-
-    @property
-    def cluster_flavor(self) -> str | None:
-        """The flavor Kueue assigned to the current attempt's Job, if the cluster said so."""
-        if not self.cluster or self.cluster.get("attempt") != self.attempts:
-            return None
-        return self.cluster.get("flavor") or None
-
-
-@dataclass(frozen=True, slots=True)
-class EventRow:
-    request_id: str
-    event: str
-    at: datetime
-    reason: str
-    flavor: str | None
-    run_id: str | None
-    details: dict[str, Any]
-
-
-_DURATION = TypeAdapter(timedelta)
-
-PARSED_CACHE_SIZE = 200_000
-"""Parsed requests kept per process (`request_from_payload`), least recently used dropped first."""
-_parsed: OrderedDict[str, tuple[int, JobRequest]] = OrderedDict()
-_parsed_lock = threading.Lock()
-
-
-def request_from_payload(request_id: str, payload: str) -> JobRequest:
-    """The stored request `payload` of `request_id` as a JobRequest, validated once per process.
-
-    A payload never changes once written (the ledger is append-only), and re-validating every
-    live request on each gate tick cost ~70 us each (3.5 s a tick at 50k requests), so the
-    parsed request is kept by id with the payload's hash: a ledger holding the same id with
-    other content (another database in the same process) is parsed again, never served another's.
-    Callers share the instance: a JobRequest is frozen (its `env` mapping must not be changed)."""
-    key = hash(payload)
-    with _parsed_lock:
-        hit = _parsed.get(request_id)
-        if hit is not None and hit[0] == key:
-            _parsed.move_to_end(request_id)
-            return hit[1]
-    req = JobRequest.from_json(payload)
-    with _parsed_lock:
-        _parsed[request_id] = (key, req)
-        _parsed.move_to_end(request_id)
-        while len(_parsed) > PARSED_CACHE_SIZE:
-            _parsed.popitem(last=False)
-    return req
-
-
-def _chunks(items: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-_REASON_CODE = re.compile(r"^([A-Z][A-Za-z]{0,63})(?=[:\s(]|$)")
-
-
-def reason_code(reason: str | None) -> str:
-    """The Kueue-style code a recorded reason begins with (`Inadmissible: ...` -> `Inadmissible`,
-    `QuotaReserved on h100-ondemand` -> `QuotaReserved`); "" when it begins with none (`validated`)."""
-    m = _REASON_CODE.match(reason or "")
-    return m.group(1) if m else ""
-
-
-def _fold(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """What events (each with its `id`) change in their requests' state rows: per request the
-    latest state event (`p_sid` its id, 0: none), counts to add, the latest `cluster` event, the
-    first and latest admission, the newest event. The one definition of a request's state that
-    both the incremental update (`_apply`) and the backfill use."""
-    out: dict[str, dict[str, Any]] = {}
-    for v in events:
-        rid, ev, i, at = v["request_id"], v["event"], v["id"], v["at"]
-        d = out.get(rid)
-        if d is None:
-            d = out[rid] = {
-                "p_rid": rid, "p_sid": 0, "p_state": None, "p_reason": None, "p_code": None, "p_flavor": None, "p_run_id": None,
-                "p_details": None, "p_at": None, "p_admits": 0, "p_preempts": 0, "p_rejects": 0, "p_approvals": 0,
-                "p_cid": 0, "p_fa_id": 0, "p_fa_at": None, "p_la_at": None, "p_last": 0,
-            }
-        if i > d["p_last"]:
-            d["p_last"] = i
-        if ev == "cluster":
-            d["p_cid"] = max(d["p_cid"], i)
-            continue
-        if ev == "approved":
-            d["p_approvals"] += 1
-            continue
-        if ev in INFO_EVENTS:
-            continue
-        if i > d["p_sid"]:
-            d.update(p_sid=i, p_state=ev, p_reason=v["reason"] or "", p_code=reason_code(v["reason"]),
-                     p_flavor=v["flavor"], p_run_id=v["run_id"], p_details=v["details"], p_at=at)
-        if ev == "admitted":
-            d["p_admits"] += 1
-            if d["p_fa_id"] == 0 or i < d["p_fa_id"]:
-                d["p_fa_id"], d["p_fa_at"] = i, at
-            if d["p_la_at"] is None or _utc(at) > _utc(d["p_la_at"]):
-                d["p_la_at"] = at
-        elif ev == "preempted":
-            d["p_preempts"] += 1
-        elif ev == "rejected":
-            d["p_rejects"] += 1
-    return out
-
-
-def _state_update() -> sa.Update:
-    """One request's state row brought up to date with a batch's `_fold`, whatever the order in
-    which concurrent transactions commit: the state event is taken only if its id is newer than
-    the row's (the latest event by id, as `states_from_log` reads it), counts are added, and the
-    first/latest admission and newest event compare before they replace. Every expression reads
-    the row as it was before this update (SQL's rule for SET)."""
-    s = state_table
-
-    def p(name: str, col: sa.Column) -> sa.BindParameter:
-        return sa.bindparam(name, type_=col.type)
-
-    sid = p("p_sid", s.c.state_event_id)
-    newer = s.c.state_event_id < sid
-    cid, fa_id, last = p("p_cid", s.c.state_event_id), p("p_fa_id", s.c.state_event_id), p("p_last", s.c.state_event_id)
-    la = p("p_la_at", s.c.last_admitted_at)
-    first = sa.and_(fa_id > 0, sa.or_(s.c.first_admitted_id.is_(None), s.c.first_admitted_id > fa_id))
-
-    def pick(col: sa.Column, name: str) -> sa.Case:
-        return sa.case((newer, p(name, col)), else_=col)
-
-    return (
-        s.update()
-        .where(s.c.request_id == sa.bindparam("p_rid", type_=s.c.request_id.type))
-        .values(
-            state=pick(s.c.state, "p_state"),
-            reason=pick(s.c.reason, "p_reason"),
-            reason_code=pick(s.c.reason_code, "p_code"),
-            flavor=pick(s.c.flavor, "p_flavor"),
-            run_id=pick(s.c.run_id, "p_run_id"),
-            details=pick(s.c.details, "p_details"),
-            updated_at=pick(s.c.updated_at, "p_at"),
-            state_event_id=sa.case((newer, sid), else_=s.c.state_event_id),
-            attempts=s.c.attempts + p("p_admits", s.c.attempts),
-            preemptions=s.c.preemptions + p("p_preempts", s.c.preemptions),
-            rejections=s.c.rejections + p("p_rejects", s.c.rejections),
-            approvals=s.c.approvals + p("p_approvals", s.c.approvals),
-            cluster_event_id=sa.case((cid > sa.func.coalesce(s.c.cluster_event_id, 0), cid), else_=s.c.cluster_event_id),
-            first_admitted_id=sa.case((first, fa_id), else_=s.c.first_admitted_id),
-            first_admitted_at=sa.case((first, p("p_fa_at", s.c.first_admitted_at)), else_=s.c.first_admitted_at),
-            last_admitted_at=sa.case(
-                (sa.and_(la.is_not(None), sa.or_(s.c.last_admitted_at.is_(None), s.c.last_admitted_at < la)), la),
-                else_=s.c.last_admitted_at,
-            ),
-            last_event_id=sa.case((last > s.c.last_event_id, last), else_=s.c.last_event_id),
-        )
-    )
-
-
-_STATE_UPDATE = _state_update()
+from gpu_platform.requests.submission import (  # noqa: F401 (kept import paths)
+    UNVERIFIED_MARK,
+    BatchConflict,
+    LedgerError,
+    Outcome,
+    RecordedRun,
+    RequestEnded,
+    Submission,
+    Submitter,
+    SubmitterRefused,
+    check_submitter,
+    content_request_id,
+    decide_submission,
+    ended_line,
+    new_request_id,
+    run_request_id,
+    same_job,
+    submitter_line,
+)
 
 
 def _insert_events(conn: sa.Connection, values: list[dict[str, Any]]) -> None:
@@ -290,317 +99,8 @@ def _insert_events(conn: sa.Connection, values: list[dict[str, Any]]) -> None:
     conn.execute(_STATE_UPDATE, list(_fold({**v, "id": i} for v, i in zip(values, ids, strict=True)).values()))
 
 
-def _state_row(base: Mapping[str, Any], payload: Mapping[str, Any], folded: Mapping[str, Any]) -> dict[str, Any]:
-    """A new state row: the request's columns (`base`), its payload's name and expected duration,
-    and the `_fold` of all its events."""
-    expected = payload.get("expected_duration")
-    return {
-        "request_id": base["request_id"],
-        "seq": base["seq"],
-        "lane": base["lane"],
-        "team": base["team"],
-        "owner": base["owner"],
-        "name": payload.get("name"),
-        "gpu_type": base["gpu_type"],
-        "gpu_count": base["gpu_count"],
-        "max_cost": base["max_cost"],
-        "expected_duration_s": _seconds(expected),
-        "submitted_at": base["submitted_at"],
-        "state": folded["p_state"],
-        "reason": folded["p_reason"] or "",
-        "reason_code": folded["p_code"] or "",
-        "flavor": folded["p_flavor"],
-        "run_id": folded["p_run_id"],
-        "details": folded["p_details"],
-        "updated_at": folded["p_at"],
-        "state_event_id": folded["p_sid"],
-        "attempts": folded["p_admits"],
-        "preemptions": folded["p_preempts"],
-        "rejections": folded["p_rejects"],
-        "approvals": folded["p_approvals"],
-        "cluster_event_id": folded["p_cid"] or None,
-        "first_admitted_id": folded["p_fa_id"] or None,
-        "first_admitted_at": folded["p_fa_at"],
-        "last_admitted_at": folded["p_la_at"],
-        "last_event_id": folded["p_last"],
-    }
-
-
-def _seconds(value: Any) -> float | None:
-    """Seconds of a stored duration: a timedelta, or the ISO 8601 text a payload holds."""
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return _DURATION.validate_python(value).total_seconds()
-
-
-def new_request_id() -> str:
-    return f"req-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:10]}"
-
-
-def content_request_id(request: JobRequest) -> str:
-    """The idempotency key of a request without `request_id`: `req-` + 20 hex characters of the
-    SHA-256 of its validated content (canonical JSON). The same file submitted again (a re-run
-    batch) is the same request; any change of content is a new one. The `name` is left out: a
-    renamed file is the same request (it keeps the name it was first recorded with)."""
-    content = json.loads(request.to_json())
-    content.pop("name", None)
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return "req-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
-
-
-def same_job(a: JobRequest, b: JobRequest) -> bool:
-    """Equal but for the `name` (a label, not part of what the job does)."""
-    return a.model_copy(update={"name": None}) == b.model_copy(update={"name": None})
-
-
-Outcome = Literal["recorded", "live", "ended", "conflict"]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedRun:
-    """The latest recorded run of a request id (`run_request_id(base, run)`): its stored content,
-    its current state (None: no state row yet, taken as live) and since when it is in it."""
-
-    request_id: str
-    run: int
-    payload: str
-    state: str | None
-    since: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """What submitting one request does (`decide_submission`).
-
-    outcome: `recorded`: a new request under `request_id` (`again_of`: the ended run it repeats,
-    else None); `live`: the same content is recorded under `request_id` and has not ended
-    (`state`, `since`): nothing is written; `ended`: the same content is recorded under
-    `request_id` and ended (`state`: finished, failed or rejected; `since`: when), and `again`
-    was not asked: nothing is written; `conflict`: `request_id` is recorded with other content
-    (`problem` says so)."""
-
-    request_id: str
-    outcome: Outcome
-    state: str | None = None
-    since: datetime | None = None
-    again_of: str | None = None
-    problem: str = ""
-
-
-def run_request_id(base: str, run: int) -> str:
-    """The id the `run`-th recording of the same request gets: `base` for the first,
-    `<base>-run<run>` after (cut to fit the id's 200 characters)."""
-    if run <= 1:
-        return base
-    suffix = f"-run{run}"
-    return base[: FIELD_MAX_CHARS["request_id"] - len(suffix)] + suffix
-
-
-def decide_submission(request: JobRequest, latest: RecordedRun | None, again: bool = False) -> Submission:
-    """The idempotency rule, in one place (the CLI, the Launchpad and the API all come through
-    `Ledger.submissions`): `request` (its `request_id` set: given, or content-derived) against
-    the latest recorded run of that id (None: never recorded).
-
-    - never recorded: recorded under its id;
-    - recorded with other content (its `name` aside): a conflict;
-    - recorded and live (any state but finished, failed, rejected): the same request, whatever
-      `again` says, so a retried batch never records a live request twice;
-    - recorded and ended: not silently swallowed: `ended` (nothing recorded) unless `again`,
-      then recorded as the next run (`run_request_id`), which a retry of the same `again`
-      finds live and answers with the same id."""
-    base = request.request_id or ""
-    if latest is None:
-        return Submission(base, "recorded")
-    stored = JobRequest.from_json(latest.payload)
-    if not same_job(stored, request.model_copy(update={"request_id": stored.request_id})):
-        return Submission(
-            latest.request_id, "conflict", problem=f"request_id {latest.request_id!r} already exists with different content"
-        )
-    if latest.state not in TERMINAL_STATES:
-        return Submission(latest.request_id, "live", latest.state, latest.since)
-    if not again:
-        return Submission(latest.request_id, "ended", latest.state, latest.since)
-    return Submission(run_request_id(base, latest.run + 1), "recorded", again_of=latest.request_id)
-
-
-UNVERIFIED_MARK = "unverified"
-"""How a request whose submitter no identity source vouched for is marked (queue, explain, ledger)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Submitter:
-    """Who records a request (`check_submitter`): `name` from `source` (`Identity.source`);
-    `verified`: an identity source vouched for it; `on_behalf_of`: the owner, when a roster role
-    with `submit_for_others` submits for someone else (else None)."""
-
-    name: str
-    source: str
-    verified: bool
-    on_behalf_of: str | None = None
-
-    def details(self) -> dict[str, Any]:
-        """The `submitted` event's details."""
-        out: dict[str, Any] = {"submitted_by": self.name, "identity_source": self.source, "verified": self.verified}
-        if self.on_behalf_of:
-            out["on_behalf_of"] = self.on_behalf_of
-        return out
-
-
-def submitter_line(details: Mapping[str, Any] | None) -> str:
-    """`submitted by ana@example.com (oidc)`, `... on behalf of ...`, or `... (unverified: ...)`;
-    "" for a request recorded before submitters were (or by the platform itself)."""
-    if not details or "submitted_by" not in details:
-        return ""
-    who = f"submitted by {details['submitted_by']}"
-    if not details.get("verified"):
-        who += f" ({UNVERIFIED_MARK}: no identity source is configured)"
-    else:
-        who += f" ({details.get('identity_source')})"
-    if details.get("on_behalf_of"):
-        who += f" on behalf of {details['on_behalf_of']}"
-    return who
-
-
-def check_submitter(request: JobRequest, identity: Any, policy: Any) -> tuple[Submitter | None, list[str]]:
-    """Who may record `request`, beside the idempotency rule (`decide_submission`): the caller's
-    `Identity` against the deployed policy (`teams.<t>.members`, the roster's
-    `submit_for_others`, `scale`). Returns (the submitter, []) or (None, every problem).
-
-    - no identity source configured (an unverified `$USER`): allowed below scale S4, recorded
-      and shown as unverified; refused from S4 (the scale ladder fails closed there);
-    - verified: the caller must be the request's `owner` and a member of its `team` (whose
-      cost center the policy fixes), unless a roster role with `submit_for_others` lists them
-      (recorded as on behalf of the owner)."""
-    from gpu_platform.policy.scale import fails_closed
-
-    if not identity.verified:
-        if fails_closed(policy.scale):
-            return None, [
-                f"submitter: no identity source is configured (GPU_PLATFORM_IDENTITY: oidc, dagster, kubernetes or "
-                f"os_user) and the policy's scale {policy.scale} fails closed; {identity.name!r} ($USER) vouches for "
-                "nobody (docs/approvals.md, Identity)"
-            ]
-        return Submitter(identity.name, identity.source, False), []
-    roles = [r for r, spec in policy.approvers.items() if spec.submit_for_others and identity.is_any_of(spec.members)]
-    if roles:
-        behalf = request.owner if request.owner != identity.name else None
-        return Submitter(identity.name, identity.source, True, behalf), []
-    errors = []
-    if request.owner != identity.name:
-        errors.append(
-            f"owner: {request.owner!r} is not you ({identity.name!r}, from {identity.source}); submit as the owner, "
-            "or ask a roster role with submit_for_others to submit on their behalf"
-        )
-    team = policy.teams.get(request.team or "")
-    if team is not None and not identity.is_any_of(team.members):
-        errors.append(
-            f"team: {identity.name!r} is not a member of team {team.name} (teams.{team.name}.members), so may not "
-            f"submit for it or bill its cost center {team.cost_center}"
-        )
-    if team is not None and request.cost_center != team.cost_center:
-        errors.append(f"cost_center: {request.cost_center!r} is not team {team.name}'s ({team.cost_center})")
-    if errors:
-        return None, errors
-    return Submitter(identity.name, identity.source, True), []
-
-
-class SubmitterRefused(BatchConflict):
-    """The caller may not record one of the batch's requests (`check_submitter`); nothing was recorded."""
-
-
-def ended_line(sub: Submission) -> str:
-    """`identical to req-..., which finished at 2026-05-01 12:00:03 UTC; nothing recorded`."""
-    at = f" at {sub.since:%Y-%m-%d %H:%M:%S} UTC" if sub.since else ""
-    return f"identical to {sub.request_id}, which {sub.state}{at}; nothing recorded"
-
-
 RUN_PROBE = 8
 """Run ids looked up at once per request whose runs are being followed (`_latest_runs`)."""
-
-
-def default_ledger_url(env: Mapping[str, str] | None = None) -> str:
-    """`GPU_PLATFORM_LEDGER_URL`, else a SQLite file under `GPU_PLATFORM_HOME` (default `./var`)."""
-    env = os.environ if env is None else env
-    if env.get("GPU_PLATFORM_LEDGER_URL"):
-        return env["GPU_PLATFORM_LEDGER_URL"]
-    home = Path(env.get("GPU_PLATFORM_HOME", "var")).resolve()
-    return f"sqlite:///{home / 'ledger.db'}"
-
-
-def _utc(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-
-
-def _make_engine(url: str) -> sa.Engine:
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
-
-        @sa.event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
-            cur = dbapi_conn.cursor()
-            cur.execute("pragma busy_timeout=30000")
-            # switching a new file to WAL takes an exclusive lock, and SQLite answers "database is
-            # locked" at once (no busy wait) while another process opens the same new file
-            for attempt in range(50):
-                try:
-                    cur.execute("pragma journal_mode=wal")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or attempt == 49:
-                        raise
-                    time.sleep(0.05 + 0.01 * attempt)
-            cur.execute("pragma foreign_keys=on")
-            cur.close()
-
-        return engine
-    # hide_parameters: a failing statement's error never echoes request values (or anything else).
-    return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
-
-
-_CREATE_RACE = ("already exists", "pg_type_typname_nsp_index", "pg_class_relname_nsp_index", "database is locked")
-"""What a database says when another process created the table first: SQLite `table ... already
-exists`, PostgreSQL `relation ... already exists` or, for two CREATEs in flight at once, a unique
-violation on its catalog; SQLite also `database is locked` when it refuses a schema change at once
-(no busy wait) while another connection changes the schema of the same new file."""
-
-
-def create_tables(meta: sa.MetaData, engine: sa.Engine, attempts: int = 20) -> None:
-    """`meta.create_all(engine, checkfirst=True)`, safe under a concurrent first use.
-
-    Two processes opening a new database at once both see no table and both create it; the
-    second's CREATE fails with "already exists". That error is caught and the check made again
-    (the other process's tables are then there, and any still missing is created), up to
-    `attempts` times; every other error propagates. Used for the ledger's tables and for those
-    that live beside them (lineage, the gate's lane view)."""
-    _retry_create_race(lambda: meta.create_all(engine, checkfirst=True), attempts)
-
-
-def _retry_create_race(create: Callable[[], None], attempts: int) -> None:
-    """`create()`, tried again (up to `attempts` times) while it fails on another process having
-    created the same object first (`_CREATE_RACE`); every other error propagates at once."""
-    for attempt in range(attempts):
-        try:
-            create()
-            return
-        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
-            if attempt == attempts - 1 or not any(m in str(exc.orig) for m in _CREATE_RACE):
-                raise
-            time.sleep(min(0.5, 0.02 * (attempt + 1)))
-
-
-_VERSIONS_INDEX = next(ix for ix in state_table.indexes if ix.name == "ix_gp_request_state_versions")
-
-
-def _create_index(index: sa.Index, engine: sa.Engine, attempts: int = 20) -> None:
-    """An index added after its table: `create_all` makes only missing tables, so a ledger whose
-    state table predates the index gets it here (once; a concurrent first use that made it first
-    is an "already exists", as for `create_tables`)."""
-    _retry_create_race(lambda: index.create(engine, checkfirst=True), attempts)
 
 
 class Ledger:
