@@ -6,7 +6,10 @@ slice's span, ids suffixed), on a pool of --capacity GPUs; so a longer history a
 where cost should grow linearly with jobs. The node-aware run is the policy scenario on the
 policy's node shapes (`--node-model policy`: jobs over one node are gangs, placements persist,
 stranded GPU-hours integrated), reported as its own line (`simulate_trace_nodes`). Kueue: the baseline generator of
-examples/simulate (15,000 workloads) and the same with more cohorts (N workloads).
+examples/simulate (15,000 workloads) and the same with more cohorts (N workloads). The shared
+traces (../shared/reference/traces: ElasticFlow cluster04 and cluster02, whole, fleet lane map) are
+run as they are, each at its documented pool, and reported as simulator CPU per 1,000 jobs
+(`simulate_shared_trace`; reading the CSV is timed apart).
 
 Prints one JSON line per measurement: {"benchmark", "scenario", "jobs", "wall_s", "cpu_s",
 "engine_calls", ...}. Target: 100,000 jobs under 30 s; near-linear growth.
@@ -88,6 +91,41 @@ def run_trace(name: str, n: int, capacity: float, mix: str = "light", nodes: boo
     }
 
 
+SHARED_TRACES = ROOT.parent / "shared" / "reference" / "traces"
+SHARED = {"cluster04": 640.0, "cluster02": 160.0}
+"""The shared ElasticFlow traces and the pool each is run at (docs/simulator.md, capacity rule: about
+1.3x the trace's mean busy GPUs; cluster02 at 160, where its bursts leave room)."""
+
+
+def run_shared(name: str, capacity: float, lane_map: str = "elasticflow-fleet", traces: Path = SHARED_TRACES) -> dict:
+    """The policy on a whole shared trace (fleet mix): CPU per 1,000 jobs, read and simulate apart."""
+    pol = load_policy()
+    c0 = time.process_time()
+    jobs = load_trace(traces / f"elasticflow-{name}.csv", lane_map=load_lane_map(LANE_MAPS / f"{lane_map}.yaml")).jobs
+    read_cpu = time.process_time() - c0
+    scn = SCENARIOS["policy"](pol, capacity)
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(scn, jobs)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    tot = lane_report(res)["total"]
+    n = len(jobs)
+    return {
+        "benchmark": "simulate_shared_trace",
+        "scenario": "policy",
+        "trace": f"elasticflow-{name}",
+        "mix": lane_map,
+        "jobs": n,
+        "capacity_gpus": capacity,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "cpu_s_per_1000_jobs": round(1000 * cpu / n, 3),
+        "read_cpu_s_per_1000_jobs": round(1000 * read_cpu / n, 3),
+        "engine_calls": res.engine_calls,
+        "preemptions": tot["preemptions"],
+        "gpu_utilization": tot["gpu_utilization"],
+    }
+
+
 def run_kueue(cohorts: int) -> dict:
     raw = yaml.safe_load(KUEUE.read_text())
     raw["cohorts"][0]["count"] = cohorts
@@ -119,7 +157,15 @@ def main() -> None:
     ap.add_argument("--preempting-at", type=int, default=100000, help="also run the policy on the preempting mix at this size (0: no)")
     ap.add_argument("--nodes-at", type=int, default=100000, help="also run the policy on the policy's node shapes at this size (0: no)")
     ap.add_argument("--kueue-cohorts", default="5,10", help="Kueue baseline with these cohort counts (5 = the original)")
+    ap.add_argument("--shared-traces", default=",".join(SHARED),
+                    help="also run the policy on these whole shared traces (fleet mix; '' : none)")
+    ap.add_argument("--only-shared", action="store_true", help="run only the shared traces")
     args = ap.parse_args()
+    for name in (x for x in args.shared_traces.split(",") if x):
+        if (SHARED_TRACES / f"elasticflow-{name}.csv").exists():
+            print(json.dumps(run_shared(name, SHARED[name])), flush=True)
+    if args.only_shared:
+        return
     for n in (int(x) for x in args.sizes.split(",") if x):
         print(json.dumps(run_trace("policy", n, args.capacity)), flush=True)
     if args.preempting_at:

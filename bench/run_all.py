@@ -67,6 +67,13 @@ BENCHES = [
         "near-linear growth 12.5k -> 100k; issue 20: the same light mix on the policy's node shapes (reported)",
     ),
     (
+        "simulate_traces",
+        [PY, "bench/bench_simulate.py", "--only-shared"],
+        "issue 45: the simulator's CPU per 1,000 jobs on both shared traces (ElasticFlow cluster04 at 640 GPUs, "
+        "cluster02 at 160, whole, fleet lane map, the packaged policy), beside the tiled cluster04 slice above; "
+        "reading the CSV timed apart (reported)",
+    ),
+    (
         "demo_pricing",
         [PY, "bench/bench_demo_pricing.py", *(["--runs", "1"] if QUICK else ["--runs", "3"])],
         "issue 22: 30 days of the demo priced within 5 minutes of `make demo` (one in-process run: "
@@ -255,6 +262,12 @@ def summary(by_name: dict[str, list[dict]]) -> list[str]:
         vs = f", {nb['cpu_s'] / quota['cpu_s']:.1f}x quota-only" if quota and quota.get("cpu_s") else ""
         rows.append((f"simulate {nb['jobs']:,} trace jobs, policy on the policy's nodes (CPU)",
                      f"{nb['cpu_s']:.1f} s CPU ({nb['wall_s']:.1f} s wall{vs})", "reported", True))
+    for st in by_name.get("simulate_traces", []):
+        if st.get("benchmark") == "simulate_shared_trace":
+            rows.append((f"simulate {st['trace']} ({st['jobs']:,} jobs, {st['capacity_gpus']:g} GPUs, policy) per 1,000 jobs (CPU)",
+                         f"{st['cpu_s_per_1000_jobs']:.2f} s CPU ({st['cpu_s']:.1f} s for the trace; reading "
+                         f"{st['read_cpu_s_per_1000_jobs']:.3f} s per 1,000; {st['preemptions']:,} preemptions)",
+                         "reported", True))
     kb = _find(sims, benchmark="simulate_kueue", jobs=15000)
     if kb:
         rows.append(("simulate Kueue baseline scenario (15k workloads)", f"{kb['cpu_s']:.1f} s CPU ({kb['wall_s']:.1f} s wall)", "reported", True))

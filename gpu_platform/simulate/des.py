@@ -49,6 +49,7 @@ import bisect
 import gc
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from gpu_platform.admission import ClusterState, Workload, admit_until_stable
@@ -68,6 +69,8 @@ from gpu_platform.simulate.scenario import Scenario
 from gpu_platform.simulate.trace import TraceJob
 
 _INF = math.inf
+PROGRESS_JOBS = 100_000
+"""Arrivals between two calls of `simulate`'s `progress`."""
 # ClusterState's slot setters of the fields each engine call sets (see `_Sim._state`)
 _CS_ADMITTED = ClusterState.__dict__["admitted"].__set__
 _CS_PENDING = ClusterState.__dict__["pending"].__set__
@@ -215,6 +218,9 @@ class _Sim:
         self.seq_age = 0
         # more events beside the trace (`simulate(events=...)`: a service's autoscaler)
         self.events = None
+        # `simulate(progress=...)`: called with (jobs arrived, jobs) every `progress_every` arrivals
+        self.progress: Callable[[int, int], None] | None = None
+        self.progress_every = PROGRESS_JOBS
 
     @staticmethod
     def _shape(wl: Workload) -> tuple:
@@ -763,6 +769,8 @@ class _Sim:
             while ai < n and runs[ai].job.submit_ts <= t_run:
                 arrived |= self.arrive(runs[ai], runs[ai].job.submit_ts)
                 ai += 1
+                if ai % self.progress_every == 0 and self.progress is not None:
+                    self.progress(ai, n)
             while aging and aging[0][0] <= t_run:
                 _due, _i, r, level = heapq.heappop(aging)
                 if r.state == "pending" and level > self.level.get(r.job.job_id, 0):
@@ -793,6 +801,7 @@ def simulate(
     skip_bound: bool = True,
     merge_held: bool = True,
     events=None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Replay `jobs` under `scenario`. tick=0: the engine runs at every instant something
     changes; tick>0: at multiples of `tick` seconds (a gate on a sensor interval).
@@ -803,11 +812,14 @@ def simulate(
     outcome does not depend on them, only the time it takes; see the module doc).
     events: more events beside the trace, asked at each instant (`simulate/serving.py`: a service's
     autoscaler): `next_time()`, `fire(sim, now)` before the engine runs (True: look at every
-    queue), `observe(sim, now)` after it; None: the trace only."""
+    queue), `observe(sim, now)` after it; None: the trace only.
+    progress: called with (jobs arrived so far, jobs) every `PROGRESS_JOBS` arrivals, so a long run
+    can say how far it is (the engine's baselines with their own loop do not call it)."""
     if scenario.fast is not None:  # a baseline with its own event loop (no engine)
         return scenario.fast(scenario, jobs, tick)
     sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
     sim.events = events
+    sim.progress = progress
     # The trace's jobs and workloads live for the whole run: frozen out of the cyclic GC, the
     # collections the engine's allocations trigger do not walk them again and again (that grew
     # with the trace's length). The engine frees its snapshots by reference counting (it breaks

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,16 +220,68 @@ def _num(row: dict[str, str], col: str, positive: bool) -> float:
     return v
 
 
+PROGRESS_ROWS = 1_000_000
+"""Rows between two progress calls of `stream_trace` (`progress(rows)`)."""
+
+
 def load_trace(
     path: str | Path,
     lane_from: str | None = None,
     lane_map: LaneMap | None = None,
     lanes: frozenset[str] | None = None,
     sites: frozenset[str] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Trace:
     """Read a trace CSV. lanes=None: any lane name is accepted (the scenario rejects unknown ones);
     a set: a row whose lane is not in it is quarantined. sites: the policy's sites (a row naming
-    another site is quarantined); None or empty: the `site` column is ignored."""
+    another site is quarantined); None or empty: the `site` column is ignored. progress: called
+    with the rows read so far every `PROGRESS_ROWS` rows. The file is read as a stream
+    (`stream_trace`): memory grows with the accepted jobs, not with the file."""
+    jobs: list[TraceJob] = []
+    bad: list[Quarantined] = []
+    stream = stream_trace(path, lane_from, lane_map, lanes, sites, progress)
+    for item in stream:
+        if isinstance(item, TraceJob):
+            jobs.append(item)
+        else:
+            bad.append(item)
+    return Trace(jobs, bad, stream.rows, str(path))
+
+
+class stream_trace:  # noqa: N801 - used as a function that also reports its row count
+    """The trace's rows in file order, one at a time: a `TraceJob` for each usable row, a
+    `Quarantined` (line, reason) for each other; `rows` counts the rows read so far. The header is
+    checked on creation (`TraceError` naming every missing column); nothing else is held but the
+    ids seen (for repeats) and one text per distinct lane, user, GPU type, status and site, so a
+    consumer that keeps only what it needs (`load_trace` keeps the jobs) reads a file of any
+    length in that much memory."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        lane_from: str | None = None,
+        lane_map: LaneMap | None = None,
+        lanes: frozenset[str] | None = None,
+        sites: frozenset[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ):
+        self.rows = 0
+        self._gen = _stream(self, path, lane_from, lane_map, lanes, sites, progress)
+        next(self._gen)  # check the header now
+
+    def __iter__(self) -> Iterator[TraceJob | Quarantined]:
+        return self._gen
+
+
+def _stream(
+    out: stream_trace,
+    path: str | Path,
+    lane_from: str | None,
+    lane_map: LaneMap | None,
+    lanes: frozenset[str] | None,
+    sites: frozenset[str] | None,
+    progress: Callable[[int], None] | None,
+) -> Iterator[Any]:
     src = str(path)
     renames = dict(lane_map.columns) if lane_map else {}
     column = lane_from or (lane_map.column if lane_map else None)
@@ -262,11 +314,20 @@ def load_trace(
             raise TraceError(problems, src)
         reader.fieldnames = header
         lane_col = renames.get(column, column) if column else None
-        jobs: list[TraceJob] = []
-        bad: list[Quarantined] = []
         seen: set[str] = set()
-        rows = 0
+        texts: dict[str, str] = {}  # one copy of each repeated text (lanes, users, GPU types, ...)
+
+        def text(v: str | None) -> str | None:
+            v = (v or "").strip()
+            if not v:
+                return None
+            return texts.setdefault(v, v) if len(texts) < 1_000_000 else v
+
+        yield None  # the header is fine: `stream_trace` returns
         for rows, row in enumerate(reader, 1):
+            out.rows = rows
+            if progress is not None and rows % PROGRESS_ROWS == 0:
+                progress(rows)
             line = rows + 1
             try:
                 job_id = (row.get("job_id") or "").strip()
@@ -295,21 +356,18 @@ def load_trace(
                 if site is not None and site not in sites:  # type: ignore[operator]
                     raise ValueError(f"site: {site!r} is not a site of the policy (sites: {', '.join(sorted(sites or ()))})")
             except ValueError as exc:
-                bad.append(Quarantined(line, str(exc)))
+                yield Quarantined(line, str(exc))
                 continue
             seen.add(job_id)
-            jobs.append(
-                TraceJob(
-                    job_id,
-                    submit,
-                    duration,
-                    gpus,
-                    lane,
-                    (row.get("user") or "").strip() or None,
-                    (row.get("gpu_type") or "").strip() or None,
-                    (row.get("status") or "").strip() or None,
-                    pp,
-                    site=site,
-                )
+            yield TraceJob(
+                job_id,
+                submit,
+                duration,
+                gpus,
+                texts.setdefault(lane, lane),
+                text(row.get("user")),
+                text(row.get("gpu_type")),
+                text(row.get("status")),
+                texts.setdefault(pp, pp),
+                site=None if site is None else texts.setdefault(site, site),
             )
-    return Trace(jobs, bad, rows, src)
