@@ -252,13 +252,14 @@ def test_an_alias_names_one_team_only(tmp_path, alias, message):
     with pytest.raises(Exception) as err:
         load_policy(path)
     assert message in str(err.value)
-    doc["teams"]["mapping"]["aliases"] = ["maps-old"]
+    doc["teams"]["mapping"]["aliases"] = ["maps-old", "maps-old"]  # listed twice: one namespace row
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     from gpu_platform.observe.scorecards import model_vars
 
     variables = model_vars(load_policy(path))
     assert sorted(variables["team_aliases"]) == ["maps-old|mapping", "roads|perception", "vision|perception"]
     assert "perception|vision|CC-1010|" in variables["team_namespaces"]
+    assert variables["team_namespaces"].count("mapping|maps-old|CC-1030|") == 1
 
 
 @pytest.fixture(scope="module")

@@ -67,14 +67,14 @@ def team_namespaces(policy: Any) -> list[str]:
     out = [f"{name}|{t.namespace}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())]
     # a namespace the team moved out of (an alias that is no namespace of its own) is still its
     out += [f"{name}|{a}|{t.cost_center}|{t.site or ''}" for name, t in sorted(policy.teams.items())
-            for a in getattr(t, "aliases", ()) if a != t.namespace]
+            for a in dict.fromkeys(getattr(t, "aliases", ())) if a != t.namespace]
     return out
 
 
 def team_aliases(policy: Any) -> list[str]:
     """`alias|team` per alias of a team (`teams.<team>.aliases`: a former name): the cost models
     charge a request recorded under the alias to the team (bound as one list)."""
-    return [f"{a}|{name}" for name, t in sorted(policy.teams.items()) for a in getattr(t, "aliases", ())]
+    return [f"{a}|{name}" for name, t in sorted(policy.teams.items()) for a in dict.fromkeys(getattr(t, "aliases", ()))]
 
 
 def lane_wait_targets(policy: Any) -> list[str]:
