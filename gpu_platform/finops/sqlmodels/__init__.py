@@ -1,5 +1,9 @@
 """dbt-like SQL models for GPU cost: a small runner over DuckDB (no Dagster here).
 May import `finops/feeds/` (the raw tables' DDL) and `safeload/`; the scorecard vars are passed in, not imported.
+Modules, one job each: `runner` (Project: load, select, build, data tests; re-exports the rest),
+`model` (dataclasses, errors), `templates` (Jinja rendering, the project's macros), `datatests`
+(a model's yml and its tests' SQL), `warehouse` (build log, build settings), `raw` (the raw
+tables and snapshots loaded into them), `report` (the cost report's queries).
 """
 
 from importlib.resources import files
