@@ -12,7 +12,9 @@ Regenerate on purpose only, when a change is meant to change rows (say which in 
     .venv/bin/python -m tests.sqlmodels.golden              # the working tree's dbt_like_sql/
     .venv/bin/python -m tests.sqlmodels.golden --rev e050b86  # the project as of a commit
 
-The snapshots checked in were made with `--rev e050b86`: the SQL before the models used macros.
+The first snapshots were made from the SQL before the models used macros: the models that use
+them now as of e050b86, the other models as of the commit (so the test proved the rewrite kept
+every row). A later change that means to change rows regenerates them from the working tree.
 """
 
 from __future__ import annotations
