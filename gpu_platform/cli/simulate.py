@@ -272,7 +272,8 @@ def simulate_cmd(
         fail("simulate", problems)
     try:
         lm = load_lane_map(_lane_map_path(lane_map)) if lane_map else None
-        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes), sites=frozenset(pol.sites))  # type: ignore[arg-type]
+        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes), sites=frozenset(pol.sites),  # type: ignore[arg-type]
+                           progress=lambda rows: err.print(f"reading {trace_path}: {rows:,} rows"))
     except TraceError as exc:
         fail(f"trace invalid: {exc.source}", exc.errors)
     if trace.quarantined:
@@ -296,7 +297,8 @@ def simulate_cmd(
             scn = with_nodes(scn, policy_node_gpus(pol))
         elif node_gpus is not None:
             scn = with_nodes(scn, uniform_node_gpus(scn.base, node_gpus))
-        res = simulate(scn, trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval)
+        res = simulate(scn, trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval,
+                       progress=lambda done, n, name=name: err.print(f"simulating {name}: {done:,} of {n:,} jobs arrived"))
         rep = lane_report(res)
         rep["simulation_wall_s"] = round(time.perf_counter() - t0, 3)
         doc["scenarios"][name] = rep

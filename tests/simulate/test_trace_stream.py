@@ -87,3 +87,18 @@ def test_simulate_reports_progress(monkeypatch):
     res = simulate(SCENARIOS["policy"](load_policy(), 64), jobs, progress=lambda a, n: calls.append((a, n)))
     assert calls == [(10, 35), (20, 35), (30, 35)]
     assert all(r.state == "done" for r in res.runs)
+
+
+def test_simulate_cli_says_how_far_a_long_run_is(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+    from gpu_platform.simulate import des
+
+    monkeypatch.setattr(trace_mod, "PROGRESS_ROWS", 100)
+    monkeypatch.setattr(des, "PROGRESS_JOBS", 100)
+    p = _write(tmp_path / "t.csv", 250)
+    r = CliRunner().invoke(main, ["simulate", "--trace", str(p), "--compare", "none", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert f"reading {p}: 200 rows" in r.stderr
+    assert "simulating policy: 200 of 250 jobs arrived" in r.stderr
