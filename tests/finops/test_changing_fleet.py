@@ -204,6 +204,13 @@ def test_a_replaced_node_prices_both_instances_and_the_day_builds(changed):
         select node_hours, node_cost, price_per_gpu_hour from int_node_hour_prices
         where day = $d and hostname = $h""", {"d": DAY, "h": OD})
     assert (hours, cost, price) == (24.0, D("2359.680000"), D("12.290000"))
+    # the samples of both instances (they carry the node's name) attach to the node's 24 h: the
+    # training pod's 8 GPUs x 12 h across the replacement and the sweep pod's 4 x 12 h
+    ((capacity, allocated, unattributed, idle, idle_cost),) = q(changed["wh"], """
+        select capacity_gpu_hours, allocated_gpu_hours, unattributed_gpu_hours, idle_gpu_hours, idle_cost
+        from int_idle_capacity where day = $d and hostname = $h""", {"d": DAY, "h": OD})
+    assert (capacity, allocated, unattributed, idle) == (192.0, 96.0, 48.0, 48.0)
+    assert idle_cost == D("589.92")  # 48 idle GPU-hours at 12.29
     # no instance is left over as a bill without a node
     assert q(changed["wh"], """
         select kind, amount from reconciliation_exceptions
