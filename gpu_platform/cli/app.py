@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a replay, a label batch...).",
     ),
     "retention": ("lineage:retention", "Evidence retention: holds and sweeps."),
-    "cost": ("cost:cost", "GPU cost models: build a day, report unit costs and chargeback."),
+    "cost": ("cost:cost", "GPU cost models: build a day, report unit costs and chargeback, export it as FOCUS."),
     "feeds": ("feeds:feeds", "Feed ingestion: DCGM, FOCUS billing, node and pod inventory."),
     "metrics": ("metrics:metrics", "Prometheus metrics of the queue."),
     "autoscale": ("autoscale:autoscale", "Autoscaling demand from the queue."),

@@ -52,7 +52,7 @@ def _warehouse(value: str | None) -> str:
 
 @click.group()
 def cost() -> None:
-    """GPU cost models: build a day, report unit costs and chargeback."""
+    """GPU cost models: build a day, report unit costs and chargeback, export it as FOCUS."""
 
 
 @cost.command()
