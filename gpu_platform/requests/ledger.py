@@ -21,6 +21,11 @@ transaction as every event that changes it, so the gate's tick, the queue views 
 read the state without regrouping the event log (`states`); `states_from_log` derives the same
 answer from the events alone, and a ledger written before the table existed is filled from its
 events once, when it is first opened (`backfill_state`).
+
+The event fold lives in `events.py`, ids and the resubmission rule in `submission.py`, the
+database in `ledger_db.py` (all re-exported here). This module is the `Ledger` class alone, about
+800 lines, kept whole: each method is one read or one write over the same four tables.
+May import `requests/events.py`, `submission.py`, `ledger_db.py`, `model.py`, `schema.py`.
 """
 
 from __future__ import annotations
