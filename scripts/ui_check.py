@@ -631,6 +631,9 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
         "cost report --day YYYY-MM-DD --format table|json": [
             ("cost report --day $(date -u +%F)", (today,), {}),
             (f"cost report --day {yesterday} --format json", ('"totals"', '"unit_costs"'), {})],
+        "cost export --day YYYY-MM-DD [--format focus|csv|parquet] [--out FILE]": [
+            (f"cost export --day {yesterday}", ("BilledCost", "EffectiveCost", "x_AllocationLine"), {}),
+            (f"cost export --day {yesterday} --format csv", ("effective_cost", "request"), {})],
         "scorecard --day YYYY-MM-DD [--format json]": [
             (f"scorecard --day {yesterday}", (yesterday,), {}),
             (f"scorecard --day {yesterday} --format json", (yesterday,), {})],
