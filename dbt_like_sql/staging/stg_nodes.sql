@@ -41,7 +41,12 @@ chosen as (
 
 instance_source as (
 
-    select node, provider_key, alt_provider_key, snapshot_at, created_at
+    -- a snapshot's time: snapshot_at (the file's modification time), or the end of the day it was
+    -- loaded for when that time is not on that day (a month of saved snapshots copied at once)
+    select
+        node, provider_key, alt_provider_key, created_at,
+        case when day is null or cast(snapshot_at as date) = day then snapshot_at
+             else cast(day as timestamp) + interval 1 day - interval 1 microsecond end as snapshot_at
     from {{ source('raw_nodes') }}
     where provider_key is not null
       and coalesce(day, cast(snapshot_at as date))

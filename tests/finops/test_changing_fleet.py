@@ -157,7 +157,30 @@ def aliased_policy(path: Path) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def build_day(home: Path, hosts: tuple[str, ...]) -> dict:
+def daily_snapshots_copied_at_once(home: Path, bill: Path) -> tuple[Path, Path]:
+    """A month of saved daily snapshots copied at once (every file's time a week later): the 27th's
+    shows the old instance, the 28th's the new one, without creationTimestamp; the bill names the
+    instances by id only (ResourceName empty), so only provider identity can join them."""
+    early, late = node_snapshots(home)
+    doc = json.loads(late.read_text())
+    for item in doc["items"]:
+        item["metadata"].pop("creationTimestamp", None)
+    late.write_text(json.dumps(doc))
+    t = datetime(2026, 12, 5, 9, tzinfo=UTC).timestamp()
+    for f in (early, late):
+        os.utime(f, (t, t))
+    with bill.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = list(reader.fieldnames or []), list(reader)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows({**r, "ResourceName": ""} if r["ResourceId"] in (OLD, NEW) else r for r in rows)
+    bill.write_text(buf.getvalue())
+    return early, late
+
+
+def build_day(home: Path, hosts: tuple[str, ...], copied: bool = False) -> dict:
     policy = home / "policy.yaml"
     aliased_policy(policy)
     env = {"GPU_PLATFORM_HOME": str(home), "GPU_PLATFORM_WAREHOUSE": "", "GPU_PLATFORM_POLICY": str(policy)}
@@ -166,12 +189,15 @@ def build_day(home: Path, hosts: tuple[str, ...]) -> dict:
     replaced_node_bill(bill)
     renamed_pods(pods)
     dcgm_history(dcgm, hosts)
-    early, late = node_snapshots(home)
+    early, late = daily_snapshots_copied_at_once(home, bill) if copied else node_snapshots(home)
     ingest = runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--focus", str(bill), "--dcgm", str(dcgm),
-                                  "--nodes", str(early), "--pods", str(pods),
+                                  "--nodes", str(late if copied else early), "--pods", str(pods),
                                   "--volumes", str(FIX / "kubectl-get-pv.json")], env=env)
     assert ingest.exit_code == 0, ingest.output
-    second = runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--nodes", str(late)], env=env)
+    if copied:
+        second = runner.invoke(main, ["feeds", "ingest", "--day", "2026-11-27", "--nodes", str(early)], env=env)
+    else:
+        second = runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--nodes", str(late)], env=env)
     assert second.exit_code == 0, second.output
     wh = home / "warehouse.duckdb"
     with duckdb.connect(str(wh)) as con:
@@ -329,3 +355,15 @@ def test_a_warehouse_from_before_creation_times_gets_the_column_and_builds():
     Project.load(default_project_path()).build(con, days=(DAY, DAY), select=["stg_nodes"])
     ((instances,),) = con.execute("select instances from stg_nodes where node = $n", {"n": OD}).fetchall()
     assert [(i["provider_key"], i["created_at"]) for i in instances] == [(f"aws:{OLD}", None)]
+
+
+def test_daily_snapshots_copied_at_once_still_price_both_instances(tmp_path):
+    built = build_day(tmp_path, (OD, SPOT, SP), copied=True)
+    assert built["build"].exit_code == 0, built["build"].output
+    by_key = dict(q(built["wh"], """
+        select resource_key, sum(effective_cost) from int_billing_nodes
+        where day = $d and hostname = $h and match_rule = 'provider_id' group by 1""", {"d": DAY, "h": OD}))
+    assert by_key == {f"aws:{OLD}": D("934.040000"), f"aws:{NEW}": D("1425.640000")}
+    (usd,) = built["report"]["totals"]
+    assert D(usd["billed"]) == DAY_BILLED and D(usd["unreconciled"]) == D("29.4975") and D(usd["difference"]) == 0
+    assert not built["report"].get("flags")
