@@ -21,7 +21,7 @@ import dagster as dg
 
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.workloads import NO_PARTITION_DEPENDENCY, partition_url
-from gpu_platform.finops.sqlmodels.report import SERVICE_COLUMNS, markdown_table
+from gpu_platform.finops.sqlmodels.report import service_markdown
 from gpu_platform.finops.warehouse import WarehouseBusy
 from gpu_platform.observe.serving.replicas import (
     cluster_replicas,
@@ -66,7 +66,7 @@ def inference_service(
     }
     if s["released_model_request"]:
         md["released_model"] = dg.MetadataValue.url(partition_url("released_model", s["released_model_request"]))
-    md["cost_md"] = dg.MetadataValue.md(markdown_table(s["cost_rows"], SERVICE_COLUMNS) if s["cost_rows"]
+    md["cost_md"] = dg.MetadataValue.md(service_markdown(s["cost_rows"]) if s["cost_rows"]
                                         else "_no priced day yet (cost build, then this service again)_")
     for r in s["cost_rows"]:
         if r["cost_per_1k_requests"] is not None:

@@ -382,6 +382,23 @@ def service_rows(con: duckdb.DuckDBPyConnection, day: str | date) -> list[dict[s
                  {"day": date.fromisoformat(str(day))})
 
 
+def service_markdown(rows: list[dict[str, Any]]) -> str:
+    """`service_rows` as a markdown table for the UI: money to the cent, cost per 1,000 requests to
+    1e-6 (a fraction of a cent is the figure), requests whole, no reason shown as empty."""
+    def per_1k(v: Any) -> str:
+        return "" if v is None else _shown(v)
+
+    def count(v: Any) -> str:
+        n = float(v or 0)
+        return f"{n:,.0f}" if n.is_integer() else f"{n:,.2f}"
+
+    shown = [{**{k: ("" if v is None else v) for k, v in r.items()}, "requests": count(r["requests"]),
+              "cost_per_1k_requests": per_1k(r["cost_per_1k_requests"]),
+              "idle_cost_per_1k_requests": per_1k(r["idle_cost_per_1k_requests"])}
+             for r in rows]
+    return markdown_table(shown, SERVICE_COLUMNS)
+
+
 def to_jsonable(value: Any) -> Any:
     """Decimals become strings (exact), dates ISO strings."""
     if isinstance(value, dict):
@@ -476,7 +493,7 @@ def model_metrics(
     if model == "unit_cost_inference_request" and first is not None and first == last:
         # the day's services as `cost report` shows them (service_rows), and each priced one's figure
         rows = service_rows(con, first)
-        out["services_md"] = markdown_table(rows, [c for c in SERVICE_COLUMNS if c != "idle_cost_per_1k_requests"])
+        out["services_md"] = service_markdown(rows)
         for r in rows:
             if r["cost_per_1k_requests"] is not None:
                 out[f"cost_per_1k_requests_{r['service']}_{r['currency']}"] = float(r["cost_per_1k_requests"])
