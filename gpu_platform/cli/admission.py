@@ -124,3 +124,15 @@ def export(policy_file: str | None, out_dir: str) -> None:
             f"wrote {path}: merge its admissionFairSharing block into Kueue's Configuration "
             "(ConfigMap kueue-manager-config) and restart Kueue"
         )
+    from gpu_platform.serving.render import kueue_integrations
+
+    integrations = kueue_integrations(policy)
+    if integrations is not None:
+        from gpu_platform.safeload.files import write_file
+
+        path = Path(out_dir) / "kueue-manager-config" / "integrations.yaml"
+        write_file(path, yaml.safe_dump(integrations, sort_keys=False))
+        click.echo(
+            f"wrote {path}: a serving lane's Deployments and LeaderWorkerSets need these integrations in "
+            "Kueue's Configuration (ConfigMap kueue-manager-config; keep any you already list) and a Kueue restart"
+        )

@@ -315,6 +315,24 @@ def autoscaler_manifest(
     }
 
 
+KUEUE_FRAMEWORKS = ("batch/job", "pod", "deployment", "leaderworkerset.x-k8s.io/leaderworkerset")
+"""Kueue's integrations the platform's workloads need: Jobs, and for services the pod integration
+with Deployments and LeaderWorkerSets on it (Kueue's Configuration `integrations.frameworks`)."""
+
+
+def kueue_integrations(policy: Policy) -> dict[str, Any] | None:
+    """The part of Kueue's manager Configuration (config.kueue.x-k8s.io) a policy with a serving
+    lane needs: its `integrations.frameworks`, so Kueue admits a service's Deployment or
+    LeaderWorkerSet pods; None: no serving lane (Jobs need nothing beyond Kueue's defaults)."""
+    if not any(lane.serving for lane in policy.lanes.values()):
+        return None
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+    }
+
+
 _URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
 
 

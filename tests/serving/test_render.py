@@ -238,3 +238,19 @@ def test_cli_renders_a_service():
     assert res.exit_code == 2 and "a service runs no steps" in res.output
     res = CliRunner().invoke(main, ["k8s", "render", str(EXAMPLE), "--prometheus-url", "http://prom.obs.svc:9090"])
     assert res.exit_code == 0 and "serverAddress: http://prom.obs.svc:9090" in res.output
+
+
+def test_kueue_export_writes_the_integrations_a_serving_lane_needs(tmp_path, policy):
+    from gpu_platform.serving.render import kueue_integrations
+
+    res = CliRunner().invoke(main, ["kueue", "export", "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    cfg = yaml.safe_load((tmp_path / "k" / "kueue-manager-config" / "integrations.yaml").read_text())
+    assert cfg["kind"] == "Configuration" and cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert cfg["integrations"]["frameworks"] == ["batch/job", "pod", "deployment", "leaderworkerset.x-k8s.io/leaderworkerset"]
+    # `kubectl apply -f DIR` (not recursive) leaves the subfolder alone
+    assert not list((tmp_path / "k").glob("*integrations*"))
+    raw = yaml.safe_load(default_policy_path().read_text())
+    del raw["lanes"]["online_serving"]
+    raw["flavors"][1]["capacity"]["nvidia.com/gpu"] = 16
+    assert kueue_integrations(parse_policy(raw)) is None

@@ -52,5 +52,5 @@ def test_aging_admits_it_one_step_after_submission():
 def test_the_boost_stops_below_the_next_lane():
     b = lane_boosts(load_policy(default_policy_path()))
     assert b["candidate_train"] == (24 * 3600.0, 1, 99)  # a step of its 24 h; map_semantic_batch is 700
-    assert b["release_eval"] == (900.0, 1, 199)
+    assert b["release_eval"] == (900.0, 1, 99)  # online_serving is 900
     assert "research_best_effort" not in b  # no wait target: no aging

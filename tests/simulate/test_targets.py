@@ -31,15 +31,15 @@ def _doc(pol, jobs, names=("policy", "fifo-backfill")):
 
 
 def test_targets_are_judged_by_hand():
-    # 64 GPUs. Research asks for all of them at t=0 (64 jobs of 1 GPU, 1000 s; under FIFO it gets them
-    # all, under the policy the 34 H100s and A100s its cohort lends it); an incident of 16 GPUs
-    # at t=10 takes the 14 free H100s and reclaims 2 from research at once (wait 0: met; research
-    # loses 10 s of 2 GPUs); a release of 4 at t=20 takes free L4s. A candidate job of 64
+    # 72 whole GPUs. Research asks for all of them at t=0 (72 jobs of 1 GPU, 1000 s; under FIFO it gets
+    # them all, under the policy what its cohort lends it); an incident of 16 GPUs
+    # at t=10 takes the free H100s and reclaims the rest from research at once (wait 0: met; research
+    # loses the reclaimed GPUs' 10 s); a release of 4 at t=20 takes free L4s. A candidate job of 64
     # GPUs can never fit its lane: rejected, so its wait is not judged.
     pol = _policy(incident_response={"wait_p95": "1m"}, release_eval={"wait_p95": "30s", "wait_p95_vs_fifo": 0.5},
                   research_best_effort={"max_lost_gpu_hours_share": 0.0},
                   candidate_train={"wait_p95": "1h"})
-    jobs = [TraceJob(f"r{i}", 0, 1000, 1, "research_best_effort") for i in range(64)]
+    jobs = [TraceJob(f"r{i}", 0, 1000, 1, "research_best_effort") for i in range(72)]
     jobs += [TraceJob("inc", 10, 100, 16, "incident_response"), TraceJob("rel", 20, 100, 4, "release_eval"),
              TraceJob("huge", 30, 100, 64, "candidate_train")]
     verdict = judge(pol, _doc(pol, jobs))
