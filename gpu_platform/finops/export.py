@@ -11,7 +11,9 @@ the file add up to the invoice (docs/finops.md, "FOCUS export"):
   BilledCost and EffectiveCost minus that cost;
 - `billed_minus_effective`: BilledCost of the day minus its EffectiveCost (a commitment's fee billed
   up front against the amortized cost of the usage it covers), EffectiveCost 0;
-- `rounding`: the money below the 1e-6 each priced piece is rounded to;
+- `rounding`: what the rows, priced at 1e-6, leave of the day's exact sums (the money below the 1e-6
+  each priced piece is rounded to: the reconciliation's rounding_effective_cost, within half a
+  cent; more is an error naming it);
 - `quarantined`: what the day's quarantined FOCUS rows carry (in no model's total).
 
 So sum(BilledCost) = the day's billed cost + quarantined billed, and sum(EffectiveCost) = the day's
@@ -52,6 +54,7 @@ PROVIDER = "gpu_platform"
 (the cloud bills behind it are the platform's, reconciled by the reconciling lines)."""
 
 STEP = Decimal("0.000001")
+HALF_CENT = Decimal("0.005")
 
 CHARGE_CATEGORIES = frozenset({"Usage", "Purchase", "Tax", "Credit", "Adjustment"})
 CHARGE_CLASSES = frozenset({"Correction"})
@@ -84,6 +87,9 @@ ALLOCATION_COLUMNS: tuple[str, ...] = (
     "allocated_gpu_hours", "used_gpu_hours", *(f"{p}_cost" for p in PARTS), "billed_cost", "effective_cost",
 )
 """`--format csv`: the same rows in our own snake_case columns."""
+
+EXACT_LINES = frozenset({"quarantined", "rounding", "billed_minus_effective", "price_book"})
+"""Lines whose amounts are kept exact (not cut to 1e-6): they carry what makes the sums exact."""
 
 LINES = ("request", "team", "bypass", "unallocated", "unused_commitment", "unreconciled", "price_book",
          "billed_minus_effective", "rounding", "quarantined")
@@ -233,12 +239,26 @@ def allocation_rows(con: duckdb.DuckDBPyConnection, day: str | date) -> tuple[li
                 "used_gpu_hours": 0.0, "idle_policy": None, "shared_policy": None,
                 **{f"{p}_cost": Decimal(0) for p in PARTS}}
         pb = Decimal(x["price_book_cost"] or 0)
-        lines = (
+        billed_exact, effective_exact = Decimal(x["billed_cost"] or 0), Decimal(x["effective_cost"] or 0)
+        lines = [
             ("price_book", -pb, -pb),
-            ("billed_minus_effective", Decimal(x["billed_cost"] or 0) - Decimal(x["effective_cost"] or 0), Decimal(0)),
-            ("rounding", Decimal(x["rounding"]), Decimal(x["rounding"])),
+            ("billed_minus_effective", billed_exact - effective_exact, Decimal(0)),
             ("quarantined", Decimal(x["q_billed"]), Decimal(x["q_effective"])),
-        )
+        ]
+        # rounding: what the rows priced at 1e-6 leave of the exact sums (the reconciliation's
+        # rounding_effective_cost, and below half a cent besides); more is no rounding: an error
+        mine = [r for r in rows if r["currency"] == cur]
+        got_billed = sum((r["billed_cost"] for r in mine), Decimal(0)) + sum((b for _, b, _ in lines), Decimal(0))
+        got_effective = sum((r["effective_cost"] for r in mine), Decimal(0)) + sum((e for _, _, e in lines), Decimal(0))
+        rest_billed = billed_exact + Decimal(x["q_billed"]) - got_billed
+        rest_effective = effective_exact + Decimal(x["q_effective"]) - got_effective
+        known = Decimal(x["rounding"])
+        if abs(rest_effective - known) > HALF_CENT or abs(rest_billed - rest_effective) > HALF_CENT:
+            x["problem"] = (f"{cur}: the allocation leaves {rest_billed} billed and {rest_effective} effective "
+                            f"unexplained, more than the rounding ({known}) and half a cent: rebuild the day "
+                            f"(`gpu-platform cost build --day {d}`); if it stays, the day's reconciliation "
+                            "difference says where")
+        lines.append(("rounding", rest_billed, rest_effective))
         for line, billed, effective in lines:
             if billed or effective:
                 rows.append({**base, "line": line, "billed_cost": billed, "effective_cost": effective})
@@ -279,8 +299,8 @@ def to_focus(r: dict[str, Any]) -> dict[str, Any]:
                               ("request", r["request_id"]), ("release", r["release_packet_id"])) if v is not None}
     out: dict[str, Any] = dict.fromkeys(FOCUS_OUT)
     out.update({
-        "BilledCost": _q(r["billed_cost"]) if line != "quarantined" else Decimal(r["billed_cost"]),
-        "EffectiveCost": _q(r["effective_cost"]) if line != "quarantined" else Decimal(r["effective_cost"]),
+        "BilledCost": _q(r["billed_cost"]) if line not in EXACT_LINES else Decimal(r["billed_cost"]),
+        "EffectiveCost": _q(r["effective_cost"]) if line not in EXACT_LINES else Decimal(r["effective_cost"]),
         "BillingAccountId": account,
         "BillingAccountName": r["team"] or account,
         "BillingAccountType": "Cost Center",
@@ -400,6 +420,7 @@ def focus_export(con: duckdb.DuckDBPyConnection, day: str | date) -> FocusExport
         t["billed"] += r["BilledCost"]
         t["effective"] += r["EffectiveCost"]
     problems = validate_focus(focus)
+    problems += [x["problem"] for x in figures.values() if x.get("problem")]
     for cur in sorted(set(export.expected) | set(export.totals)):
         want = export.expected.get(cur, {"billed": Decimal(0), "effective": Decimal(0)})
         got = export.totals.get(cur, {"billed": Decimal(0), "effective": Decimal(0)})

@@ -173,3 +173,31 @@ def test_quarantined_money_has_its_own_line_and_the_export_still_reconciles(gcp_
     assert (D(q["BilledCost"]), D(q["EffectiveCost"])) == (gcp_day["bad"]["billed"], gcp_day["bad"]["effective"])
     assert q["ChargeCategory"] == "Adjustment" and q["x_Team"] == ""
     assert load_focus(out, currency=None).quarantine.height == 0
+
+
+def test_sub_micro_money_reaches_the_export_on_the_rounding_line(tmp_path):
+    """20,000 data-transfer rows of 0.0000004 USD: each priced piece rounds to 0, the day's exact
+    billed is 0.008; the export's rounding line carries it, so its rows add up to 0.008 exactly."""
+    aws = Path(__file__).parent.parent / "fixtures" / "finops" / "whole-bill" / "focus-aws-2026-11-28.csv"
+    with aws.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    (egress, *_) = [r for r in rows if "transfer" in r["ChargeDescription"].lower()]
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(egress), lineterminator="\n")
+    w.writeheader()
+    for i in range(20_000):
+        w.writerow({**egress, "BilledCost": "0.0000004", "EffectiveCost": "0.0000004", "ListCost": "0.0000004",
+                    "ContractedCost": "0.0000004", "ResourceId": f"arn:aws:s3:::av-logs-{i:06d}",
+                    "ChargePeriodStart": "2026-11-28T05:00:00Z", "ChargePeriodEnd": "2026-11-28T06:00:00Z"})
+    bill = tmp_path / "focus-tiny.csv"
+    bill.write_text(out.getvalue())
+    env = {"GPU_PLATFORM_HOME": str(tmp_path), "GPU_PLATFORM_WAREHOUSE": ""}
+    runner = CliRunner()
+    assert runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--focus", str(bill)], env=env).exit_code == 0
+    assert runner.invoke(main, ["cost", "build", "--day", DAY], env=env).exit_code == 0
+    res = runner.invoke(main, ["cost", "export", "--day", DAY], env=env)
+    assert res.exit_code == 0, res.output
+    exported = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert sums(exported) == {"USD": [D("0.008"), D("0.008")]}
+    (rounding,) = [r for r in exported if r["x_AllocationLine"] == "rounding"]
+    assert D(rounding["EffectiveCost"]) > D("0.005")
