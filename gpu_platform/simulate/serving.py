@@ -135,7 +135,7 @@ class ServingRun:
     end: float
     replicas: list[Replica] = field(default_factory=list)
     need_steps: list[tuple[float, int]] = field(default_factory=list)
-    preempted_borrowers: int = 0
+    reclaimed_runs: int = 0  # batch runs evicted so that replicas could start (at their instants)
     batch_on_flavor_gpu_s: float = 0.0
 
 
@@ -220,6 +220,8 @@ class _ServingEvents:
         self.used_before = 0.0
         self.n = 0
         self.done = False
+        self.hooked = False
+        self.evicted: list[JobRun] = []  # evicted at this instant
 
     # -- the hook's interface ----------------------------------------------------------------
     def next_time(self) -> float:
@@ -227,6 +229,15 @@ class _ServingEvents:
 
     def fire(self, sim: Any, now: float) -> bool:
         """Apply the autoscaler's ticks up to `now`; True when the engine must look at every queue."""
+        if not self.hooked:  # see the runs the engine evicts at each instant (reclaimed borrowers)
+            evict = sim._evict
+
+            def counted(r: JobRun, t: float) -> bool:
+                self.evicted.append(r)
+                return evict(r, t)
+
+            sim._evict = counted
+            self.hooked = True
         self.used_before = self._used(sim)
         self.free_before = self.capacity - self.used_before
         changed = False
@@ -264,6 +275,9 @@ class _ServingEvents:
                     p.reclaimed = True
                     wait = self.opt.reclaim_grace_s
                 p.ready = now + wait + self.opt.replica_startup_s
+            if any(p.reclaimed for p in fresh):
+                self.out.reclaimed_runs += sum(1 for r in self.evicted if r.job.lane != self.svc.lane and r.flavor == self.svc.flavor)
+        self.evicted.clear()
         used = self._used(sim)
         mine = sim.cq_usage.get((self.svc.lane, self.svc.flavor, GPU), 0.0)
         if used != self.used_log[-1][1] or mine != self.serving_log[-1][1]:
@@ -402,9 +416,6 @@ def simulate_serving(
         if b > a:
             borrowed += (used - mine) * (b - a)
     run.batch_on_flavor_gpu_s = borrowed
-    run.preempted_borrowers = sum(
-        1 for p in result.runs for _ in range(p.preemptions) if p.flavor == service.flavor
-    )
     return result, run
 
 
@@ -511,7 +522,7 @@ def serving_figures(result: SimResult, run: ServingRun) -> dict[str, Any]:
         "reclaims": len(reclaim),
         "reclaim_scale_up_delay_s": _pct(reclaim_delays),
         "new_node_starts": sum(1 for p in run.replicas if p.new_node),
-        "batch_preemptions_on_serving_flavor": run.preempted_borrowers,
+        "batch_runs_reclaimed": run.reclaimed_runs,
         "batch_gpu_hours": round(batch_gpu_s / 3600, 3),
         "batch_gpu_hours_on_serving_flavor": round(borrowed / 3600, 3),
         "batch_utilization": round(batch_gpu_s / (capacity * window), 4) if window > 0 else None,
@@ -757,6 +768,7 @@ def serving_rows(section: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("serving: replicas that reclaimed GPUs", str(on["reclaims"]), str(off["reclaims"])),
         ("serving: delay of those, p95", f(on["reclaim_scale_up_delay_s"]["p95"], 1, " s"), f(off["reclaim_scale_up_delay_s"]["p95"], 1, " s")),
         ("serving: replicas that waited for a node", str(on["new_node_starts"]), str(off["new_node_starts"])),
+        ("batch: runs reclaimed by the service", str(on["batch_runs_reclaimed"]), str(off["batch_runs_reclaimed"])),
         ("batch: utilization of the pool", f(on["batch_utilization"], 100, " %"), f(off["batch_utilization"], 100, " %")),
         ("batch: GPU-hours", f(on["batch_gpu_hours"]), f(off["batch_gpu_hours"])),
         ("batch: GPU-hours on the serving flavor", f(on["batch_gpu_hours_on_serving_flavor"]), f(off["batch_gpu_hours_on_serving_flavor"])),

@@ -77,6 +77,7 @@ def test_figures_with_and_without_lending():
     assert on["slo_below_need_share"] == round(50 / 3000, 4)
     assert on["scale_up_delay_s"] == {"p50": 50.0, "p95": 50.0, "max": 50.0}
     assert on["reclaims"] == 3 and on["reclaim_scale_up_delay_s"]["max"] == 50.0
+    assert on["batch_runs_reclaimed"] == 1 and off["batch_runs_reclaimed"] == 0
     assert on["batch_gpu_hours"] == round(5970 / 3600, 3)
     assert on["batch_gpu_hours_on_serving_flavor"] == round(5970 / 3600, 3)
     assert on["batch_utilization"] == round(5970 / (4 * 3000), 4)
