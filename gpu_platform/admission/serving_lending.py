@@ -48,16 +48,15 @@ def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> 
     lenders: list[str] = []
     why: set[str] = set()
     for other in snap.cqs.values():
-        if not other.spec.serving or fr not in other.quotas or other.root() is not root:
-            continue
-        replica = Workload(name="", cq=other.name, requests={})
-        reason = exclusion(wl, cq, replica, other)
-        if reason is None:
+        if not other.spec.serving or fr not in other.quotas:
             continue
         sq = other.quotas[fr]
         lendable = sq.nominal if sq.lending_limit is None else min(sq.nominal, sq.lending_limit)
         spare = max(0.0, min(lendable, sq.nominal - other.usage.get(fr, 0.0)))
-        if spare > EPS:
+        if spare <= EPS or other.root() is not root:
+            continue
+        reason = exclusion(wl, cq, Workload(name="", cq=other.name, requests={}), other)
+        if reason is not None:
             idle += spare
             lenders.append(other.name)
             why.add(reason)
