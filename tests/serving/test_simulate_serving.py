@@ -188,3 +188,26 @@ def test_cli_service_problems_listed_together(tmp_path):
     assert "trough_qps" in out and "not a serving lane" in out and "gpu_count" in out and "replicas" in out and "slo" in out
     res = CliRunner().invoke(main, [*args, "--service", str(bad)])
     assert res.exit_code == 2 and "give both" in res.output
+
+
+def test_cli_request_rate_trace_is_laid_over_the_batch_clock(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from gpu_platform.cli import main
+
+    rates = tmp_path / "rates.csv"
+    rates.write_text("timestamp,qps\n2026-12-01T00:00:00Z,40\n2026-12-01T00:30:00Z,240\n2026-12-01T01:30:00Z,40\n")
+    res = CliRunner().invoke(
+        main,
+        [
+            "simulate", "--trace", str(_trace(tmp_path)), "--compare", "none", "--quiet",
+            "--service", "examples/requests/online_serving.yaml", "--demand", str(rates),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    section = json.loads(res.stdout)["serving"]
+    assert section["demand"]["kind"] == "trace" and section["demand"]["rows"] == 3
+    assert section["demand"]["start"] == 0  # moved to the batch trace's first submission
+    assert section["with_lending"]["replicas_requested"] >= 6  # 240 qps at 40 per replica
