@@ -172,6 +172,11 @@ def test_quarantined_money_has_its_own_line_and_the_export_still_reconciles(gcp_
     (q,) = [r for r in rows if r["x_AllocationLine"] == "quarantined"]
     assert (D(q["BilledCost"]), D(q["EffectiveCost"])) == (gcp_day["bad"]["billed"], gcp_day["bad"]["effective"])
     assert q["ChargeCategory"] == "Adjustment" and q["x_Team"] == ""
+    # the commitment's covered usage is billed 0 at an amortized EffectiveCost while its fee row is
+    # quarantined: billed and effective differ, and one line says by how much
+    assert D(t["billed"]) != D(t["effective"])
+    (bme,) = [r for r in rows if r["x_AllocationLine"] == "billed_minus_effective"]
+    assert (D(bme["BilledCost"]), D(bme["EffectiveCost"])) == (D(t["billed"]) - D(t["effective"]), 0)
     assert load_focus(out, currency=None).quarantine.height == 0
 
 
