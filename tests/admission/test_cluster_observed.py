@@ -2,8 +2,10 @@
 quota row, cohort and preemption policy in tests/fixtures/admission/cluster-observed.yaml is what
 gpu_platform/policy/default.yaml gives the engine, except the H100 borrowing limits the training
 lanes had then and the policy no longer sets (`OBSERVED_BORROWING_LIMITS`: the policy now lends
-them whatever is idle, docs/simulator.md), so the cases keep describing the policy the cluster ran
-and any other drift fails here."""
+them whatever is idle, docs/simulator.md), and the assurance reserve's lending limits and the
+StrictFIFO of release and incident work, which the policy dropped for work-conserving defaults
+(issue 45: `OBSERVED_LENDING_LIMITS`, `OBSERVED_QUEUEING`), so the cases keep describing the
+policy the cluster ran and any other drift fails here."""
 
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ CASES = load_cases(Path(__file__).resolve().parents[1] / "fixtures" / "admission
 H100 = "h100-ondemand"
 OBSERVED_BORROWING_LIMITS = {"candidate_train": 12.0, "baseline_rebuild": 4.0, "research_best_effort": 16.0}
 """H100 borrowing limits of the policy the cluster ran (the packaged policy sets none now)."""
+OBSERVED_LENDING_LIMITS = {"candidate_train": 4.0, "release_eval": 2.0, "assurance": 10.0}
+"""H100 lending limits of the policy the cluster ran (the packaged policy's reserve lends now)."""
+OBSERVED_QUEUEING = {"incident_response": "StrictFIFO", "release_eval": "StrictFIFO"}
+"""Queueing strategies of the policy the cluster ran (BestEffortFIFO now)."""
 
 
 def _h100(quotas):
@@ -34,11 +40,12 @@ def test_the_cases_hold_the_default_policys_h100s() -> None:
         for cq in state.cluster_queues:
             lane = lanes[cq.name]
             expected = [
-                (r, nominal, OBSERVED_BORROWING_LIMITS.get(cq.name, borrowing), lending)
+                (r, nominal, OBSERVED_BORROWING_LIMITS.get(cq.name, borrowing), OBSERVED_LENDING_LIMITS.get(cq.name, lending))
                 for r, nominal, borrowing, lending in _h100(lane.quotas)
             ]
             assert _h100(cq.quotas) == expected, (case["id"], cq.name)
-            assert (cq.cohort, cq.queueing_strategy) == (lane.cohort, lane.queueing_strategy), cq.name
+            strategy = OBSERVED_QUEUEING.get(cq.name, lane.queueing_strategy)
+            assert (cq.cohort, cq.queueing_strategy) == (lane.cohort, strategy), cq.name
             assert (cq.within_cluster_queue, cq.reclaim_within_cohort, cq.borrow_within_cohort) == (
                 lane.within_cluster_queue,
                 lane.reclaim_within_cohort,
@@ -46,7 +53,11 @@ def test_the_cases_hold_the_default_policys_h100s() -> None:
             ), cq.name
             assert cq.max_priority_threshold == lane.max_priority_threshold, cq.name
         for co in state.cohorts:
-            assert (co.parent, _h100(co.quotas)) == (cohorts[co.name].parent, _h100(cohorts[co.name].quotas)), co.name
+            want = [
+                (r, nominal, borrowing, OBSERVED_LENDING_LIMITS.get(co.name, lending))
+                for r, nominal, borrowing, lending in _h100(cohorts[co.name].quotas)
+            ]
+            assert (co.parent, _h100(co.quotas)) == (cohorts[co.name].parent, want), co.name
         assert {f.name: f.capacity["nvidia.com/gpu"] for f in state.flavors} == {
             H100: next(f for f in policy.flavors if f.name == H100).capacity["nvidia.com/gpu"]
         }

@@ -50,14 +50,14 @@ def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     ]
     cqs = {c.name: c for c in state.cluster_queues}
     re = cqs["release_eval"]
-    assert re.cohort == "assurance" and re.queueing_strategy == "StrictFIFO"
+    assert re.cohort == "assurance" and re.queueing_strategy == "BestEffortFIFO"
     assert re.yields_to == ("incident_response",) and re.reclaim_within_cohort == "Any"
     assert re.budget_total == 60000 and re.budget_remaining == 59000
     assert cqs["platform_maintenance"].protected
     assert cqs["candidate_train"].borrow_within_cohort == "LowerPriority"
     assert cqs["candidate_train"].max_priority_threshold == 200
     q = next(q for q in cqs["candidate_train"].quotas if q.flavor == "h100-ondemand")
-    assert (q.nominal, q.borrowing_limit, q.lending_limit) == (8, None, 4)  # borrows whatever is idle
+    assert (q.nominal, q.borrowing_limit, q.lending_limit) == (8, None, None)  # borrows whatever is idle, lends while idle
     caps = {f.name: {r: v for r, v in f.capacity.items() if r.startswith("nvidia.com/")} for f in state.flavors}
     assert caps == {
         "h100-ondemand": {GPU: 32},
@@ -310,20 +310,22 @@ def test_resources_a_lane_has_no_quota_for_are_not_governed(pol: Policy) -> None
     assert [(a.name, a.flavor) for a in res.admitted] == [("cpu-too", "h100-ondemand")]
 
 
-def test_assurance_reserve_is_never_lent_to_research(pol: Policy) -> None:
-    """The assurance subtree lends at most 10 of its 18 H100s: research borrows the rest of the
-    pool, never the reserve; an incident gets it back without preempting anyone."""
-    sweep = [req(f"s{i}", "research_best_effort", 2, "h100-ondemand") for i in range(12)]
+def test_assurance_reserve_lends_while_idle_and_is_reclaimed(pol: Policy) -> None:
+    """The assurance reserve lends while idle (issue 45: a reserve that never lent idled H100s
+    while work waited): a research sweep takes every idle H100, and an incident takes its GPUs
+    back by preempting research (`reclaim_within_cohort: Any`), nobody else."""
+    sweep = [req(f"s{i}", "research_best_effort", 2, "h100-ondemand") for i in range(20)]
     res = admit_until_stable(from_policy(pol, pending=sweep))
     h100 = sum(2 for a in res.admitted)
-    assert h100 == 18  # research's borrowing limit (2 + 16), all outside the reserve
+    assert h100 == 32  # the whole flavor, the reserve included
     state = from_policy(
         pol,
         admitted=[running(a.name, "research_best_effort", 2, "h100-ondemand", at=i) for i, a in enumerate(res.admitted)],
         pending=[req("inc", "incident_response", 8)],
     )
     out = schedule_cycle(state)
-    assert [a.name for a in out.admitted] == ["inc"] and out.preempted == []
+    assert {p.victim_cq for p in out.preempted} == {"research_best_effort"}
+    assert len(out.preempted) == 4 and {p.preemptor for p in out.preempted} == {"inc"}
 
 
 def _afs_pol(weights: dict | None = None) -> Policy:

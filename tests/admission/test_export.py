@@ -207,7 +207,7 @@ def test_cohort_tree_is_exported_with_parents_and_quotas(manifests: list[dict]) 
     (group,) = cohorts["assurance"]["resourceGroups"]
     assert group["coveredResources"] == ["nvidia.com/gpu"]
     h100 = next(f for f in group["flavors"] if f["name"] == "h100-ondemand")
-    assert h100["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "8", "lendingLimit": "10"}]
+    assert h100["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]  # lends while idle
     # Every ClusterQueue names a cohort that is exported, and every parent is exported before use.
     for m in manifests:
         if m["kind"] == "ClusterQueue" and "cohortName" in m["spec"]:

@@ -3,11 +3,11 @@ it: the demo's own live requests in a real SQLite ledger, admitted by the gate's
 tick as the sensor records it, runs ending as they do in the demo, and the trials' checkpoints as
 files under the work root.
 
-The story (the live demo's, with the default policy): the first tick admits trials 2 and 3 on
-H100s while trials 1 and 4 wait (the research lane's share); the label batch ends and candidate
-training takes 8 H100s; trial 2 ends (trial 1 is admitted), then the baseline rebuild and the
-incident lane's example (trial 4 is admitted): every trial left runs, 8 H100s are free and the
-incident needs 16."""
+The story (the live demo's, with the default policy): the first tick admits all four trials on
+H100s beside the incident lane's example, filling the pool (the idle assurance reserve is lent to
+research); the label batch ends and candidate training takes its 8 H100s back by preempting trials
+2 and 4, which wait requeued; trial 2 ends (trial 4 is admitted again), then the baseline rebuild and the incident lane's example: every
+trial left runs, 8 H100s are free and the incident needs 16."""
 
 from __future__ import annotations
 
@@ -71,10 +71,16 @@ def demo(tmp_path: Path) -> Demo:
     return Demo(tmp_path)
 
 
-def _all_trials_running(demo: Demo) -> list[str]:
+def _reclaimed_by_candidate_training(demo: Demo) -> None:
     demo.end(demo.lane("labeler_batch"))
-    assert demo.state(demo.lane("candidate_train")) == "admitted"
+    assert demo.state(demo.lane("candidate_train")) == "waiting"
+    assert demo.state(demo.trials[1]) == "requeued", "candidate training takes its H100s back from trial 2"
+
+
+def _all_trials_running(demo: Demo) -> list[str]:
+    _reclaimed_by_candidate_training(demo)
     demo.end(demo.trials[1])
+    assert demo.state(demo.lane("candidate_train")) == "admitted"
     demo.end(demo.lane("baseline_rebuild"), demo.lane("incident_response"))
     running = [t for t in demo.trials if demo.state(t) == "admitted"]
     assert running == [demo.trials[0], demo.trials[2], demo.trials[3]]
@@ -82,8 +88,10 @@ def _all_trials_running(demo: Demo) -> list[str]:
 
 
 def test_not_while_a_trial_still_waits(demo):
+    assert [demo.state(t) for t in demo.trials] == ["admitted"] * 4, "the first tick admits every trial"
+    _reclaimed_by_candidate_training(demo)
     waiting = [t for t in demo.trials if demo.state(t) != "admitted"]
-    assert waiting == [demo.trials[0], demo.trials[3]], "the first tick leaves trials 1 and 4 waiting"
+    assert waiting == [demo.trials[1], demo.trials[3]], "candidate training reclaimed trials 2 and 4"
     for t in demo.trials:
         demo.checkpoint(t)
     # a waiting trial admitted before the gate's next tick would be the newest, not-started victim

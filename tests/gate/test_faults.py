@@ -184,7 +184,9 @@ CRASH_PROBABILITY = {"before_commit": 0.2, "after_commit": 0.2, "between_create_
 POINTS = sorted(CRASH_PROBABILITY)
 
 
-@pytest.mark.parametrize("seed", [1, 3, 4, 6])
+# seed 7, not 6: under issue 45's policy (the reserve lends) seed 6's run preempts nothing, so it
+# never reaches the termination crash point the last assertion asks every seed to reach
+@pytest.mark.parametrize("seed", [1, 3, 4, 7])
 def test_crashes_at_every_step_never_double_launch_lose_or_strand_a_request(env, policy, monkeypatch, seed):
     instance, ledger, resources, home = env
     rng = random.Random(seed)

@@ -80,7 +80,8 @@ def test_empty_queue_still_materializes_every_lane(env, policy):
 def test_counts_follow_the_ticks_decisions_and_live_runs(env, policy):
     instance, ledger, resources, _ = env
     ids = [
-        submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(4)
+        # five 8-GPU runs ask for more than the 32 H100s (idle reserves are lent): some wait
+        submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(5)
     ]
     first = _by_lane(tick(instance, resources))["candidate_train"]
     admitted = [r for r in ids if ledger.state(r).state == "admitted"]
@@ -168,7 +169,8 @@ def test_every_waiting_row_has_an_eta_or_says_why_not(env, policy):
     labels = submit(ledger, policy, "labeler_batch", output_artifact_ids=["lbl-eta"])
     trainer = submit(ledger, policy, "candidate_train", name="trainer on lbl-eta", dataset_ids=["lbl-eta"],
                      output_artifact_ids=["model-eta"])
-    busy = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(4)]
+    # five 8-GPU runs ask for more than the 32 H100s (idle reserves are lent): some wait
+    busy = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(5)]
     result = tick(instance, resources)
     table = _materialization(result).metadata["waiting"]
     assert [c.name for c in table.schema.columns] == ["request", "eta", "reason"]

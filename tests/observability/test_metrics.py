@@ -39,7 +39,8 @@ def _v(m, name, **labels) -> float:
 
 def test_every_gauge_answers_with_lane_flavor_and_pool_labels_only(env, policy):
     instance, ledger, resources, _ = env
-    ids = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(4)]
+    # five 8-GPU runs ask for more than the 32 H100s (idle reserves are lent): some wait
+    ids = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(5)]
     refused = submit(ledger, policy, "research_best_effort", output_artifact_ids=["x"])
     ledger.record(refused, "rejected", "BudgetExceeded: max_cost above what is left of the lane budget")
     tick(instance, resources)

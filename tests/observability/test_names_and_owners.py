@@ -66,6 +66,8 @@ def _three_teams(ledger, policy):
         "ana": submit(ledger, policy, "candidate_train", name="cand rc1", owner="ana@example.com", output_artifact_ids=["m0"], gpu_count=8),
         "bo": submit(ledger, policy, "candidate_train", name="cand rc2", owner="bo@example.com", output_artifact_ids=["m1"], gpu_count=8),
         "cy": submit(ledger, policy, "candidate_train", name="cand rc3", owner="cy@example.com", output_artifact_ids=["m2"], gpu_count=8),
+        # the fourth run fills the 32 H100s (idle reserves are lent), so the fifth, dee's, waits
+        "eve": submit(ledger, policy, "candidate_train", name="cand rc3b", owner="eve@example.com", output_artifact_ids=["m2b"], gpu_count=8),
         "dee": submit(ledger, policy, "candidate_train", name="cand rc4", owner="dee@example.com", output_artifact_ids=["m3"], gpu_count=8),
     }
     return ids
