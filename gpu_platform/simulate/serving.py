@@ -143,7 +143,8 @@ def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool 
     """The scenario with the service's queue: its quota on the flavor is max replicas x GPUs per
     replica (lending_limit None with lending, 0 without; lending=None: the queue's own lending
     limit, at most that quota), borrowing nothing, reclaiming with `Any`,
-    protected. A queue of that name already there (the policy's serving lane) keeps its cohort and
+    protected, a serving queue (work it could not take back is kept off its idle GPUs,
+    `admission/serving_lending.py`). A queue of that name already there (the policy's serving lane) keeps its cohort and
     rules but gets this quota row instead of its own, and the flavor's capacity changes by the
     difference, so the rest of the pool is what the policy (resized) gives the other lanes;
     otherwise the queue joins the root of the cohort tree of the first queue with quota on the
@@ -159,7 +160,7 @@ def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool 
     flavors = base.flavors
     if existing is not None:
         rows = tuple(q for q in existing.quotas if not (q.flavor == service.flavor and q.resource == GPU))
-        spec = replace(existing, quotas=(quota, *rows), reclaim_within_cohort=ANY, protected=True)
+        spec = replace(existing, quotas=(quota, *rows), reclaim_within_cohort=ANY, protected=True, serving=True)
         cqs = tuple(spec if c.name == service.lane else c for c in base.cluster_queues)
         old = next((q.nominal for q in existing.quotas if q.flavor == service.flavor and q.resource == GPU), 0.0)
         grow = service.quota_gpus - old
@@ -183,6 +184,7 @@ def serving_scenario(scenario: Scenario, service: ServiceLoad, *, lending: bool 
             within_cluster_queue=NEVER,
             reclaim_within_cohort=ANY,
             protected=True,
+            serving=True,
         )
         cqs = (*base.cluster_queues, spec)
         grow = service.quota_gpus

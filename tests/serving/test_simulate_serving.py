@@ -129,7 +129,7 @@ def test_serving_scenario_lends_only_with_lending():
     q_off = next(c for c in off.cluster_queues if c.name == "serving")
     assert q_on.quotas[0].nominal == 4 and q_on.quotas[0].lending_limit is None
     assert q_off.quotas[0].lending_limit == 0
-    assert q_on.reclaim_within_cohort == "Any" and q_on.protected and q_on.cohort == "pool"
+    assert q_on.reclaim_within_cohort == "Any" and q_on.protected and q_on.serving and q_on.cohort == "pool"
     assert on.flavors[0].capacity[GPU] == 4
 
 
@@ -211,3 +211,44 @@ def test_cli_request_rate_trace_is_laid_over_the_batch_clock(tmp_path):
     assert section["demand"]["kind"] == "trace" and section["demand"]["rows"] == 3
     assert section["demand"]["start"] == 0  # moved to the batch trace's first submission
     assert section["with_lending"]["replicas_requested"] >= 6  # 240 qps at 40 per replica
+
+
+def _with_evidence_lane() -> Scenario:
+    """The hand-checked pool plus labeling's own 2 L4s and an evidence lane that only borrows."""
+    base = ClusterState(
+        cluster_queues=(
+            ClusterQueueSpec("research", (ResourceQuota("l4", GPU, 0.0),), cohort="pool", within_cluster_queue=LOWER_PRIORITY),
+            ClusterQueueSpec("labeler", (ResourceQuota("l4", GPU, 2.0),), cohort="pool"),
+            ClusterQueueSpec("release", (ResourceQuota("l4", GPU, 0.0),), cohort="pool"),
+        ),
+        flavors=(FlavorSpec("l4", capacity={GPU: 2.0}),),
+        cohorts=("pool",),
+    )
+
+    def workload(job: TraceJob) -> Workload:
+        return Workload(
+            name=job.job_id, cq=job.lane, requests={GPU: job.gpus}, priority=800 if job.lane == "release" else 100,
+            created_at=job.submit_ts, evidence=job.lane == "release",
+        )
+
+    return Scenario("policy", "hand-checked, evidence", base, workload)
+
+
+def test_evidence_work_borrows_around_the_serving_lanes_idle_gpus():
+    # 1 replica of 4 runs: 5 of 6 L4s free, 3 of them the service's idle quota. The evidence job
+    # (2 GPUs) takes labeling's idle 2; research borrows the service's 3 and is the one reclaimed.
+    jobs = [TraceJob("ev", 10, 5000, 2, "release"), TraceJob("b1", 20, 5000, 3, "research")]
+    result, run = simulate_serving(_with_evidence_lane(), jobs, SERVICE, lending=True, options=OPTIONS, start=0, end=3000)
+    ev = next(r for r in result.runs if r.job.job_id == "ev")
+    b1 = next(r for r in result.runs if r.job.job_id == "b1")
+    assert ev.first_admit == 10 and ev.preemptions == 0
+    assert b1.first_admit == 20 and b1.preemptions == 1
+    up = [p for p in run.replicas if p.requested == 1000]
+    assert len(up) == 3 and all(p.reclaimed and p.ready == 1050 for p in up)
+    # an evidence job larger than what is not the service's can never borrow here: refused at submission
+    big = [TraceJob("ev3", 10, 5000, 3, "release")]
+    result, _run = simulate_serving(_with_evidence_lane(), big, SERVICE, lending=True, options=OPTIONS, start=0, end=3000)
+    r = result.runs[0]
+    assert r.state == "rejected"
+    assert "only 2 of the 6 free is not the idle quota of serving lane(s) serving" in r.reason
+    assert "evidence job not checkpointed" in r.reason
