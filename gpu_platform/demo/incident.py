@@ -3,8 +3,8 @@
 `demo run` submits `examples/demo/incident_sev1.yaml` (16 H100s) so that a watcher sees research
 preempted: a Canceled run naming its preemptor and the checkpoint it resumes from. Whether the
 incident preempts anyone depends on what holds the H100s at that moment (the live requests
-finish at different times, and the sweep's trials do not all fit the research lane's team
-limit at once), so the demo does not guess: it asks the gate's own planning (`plan_tick`, a dry
+finish at different times, and lanes with quota take back the H100s research borrowed, so a
+trial may be requeued), so the demo does not guess: it asks the gate's own planning (`plan_tick`, a dry
 run that records nothing) what the incident would do if it were submitted now, and submits it
 when the answer preempts at least one sweep trial, every run it would stop has written a
 checkpoint (it is under way and resumes from that checkpoint), and no sweep trial still waits.
