@@ -29,45 +29,61 @@ The fleet is the policy's exclusive flavors cut into 8-GPU nodes (h100-ondemand 
 p5.48xlarge, l4-inference 16 = 2 x g6.48xlarge, a100-spot 16 = 2 x p4d.24xlarge); fractional
 flavors get no history. Everything is drawn from one seeded generator: the same days give the
 same history.
+
+One module per job: this one simulates, places and records (`generate`, `write_ledger`,
+`summary`) and re-exports the rest; `fleet.py` the nodes; `job_mix.py` the job mix and release
+chains (and the history's clock); `history_types.py` what a history is made of;
+`history_feeds.py` the node, pod, DCGM and FOCUS feeds.
+May import `admission/`, `cluster/`, `lineage/`, `policy/`, `requests/`, `simulate/` and the
+`demo/` modules named here and `demo/costs.py`.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-import math
-import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date
 from typing import Any
 
 import numpy as np
-import polars as pl
 
-from gpu_platform.admission.policy_view import nodes_for
-from gpu_platform.cluster.jobs import (
-    LABEL_GPU_PRODUCT,
-    LABEL_LANE,
-    LABEL_NODE_POOL,
-    LABEL_REQUEST_ID,
-    LABEL_TEAM,
-    label_value,
+from gpu_platform.demo.fleet import (  # noqa: F401 (kept import paths)
+    FLEET_TYPES,
+    INSTANCE_TYPES,
+    FleetNode,
+    FleetType,
+    fleet,
+    instance_type,
 )
-from gpu_platform.demo.costs import (
-    ENGINE,
-    EXAMPLES,
-    FOCUS_HEADER,
-    STEP_S,
-    UTIL,
-    BilledNode,
-    _iso,
-    _suffixed,
-    focus_bill,
-    gpu_uuid,
+from gpu_platform.demo.history_feeds import (  # noqa: F401 (kept import paths)
+    BUSY,
+    FB_USED,
+    LIGHT_SHARE,
+    MEMORY_EVERY,
+    MEMORY_GIB,
+    dcgm_frame,
+    focus_rows,
+    nodes_doc,
+    pods_doc,
+    write_feeds,
+)
+from gpu_platform.demo.history_types import HistJob, History, Segment
+from gpu_platform.demo.job_mix import (  # noqa: F401 (kept import paths)
+    CHAIN,
+    CHAIN_EVERY,
+    CHAIN_HOURS,
+    MIX,
+    OFFICE,
+    SWEEP_JOBS,
+    Draw,
+    LaneMix,
+    _at,
+    _epoch,
+    add_chains,
+    chain_days,
+    draw_jobs,
 )
 from gpu_platform.lineage.graph import _JSON_COLUMNS as RUN_JSON_COLUMNS
 from gpu_platform.lineage.graph import (
@@ -77,207 +93,20 @@ from gpu_platform.lineage.graph import (
     Parent,
     WorkloadRun,
     lineage_edges,
-    resolve_parents,
     workload_runs,
 )
 from gpu_platform.policy import Policy
 from gpu_platform.requests.ledger import Ledger, events_table, requests_table
-from gpu_platform.requests.model import JobRequest, validate_request_file
+from gpu_platform.requests.model import JobRequest
 from gpu_platform.simulate.des import JobRun, _Sim
 from gpu_platform.simulate.scenarios import policy_node_gpus, policy_scenario, with_nodes
-from gpu_platform.simulate.trace import TraceJob
 
-# the fleet ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FleetType:
-    flavor: str
-    instance_type: str
-    model_name: str
-    """DCGM's modelName label."""
-    profiling: bool
-    hourly: tuple[str, str, str]
-    """(ListCost, BilledCost = EffectiveCost, PricingCategory) per hour, USD."""
-    zone: str
-    gpus: int = 8
-    """GPUs of one instance of this type."""
-    vcpus: int = 192
-    memory_mib: int = 2097152
-
-    @property
-    def memory_gib(self) -> float:
-        """Framebuffer of one GPU (from the model name: 80, 40 or the L4's 24 GB)."""
-        return 80.0 if "80GB" in self.model_name else 40.0 if "40GB" in self.model_name else 24.0
-
-
-INSTANCE_TYPES: dict[str, tuple[FleetType, ...]] = {
-    "h100-ondemand": (FleetType("h100-ondemand", "p5.48xlarge", "NVIDIA H100 80GB HBM3", True,
-                                ("98.32", "63.908", "Committed"), "us-west-2a", 8, 192, 2097152),),
-    "l4-inference": (FleetType("l4-inference", "g6.12xlarge", "NVIDIA L4", False,
-                               ("4.6016", "4.6016", "Standard"), "us-west-2b", 4, 48, 196608),
-                     FleetType("l4-inference", "g6.48xlarge", "NVIDIA L4", False,
-                               ("13.3504", "13.3504", "Standard"), "us-west-2b", 8, 192, 786432)),
-    "a100-spot": (FleetType("a100-spot", "p4d.24xlarge", "NVIDIA A100-SXM4-40GB", True,
-                            ("32.7726", "9.8318", "Dynamic"), "us-west-2c", 8, 96, 1179648),),
-}
-"""The instance types behind each demo flavor, by GPUs per instance (on-demand list prices)."""
-FLEET_TYPES = {flavor: types[-1] for flavor, types in INSTANCE_TYPES.items()}
-"""The largest instance type of each flavor."""
-
-
-def instance_type(flavor: str, gpus: int) -> FleetType:
-    """The instance type of `flavor` with `gpus` GPUs; for a node size no type offers (a policy
-    with other node shapes), the flavor's largest type with its hourly prices prorated by GPU."""
-    types = INSTANCE_TYPES[flavor]
-    for t in types:
-        if t.gpus == gpus:
-            return t
-    big = types[-1]
-    k = Decimal(gpus) / Decimal(big.gpus)
-    hourly = (str(Decimal(big.hourly[0]) * k), str(Decimal(big.hourly[1]) * k), big.hourly[2])
-    return replace(big, hourly=hourly, gpus=gpus)
-
-
-@dataclass(frozen=True)
-class FleetNode:
-    name: str
-    flavor: str
-    instance_id: str
-    kind: FleetType
-    node_pool: str
-    """The flavor's node pool (`training`, `inference`, `spot`): what the node's
-    `gpu-platform.io/node-pool` label says, as on a real cluster (never the flavor's name)."""
-    engine_name: str = ""
-    """The admission engine's name for this node (`<flavor>/node-<i>`, `nodes_for`)."""
-
-    @property
-    def gpus(self) -> int:
-        return self.kind.gpus
-
-    @property
-    def provider_id(self) -> str:
-        return f"aws:///{self.kind.zone}/{self.instance_id}"
-
-
-def fleet(policy: Policy) -> list[FleetNode]:
-    """The nodes of the policy's node shapes (`nodes_for`: what the gate's node model places work
-    on) for the flavors the demo has instance types for; fractional flavors have none."""
-    nodes = []
-    flavor_index = {f.name: i for i, f in enumerate(policy.flavors)}
-    pool = {f.name: f.node_pool for f in policy.flavors}
-    for spec in nodes_for(policy):
-        if spec.flavor not in INSTANCE_TYPES:
-            continue
-        i = int(spec.name.rsplit("-", 1)[1])
-        octet = 16 * (flavor_index[spec.flavor] + 1) + i
-        name = f"ip-10-0-{octet}-{40 + i}.us-west-2.compute.internal"
-        instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
-        kind = instance_type(spec.flavor, int(spec.gpus))
-        nodes.append(FleetNode(name, spec.flavor, instance, kind, pool[spec.flavor], spec.name))
-    return nodes
-
-
-# the mix --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LaneMix:
-    """How one lane's jobs arrive and behave. per_day: mean arrivals a day (Poisson, weighted by
-    hour: `office` lanes arrive mostly 08-20 UTC); hours: median duration (log-normal, sigma
-    0.5); gpus: GPU counts drawn uniformly; fail: share of runs that fail; oom: share whose
-    first attempt is OOM-killed and retried."""
-
-    example: str
-    per_day: float
-    hours: float
-    gpus: tuple[int, ...]
-    gpu_types: tuple[str, ...]
-    fail: float = 0.0
-    oom: float = 0.0
-    office: bool = True
-
-
-MIX: dict[str, LaneMix] = {
-    "incident_response": LaneMix("incident_response.yaml", 0.4, 2.0, (4, 8), ("h100-ondemand",), office=False),
-    "release_eval": LaneMix("release_eval.yaml", 3.0, 3.0, (4,), ("h100-ondemand", "l4-inference"), fail=0.03),
-    "map_semantic_batch": LaneMix("map_semantic_batch.yaml", 2.0, 4.0, (4,), ("l4-inference",), fail=0.05),
-    "candidate_train": LaneMix("candidate_train.yaml", 1.5, 10.0, (8,), ("h100-ondemand",), fail=0.05, oom=0.1),
-    "platform_maintenance": LaneMix("platform_maintenance.yaml", 0.5, 0.5, (2,), ("h100-ondemand",)),
-    "labeler_batch": LaneMix("labeler_batch.yaml", 6.0, 1.5, (2, 4), ("l4-inference", "a100-spot"), fail=0.04,
-                             oom=0.15, office=False),
-    "baseline_rebuild": LaneMix("baseline_rebuild.yaml", 1.0, 6.0, (4,), ("a100-spot", "h100-ondemand"),
-                                office=False),
-    "research_best_effort": LaneMix("research_best_effort.yaml", 10.0, 3.0, (1, 2, 4),
-                                    ("a100-spot", "h100-ondemand", "h100-ondemand"),
-                                    fail=0.08, oom=0.1),
-}
-
-SWEEP_JOBS = 48
-"""The research sweep: this many 2-GPU trials submitted within 20 minutes, 5 days before the end."""
-BUSY = {"incident_response": 0.75, "release_eval": 0.6, "map_semantic_batch": 0.66, "candidate_train": 0.82,
-        "platform_maintenance": 0.3, "labeler_batch": 0.5, "baseline_rebuild": 0.62, "research_best_effort": 0.4}
-"""Mean GR_ENGINE_ACTIVE of a lane's running jobs."""
-MEMORY_GIB = {"incident_response": 52.0, "release_eval": 46.0, "map_semantic_batch": 18.0, "candidate_train": 64.0,
-              "platform_maintenance": 3.0, "labeler_batch": 14.0, "baseline_rebuild": 50.0, "research_best_effort": 38.0}
-"""Typical framebuffer use (DCGM_FI_DEV_FB_USED) of a lane's running jobs, capped at 90% of the GPU."""
-LIGHT_SHARE = 4
-"""One labeler job in LIGHT_SHARE is a small one: ~7 GiB and ~10% engine use on whole GPUs, which
-the right-sizing signal says would fit a 1g.10gb MIG slice."""
-MEMORY_EVERY = 4
-"""FB_USED is written every MEMORY_EVERY samples (60 s): memory peaks, not a busy integral."""
-FB_USED = "DCGM_FI_DEV_FB_USED"
 IMAGE_PULL_S = (2.0, 380.0)
+
+
 COLD_PULL_SHARE = 5
 """Image pull seconds of a run whose node has (first) or lacks (second) the image cached; one run
 in COLD_PULL_SHARE pulls cold."""
-
-
-def _light(rid: str, lane: str | None) -> bool:
-    return lane == "labeler_batch" and int(hashlib.sha256(rid.encode()).hexdigest()[:6], 16) % LIGHT_SHARE == 0
-OFFICE = np.array([0.3] * 7 + [1.0] + [1.8] * 12 + [1.0] + [0.4] * 3)
-OFFICE = OFFICE / OFFICE.mean()
-
-
-# what happened --------------------------------------------------------------------------------
-
-
-@dataclass
-class Segment:
-    """One admitted attempt: [start, end) on `flavor`, and how it ended."""
-
-    attempt: int
-    start: float
-    end: float
-    flavor: str
-    outcome: str  # finished | failed | preempted | oom
-    nodes: dict[str, int] = field(default_factory=dict)
-    """The engine's placement: its node name (`<flavor>/node-<i>`) -> GPUs, one pod per node."""
-    placement: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
-    """(fleet node, GPU indices) per pod, from `nodes`."""
-
-
-@dataclass
-class HistJob:
-    request: JobRequest
-    submit: float
-    segments: list[Segment]
-    waited_s: float
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id or ""
-
-
-@dataclass
-class History:
-    days: list[date]
-    nodes: list[FleetNode]
-    jobs: list[HistJob]
-    never_admitted: list[HistJob]
-    engine_calls: int
-    parents: dict[str, list[Parent]] = field(default_factory=dict)
-    """Release-chain requests -> the upstream requests whose outputs they read (by artifact id)."""
 
 
 class _Recording(_Sim):
@@ -333,177 +162,6 @@ class _Recording(_Sim):
         return super()._stop(r, now)
 
 
-def _epoch(d: date) -> float:
-    return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()
-
-
-def _at(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
-
-
-def _arrivals(rng: np.random.Generator, mix: LaneMix, day0: float) -> list[float]:
-    out = []
-    weights = OFFICE if mix.office else np.ones(24)
-    for h in range(24):
-        for _ in range(rng.poisson(mix.per_day / 24 * weights[h])):
-            out.append(day0 + 3600 * h + float(rng.uniform(0, 3600)))
-    return out
-
-
-@dataclass
-class Draw:
-    """What `draw_jobs` drew: trace jobs, the request of each job id, planned faults ('fail' |
-    'oom') and, for release-chain requests, their upstream requests (resolved by artifact id as
-    the live platform resolves them: `gpu_platform.lineage.graph.resolve_parents`)."""
-
-    jobs: list[TraceJob]
-    requests: dict[str, JobRequest]
-    faults: dict[str, str]
-    parents: dict[str, list[Parent]]
-
-
-def draw_jobs(policy: Policy, days: list[date], seed: int = 7) -> Draw:
-    """The job mix of `days` (see the module doc), then the release chains (`add_chains`)."""
-    rng = np.random.default_rng(seed)
-    base = {lane: validate_request_file(EXAMPLES / m.example, policy) for lane, m in MIX.items()}
-    jobs: list[TraceJob] = []
-    requests: dict[str, JobRequest] = {}
-    faults: dict[str, str] = {}
-
-    def job(rid: str, req: JobRequest, at: float, hours: float, gpus: int, gpu_type: str) -> JobRequest:
-        duration = max(600.0, hours * 3600)
-        expected = math.ceil(duration / 600) * 600
-        lane_max = policy.lane(req.lane or "").max_run_duration.total_seconds()
-        expected = min(expected, lane_max)
-        duration = min(duration, expected)
-        timeout = min(lane_max, expected * 2)
-        req = req.model_copy(update={
-            "request_id": rid, "gpu_type": gpu_type, "gpu_count": gpus,
-            "expected_duration": timedelta(seconds=expected), "timeout": timedelta(seconds=timeout)})
-        requests[rid] = req
-        jobs.append(TraceJob(rid, at, duration, float(gpus), req.lane or "", gpu_type=gpu_type,
-                             preemption_policy=req.preemption_policy or "checkpoint_requeue"))
-        return req
-
-    def add(lane: str, day: date, n: int, at: float, hours: float, gpus: int, gpu_type: str, tag: str = "") -> None:
-        mix = MIX[lane]
-        rid = f"hist-{day:%Y%m%d}-{lane.replace('_', '-')}{tag}-{n:03d}"
-        req = base[lane]
-        job(rid, req.model_copy(update=_suffixed(req, f"-h{day:%Y%m%d}-{n:03d}{tag}")), at, hours, gpus, gpu_type)
-        u = rng.uniform()
-        if u < mix.oom:
-            faults[rid] = "oom"
-        elif u < mix.oom + mix.fail:
-            faults[rid] = "fail"
-
-    for day in days:
-        d0 = _epoch(day)
-        for lane, mix in MIX.items():
-            for n, at in enumerate(sorted(_arrivals(rng, mix, d0))):
-                hours = float(mix.hours * rng.lognormal(0, 0.5))
-                add(lane, day, n, at, hours, int(rng.choice(mix.gpus)), str(rng.choice(mix.gpu_types)))
-    if len(days) >= 6:
-        sweep_day = days[-5]
-        t0 = _epoch(sweep_day) + 10 * 3600
-        for n in range(SWEEP_JOBS):
-            add("research_best_effort", sweep_day, n, t0 + n * 25.0, float(rng.uniform(3.0, 8.0)), 2,
-                "h100-ondemand", tag="-sweep")
-        # a release replay too large for the lane's share while the sweep runs: it waits
-        add("release_eval", sweep_day, 0, t0 + 1800, 4.0, 16, "h100-ondemand", tag="-full-odd")
-        # field incidents while research holds borrowed H100s: they reclaim them
-        for n, hours_in in enumerate((1.0, 26.0, 50.0)):
-            add("incident_response", sweep_day, n, t0 + hours_in * 3600, 2.5, 8, "h100-ondemand", tag="-sev1")
-    chain_ids = add_chains(policy, days, rng, base, job, faults)
-    chain = {rid: requests[rid] for rid in chain_ids}
-    parents = {rid: resolve_parents(req, chain)[0] for rid, req in chain.items()}
-    return Draw(jobs, requests, faults, parents)
-
-
-CHAIN = EXAMPLES / "release_chain"
-CHAIN_EVERY = (3, 5)
-"""Days between two release-chain days: 3 or 4 (drawn), the first on day 0 or 1; never the last day."""
-CHAIN_HOURS = {"label": 1.5, "train": 10.0, "replay": 3.0, "pack": 0.5, "release": 0.25, "segment": 4.0,
-               "map_replay": 0.75}
-"""Median hours of each release-chain stage (log-normal, sigma 0.3; at least 10 minutes)."""
-
-
-def chain_days(rng: np.random.Generator, days: list[date]) -> list[date]:
-    """The days a release chain starts: every 3-4 days (drawn), never the last day (the chain
-    needs the rest of its day and often the next to finish)."""
-    out = []
-    i = int(rng.integers(0, 2))
-    while i < len(days) - 1:
-        out.append(days[i])
-        i += int(rng.integers(*CHAIN_EVERY))
-    return out
-
-
-def add_chains(policy: Policy, days: list[date], rng: np.random.Generator, base: dict[str, JobRequest],
-               job: Callable[..., JobRequest], faults: dict[str, str]) -> list[str]:
-    """On each chain day a model release chain and a map release chain, from the request shapes of
-    `examples/requests/` and `examples/requests/release_chain/` with ids suffixed `-h<day>-chain`
-    (shared along a chain, so each stage names its upstream's outputs, and never a live demo id):
-
-    - model: 1-2 label batches -> a candidate training run on them (the first chain's first attempt
-      OOM-killed and retried, later chains' at random) -> 1-2 replays of the candidate (release_eval
-      lane) -> an ODD-cell evidence pack over the replays -> a `released_model` naming the model,
-      the replays and the pack in its artifact_set (its own evidence-pack stage, then the release);
-    - map: a map segmentation -> drives replayed on the new map -> a `released_map`.
-
-    Replays, packs and releases carry the candidate's `candidate_id` and the chain's
-    `release_packet_id` and `odd_cell`. A stage is submitted at its planned time or, if later,
-    when its last upstream request finishes (`_Recording` holds it until then). Returns the ids."""
-    shapes = {name: validate_request_file(CHAIN / f"{name}.yaml", policy)
-              for name in ("evidence_pack", "released_model", "replay_map", "released_map")}
-    ids: list[str] = []
-
-    def hours(stage: str) -> float:
-        return CHAIN_HOURS[stage] * float(rng.lognormal(0, 0.3))
-
-    def stage(rid: str, req: JobRequest, sfx: str, at: float, h: float, gpus: int, gpu_type: str,
-              **update: Any) -> JobRequest:
-        ids.append(rid)
-        return job(rid, req.model_copy(update={**_suffixed(req, sfx), **update}), at, h, gpus, gpu_type)
-
-    for c, day in enumerate(chain_days(rng, days)):
-        sfx = f"-h{day:%Y%m%d}-chain"
-        t0 = _epoch(day) + 3600 * float(rng.uniform(0.5, 4.0))
-        model = f"hist-{day:%Y%m%d}-model-chain"
-        lbl = base["labeler_batch"]
-        labels = []
-        for i in range(int(rng.integers(1, 3))):
-            out = f"{lbl.output_artifact_ids[0]}{sfx}-b{i}"
-            stage(f"{model}-label-{i}", lbl, sfx, t0 + 300 * i, hours("label"), int(rng.choice((2, 4))),
-                  str(rng.choice(MIX["labeler_batch"].gpu_types)), output_artifact_ids=(out,))
-            labels.append(out)
-        train = stage(f"{model}-train", base["candidate_train"], sfx, t0, hours("train"), 8, "h100-ondemand",
-                      dataset_ids=tuple(labels))
-        if c == 0 or rng.uniform() < 0.5:
-            faults[train.request_id or ""] = "oom"
-        candidate = {"candidate_id": train.candidate_id, "odd_cell": train.odd_cell}
-        rep = base["release_eval"]
-        replays = []
-        for i in range(int(rng.integers(1, 3))):
-            out = f"{rep.output_artifact_ids[0]}{sfx}-r{i}"
-            stage(f"{model}-replay-{i}", rep, sfx, t0, hours("replay"), 4,
-                  str(rng.choice(MIX["release_eval"].gpu_types)), output_artifact_ids=(out,),
-                  dataset_ids=tuple(f"{d}{sfx}-p{i}" for d in rep.dataset_ids), **candidate)
-            replays.append(out)
-        pack = stage(f"{model}-evidence-pack", shapes["evidence_pack"], sfx, t0, hours("pack"), 1, "l4-inference",
-                     artifact_set=tuple(replays), **candidate)
-        rel = shapes["released_model"]
-        stage(f"{model}-release", rel, sfx, t0, hours("release"), 1, "l4-inference",
-              artifact_set=(*train.output_artifact_ids, *replays, *pack.output_artifact_ids), **candidate)
-
-        t1 = _epoch(day) + 3600 * float(rng.uniform(0.5, 6.0))
-        mapping = f"hist-{day:%Y%m%d}-map-chain"
-        seg = stage(f"{mapping}-segment", base["map_semantic_batch"], sfx, t1, hours("segment"), 4, "l4-inference")
-        drive = stage(f"{mapping}-replay", shapes["replay_map"], sfx, t1, hours("map_replay"), 1, "l4-inference")
-        stage(f"{mapping}-release", shapes["released_map"], sfx, t1, hours("release"), 1, "l4-inference",
-              artifact_set=(*seg.output_artifact_ids, *drive.output_artifact_ids))
-    return ids
-
-
 def _place(nodes: list[FleetNode], runs: list[tuple[str, Segment, int]]) -> None:
     """Give every segment the GPU indices of the nodes the engine placed it on (`Segment.nodes`).
 
@@ -538,7 +196,7 @@ def _place(nodes: list[FleetNode], runs: list[tuple[str, Segment, int]]) -> None
 
 def generate(policy: Policy, days: list[date], seed: int = 7, progress: Callable[[str], None] | None = None) -> History:
     """Draw, simulate and place the history of `days` (see the module doc)."""
-    draw = draw_jobs(policy, days, seed)
+    draw = draw_jobs(policy, days, seed, mix=MIX)  # read here: a caller may swap this module's MIX
     requests, faults = draw.requests, draw.faults
     # the node model the gate uses on a cluster: every admitted job is placed on a node by the
     # engine, so a history that admits a job it cannot place is impossible by construction
@@ -619,15 +277,10 @@ def _whole_chains(jobs: list[HistJob], parents: dict[str, list[Parent]]) -> tupl
     return kept, {rid: ps for rid, ps in parents.items() if rid in by_id and rid not in dropped}
 
 
-# the ledger -----------------------------------------------------------------------------------
-
 OOM_REASON = "OOMKilled: CUDA out of memory (exit 137); retried"
+
+
 PREEMPT_REASON = "preempted by a higher-priority lane reclaiming its quota"
-
-
-def _pod(rid: str, attempt: int, k: int) -> str:
-    h = hashlib.sha256(f"{rid}#{attempt}".encode()).hexdigest()
-    return f"dagster-step-{h[:10]}-{h[10:15]}" + (f"-w{k}" if k else "")
 
 
 def write_ledger(history: History, ledger: Ledger, policy: Policy) -> int:
@@ -717,174 +370,6 @@ def _results(req: JobRequest, job: HistJob, rid: str) -> dict[str, Any]:
     return timings
 
 
-# feeds ----------------------------------------------------------------------------------------
-
-
-def _pods_of_day(history: History, day: date) -> list[tuple[HistJob, Segment, int, str, tuple[int, ...]]]:
-    d0, d1 = _epoch(day), _epoch(day) + 86400
-    out = []
-    for job in history.jobs:
-        for seg in job.segments:
-            if seg.start < d1 and seg.end > d0:
-                for k, (node, gpus) in enumerate(seg.placement):
-                    out.append((job, seg, k, node, gpus))
-    return out
-
-
-def nodes_doc(history: History, day: date) -> dict[str, Any]:
-    items = []
-    for n in history.nodes:
-        labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                  "node.kubernetes.io/instance-type": n.kind.instance_type,
-                  "topology.kubernetes.io/zone": n.kind.zone, LABEL_GPU_PRODUCT: _product(n),
-                  LABEL_NODE_POOL: n.node_pool, "eks.amazonaws.com/nodegroup": n.flavor,
-                  "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(n.gpus)}
-        taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-        if n.flavor == "a100-spot":
-            taints.append({"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"})
-        capacity = {"cpu": str(n.kind.vcpus), "memory": f"{n.kind.memory_mib}Mi", "pods": "110",
-                    "nvidia.com/gpu": str(n.gpus)}
-        items.append({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": n.name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, n.name)), "labels": labels,
-                         "creationTimestamp": _iso(datetime(history.days[0].year, history.days[0].month,
-                                                            history.days[0].day, tzinfo=UTC) - timedelta(days=3))},
-            "spec": {"providerID": n.provider_id, "taints": taints},
-            "status": {"capacity": capacity, "allocatable": capacity,
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
-        })
-    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
-
-
-def _product(n: FleetNode) -> str:
-    return n.kind.model_name.replace("NVIDIA ", "NVIDIA-").replace(" ", "-")
-
-
-def pods_doc(history: History, day: date, policy: Policy) -> dict[str, Any]:
-    items = []
-    for job, seg, k, node, gpus in _pods_of_day(history, day):
-        req = job.request
-        ns = policy.team(req.team or "").namespace
-        name = _pod(job.request_id, seg.attempt, k)
-        done = seg.outcome != "running"
-        phase = "Running" if not done else ("Succeeded" if seg.outcome == "finished" else "Failed")
-        state: dict[str, Any] = {"running": {"startedAt": _iso(_at(seg.start))}}
-        if done:
-            code = {"finished": 0, "oom": 137, "preempted": 143}.get(seg.outcome, 1)
-            reason = {"finished": "Completed", "oom": "OOMKilled"}.get(seg.outcome, "Error")
-            state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": _iso(_at(seg.start)),
-                                    "finishedAt": _iso(_at(seg.end))}}
-        items.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, name)),
-                         "labels": {LABEL_REQUEST_ID: label_value(job.request_id), LABEL_TEAM: label_value(req.team or ""),
-                                    LABEL_LANE: label_value(req.lane or ""), "dagster/run-id":
-                                        str(uuid.uuid5(uuid.NAMESPACE_OID, f"{job.request_id}#{seg.attempt}"))},
-                         "annotations": {"gpu-platform.io/request-id": job.request_id}},
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": f"{req.image}@{req.container_digest}",
-                                                       "resources": {"limits": {"nvidia.com/gpu": str(len(gpus))}}}]},
-            "status": {"phase": phase, "startTime": _iso(_at(seg.start)),
-                       "containerStatuses": [{"name": "main", "state": state}]},
-        })
-    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
-
-
-def dcgm_frame(history: History, node: FleetNode, day: date, policy: Policy, rng: np.random.Generator) -> pl.DataFrame:
-    """Every 15 s sample of one node-day (the `raw_dcgm_samples` history schema)."""
-    d0 = _epoch(day)
-    steps = 86400 // STEP_S
-    busy = np.zeros((steps, node.gpus))
-    holder = np.full((steps, node.gpus), -1, dtype=np.int32)
-    memory = np.zeros((steps, node.gpus))
-    names: list[tuple[str, str]] = []
-    for job, seg, k, n, gpus in _pods_of_day(history, day):
-        if n != node.name:
-            continue
-        a = max(0, int(seg.start - d0) // STEP_S)
-        b = min(steps, int(seg.end - d0) // STEP_S)
-        if b <= a:
-            continue
-        names.append((policy.team(job.request.team or "").namespace, _pod(job.request_id, seg.attempt, k)))
-        light = _light(job.request_id, job.request.lane)
-        level = 0.1 if light else BUSY.get(job.request.lane or "", 0.5)
-        mem = min(7.0 if light else MEMORY_GIB.get(job.request.lane or "", 20.0), 0.9 * node.kind.memory_gib)
-        for g in gpus:
-            busy[a:b, g] = np.clip(rng.normal(level, 0.03 if light else 0.12, b - a), 0.02, 1.0)
-            memory[a:b, g] = np.clip(rng.normal(mem, 0.05 * mem, b - a), 0.5, 0.95 * node.kind.memory_gib) * 1024
-            holder[a:b, g] = len(names) - 1
-    idx = pl.Series(np.where(holder < 0, len(names), holder).ravel())
-    namespace = pl.Series([x[0] for x in names] + [None], dtype=pl.String).gather(idx)
-    pod = pl.Series([x[1] for x in names] + [None], dtype=pl.String).gather(idx)
-    ts0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    ts = pl.datetime_range(ts0, ts0 + timedelta(seconds=STEP_S * (steps - 1)), f"{STEP_S}s", eager=True,
-                           time_zone="UTC").cast(pl.Datetime("ms", "UTC"))
-    gpu = pl.Series(np.tile(np.arange(node.gpus, dtype=np.int32), steps))
-    metric = ENGINE if node.kind.profiling else UTIL
-    value = busy.ravel() if node.kind.profiling else np.clip(np.round(busy.ravel() * 100 + 8 * (busy.ravel() > 0)), 0, 100)
-    mem_steps = np.arange(0, steps, MEMORY_EVERY)
-    mem_rows = (mem_steps[:, None] * node.gpus + np.arange(node.gpus)).ravel()
-    n_mem = len(mem_rows)
-    frame = pl.DataFrame({
-        "ts": pl.concat([ts.gather(np.repeat(np.arange(steps), node.gpus)),
-                         ts.gather(np.repeat(mem_steps, node.gpus))]),
-        "metric": pl.Series([metric, FB_USED], dtype=pl.String).gather(
-            np.concatenate([np.zeros(steps * node.gpus, dtype=np.int32), np.ones(n_mem, dtype=np.int32)])),
-        "value": np.concatenate([np.round(value, 3), np.round(memory.ravel()[mem_rows])]),
-        "hostname": pl.Series([node.name], dtype=pl.String).gather(np.zeros(steps * node.gpus + n_mem, dtype=np.int32)),
-        "gpu": pl.concat([gpu, gpu.gather(mem_rows)]),
-    }).with_columns(
-        uuid=pl.col("gpu").replace_strict({g: gpu_uuid(node.name, g) for g in range(node.gpus)},
-                                          return_dtype=pl.String),
-        model_name=pl.lit(node.kind.model_name),
-        pci_bus_id=pl.format("00000000:{}:00.0", (pl.col("gpu") + 0x18).cast(pl.String)),
-        device=pl.format("nvidia{}", pl.col("gpu")),
-        gpu_instance_profile=pl.lit(None, dtype=pl.String),
-        gpu_instance_id=pl.lit(None, dtype=pl.String),
-        namespace=pl.concat([namespace, namespace.gather(mem_rows)]),
-        pod=pl.concat([pod, pod.gather(mem_rows)]),
-    ).with_columns(container=pl.when(pl.col("pod").is_not_null()).then(pl.lit("main")))
-    return frame
-
-
-def focus_rows(history: History) -> list[dict[str, str]]:
-    """FOCUS 1.2 rows: node-hours by instance id (an ARN for the L4 nodes, as some exports write
-    it), volumes, control plane, support, one credit."""
-    nodes = [
-        BilledNode(f"arn:aws:ec2:us-west-2:444455556666:instance/{n.instance_id}" if n.flavor == "l4-inference"
-                   else n.instance_id, n.name, n.kind.instance_type, n.kind.hourly, n.flavor, f"vol-0{n.instance_id[3:]}")
-        for n in history.nodes
-    ]
-    return focus_bill(history.days, nodes)
-
-
-def write_feeds(history: History, feeds: Path, policy: Policy, days: Iterable[date] | None = None,
-                advance: Callable[[], None] | None = None) -> int:
-    """Write the node, pod and DCGM feeds of each day and the FOCUS export; return bytes written."""
-    written = 0
-    for i, day in enumerate(days or history.days):
-        for kind, doc in (("nodes", nodes_doc(history, day)), ("pods", pods_doc(history, day, policy))):
-            path = feeds / kind / day.isoformat() / f"{kind}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(doc, indent=1))
-            written += path.stat().st_size
-        directory = feeds / "dcgm" / day.isoformat()
-        directory.mkdir(parents=True, exist_ok=True)
-        rng = np.random.default_rng(1000 + i)
-        for node in history.nodes:
-            path = directory / f"{node.name.split('.')[0]}.parquet"
-            dcgm_frame(history, node, day, policy, rng).write_parquet(path, compression="zstd", compression_level=3)
-            written += path.stat().st_size
-        if advance:
-            advance()
-    path = feeds / "focus" / f"demo-billing-{history.days[0]}-{history.days[-1]}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FOCUS_HEADER, restval="")
-        writer.writeheader()
-        writer.writerows(focus_rows(history))
-    return written + path.stat().st_size
-
-
 def summary(history: History) -> dict[str, Any]:
     """Counts a reader (and the tests) check: per lane jobs, preemptions, failures, OOM retries, waits."""
     lanes: dict[str, dict[str, Any]] = {}
@@ -903,5 +388,3 @@ def summary(history: History) -> dict[str, Any]:
     return {"days": [history.days[0].isoformat(), history.days[-1].isoformat()], "nodes": len(history.nodes),
             "jobs": len(history.jobs), "never_admitted": len(history.never_admitted), "lanes": lanes,
             "releases": releases, "release_chain_requests": len(history.parents)}
-
-
