@@ -108,3 +108,32 @@ def test_the_service_asset_shows_its_release_replicas_and_cost_per_request(tmp_p
     assert md["cost_per_1k_requests_USD"].value == 0.11525
     assert md["idle_cost_USD"].value == 38.724
     assert "perception-serving" in md["cost_md"].value
+
+
+def test_on_kubernetes_the_sensor_reads_the_deployments(sqlite_url, policy, tmp_path, monkeypatch):
+    """The Deployments as the API returns them (kubernetes client models, serialized as kubectl prints them)."""
+    from kubernetes import client
+
+    import gpu_platform.observe.serving.replicas as replicas_mod
+
+    deployment = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="perception-serving", namespace="team-perception",
+                                     labels={"gpu-platform.io/service": "perception-serving",
+                                             "gpu-platform.io/request-id": "S-1"},
+                                     annotations={"gpu-platform.io/request-id": "S-1"}),
+        status=client.V1DeploymentStatus(replicas=4, ready_replicas=3))
+    monkeypatch.setattr(client.AppsV1Api, "list_deployment_for_all_namespaces",
+                        lambda self, label_selector: client.V1DeploymentList(items=[deployment]))
+    assert replicas_mod.read_cluster_deployments(api=client.ApiClient())[0]["status"]["replicas"] == 4
+    monkeypatch.setattr(replicas_mod, "read_cluster_deployments", lambda api=None: [
+        client.ApiClient().sanitize_for_serialization(deployment)])
+    monkeypatch.setattr("assets.serving.read_cluster_deployments", replicas_mod.read_cluster_deployments)
+    ledger = Ledger(sqlite_url)
+    _service(ledger, policy, "S-1", target_qps=40)
+    resources = {"ledger": LedgerResource(url=sqlite_url),
+                 "settings": PlatformSettings(home=str(tmp_path), executor="k8s")}
+    with dg.instance_for_test() as instance:
+        result = service_replicas_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert [r.partition_key for r in result.run_requests] == ["S-1"]
+    (event,) = [e for e in ledger.events("S-1") if e.event == "replicas"]
+    assert (event.details["replicas"], event.details["source"]) == (4, "cluster")
