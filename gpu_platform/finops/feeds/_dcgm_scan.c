@@ -447,7 +447,9 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Py_ssize
                             double value = 0.0;
                             int64_t ts = 0;
                             uint8_t status;
-                            if (is_sentinel(b + v, vlen)) {
+                            /* the value's text is read once: up to the space before a timestamp */
+                            const uint8_t *sp = memchr(b + v, ' ', (size_t)vlen);
+                            if (sp == NULL && is_sentinel(b + v, vlen)) {
                                 status = 2;
                                 value = 1e19;
                                 if (r->sentinel_first < 0) {
@@ -455,18 +457,15 @@ static int scan_piece(const uint8_t *b, Py_ssize_t size, uint64_t seed, Py_ssize
                                 } else if (r->sentinel_same && memcmp(b + v, b + r->sentinel_first, 19) != 0) {
                                     r->sentinel_same = 0;
                                 }
-                            } else if (parse_float(b + v, b + ce, &value)) {
+                            } else if (sp == NULL && parse_float(b + v, b + ce, &value)) {
                                 status = 0;
+                            } else if (sp != NULL && parse_float(b + v, sp, &value) && parse_int(sp + 1, b + ce, &ts)) {
+                                status = 1;
+                                vlen = sp - (b + v);
                             } else {
-                                const uint8_t *sp = memchr(b + v, ' ', (size_t)vlen);
-                                if (sp != NULL && parse_float(b + v, sp, &value) && parse_int(sp + 1, b + ce, &ts)) {
-                                    status = 1;
-                                    vlen = sp - (b + v);
-                                } else {
-                                    status = 3;
-                                    value = 0.0;
-                                    ts = 0;
-                                }
+                                status = 3;
+                                value = 0.0;
+                                ts = 0;
                             }
                             int64_t name = cached_code(&r->names, &last_name, b, s, po - s, seed);
                             int64_t block_start = po + 1, block_len = pc - po - 1, block;
