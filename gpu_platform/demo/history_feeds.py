@@ -5,7 +5,8 @@ dcgm-exporter samples of every GPU, labelled with the pod holding it; framebuffe
 and `feeds/focus/demo-billing-<first>-<last>.csv` (FOCUS 1.2 rows per node and hour, volumes, the
 control plane, support and one credit); `write_feeds` writes them all.
 
-May import `cluster/jobs.py`, `demo/costs.py`, `demo/fleet.py`, `demo/job_mix.py`, `demo/history_types.py`.
+May import `cluster/jobs.py`, `policy/`, `demo/costs.py`, `demo/fleet.py`, `demo/job_mix.py`,
+`demo/history_types.py`.
 """
 
 from __future__ import annotations
