@@ -25,7 +25,7 @@ events once, when it is first opened (`backfill_state`).
 The event fold lives in `events.py`, ids and the resubmission rule in `submission.py`, the
 database in `ledger_db.py` (all re-exported here). This module is the `Ledger` class alone, about
 800 lines, kept whole: each method is one read or one write over the same four tables.
-May import `requests/events.py`, `submission.py`, `ledger_db.py`, `model.py`, `schema.py`.
+May import `requests/events.py`, `submission.py`, `ledger_db.py`, `model.py`, `schema.py`, `claims.py`.
 """
 
 from __future__ import annotations

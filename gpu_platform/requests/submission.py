@@ -7,7 +7,7 @@ again, then the next run; docs/requests.md). `check_submitter` checks the submit
 names against the verified identity and the policy. The errors a refused batch raises
 (`BatchConflict`, `RequestEnded`, `SubmitterRefused`) say what conflicted, request by request.
 
-May import `requests/model.py`, `requests/events.py`.
+May import `requests/model.py`, `requests/events.py`, `policy/` (the scale rules).
 """
 
 from __future__ import annotations
