@@ -139,12 +139,10 @@ def _pod_template(request: JobRequest, policy: Policy, flavor_name: str, name: s
     flavor = resolve_flavor(request, policy, flavor_name)
     if not request.container_digest:
         raise ValueError("container_digest: required to pin the image by digest")
-    env = [
-        {"name": ENV_REQUEST_ID, "value": request.request_id or ""},
-        {"name": ENV_MODEL_ID, "value": spec.model_id},
-        {"name": ENV_PORT, "value": str(spec.port)},
-        *({"name": k, "value": str(v)} for k, v in request.env.items()),
-    ]
+    ours = {ENV_REQUEST_ID: request.request_id or "", ENV_MODEL_ID: spec.model_id, ENV_PORT: str(spec.port)}
+    # the platform's values win over a request `env` entry of the same name (one entry per name)
+    env = [{"name": k, "value": v} for k, v in ours.items()]
+    env += [{"name": k, "value": str(v)} for k, v in request.env.items() if k not in ours]
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": request.image_ref,

@@ -170,6 +170,14 @@ def test_hpa_alternative_scales_on_custom_metrics(policy, service):
     assert external["external"]["target"] == {"type": "Value", "value": "250m"}
 
 
+def test_the_request_env_joins_the_platforms_without_replacing_it(policy, service):
+    req = service.model_copy(update={"env": {"PORT": "9999", "LOG_LEVEL": "info"}})
+    (container,) = service_manifests(req, policy)[0]["spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names))
+    assert {"name": "PORT", "value": "8080"} in container["env"] and {"name": "LOG_LEVEL", "value": "info"} in container["env"]
+
+
 def test_quantity():
     assert [quantity(x) for x in (40, 40.0, 0.12, 12.5, 0.0005)] == ["40", "40", "120m", "12500m", "1m"]
 
