@@ -18,11 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 
 from assets.partitions import WORKLOAD_PARTITIONS
 from assets.workloads import NO_PARTITION_DEPENDENCY, partition_url
 from gpu_platform.finops.sqlmodels.report import service_markdown
 from gpu_platform.finops.warehouse import WarehouseBusy
+from gpu_platform.finops.warehouse import connect as warehouse_connect
 from gpu_platform.observe.serving.replicas import (
     cluster_replicas,
     local_replicas,
@@ -50,10 +52,12 @@ SERVICE_PARTITIONS = WORKLOAD_PARTITIONS["service"]
 def inference_service(
     context: dg.AssetExecutionContext, ledger: LedgerResource, warehouse: Warehouse
 ) -> dg.MaterializeResult:
+    busy = False
     try:
-        con = warehouse.connect(read_only=True) if Path(warehouse.path).exists() else None
-    except WarehouseBusy:
-        con = None  # a pricing run holds the file: the cost figures wait for the next materialization
+        # never wait behind a pricing run (DuckDB: one writing process): its figures come next time
+        con = warehouse_connect(warehouse.path, read_only=True, wait_s=0) if Path(warehouse.path).exists() else None
+    except (WarehouseBusy, duckdb.Error):
+        con, busy = None, True
     try:
         s = service_summary(ledger.ledger(), context.partition_key, con)
     finally:
@@ -66,8 +70,13 @@ def inference_service(
     }
     if s["released_model_request"]:
         md["released_model"] = dg.MetadataValue.url(partition_url("released_model", s["released_model_request"]))
-    md["cost_md"] = dg.MetadataValue.md(service_markdown(s["cost_rows"]) if s["cost_rows"]
-                                        else "_no priced day yet (cost build, then this service again)_")
+    if s["cost_rows"]:
+        cost_md = service_markdown(s["cost_rows"])
+    elif busy:
+        cost_md = "_the warehouse is busy (a pricing run): the next materialization shows the cost_"
+    else:
+        cost_md = "_no priced day yet (cost build, then this service again)_"
+    md["cost_md"] = dg.MetadataValue.md(cost_md)
     for r in s["cost_rows"]:
         if r["cost_per_1k_requests"] is not None:
             md[f"cost_per_1k_requests_{r['currency']}"] = dg.MetadataValue.float(float(r["cost_per_1k_requests"]))

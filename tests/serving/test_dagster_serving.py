@@ -137,3 +137,34 @@ def test_on_kubernetes_the_sensor_reads_the_deployments(sqlite_url, policy, tmp_
     assert [r.partition_key for r in result.run_requests] == ["S-1"]
     (event,) = [e for e in ledger.events("S-1") if e.event == "replicas"]
     assert (event.details["replicas"], event.details["source"]) == (4, "cluster")
+
+
+def test_the_service_asset_never_waits_for_a_busy_warehouse(tmp_path, sqlite_url, policy):
+    """A pricing run holds the warehouse (another process): the service is materialized without
+    its cost figures, at once."""
+    import subprocess
+    import sys
+    import time
+
+    build_day(tmp_path).close()
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(60)", str(tmp_path / "w.duckdb")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        ledger = Ledger(sqlite_url)
+        _service(ledger, policy, "S-1", target_qps=40)
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("service_requests", ["S-1"])
+            t0 = time.monotonic()
+            result = dg.materialize(
+                [inference_service], partition_key="S-1", instance=instance,
+                resources={"ledger": LedgerResource(url=sqlite_url),
+                           "warehouse": Warehouse(path=str(tmp_path / "w.duckdb"), lock_wait_s=300)})
+            assert result.success and time.monotonic() - t0 < 60
+            md = result.asset_materializations_for_node("inference_service")[0].metadata
+        assert md["replicas"].value == 2 and "cost_per_1k_requests_USD" not in md
+        assert "the warehouse is busy" in md["cost_md"].value
+    finally:
+        holder.kill()
+        holder.wait()
