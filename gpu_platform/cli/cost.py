@@ -412,12 +412,19 @@ def export(day: str, warehouse: str | None, fmt: str, out: str | None) -> None:
         con = warehouse_connect(warehouse)
     except WarehouseBusy as exc:
         raise WarehouseBusyExit(str(exc)) from None
+    from gpu_platform.finops.sqlmodels.report import quarantined_money, staleness
+
     try:
         data = focus_export(con, day)
+        stale, q = staleness(con, day), quarantined_money(con, day)
     except ExportError as exc:
         raise click.UsageError(str(exc)) from None
     finally:
         con.close()
+    # the rows are written all the same (they add up to what was built); what a reader should know
+    _warn_incomplete({"day": day, "incomplete": q["incomplete"]})
+    if stale:
+        _warn_stale(stale)
     if out is None:
         write_export(data, fmt, sys.stdout.buffer)
         sys.stdout.buffer.flush()

@@ -206,3 +206,9 @@ def test_sub_micro_money_reaches_the_export_on_the_rounding_line(tmp_path):
     assert sums(exported) == {"USD": [D("0.008"), D("0.008")]}
     (rounding,) = [r for r in exported if r["x_AllocationLine"] == "rounding"]
     assert D(rounding["EffectiveCost"]) > D("0.005")
+    assert "WARNING" not in res.stderr
+    # feeds loaded after the build: the export still writes the built figures, and says they are stale
+    assert runner.invoke(main, ["feeds", "ingest", "--day", DAY, "--focus", str(bill)], env=env).exit_code == 0
+    again = runner.invoke(main, ["cost", "export", "--day", DAY, "--out", str(tmp_path / "x.csv")], env=env)
+    assert again.exit_code == 0, again.output
+    assert f"WARNING: the figures for {DAY} are stale" in again.stderr and "cost build --day" in again.stderr
