@@ -57,10 +57,15 @@ named_vms as (
 candidates as (
 
     -- an instance's rows while the name stood for it
+    -- (two equi-joins, not one join on an OR, so each is a hash join)
     select b.day, b.source, b.source_row, i.hostname, 1 as rule_rank, 'provider_id' as match_rule
     from billing as b
-    inner join instances as i on i.day = b.day and b.resource_key is not null
-        and (i.provider_key = b.resource_key or i.alt_provider_key = b.resource_key)
+    inner join instances as i on i.day = b.day and i.provider_key = b.resource_key
+        and b.day_period_start < i.valid_to and b.day_period_end >= i.valid_from
+    union all
+    select b.day, b.source, b.source_row, i.hostname, 1, 'provider_id'
+    from billing as b
+    inner join instances as i on i.day = b.day and i.alt_provider_key = b.resource_key
         and b.day_period_start < i.valid_to and b.day_period_end >= i.valid_from
     union all
     select v.day, v.source, v.source_row, i.hostname, 1, 'scale_set_instance'
