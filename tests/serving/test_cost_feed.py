@@ -130,3 +130,17 @@ def test_feeds_ingest_loads_a_requests_answer_and_names_a_bad_file(tmp_path):
     assert (line["feed"], line["rows_in"], line["accepted"], line["quarantined"]) == ("requests", 11, 2, 9)
     res = CliRunner().invoke(main, [*args[:-2], "--requests", str(bad)], catch_exceptions=False)
     assert res.exit_code == 2 and "--requests" in res.stderr and "errorType='timeout'" in res.stderr
+
+
+def test_a_second_series_of_a_service_in_one_answer_is_quarantined_not_counted_twice():
+    """Two series of one service: the replicas of an HA Prometheus (an external label apart) or a
+    query not summed by service. One count per service: the second series' points are quarantined."""
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"service": "svc", "prometheus_replica": "a"}, "values": [[T0, "5"], [T0 + 300, "7"]]},
+        {"metric": {"service": "svc", "prometheus_replica": "b"}, "values": [[T0, "5"], [T0 + 300, "7"]]},
+        {"metric": {"service": "other"}, "values": [[T0, "1"]]}]}}
+    batch = parse_service_requests(doc, "q")
+    assert batch.rows["service"].to_list() == ["svc", "svc", "other"] and batch.rows["requests"].sum() == 13
+    assert batch.quarantine["source_line"].to_list() == [3, 4]
+    for n, reason in zip((3, 4), batch.quarantine["reason"], strict=True):
+        assert reason.startswith(f"row {n}: a second series of 'svc' in this answer") and "twice" in reason

@@ -14,7 +14,8 @@ As for DCGM's ``query_range`` answers (:func:`gpu_platform.finops.feeds.dcgm.par
 points are numbered 1.. in answer order, series by series, and every point is either a row or a
 quarantined row (rows in = accepted + quarantined), its reason starting with ``row N:``. A point is
 quarantined when its series has another name, no ``service`` label or one that is not a DNS-1035
-label; when it is not ``[seconds, "value"]``; when its timestamp is not a finite time; when its
+label, or is a second series of a service already in the answer (one series per service: two
+would be the replicas of an HA Prometheus or an unsummed query, counted twice); when it is not ``[seconds, "value"]``; when its timestamp is not a finite time; when its
 value is NaN (no sample in the window), infinite or negative (an increase never is); or when it
 lies less than one step after the previous accepted point of its series (windows of 5 minutes
 taken closer than 5 minutes apart would count the same requests twice). An answer whose
@@ -24,7 +25,7 @@ file with the reason.
 
 Saved answers live under ``feeds/requests/<YYYY-MM-DD>/*.json``. A point belongs to the day its
 window ends in (the models read ``ts``, not the load day), so a file of 23:00-01:00 feeds both
-days; the same point loaded from two files counts once (``stg_service_requests``).
+days; a service's point at one time loaded from two files counts once (``stg_service_requests``).
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def parse_service_requests(obj: str | bytes | Mapping[str, Any], source: str, st
     rows: dict[str, list[Any]] = {c: [] for c in SERVICE_REQUEST_SCHEMA}
     bad: dict[str, list[Any]] = {c: [] for c in DCGM_QUARANTINE_SCHEMA}
     number = 0
+    seen: dict[str, str | None] = {}  # service -> the extra labels of its first series in this answer
     for series in result:
         metric = series.get("metric") if isinstance(series, Mapping) else None
         if not isinstance(series, Mapping):
@@ -163,6 +165,14 @@ def parse_service_requests(obj: str | bytes | Mapping[str, Any], source: str, st
         service, name, extra, series_problem = _series_problem(metric if metric is not None else {})
         if not isinstance(series, Mapping):
             series_problem = f"series is {type(series).__name__}, not an object"
+        elif series_problem is None and service in seen:
+            series_problem = (
+                f"a second series of {service!r} in this answer (labels {extra or '{}'}; the first: "
+                f"{seen[service] or '{}'}): the count is one series per service ({QUERY}); replicas of an "
+                "HA Prometheus or unsummed series would count the same requests twice"
+            )
+        elif series_problem is None:
+            seen[service] = extra
         previous: float | None = None
         for point in points:
             number += 1
