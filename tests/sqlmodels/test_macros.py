@@ -123,3 +123,20 @@ def test_the_shipped_project_has_macros_and_the_unit_cost_marts_use_them():
         assert "{% call " in text or "{{ " in text.replace("{{ ref(", ""), name
     p = Project.load(root)
     assert p.models["unit_cost_released_map"].refs == ("stg_requests", "int_request_lineage", "int_request_cost")
+
+
+def test_models_without_macros_render_as_jinja_would():
+    """A template of only ref/source/var calls is rendered without compiling it: the same text, refs,
+    sources and vars as through Jinja (a Jinja comment, which renders to nothing, forces that path)."""
+    root = default_project_path()
+    macros = Macros.load(root)
+    plain = 0
+    for path in sorted(root.glob("*/*.sql")):
+        if path.parent.name == "macros":
+            continue
+        text = path.read_text()
+        plain += "{%" not in text
+        assert render(text, str(path), macros=macros) == render(text + "{# jinja #}", str(path), macros=macros), path
+    assert plain > 20
+    with pytest.raises(ProjectError, match=r"ref\('a b'\) is not a valid name"):
+        render("select * from {{ ref('a b') }}", "m.sql")

@@ -33,6 +33,9 @@ from gpu_platform.finops.sqlmodels.model import NAME, ProjectError
 
 MACROS_DIR = "macros"
 _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
+_SIMPLE = re.compile(r"\{\{\s*(ref|source|var)\s*\(\s*'([^'{}]*)'\s*\)\s*\}\}")
+"""`{{ ref('m') }}` and its like: what most models hold, rendered without Jinja (same text)."""
+_SYNTAX = re.compile(r"\{\{|\{%|\{#")
 _BUILTINS = frozenset({"ref", "source", "var", "caller"})
 
 
@@ -205,6 +208,13 @@ def render(
 
     scope: dict[str, Any] = {"ref": named("ref", refs), "source": named("source", sources),
                              "var": named("var", variables)}
+    if not _SYNTAX.search(_SIMPLE.sub("", template)):
+        # only ref/source/var calls: the text Jinja would render, without compiling a template
+        try:
+            sql = _SIMPLE.sub(lambda m: str(scope[m.group(1)](m.group(2))), template)
+        except _Refused as e:
+            raise ProjectError(f"{where}: {e}") from None
+        return sql, _dedupe(refs), _dedupe(sources), _dedupe(variables)
     try:
         lib = macros.template() if macros else None
         if lib is not None:
