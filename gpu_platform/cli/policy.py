@@ -183,6 +183,9 @@ def scale_table(pol) -> Table:
                    "across the inputs.")
 @click.option("--validate-trace", "validate_traces", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Also report the input and tuned policy on this held-out trace (repeatable; same lane map).")
+@click.option("--validate-capacity", type=float, default=None,
+              help="Pool size for the held-out traces (default: --capacity): a trace of another cluster is "
+                   "judged at its own size.")
 @click.option("--seed", type=int, default=0, show_default=True, help="The sampler's seed (the same seed, the same search).")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Stop searching after S seconds.")
 @click.option("--checkpoint-interval", type=float, default=1800.0, show_default=True,
@@ -201,7 +204,7 @@ def scale_table(pol) -> Table:
               help="With --service: seconds a reclaimed batch borrower takes to stop (default 30).")
 def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, sample_jobs, max_utilization_gap,
                 validate, tune_traces, validate_traces, seed, timeout_s, checkpoint_interval, out_dir,
-                fail_on_missed, service_path=None, demand_spec=None, serving_slo=0.05, reclaim_grace=None) -> None:
+                fail_on_missed, validate_capacity=None, service_path=None, demand_spec=None, serving_slo=0.05, reclaim_grace=None) -> None:
     """Search the policy's quotas, limits and preemption knobs against its lane targets on a trace."""
     import json
     from pathlib import Path
@@ -227,6 +230,8 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         problems.append("--trials: must be at least 2 (the input policy and the lend-idle seed)")
     if capacity is not None and capacity <= 0:
         problems.append("--capacity: must be > 0")
+    if validate_capacity is not None and validate_capacity <= 0:
+        problems.append("--validate-capacity: must be > 0")
     if sample_jobs < 0:
         problems.append("--sample-jobs: must be >= 0")
     if not 0 <= max_utilization_gap < 1:
@@ -360,13 +365,14 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     }
     held: dict = {}
     for name, hjobs in held_out:  # traces the search never saw: the tuned policy's out-of-sample figures
-        rep = {k: lane_report(simulate(SCENARIOS[kind](p, capacity), hjobs, checkpoint_interval_s=checkpoint_interval))
+        hcap = capacity if validate_capacity is None else validate_capacity
+        rep = {k: lane_report(simulate(SCENARIOS[kind](p, hcap), hjobs, checkpoint_interval_s=checkpoint_interval))
                for k, p, kind in (("policy", pol, "policy"), ("tuned", tuned_pol, "policy"), (BASELINE, pol, BASELINE))}
         t_in = judge(pol, {"policy": rep["policy"], BASELINE: rep[BASELINE]})
         t_tuned = judge(tuned_pol, {"policy": rep["tuned"], BASELINE: rep[BASELINE]})
         util = {k: rep[k]["total"]["gpu_utilization"] or 0.0 for k in rep}
         held[name] = {
-            "jobs": len(hjobs), "utilization": util,
+            "jobs": len(hjobs), "capacity_gpus": rep["policy"]["capacity_gpus"], "utilization": util,
             "utilization_gap_points": round(100 * (util[BASELINE] - util["tuned"]), 2),
             "targets_met": t_tuned["met"], "targets_missed": t_tuned["missed"],
             "missed": [f"{lane}.{r['target']}" for lane, rows in t_tuned["lanes"].items() for r in rows if r["met"] is False],
@@ -389,8 +395,8 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
                            "targets_missed": targets_tuned["missed"], "utilization_gap_points": round(gap_points, 2),
                            "candidates": len(evals), "feasible_on_sample": sum(e.feasible for e in evals),
                            "validated_on": validate, "validation_jobs": len(vjobs), "held_out": {
-                               n: {k: h[k] for k in ("jobs", "utilization_gap_points", "targets_met", "targets_missed",
-                                                     "missed")}
+                               n: {k: h[k] for k in ("jobs", "capacity_gpus", "utilization_gap_points", "targets_met",
+                                                     "targets_missed", "missed")}
                                for n, h in held.items()},
                            "verdict": found}, indent=1))
     missed = targets_tuned["missed"] or gap_points > 100 * max_utilization_gap + 1e-9

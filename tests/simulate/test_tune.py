@@ -282,11 +282,11 @@ def test_cli_reports_the_tuned_policy_out_of_sample_and_on_a_held_out_trace(tmp_
     held.write_text("\n".join(lines[:1] + lines[1001:1401]) + "\n")
     r = CliRunner().invoke(main, ["policy", "tune", "--trace", str(SLICE), "--lane-map", "elasticflow-fleet",
                                   "--policy", str(TIGHT), "--capacity", "800", "--trials", "2", "--sample-jobs", "300",
-                                  "--validate-trace", str(held), "--out", str(out)])
+                                  "--validate-trace", str(held), "--validate-capacity", "200", "--out", str(out)])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout[r.stdout.index("{"):])
     assert summary["validated_on"] == "later" and summary["validation_jobs"] == 2000 - 300
     h = summary["held_out"]["held.csv"]
-    assert h["jobs"] == 400 and h["targets_met"] + h["targets_missed"] > 0
+    assert h["jobs"] == 400 and h["capacity_gpus"] == 200 and h["targets_met"] + h["targets_missed"] > 0
     assert len(h["missed"]) == h["targets_missed"]
     assert "held out held.csv (400 jobs)" in r.stderr
