@@ -76,6 +76,7 @@ def _load_feed_samples(warehouse: Path, _: Path) -> None:
 def _feed_samples(con: duckdb.DuckDBPyConnection) -> None:
     from gpu_platform.finops.feeds import dcgm, focus, load
     from gpu_platform.finops.sqlmodels import ensure_raw_tables, load_ledger_snapshot
+    from tests.sqlmodels.test_feeds_integration import R42, R42_POD
 
     day = date(2024, 9, 3)
     ensure_raw_tables(con)
@@ -85,14 +86,7 @@ def _feed_samples(con: duckdb.DuckDBPyConnection) -> None:
         load.load_batch(con, "dcgm", batch, source=name, day=day)
     for name in ("focus-1.0-sample.csv",):
         load.load_batch(con, "focus", focus.load_focus(FEEDS / name, source=name), source=name, day=day)
-    load_ledger_snapshot(
-        con,
-        [dict(request_id="R42", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
-              workload="training_run", gpu_type="h100", gpu_count=1, state="running", attempts=1)],
-        [dict(namespace="team-perception", pod="train-run-42-worker-0", request_id="R42", attempt=1,
-              flavor_name="h100-ondemand", hostname="gpu-node-01", started_at=datetime(2024, 9, 3, 11),
-              ended_at=datetime(2024, 9, 3, 13), exit_status="Succeeded")],
-    )
+    load_ledger_snapshot(con, [R42], [R42_POD])
 
 
 def _load_whole_bill(warehouse: Path, scratch: Path) -> None:

@@ -22,6 +22,12 @@ feeds_load = pytest.importorskip("gpu_platform.finops.feeds.load")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"
 DAY = date(2024, 9, 3)
+R42 = dict(request_id="R42", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
+           workload="training_run", gpu_type="h100", gpu_count=1, state="running", attempts=1)
+"""A running request whose pod ran 11:00-13:00 on the sample's host (the ledger's side)."""
+R42_POD = dict(namespace="team-perception", pod="train-run-42-worker-0", request_id="R42", attempt=1,
+               flavor_name="h100-ondemand", hostname="gpu-node-01", started_at=datetime(2024, 9, 3, 11),
+               ended_at=datetime(2024, 9, 3, 13), exit_status="Succeeded")
 
 
 def test_models_build_on_feed_loaded_tables():
@@ -31,14 +37,7 @@ def test_models_build_on_feed_loaded_tables():
     feeds_load.load_batch(con, "dcgm", batch, source="scrape", day=DAY)
     focus = feeds_focus.load_focus(FIXTURES / "focus-1.0-sample.csv", source="focus-1.0-sample.csv")
     feeds_load.load_batch(con, "focus", focus, source="focus-1.0-sample.csv", day=DAY)
-    load_ledger_snapshot(
-        con,
-        [dict(request_id="R42", team="perception", cost_center="CC-1010", lane="candidate_train", site="sf",
-              workload="training_run", gpu_type="h100", gpu_count=1, state="running", attempts=1)],
-        [dict(namespace="team-perception", pod="train-run-42-worker-0", request_id="R42", attempt=1,
-              flavor_name="h100-ondemand", hostname="gpu-node-01", started_at=datetime(2024, 9, 3, 11),
-              ended_at=datetime(2024, 9, 3, 13), exit_status="Succeeded")],
-    )
+    load_ledger_snapshot(con, [R42], [R42_POD])
     project = Project.load(default_project_path())
     project.build(con, day=DAY)
     assert [(t.model, t.test_name) for t in project.run_tests(con, DAY) if t.failures] == []

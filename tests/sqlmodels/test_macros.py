@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import duckdb
 import pytest
 
 from gpu_platform.finops.sqlmodels import Project, ProjectError, default_project_path, render
 from gpu_platform.finops.sqlmodels.templates import Macros
-
-
-def write(root: Path, rel: str, text: str) -> None:
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-
-
-def model(root: Path, layer: str, name: str, sql: str, yml: str = "") -> None:
-    write(root, f"{layer}/{name}.sql", sql)
-    write(root, f"{layer}/{name}.yml", yml or f"name: {name}\ndescription: test\ngrain: any\n")
-
+from tests.sqlmodels.test_runner import model, write
 
 MACROS = """
 {#- rows of `model` whose `column` is `value` -#}
