@@ -17,6 +17,10 @@ only while the GPUs left free after it still cover every such serving queue's id
 never held back (what is its own is no serving lane's). Kueue cannot tell lenders apart, so this is
 a gate rule, like `protected`: the gate does not hand Kueue such a workload until it fits.
 Batch work that may be preempted borrows freely and is reclaimed.
+
+Also here: `lending_view` (who borrows a serving lane's idle quota and who is kept off it, from the
+policy), `serving_annotations` (the same on the exported ClusterQueue) and `scale_up_workloads`
+(a service's replicas beyond those admitted, one pending workload each).
 """
 
 from __future__ import annotations
@@ -155,3 +159,41 @@ def serving_annotations(policy: Any, lane_name: str) -> dict[str, str]:
         "gpu-platform.io/serving-lends-to": ",".join(lends),
         "gpu-platform.io/serving-held-off": ",".join(held),
     }
+
+
+def per_replica(requests: dict[str, float] | object, replicas: int) -> dict[str, float]:
+    """One replica's requests from a service workload holding `replicas` of them (0 or 1: as is)."""
+    reqs = dict(requests)  # type: ignore[call-overload]
+    n = max(1, replicas)
+    return {r: v / n for r, v in reqs.items()}
+
+
+def scale_up_workloads(
+    service: Workload, wanted: int, admitted: int, now: float, held: int | None = None
+) -> list[Workload]:
+    """Pending workloads for replicas `admitted + 1 .. wanted` of `service`, an admitted workload
+    holding `held` replicas (None: its `replicas` field where it has one, else 1). Each asks for
+    one replica's requests, named `<service>/replica-<i>`, created now, in the service's queue at
+    its priority, on its flavor; an empty list when `wanted <= admitted`."""
+    if wanted <= admitted:
+        return []
+    if held is None:
+        held = getattr(service, "replicas", 0) or 1
+    one = per_replica(service.requests, held)
+    pods = max(1, service.pods // max(1, held))
+    out = []
+    for i in range(admitted + 1, wanted + 1):
+        out.append(
+            Workload(
+                name=f"{service.name}/replica-{i}",
+                cq=service.cq,
+                requests=one,
+                priority=service.priority,
+                created_at=now,
+                flavor=service.flavor,
+                allowed_flavors=service.allowed_flavors,
+                team=service.team,
+                pods=pods,
+            )
+        )
+    return out

@@ -117,7 +117,8 @@ def test_packaged_policy_with_lending_batch_borrows_and_is_reclaimed():
     """The packaged policy's serving lane, lending (`with_lending`): research borrows the idle L4s
     of online_serving (and of the other inference lanes); the service at 2 replicas scales to 6:
     two fit what is still free, two reclaim from research (InCohortReclamation)."""
-    from gpu_platform.serving.lending import scale_up_workloads, with_lending
+    from gpu_platform.admission.serving_lending import scale_up_workloads
+    from gpu_platform.serving.lending import with_lending
 
     pol = with_lending(load_policy())
     state = from_policy(pol)
