@@ -33,6 +33,9 @@ def test_replicas_events_start_and_stop_replica_pods(sqlite_url, policy):
     assert ledger.state("S-1").state == "preempted"
     ledger.record("S-1", "admitted", flavor="l4-inference", details={"replicas": 1}, at=at(31))
     assert ledger.state("S-1").state == "admitted" and ledger.state("S-1").attempts == 2
+    # the state table folds a replicas event as the event log does: an observation, not a state
+    fold = [(x.request_id, x.state, x.attempts, x.updated_at) for x in ledger.states()]
+    assert fold == [(x.request_id, x.state, x.attempts, x.updated_at) for x in ledger.states_from_log()]
     requests, pods = ledger_snapshot(ledger, policy)
     assert [r["service_name"] for r in requests] == ["perception-serving"]
     got = [(p["pod"], p["started_at"], p["ended_at"], p["exit_status"]) for p in pods]
