@@ -36,8 +36,9 @@ def _state(lending_limit: float | None = None) -> ClusterState:
     labeler = ClusterQueueSpec("labeler", (ResourceQuota(F, GPU, 4.0),), cohort="pool")
     maint = ClusterQueueSpec("maint", (ResourceQuota(F, GPU, 0.0, 8.0),), cohort="pool", protected=True)
     evidence = ClusterQueueSpec("release", (ResourceQuota(F, GPU, 0.0, 8.0),), cohort="pool")
+    yields = ClusterQueueSpec("replay", (ResourceQuota(F, GPU, 0.0, 8.0),), cohort="pool", yields_to=("incident",))
     return ClusterState(
-        cluster_queues=(serving, research, labeler, maint, evidence),
+        cluster_queues=(serving, research, labeler, maint, evidence, yields),
         flavors=(FlavorSpec(F, capacity={GPU: 12.0}),),
         cohorts=("pool",),
         admitted=(_replica(0, 0.0, admitted=True),),
@@ -76,7 +77,11 @@ def test_without_lending_batch_cannot_borrow_serving_gpus():
 
 @pytest.mark.parametrize(
     ("cq", "evidence", "why"),
-    [("maint", False, "maint is protected"), ("release", True, "evidence job not checkpointed")],
+    [
+        ("maint", False, "maint is protected"),
+        ("release", True, "evidence job not checkpointed"),
+        ("replay", False, "replay yields only to incident"),
+    ],
 )
 def test_work_serving_could_not_take_back_borrows_only_beyond_its_idle_quota(cq, evidence, why):
     # free: 11 GPUs, of which 7 are the serving lane's idle quota: 4 may be borrowed
