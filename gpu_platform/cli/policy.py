@@ -181,6 +181,9 @@ def scale_table(pol) -> Table:
 @click.option("--tune-trace", "tune_traces", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Tune on this trace's sample too (repeatable): every candidate is judged by its worst target "
                    "across the inputs.")
+@click.option("--tune-capacity", type=float, default=None,
+              help="Pool size for the --tune-trace inputs (default: --capacity): traces of other clusters are "
+                   "tuned on at their own size.")
 @click.option("--validate-trace", "validate_traces", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Also report the input and tuned policy on this held-out trace (repeatable; same lane map).")
 @click.option("--validate-capacity", type=float, default=None,
@@ -204,7 +207,7 @@ def scale_table(pol) -> Table:
               help="With --service: seconds a reclaimed batch borrower takes to stop (default 30).")
 def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, sample_jobs, max_utilization_gap,
                 validate, tune_traces, validate_traces, seed, timeout_s, checkpoint_interval, out_dir,
-                fail_on_missed, validate_capacity=None, service_path=None, demand_spec=None, serving_slo=0.05, reclaim_grace=None) -> None:
+                fail_on_missed, validate_capacity=None, tune_capacity=None, service_path=None, demand_spec=None, serving_slo=0.05, reclaim_grace=None) -> None:
     """Search the policy's quotas, limits and preemption knobs against its lane targets on a trace."""
     import json
     from pathlib import Path
@@ -232,6 +235,8 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         problems.append("--capacity: must be > 0")
     if validate_capacity is not None and validate_capacity <= 0:
         problems.append("--validate-capacity: must be > 0")
+    if tune_capacity is not None and tune_capacity <= 0:
+        problems.append("--tune-capacity: must be > 0")
     if sample_jobs < 0:
         problems.append("--sample-jobs: must be >= 0")
     if not 0 <= max_utilization_gap < 1:
@@ -266,7 +271,7 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
     more_inputs = []
     for path in tune_traces:
         _t, tj = read(path)
-        more_inputs.append(tune.Input(Path(path).name, tj[:sample_jobs] if sample_jobs else tj))
+        more_inputs.append(tune.Input(Path(path).name, tj[:sample_jobs] if sample_jobs else tj, capacity=tune_capacity))
     held_out = [(Path(path).name, read(path)[1]) for path in validate_traces]
     knobs = tune.discover(raw, {j.lane for j in sample} | {j.lane for i in more_inputs for j in i.jobs})
     if not knobs:

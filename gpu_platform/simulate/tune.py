@@ -382,6 +382,8 @@ class Input:
     name: str
     jobs: list[TraceJob]
     baseline: dict[str, Any] = field(default_factory=dict)
+    capacity: float | None = None
+    """The pool this input is judged on (its cluster's size); None: the problem's `capacity`."""
 
 
 @dataclass(slots=True)
@@ -410,8 +412,11 @@ class Problem:
         self.inputs = [first, *self.inputs]
         for inp in self.inputs:
             if not inp.baseline:
-                inp.baseline = lane_report(simulate(SCENARIOS[BASELINE](pol, self.capacity), inp.jobs, tick=self.tick))
+                inp.baseline = lane_report(simulate(SCENARIOS[BASELINE](pol, self.pool(inp)), inp.jobs, tick=self.tick))
         self.baseline = first.baseline
+
+    def pool(self, inp: Input) -> float | None:
+        return self.capacity if inp.capacity is None else inp.capacity
 
     def policy(self, knobs: list[Knob], values: dict[str, Any]) -> Policy:
         return parse_policy_document(apply(copy.deepcopy(self.raw), knobs, values), "tuned policy")
@@ -436,7 +441,7 @@ class Problem:
         utils: list[float] = []
         lost = 0.0
         for inp in self.inputs:
-            scn = SCENARIOS["policy"](pol, self.capacity)
+            scn = SCENARIOS["policy"](pol, self.pool(inp))
             kw = {"tick": self.tick, "checkpoint_interval_s": self.checkpoint_interval_s}
             served = None
             if self.serving is not None:

@@ -290,3 +290,12 @@ def test_cli_reports_the_tuned_policy_out_of_sample_and_on_a_held_out_trace(tmp_
     assert h["jobs"] == 400 and h["capacity_gpus"] == 200 and h["targets_met"] + h["targets_missed"] > 0
     assert len(h["missed"]) == h["targets_missed"]
     assert "held out held.csv (400 jobs)" in r.stderr
+
+
+def test_each_tuning_input_is_judged_at_its_own_pool_size(raw):
+    jobs = _sample(400)
+    problem = tune.Problem(raw, jobs[:200], 800, 0.02, inputs=[tune.Input("small", jobs[200:], capacity=400)])
+    assert [i.baseline["capacity_gpus"] for i in problem.inputs] == [800, 400]
+    knobs = tune.discover(raw, {j.lane for j in jobs})
+    ev = problem.evaluate(knobs, tune.current(raw, knobs))
+    assert set(ev.by_input) == {"sample", "small"} and ev.report["capacity_gpus"] == 800
