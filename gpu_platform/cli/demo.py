@@ -154,7 +154,9 @@ def _seed(home: Path, days: int, price_days: int, console: Console, project_conf
         demo_history.write_ledger(history, ledger, policy)
         from gpu_platform.demo.serving import add_service
 
-        add_service(history, ledger, policy, home / "feeds")  # its pods go out with the history's feeds
+        service = add_service(history, ledger, policy, home / "feeds")  # its pods go out with the history's feeds
+        if service.get("skipped"):
+            console.print(f"demo: no {service['service']} service: {service['skipped']}", markup=False)
         progress.advance(task)
         task = progress.add_task("demo: DCGM, node, pod and FOCUS feeds", total=len(span))
         written = demo_history.write_feeds(history, home / "feeds", policy, advance=lambda: progress.advance(task))

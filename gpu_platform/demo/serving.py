@@ -62,9 +62,11 @@ def requests_doc(service: str, day: date, until: datetime, rng: np.random.Genera
 
 
 def serving_slots(history: History, flavor: str) -> list[tuple[FleetNode, int]]:
-    """(node, GPU) of the `flavor` nodes no history pod ever uses, node by node."""
-    used = {node for job in history.jobs for seg in job.segments for node, _ in seg.placement}
-    return [(n, g) for n in history.nodes if n.flavor == flavor and n.name not in used for g in range(n.gpus)]
+    """(node, GPU) of the `flavor` GPUs no history pod ever uses, the least used nodes first."""
+    used = {(node, g) for job in history.jobs for seg in job.segments for node, gpus in seg.placement for g in gpus}
+    nodes = sorted((n for n in history.nodes if n.flavor == flavor),
+                   key=lambda n: sum((n.name, g) in used for g in range(n.gpus)))
+    return [(n, g) for n in nodes for g in range(n.gpus) if (n.name, g) not in used]
 
 
 def service_request(policy: Policy) -> JobRequest:
@@ -76,7 +78,8 @@ def add_service(history: History, ledger: Ledger, policy: Policy, feeds: Path, n
     """Run the demo service from 00:00 of the history's first day to `now`: its request, admission
     and replica changes in the ledger, its replica pods in `history` (their pods, nodes and DCGM
     samples go out with the history's feeds), and its request counts under `feeds/requests/`.
-    Returns what it did (replica changes, serving GPUs, request files)."""
+    Returns what it did (replica changes, serving GPUs, request files), or `skipped` with why when
+    the history leaves too few GPUs of the service's flavor free all along (nothing recorded)."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     req = service_request(policy)
     spec = req.service
@@ -86,8 +89,8 @@ def add_service(history: History, ledger: Ledger, policy: Policy, feeds: Path, n
     per = req.gpu_count or 1
     top = min(spec.replicas.max, len(slots) // per)
     if top < spec.replicas.min:
-        raise ValueError(f"demo service: {len(slots)} free {flavor} GPU(s) for {spec.replicas.min} replicas "
-                         f"x {per} GPU(s)")
+        return {"service": name, "skipped": f"{len(slots)} {flavor} GPU(s) free all along, fewer than "
+                                            f"{spec.replicas.min} replicas x {per} GPU(s)"}
     first = history.days[0]
     start = datetime(first.year, first.month, first.day, tzinfo=UTC)
     end_of_history = datetime.combine(history.days[-1] + timedelta(days=1), datetime.min.time(), UTC)

@@ -61,3 +61,14 @@ def test_the_demo_service_runs_with_the_history(tmp_path, sqlite_url, policy):
 def test_the_demo_seeds_its_service_not_a_second_live_one():
     assert SERVICE_EXAMPLE == EXAMPLE
     assert all(p.name != EXAMPLE for p in live_request_files())
+
+
+def test_a_history_that_leaves_no_serving_gpus_free_skips_the_service_and_says_why(tmp_path, sqlite_url, policy):
+    history = demo_history.generate(policy, DAYS)
+    for node in history.nodes:  # every L4 GPU held by a batch pod at some point
+        if node.flavor == "l4-inference":
+            history.jobs[0].segments[0].placement.append((node.name, tuple(range(node.gpus))))
+    ledger = Ledger(sqlite_url)
+    out = add_service(history, ledger, policy, tmp_path / "feeds", now=NOW)
+    assert out["skipped"].startswith("0 l4-inference GPU(s) free all along")
+    assert ledger.count()[0] == 0 and not (tmp_path / "feeds").exists()
