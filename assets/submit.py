@@ -34,6 +34,39 @@ def launchpad_identity(context: dg.OpExecutionContext) -> Identity:
 _MAY = "; required by some lanes (the policy's lanes.<lane>.required_fields)"
 
 
+class ServiceReplicasConfig(dg.Config):
+    min: int = Field(description="Replicas always running (at least 1).")
+    max: int = Field(description="The most replicas the autoscaler may run (at least min).")
+
+
+class ServiceSloConfig(dg.Config):
+    p95_latency_ms: float = Field(description="The p95 latency the service promises, in milliseconds.")
+    target_qps_per_replica: float = Field(description="Requests per second one replica serves within it.")
+
+
+class ServiceMetricsConfig(dg.Config):
+    qps_query: str | None = Field(default=None, description="PromQL of the service's requests per second ($service, $namespace).")
+    latency_query: str | None = Field(default=None, description="PromQL of its p95 latency in seconds ($service, $namespace).")
+
+
+class ServiceConfig(dg.Config):
+    """A serving lane's `service:` block (docs/serving.md)."""
+
+    model_id: str = Field(description="The released model the service serves.")
+    replicas: ServiceReplicasConfig = Field(description="Min and max replicas; GPUs per replica are gpu_count.")
+    slo: ServiceSloConfig = Field(description="The p95 latency and target QPS per replica.")
+    port: int = Field(default=8080, description="The container's and the Service's port.")
+    autoscaler: str = Field(default="keda", description="keda (a KEDA ScaledObject) or hpa (a HorizontalPodAutoscaler).")
+    metrics: ServiceMetricsConfig | None = Field(default=None, description="The autoscaler's PromQL templates (default: derived from the name).")
+    name: str | None = Field(default=None, description="The Kubernetes name (default: the request's name).")
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
 class SubmitRequestConfig(dg.Config):
     """One GPU job request, as a request file would hold it (docs/reference.md, Job requests)."""
 
@@ -94,10 +127,11 @@ class SubmitRequestConfig(dg.Config):
     publication_target: str | None = Field(default=None, description="map_semantic_batch: where the map is published.")
     change_ticket: str | None = Field(default=None, description="platform_maintenance: the change ticket.")
     maintenance_window: str | None = Field(default=None, description="platform_maintenance: the window.")
+    service: ServiceConfig | None = Field(default=None, description="online_serving (a serving lane): the service to run, its replicas and SLO (docs/serving.md).")
 
     def request_fields(self) -> dict[str, Any]:
         """The request as validate_request reads it: unset optional fields left out."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        return {k: _without_none(v) for k, v in self.model_dump().items() if v is not None}
 
 
 EXAMPLE: dict[str, Any] = {

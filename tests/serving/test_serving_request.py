@@ -232,3 +232,19 @@ def test_policy_check_marks_the_serving_lane():
     assert res.exit_code == 0, res.output
     (row,) = [line for line in res.output.splitlines() if "online_serving" in line and "reclaim=Any" in line]
     assert "protected serving" in row
+
+
+def test_the_launchpad_config_takes_a_service(policy):
+    from pathlib import Path
+
+    from assets.submit import SubmitRequestConfig
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "requests" / "online_serving.yaml"
+    raw = yaml.safe_load(example.read_text())
+    fields = SubmitRequestConfig(**raw).request_fields()
+    assert fields["service"] == {
+        "model_id": "model-perception-2026.12-rc1", "replicas": {"min": 2, "max": 6},
+        "slo": {"p95_latency_ms": 120.0, "target_qps_per_replica": 40.0}, "port": 8080, "autoscaler": "keda",
+    }
+    req = validate_request(fields, policy)
+    assert req.service == validate_request(raw, policy).service
