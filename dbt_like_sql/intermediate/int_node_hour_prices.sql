@@ -93,7 +93,7 @@ instance_periods as (
 instance_hours as (
 
     -- a node replaced under the same name: the instances' hours add up (old instance 00-09:30, new
-    -- 09:30-24: 24 h), capped by the union of their periods (an overlap is counted once)
+    -- 09:30-24: 24 h), capped below by the union of the node's periods (an overlap counts once)
     select day, hostname, currency, sum(least(hours, instance_span)) as hours
     from (
         select day, hostname, currency, instance, sum(hours) as hours,
@@ -105,37 +105,15 @@ instance_hours as (
 
 ),
 
-hour_islands as (
-
-    select day, hostname, currency, s, e,
-           sum(case when prev_end is null or s > prev_end then 1 else 0 end)
-               over (partition by day, hostname, currency order by s, e rows unbounded preceding) as island
-    from (
-        select *, max(e) over (partition by day, hostname, currency order by s, e
-                               rows between unbounded preceding and 1 preceding) as prev_end
-        from (select distinct day, hostname, currency, s, e from instance_periods)
-    )
-
-),
-
-hour_span as (
-
-    select day, hostname, currency, sum(epoch(island_end - island_start)) / 3600.0 as span_hours
-    from (
-        select day, hostname, currency, island, min(s) as island_start, max(e) as island_end
-        from hour_islands group by day, hostname, currency, island
-    )
-    group by day, hostname, currency
-
-),
-
 node_hours as (
 
     -- without instance-hour rows (a scale set's row counts every instance; a node billed in other
     -- units): the union of the node's charge periods on the day from its observed start (a node
     -- created at 12:00 on a daily row without hours: 12 h), else the whole union
     select u.day, u.hostname, u.currency,
-           coalesce(least(h.hours, sp.span_hours), nullif(u.observed_hours, 0), u.period_hours) as billed_hours
+           -- (least() skips NULL in DuckDB: no instance hours is no instance hours)
+           coalesce(case when h.hours is not null then least(h.hours, u.period_hours) end,
+                    nullif(u.observed_hours, 0), u.period_hours) as billed_hours
     from (
         select x.day, x.hostname, x.currency,
                sum(epoch(x.island_end - x.island_start)) / 3600.0 as period_hours,
@@ -150,7 +128,6 @@ node_hours as (
         group by x.day, x.hostname, x.currency
     ) as u
     left join instance_hours as h on h.day = u.day and h.hostname = u.hostname and h.currency = u.currency
-    left join hour_span as sp on sp.day = u.day and sp.hostname = u.hostname and sp.currency = u.currency
 
 ),
 

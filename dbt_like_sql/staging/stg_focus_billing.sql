@@ -141,12 +141,13 @@ final as (
         -- the virtual machine a row names (lower-case): Azure's x_SkuDetails VMName (its cost details'
         -- AdditionalInfo, kept in extra_columns), else ResourceName; int_billing_nodes gives a scale
         -- set's row to the instance it names
-        lower(coalesce(
+        -- (read for a scale set's rows only: no other row is given to an instance by it)
+        case when contains(lower(ResourceId), '/virtualmachinescalesets/') then lower(coalesce(
             case when json_valid(extra_columns) and json_valid(json_extract_string(extra_columns, '$.x_SkuDetails'))
                  then coalesce(json_extract_string(json_extract_string(extra_columns, '$.x_SkuDetails'), '$.VMName'),
                                json_extract_string(json_extract_string(extra_columns, '$.x_SkuDetails'), '$.VmName'))
             end,
-            ResourceName)) as vm_name,
+            ResourceName)) end as vm_name,
         ResourceType as resource_type,
         ServiceName as service_name,
         ServiceCategory as service_category,
