@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -50,7 +51,8 @@ class Dataset:
     description: str
     load: Callable[[Path, Path], None]
     """load(warehouse, scratch): fill the raw tables of a fresh DuckDB file (scratch: a folder for
-    feed files; its path is replaced by `<scratch>` in the rows' text)."""
+    feed files). In the rows' text its path is replaced by `<scratch>`, and the checkout's by
+    `<root>` (a file's source is its absolute path), so a snapshot holds wherever it is made."""
     days: tuple[date, date]
 
 
@@ -102,10 +104,18 @@ def _load_whole_bill(warehouse: Path, scratch: Path) -> None:
     env = {"GPU_PLATFORM_HOME": str(scratch), "GPU_PLATFORM_WAREHOUSE": str(warehouse)}
     parquet = scratch / "dcgm.parquet"
     wb.dcgm_history(parquet)
-    for args in (["--day", wb.DAY, "--focus", str(wb.BILL), "--dcgm", str(parquet),
-                  "--nodes", str(wb.FIX / "kubectl-get-nodes.json"), "--pods", str(wb.FIX / "kubectl-get-pods.json"),
-                  "--volumes", str(wb.FIX / "kubectl-get-pv.json")],
-                 ["--day", wb.PREV, "--focus", str(wb.BILL)]):
+    # an inventory file's snapshot time is its mtime: copies with one fixed mtime, not the checkout's
+    fixed = datetime(2026, 11, 28, 23, 55, tzinfo=UTC).timestamp()
+    files = {}
+    for name in (wb.BILL.name, "kubectl-get-nodes.json", "kubectl-get-pods.json", "kubectl-get-pv.json"):
+        files[name] = scratch / name
+        shutil.copyfile(wb.FIX / name, files[name])
+        os.utime(files[name], (fixed, fixed))
+    bill = str(files[wb.BILL.name])
+    for args in (["--day", wb.DAY, "--focus", bill, "--dcgm", str(parquet),
+                  "--nodes", str(files["kubectl-get-nodes.json"]), "--pods", str(files["kubectl-get-pods.json"]),
+                  "--volumes", str(files["kubectl-get-pv.json"])],
+                 ["--day", wb.PREV, "--focus", bill]):
         res = CliRunner().invoke(cli, ["feeds", "ingest", *args, "--warehouse", str(warehouse)], env=env)
         if res.exit_code != 0:
             raise RuntimeError(f"feeds ingest {' '.join(args)}: {res.output}")
@@ -169,7 +179,7 @@ def _row_text(con: duckdb.DuckDBPyConnection, table: str) -> tuple[list[list[str
             # a sum that should be 0 comes out as +-1e-17 by the order DuckDB's threads add in
             text = f"printf('%.9g', round({col}, 8) + 0.0)"
         else:
-            text = f"replace(cast({col} as varchar), $scratch, '<scratch>')"
+            text = f"replace(replace(cast({col} as varchar), $scratch, '<scratch>'), $root, '<root>')"
         parts.append(f"coalesce({text}, '<null>')")
     return cols, " || chr(31) || ".join(parts) if parts else "''"
 
@@ -192,7 +202,7 @@ def snapshot(project: Project, dataset: Dataset, scratch: Path) -> dict[str, Any
             rows, digest = con.execute(
                 f"select count(*), md5(coalesce(string_agg(r, chr(30) order by r), '')) "
                 f"from (select {row} as r from {name})",
-                {"scratch": str(scratch)} if "$scratch" in row else {}).fetchall()[0]
+                {"scratch": str(scratch), "root": str(ROOT)} if "$scratch" in row else {}).fetchall()[0]
             models[name] = {"columns": cols, "rows": int(rows), "digest": digest}
         tests = {f"{t.model}.{t.test_name}": t.failures
                  for t in project.run_tests(con, days=dataset.days, variables=variables)}
