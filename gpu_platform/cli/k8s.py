@@ -121,10 +121,11 @@ def render(
 
 
 def _render_service(request, policy, flavor: str | None, prometheus_url: str | None, step: str | None) -> None:
-    """Print a service's objects (`gpu_platform.serving.render`): no run, no steps."""
+    """Print a service's objects (`gpu_platform.cluster.services`): no run, no steps."""
     import yaml
 
-    from gpu_platform.serving.render import DEFAULT_PROMETHEUS_URL, service_manifests
+    from gpu_platform.cluster.services import service_manifests
+    from gpu_platform.serving.render import DEFAULT_PROMETHEUS_URL
 
     if step is not None:
         fail("cannot render a service", [f"--step {step!r}: a service runs no steps; its replicas are one Deployment"])

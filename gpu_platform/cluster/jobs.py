@@ -489,12 +489,12 @@ def k8s_config_for(
     `pod_template_spec_metadata`, `pod_spec_config`, `job_metadata`, `job_spec_config`.
     Raises ValueError when the request lacks what a Job needs (request_id, container_digest,
     gpu_count, workload, a known lane and team), the flavor does not fit it, or the request is a
-    service (`service:`, rendered by `gpu_platform.serving.render`).
+    service (`service:`, rendered by `gpu_platform.cluster.services`).
     """
     if request.service is not None:
         raise ValueError(
             f"request {request.request_id} is a service (workload service): it runs as a Deployment, not a Job; "
-            "render it with gpu_platform.serving.render (`gpu-platform k8s render` does)"
+            "render it with gpu_platform.cluster.services (`gpu-platform k8s render` does)"
         )
     flavor = resolve_flavor(request, policy, flavor_name)
     _request_id(request)

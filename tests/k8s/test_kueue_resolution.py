@@ -52,7 +52,7 @@ def test_all_fifteen_examples_are_covered() -> None:
 def test_service_pods_resolve_against_the_export(path: Path, k8s_policy, example_request, exported) -> None:
     """Kueue's pod integration reads the Deployment's queue and its pods' priority class: both
     exist in the export, and the pods may land only on the serving lane's flavor."""
-    from gpu_platform.serving.render import service_manifests
+    from gpu_platform.cluster.services import service_manifests
 
     req = example_request(path)
     deployment = service_manifests(req, k8s_policy)[0]

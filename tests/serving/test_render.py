@@ -20,15 +20,10 @@ from gpu_platform.cluster.names import (
     LABEL_GPU_PRODUCT,
     LABEL_NODE_POOL,
 )
+from gpu_platform.cluster.services import service_manifests
 from gpu_platform.policy import default_policy_path, parse_policy
 from gpu_platform.requests.model import validate_request, validate_request_file
-from gpu_platform.serving.render import (
-    HPA_LATENCY_METRIC,
-    HPA_QPS_METRIC,
-    LABEL_SERVICE,
-    quantity,
-    service_manifests,
-)
+from gpu_platform.serving.render import HPA_LATENCY_METRIC, HPA_QPS_METRIC, LABEL_SERVICE, quantity
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "requests" / "online_serving.yaml"
