@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_platform.admission.cases import run_case
-from gpu_platform.admission.preemption import reserved_second
 from gpu_platform.admission.model import Workload
+from gpu_platform.admission.preemption import reserved_second
 
 
 def _case(admitted: list[dict], expected: list[str]) -> dict:

@@ -12,7 +12,12 @@ import pytest
 
 from gpu_platform.policy import load_policy
 from gpu_platform.simulate import simulate
-from gpu_platform.simulate.scenarios import SCENARIOS, fifo_flavors_fast_scenario, policy_node_gpus, with_nodes
+from gpu_platform.simulate.scenarios import (
+    SCENARIOS,
+    fifo_flavors_fast_scenario,
+    policy_node_gpus,
+    with_nodes,
+)
 from tests.simulate.test_outcome_pinned import _tiled
 
 SCENARIO = {**SCENARIOS, "fifo-flavors-fast": fifo_flavors_fast_scenario}

@@ -78,8 +78,7 @@ def test_memory_is_the_jobs_kept(tmp_path):
 
 def test_simulate_reports_progress(monkeypatch):
     from gpu_platform.policy import load_policy
-    from gpu_platform.simulate import SCENARIOS
-    from gpu_platform.simulate import des
+    from gpu_platform.simulate import SCENARIOS, des
 
     monkeypatch.setattr(des, "PROGRESS_JOBS", 10)
     jobs = [TraceJob(f"j{i}", i * 100.0, 50.0, 1, "research_best_effort") for i in range(35)]
