@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "retention": ("lineage:retention", "Evidence retention: holds and sweeps."),
     "cost": ("cost:cost", "GPU cost models: build a day, report unit costs and chargeback, export it as FOCUS."),
-    "feeds": ("feeds:feeds", "Feed ingestion: DCGM, FOCUS billing, node and pod inventory."),
+    "feeds": ("feeds:feeds", "Feed ingestion: DCGM, FOCUS billing, node and pod inventory, requests per service."),
     "metrics": ("metrics:metrics", "Prometheus metrics of the queue."),
     "autoscale": ("autoscale:autoscale", "Autoscaling demand from the queue."),
     "report": (

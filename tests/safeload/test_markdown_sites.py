@@ -22,6 +22,7 @@ REVIEWED: dict[tuple[str, str], str] = {
     ("assets/workloads.py", "dagster_metadata"): "MARKDOWN_KEYS: lineage_markdown, every cell through md()",
     ("assets/workloads.py", "_check_result"): "each missing item through md()",
     ("assets/workloads.py", "sweep_evidence"): "digest and reason cells through md()",
+    ("assets/serving.py", "inference_service"): "service_markdown is markdown_table output (cells through md()); the other texts are literals",
 }
 
 _RENDER = MarkdownIt("commonmark").enable("table")
@@ -90,3 +91,12 @@ def test_lineage_markdown_escapes_its_cells() -> None:
                             "dataset_ids": [HOSTILE], "map_ids": [], "log_digest": "sha256:" + "0" * 64}]}
     html = _RENDER.render(lineage_markdown(manifest))
     assert not _live(html) and html.count("<td>") == 6
+
+
+def test_the_service_table_escapes_its_cells() -> None:
+    from gpu_platform.finops.sqlmodels.report import SERVICE_COLUMNS, service_markdown
+
+    row = {c: HOSTILE for c in SERVICE_COLUMNS} | {"requests": 1000, "cost_per_1k_requests": None,
+                                                     "idle_cost_per_1k_requests": None}
+    html = _RENDER.render(service_markdown([row]))
+    assert not _live(html) and "<code>" not in html and html.count("<td>") == len(SERVICE_COLUMNS)
