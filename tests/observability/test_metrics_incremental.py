@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 import gpu_platform.requests.ledger as ledger_mod
 from gpu_platform.observe.metrics import registry_for
 from gpu_platform.observe.metrics.collector import QueueCollector
+from gpu_platform.observe.metrics.services import ServiceCollector
 from gpu_platform.observe.queueview.demand import DemandCache, load_demand
 from gpu_platform.requests.ledger import Ledger, events_table, state_table
 from gpu_platform.requests.model import validate_request
@@ -139,6 +140,7 @@ def test_the_kept_figures_equal_a_full_read_after_every_change(ledger_url, polic
     collector.demand = DemandCache(**options)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
+    reg.register(ServiceCollector(walk.led))  # registry_for's second collector: services (read in full)
     cache = DemandCache(**options)
     steps = 120 if ledger_url.startswith("sqlite") else 60
     for i in range(steps):
