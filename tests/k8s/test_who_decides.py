@@ -81,6 +81,9 @@ def _policy_cases(policy) -> dict[str, ClusterState]:
         AdmittedRequest(req("map_semantic_batch.yaml", "tiles-a"), "l4-inference", 2),
         AdmittedRequest(req("labeler_batch.yaml", "label-a", gpu_count=4), "l4-inference", 3),
         AdmittedRequest(req("platform_maintenance.yaml", "burnin-a", gpu_type="l4-inference", gpu_count=2), "l4-inference", 4),
+        # the serving lane's 8 L4s busy with replicas (idle, it would lend them to the replay)
+        AdmittedRequest(req("online_serving.yaml", "svc-a"), "l4-inference", 0, replicas=6),
+        AdmittedRequest(req("online_serving.yaml", "svc-b"), "l4-inference", 0, replicas=2),
     ]
     protected = from_policy(
         policy, l4_full, [PendingRequest(req("release_eval.yaml", "eval-b", gpu_type="l4-inference", gpu_count=2), 10)]

@@ -157,11 +157,12 @@ def test_packaged_policy_lending_view():
     from gpu_platform.serving.lending import idle_lendable, with_lending
 
     shipped = lending_view(load_policy())
-    assert [(r["lane"], r["lendable"]) for r in shipped] == [("online_serving", 0.0)]  # lending_limit: 0
+    assert [(r["lane"], r["lendable"]) for r in shipped] == [("online_serving", 8.0)]  # no lending_limit: lends
     row = lending_view(with_lending(load_policy()))[0]
     assert row["lendable"] == 8.0 and row["reclaim_within_cohort"] == "Any"
     assert "research_best_effort" in row["reclaimed"] and "labeler_batch" in row["reclaimed"]
     assert row["held_off"]["platform_maintenance"] == "protected"
     assert "checkpointed" in row["held_off"]["release_eval"] and "checkpointed" in row["held_off"]["candidate_train"]
     assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=3) == 5
-    assert idle_lendable(load_policy(), "online_serving", "l4-inference", used=3) == 0
+    assert idle_lendable(load_policy(), "online_serving", "l4-inference", used=3) == 5  # the shipped policy lends
+    assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=9) == 0

@@ -41,8 +41,12 @@ def test_serving_cluster_queue_lends_and_reclaims():
     assert cohorts[research["spec"]["cohortName"]]["spec"].get("parentName") == serving["spec"]["cohortName"]
 
 
-def test_shipped_policy_lends_nothing_and_says_so():
-    serving = _cqs(load_policy())["online-serving"]
-    assert _row(serving, "l4-inference")["lendingLimit"] == "0"
-    ann = serving["metadata"]["annotations"]
-    assert ann["gpu-platform.io/serving-lends-to"] == "" and ann["gpu-platform.io/serving-held-off"] == ""
+def test_shipped_policy_lends_its_idle_serving_gpus():
+    """The packaged policy is work-conserving: the serving lane has no lending_limit, so its export
+    is the same as `with_lending`'s, and it names who borrows and who the gate keeps off."""
+    shipped, lent = _cqs(load_policy()), _cqs(with_lending(load_policy()))
+    assert shipped["online-serving"] == lent["online-serving"]
+    assert "lendingLimit" not in _row(shipped["online-serving"], "l4-inference")
+    ann = shipped["online-serving"]["metadata"]["annotations"]
+    assert "research-best-effort" in ann["gpu-platform.io/serving-lends-to"].split(",")
+    assert "release-eval" in ann["gpu-platform.io/serving-held-off"].split(",")
