@@ -33,7 +33,7 @@ def test_tune_weighs_serving_slo_and_batch_utilization(tmp_path):
     target = serving_target(load_policy(), JOBS, str(EXAMPLE), str(rate), 0.05)
     raw = load_document(default_policy_path(), POLICY_LIMITS)
     knobs = tune.discover(raw, {"research_best_effort"})
-    knob = next(k for k in knobs if k.name == KNOB)  # the serving lane's lending limit is searched
+    assert any(k.name == KNOB for k in knobs)  # the serving lane's lending limit is searched
     problem = tune.Problem(raw, JOBS, None, 0.02, serving=target)
     values = tune.current(raw, knobs)
     assert values[KNOB] >= 8  # the packaged policy lends all its idle L4s (no lending_limit)
