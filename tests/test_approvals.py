@@ -104,9 +104,11 @@ def test_submit_warns_that_a_request_string_grants_nothing(tmp_path):
 
 
 def _yields_policy(tmp_path):
-    """The default policy with map_semantic_batch yielding only to incident_response."""
+    """The default policy with map_semantic_batch yielding only to incident_response, and the
+    serving lane keeping its 8 L4s (lending_limit 0): the release can have L4s only by reclaiming."""
     raw = yaml.safe_load(default_policy_path().read_text())
     raw["lanes"]["map_semantic_batch"]["yields_to"] = ["incident_response"]
+    raw["lanes"]["online_serving"]["quotas"][0]["lending_limit"] = 0
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return parse_policy(raw), str(path)

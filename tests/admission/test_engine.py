@@ -283,12 +283,13 @@ def test_fair_sharing_follows_the_policy(pol: Policy) -> None:
     raw = __import__("yaml").safe_load(default_policy_path().read_text())
     raw["fair_sharing"] = {"enabled": True}
     fair = parse_policy(raw)
-    adm = [running(f"lab-{i}", "labeler_batch", 4, "l4-inference", at=i) for i in range(2)]
-    adm += [running(f"map-{i}", "map_semantic_batch", 4, "l4-inference", at=10 + i) for i in range(2)]
+    # the 24 L4s full: labeler and map batch borrow, also the serving lane's 8 idle L4s it lends
+    adm = [running(f"lab-{i}", "labeler_batch", 4, "l4-inference", at=i) for i in range(3)]
+    adm += [running(f"map-{i}", "map_semantic_batch", 4, "l4-inference", at=10 + i) for i in range(3)]
     state = from_policy(fair, admitted=adm, pending=[req("ev", "release_eval", 4, "l4-inference")])
     assert state.fair_sharing
     res = schedule_cycle(state)
-    # labeler borrows 4 of the pool (share 250), map 4 (share 250 too); release_eval stays within its
+    # labeler and map borrow beyond their nominal quota (equal shares); release_eval stays within its
     # nominal quota, so it reclaims unconditionally (Kueue's FairSharingPreemptWithinNominal).
     assert len(res.preempted) == 1 and res.preempted[0].reason == "InCohortReclamation"
 
