@@ -1,0 +1,327 @@
+"""The simulator's queues and runs: its state built from the scenario (queues by shape, running
+workloads grouped per (queue, flavor, priority), quota usage, cohort roots, own-queue ceilings, the
+node book), and what events do to jobs: arrival (rejected at once when it never fits an empty
+pool), queue order, aging of priorities (Kueue's priority boost), start, completion, eviction
+with the work lost since the last checkpoint, and the usage accounting of each.
+
+May import `admission/`, `policy/`, `simulate/des_types.py`, `scenario.py`, `trace.py`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import fields, replace
+
+from gpu_platform.admission import ClusterState, Workload, admit_until_stable
+from gpu_platform.admission.model import STRICT_FIFO, evolve
+from gpu_platform.admission.nodes import NodeBook
+from gpu_platform.policy import GPU
+from gpu_platform.simulate.des_types import JobRun, _queue_key
+from gpu_platform.simulate.scenario import Scenario
+from gpu_platform.simulate.trace import TraceJob
+
+
+class _Queues:
+    """The queues, runs and accounting of one simulation (`des._Sim` adds the engine calls and
+    the loop)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        jobs: list[TraceJob],
+        tick: float,
+        checkpoint_s: float,
+        window: int,
+        per_shape: int,
+        skip_bound: bool,
+        merge_held: bool,
+    ):
+        self.scn = scenario
+        self.shown_per_shape = per_shape
+        self.tick = tick
+        self.ckpt = checkpoint_s
+        self.window = window
+        self.runs = [JobRun(j, scenario.workload(j)) for j in sorted(jobs, key=lambda j: j.submit_ts)]
+        names = [c.name for c in scenario.base.cluster_queues]
+        # per queue: shape -> pending JobRuns of that shape, in queue order
+        self.shapes: dict[str, dict[tuple, list[tuple[tuple, JobRun]]]] = {n: {} for n in names}
+        self.size: dict[str, int] = dict.fromkeys(names, 0)
+        self.strict = {c.name for c in scenario.base.cluster_queues if c.queueing_strategy == STRICT_FIFO}
+        self.block: dict[str, tuple | None] = dict.fromkeys(names)
+        self.fresh: dict[str, list[JobRun]] = {n: [] for n in names}  # arrivals since the last call
+        self.running: dict[str, Workload] = {}
+        self.running_wl: dict[str, Workload] = {}  # as admitted (flavor, priority) for accounting
+        # running workloads by (cq, flavor, priority): names, and summed requests
+        self.groups: dict[tuple[str, str, int], set[str]] = {}
+        self.group_sum: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.merge_held = merge_held and not scenario.base.fair_sharing
+        self.run_of: dict[str, JobRun] = {}
+        self.uncheckpointed: set[str] = set()  # running evidence workloads not yet checkpointed
+        self.heap: list[tuple[float, int, int, JobRun]] = []
+        self.counter = 0
+        self.pending = 0
+        self.calls = 0
+        self.cycles = 0
+        self.usage: list[tuple[float, str, float]] = []
+        self.skip_bound = skip_bound
+        self.specs = {c.name: c for c in scenario.base.cluster_queues}
+        parent: dict[str, str | None] = {}
+        for co in scenario.base.cohorts:
+            if isinstance(co, str):
+                parent.setdefault(co, None)
+            else:
+                parent[co.name] = co.parent
+        self.root: dict[str, str] = {}
+        for name in parent:
+            seen, at = set(), name
+            while parent.get(at) is not None and at not in seen:
+                seen.add(at)
+                at = parent[at]  # type: ignore[assignment]
+            self.root[name] = at
+        # per queue: the root of its cohort tree (its cohort's name where not in a tree)
+        self.cohort_root: dict[str, str | None] = {
+            c.name: self.root.get(c.cohort, c.cohort) for c in scenario.base.cluster_queues  # type: ignore[arg-type]
+        }
+        # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
+        # without a cohort); absent: no ceiling of its own
+        self.ceiling: dict[tuple[str, str, str], float] = {}
+        for c in scenario.base.cluster_queues:
+            for q in c.quotas:
+                if c.cohort is None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal
+                elif q.borrowing_limit is not None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal + q.borrowing_limit
+        self.cq_usage: dict[tuple[str, str, str], float] = {}
+        self.nominal: dict[tuple[str, str], float] = {
+            (c.name, q.flavor): q.nominal for c in scenario.base.cluster_queues for q in c.quotas if q.resource == GPU
+        }
+        self.cq_prios: dict[str, dict[int, int]] = {}
+        self.fits_cache: dict[tuple, str | None] = {}
+        # the scenario's state as constructor arguments (dataclasses.replace costs twice as much)
+        self.base_kw = {f.name: getattr(scenario.base, f.name) for f in fields(scenario.base)}
+        self.base_fields = tuple(
+            (ClusterState.__dict__[name].__set__, v) for name, v in self.base_kw.items() if name not in ("admitted", "pending", "now")
+        )
+        # folded running workloads per (queue, flavor, priority), reused while the group is unchanged
+        self.group_ver: dict[tuple[str, str, int], int] = {}
+        self.folded: dict[tuple[str, str, int], tuple[int, Workload]] = {}
+        # the node model: where running work sits, and the folded groups' summed placements
+        self.book: NodeBook | None = NodeBook(scenario.base.nodes) if scenario.base.nodes else None
+        self.group_place: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.node_flavors = tuple(self.book.by_flavor) if self.book is not None else ()
+        self.usable: dict[tuple, tuple[str, ...]] = {}
+        self.stranded_gpu_s = 0.0
+        # aging (`Scenario.boosts`): (due, seq, run) of waiting work whose priority boost is due
+        self.boosts = dict(scenario.boosts or {})
+        self.aging: list[tuple[float, int, JobRun, int]] = []
+        self.level: dict[str, int] = {}  # aging level a job's workload carries
+        self.base_prio: dict[str, int] = {}
+        self.seq_age = 0
+        # more events beside the trace (`simulate(events=...)`: a service's autoscaler)
+        self.events = None
+        # `simulate(progress=...)`: called with (jobs arrived, jobs) every `progress_every` arrivals
+        self.progress: Callable[[int, int], None] | None = None
+
+    @staticmethod
+    def _shape(wl: Workload) -> tuple:
+        return (tuple(sorted(wl.requests.items())), wl.allowed_flavors, wl.flavor, wl.priority, wl.evidence, wl.safety_approval)
+
+    # -- admissibility in an empty pool ---------------------------------------------------
+    def _never_fits(self, wl: Workload) -> str | None:
+        key = (wl.cq, self._shape(wl))
+        if key not in self.fits_cache:
+            res = admit_until_stable(replace(self.scn.base, admitted=(), pending=(wl,), now=0.0))
+            if res.admitted:
+                self.fits_cache[key] = None
+            elif res.rejected:
+                self.fits_cache[key] = res.rejected[0].message
+            else:
+                self.fits_cache[key] = res.pending[0].message if res.pending else "not admissible"
+        return self.fits_cache[key]
+
+    # -- queue handling --------------------------------------------------------------------
+    def _enqueue(self, r: JobRun, now: float) -> bool:
+        """Put a job in its queue; True when the engine must look again."""
+        wl = r.wl
+        assert wl is not None
+        r.state = "pending"
+        r.queued_since = now
+        r.key = _queue_key(wl)
+        if not r.shape:
+            r.shape = self._shape(wl)
+        group = self.shapes[wl.cq].setdefault(r.shape, [])
+        if not group or group[-1][0] < r.key:
+            group.append((r.key, r))
+        else:
+            bisect.insort(group, (r.key, r), key=lambda e: e[0])
+        self.size[wl.cq] += 1
+        self.pending += 1
+        b = self.block.get(wl.cq)
+        if b is None or r.key < b:
+            self.fresh[wl.cq].append(r)
+            return True
+        return False
+
+    def _dequeue(self, r: JobRun) -> None:
+        wl = r.wl
+        assert wl is not None
+        groups = self.shapes[wl.cq]
+        sh = r.shape
+        group = groups[sh]
+        i = bisect.bisect_left(group, r.key, key=lambda e: e[0])
+        assert group[i][1] is r
+        del group[i]
+        if not group:
+            del groups[sh]
+        self.size[wl.cq] -= 1
+        self.pending -= 1
+
+    def arrive(self, r: JobRun, now: float) -> bool:
+        if r.wl is None:
+            r.state, r.reason = "rejected", f"lane {r.job.lane!r} has no queue in this scenario"
+            return False
+        if r.wl.cq not in self.shapes:
+            r.state, r.reason = "rejected", f"unknown cluster queue {r.wl.cq!r}"
+            return False
+        why = self._never_fits(r.wl)
+        if why is not None:
+            r.state, r.reason = "rejected", why
+            return False
+        if r.wl.cq in self.boosts:
+            self.base_prio[r.job.job_id] = r.wl.priority
+            self._age_next(r, 1)
+        return self._enqueue(r, now)
+
+    def _age_next(self, r: JobRun, level: int) -> None:
+        """Schedule the job's next aging step (level `level`) unless its boost is at its cap."""
+        assert r.wl is not None
+        step, per, cap = self.boosts[r.wl.cq]
+        if step > 0 and (level - 1) * per < cap:
+            self.seq_age += 1
+            heapq.heappush(self.aging, (r.job.submit_ts + level * step, self.seq_age, r, level))
+
+    def _raise(self, r: JobRun, level: int) -> bool:
+        """Give a job the priority of aging level `level` (base + min(level x boost, cap): Kueue's
+        `kueue.x-k8s.io/priority-boost`, KEP-7990); True if it changed."""
+        assert r.wl is not None
+        name = r.job.job_id
+        if level <= self.level.get(name, 0):
+            return False
+        _step, per, cap = self.boosts[r.wl.cq]
+        self.level[name] = level
+        prio = self.base_prio[name] + min(level * per, cap)
+        if prio == r.wl.priority:
+            return False
+        r.wl = replace(r.wl, priority=prio)
+        r.shape = self._shape(r.wl)
+        return True
+
+    def _age(self, r: JobRun, level: int) -> bool:
+        """An aging step of a waiting job: it sorts ahead in its queue and may preempt what its
+        queue's rules let a higher priority preempt. True when the engine must look again."""
+        since = r.queued_since
+        self._dequeue(r)
+        self._raise(r, level)
+        self._age_next(r, level + 1)
+        return self._enqueue(r, since)
+
+    def _stop(self, r: JobRun, now: float) -> float:
+        """End the current run of r at now; returns its run time."""
+        name = r.job.job_id
+        del self.running[name]
+        del self.run_of[name]
+        self.uncheckpointed.discard(name)
+        held = self.running_wl.pop(name)
+        self._account(held, -1)
+        if self.book is not None:
+            self.book.release(held, remember=False)
+        ran = now - r.start
+        r.used_gpu_s += r.job.gpus * ran
+        self.usage.append((now, r.job.lane, -r.job.gpus))
+        return ran
+
+    def complete(self, r: JobRun, now: float) -> None:
+        self._stop(r, now)
+        r.state, r.end = "done", now
+
+    def _start(self, r: JobRun, flavor: str, now: float, placement=None) -> None:
+        self._dequeue(r)
+        r.state, r.flavor, r.start = "running", flavor, now
+        r.queued_s += now - r.queued_since
+        if r.first_admit is None:
+            r.first_admit = now
+        r.last_admit = now
+        wl = r.wl
+        assert wl is not None
+        # Resuming from a checkpoint counts as checkpointed (the lane rule for evidence jobs).
+        # The nodes the engine chose stay the run's: later calls see them held.
+        held = evolve(wl, flavor=flavor, admitted_at=now, checkpointed=r.saved_s > 0, placement=placement)
+        r.placement = placement  # type: ignore[assignment]
+        self.running[r.job.job_id] = held
+        self.running_wl[r.job.job_id] = held
+        self._account(held, 1)
+        if self.book is not None and placement:
+            self.book.place(held)
+        self.run_of[r.job.job_id] = r
+        if wl.evidence and r.saved_s <= 0:
+            self.uncheckpointed.add(r.job.job_id)
+        r.seq += 1
+        self.counter += 1
+        heapq.heappush(self.heap, (now + r.job.duration_s - r.saved_s, self.counter, r.seq, r))
+        self.usage.append((now, r.job.lane, r.job.gpus))
+
+    def _evict(self, r: JobRun, now: float) -> bool:
+        """Stop a preempted run and account its lost work; True when it goes back to its queue
+        (the caller requeues it: `schedule` does so after the instant settles)."""
+        ran = self._stop(r, now)
+        r.seq += 1  # invalidates its completion event
+        r.preemptions += 1
+        policy = r.job.preemption_policy
+        if policy == "checkpoint_requeue" and self.ckpt > 0:
+            kept = math.floor(ran / self.ckpt + 1e-9) * self.ckpt
+        else:
+            kept = 0.0
+        if policy == "requeue":
+            lost = ran + r.saved_s
+            r.saved_s = 0.0
+        else:
+            lost = ran - kept
+            r.saved_s += kept
+        r.lost_gpu_s += r.job.gpus * lost
+        if policy == "fail":
+            r.state, r.end, r.reason = "failed", now, "preempted with preemption_policy fail"
+            return False
+        r.state = "evicted"
+        return True
+
+    def _account(self, w: Workload, sign: int) -> None:
+        g = (w.cq, w.flavor or "", w.priority)
+        self.group_ver[g] = self.group_ver.get(g, 0) + 1
+        names = self.groups.setdefault(g, set())
+        sums = self.group_sum.setdefault(g, {})
+        if sign > 0:
+            names.add(w.name)
+        else:
+            names.discard(w.name)
+        for r, v in w.requests.items():
+            k = (w.cq, w.flavor or "", r)
+            self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v
+            sums[r] = sums.get(r, 0.0) + sign * v
+        if w.placement:
+            spots = self.group_place.setdefault(g, {})
+            for n, v in w.placement.items():
+                left = round(spots.get(n, 0.0) + sign * v, 9)
+                if abs(left) > 1e-9:
+                    spots[n] = left
+                else:
+                    spots.pop(n, None)
+        if not names:
+            del self.groups[g], self.group_sum[g]
+            self.group_place.pop(g, None)
+        prios = self.cq_prios.setdefault(w.cq, {})
+        prios[w.priority] = prios.get(w.priority, 0) + sign
+        if not prios[w.priority]:
+            del prios[w.priority]
