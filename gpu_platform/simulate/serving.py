@@ -695,6 +695,29 @@ def options_for(policy: Any, flavor: str, **overrides: Any) -> ServingOptions:
     return ServingOptions(**kw)
 
 
+def _read_service(policy: Any, jobs: list[TraceJob], service_path: str, demand_spec: str) -> tuple[Any, list[str]]:
+    """The service request with its demand (laid over the trace's clock), and every problem with
+    either (the service is None when its file is wrong)."""
+    start = min((j.submit_ts for j in jobs), default=0.0)
+    problems: list[str] = []
+    demand = service = None
+    try:
+        demand = parse_demand(demand_spec, start)
+    except ServingInputError as e:
+        problems += [f"{e.source}: {x}" for x in e.errors]
+    try:
+        service = service_from_request(service_path, policy, demand or DiurnalDemand(0.0, 0.0))
+    except ServingInputError as e:
+        problems += [f"{e.source}: {x}" for x in e.errors]
+    return service, problems
+
+
+def _grace_problems(reclaim_grace_s: float | None) -> list[str]:
+    if reclaim_grace_s is not None and reclaim_grace_s < 0:
+        return [f"--reclaim-grace: must be >= 0, got {reclaim_grace_s:g}"]
+    return []
+
+
 def serving_section(
     policy: Any,
     scenario: Scenario,
@@ -709,19 +732,8 @@ def serving_section(
     scenario, with and without lending (`compare_lending`); ServingInputError lists every problem."""
     if scenario.fast is not None:
         raise ServingInputError([f"scenario {scenario.name} replays without the engine"], "--service")
-    start = min((j.submit_ts for j in jobs), default=0.0)
-    problems: list[str] = []
-    demand = service = None
-    try:
-        demand = parse_demand(demand_spec, start)
-    except ServingInputError as e:
-        problems += [f"{e.source}: {x}" for x in e.errors]
-    try:
-        service = service_from_request(service_path, policy, demand or DiurnalDemand(0.0, 0.0))
-    except ServingInputError as e:
-        problems += [f"{e.source}: {x}" for x in e.errors]
-    if reclaim_grace_s is not None and reclaim_grace_s < 0:
-        problems.append(f"--reclaim-grace: must be >= 0, got {reclaim_grace_s:g}")
+    service, problems = _read_service(policy, jobs, service_path, demand_spec)
+    problems += _grace_problems(reclaim_grace_s)
     if problems:
         raise ServingInputError(problems, "simulate --service")
     assert service is not None
@@ -735,21 +747,10 @@ def serving_target(
 ) -> ServingTarget:
     """`policy tune --service FILE --demand SPEC --serving-slo SHARE`; ServingInputError lists
     every problem."""
-    start = min((j.submit_ts for j in jobs), default=0.0)
-    problems: list[str] = []
-    demand = service = None
-    try:
-        demand = parse_demand(demand_spec, start)
-    except ServingInputError as e:
-        problems += [f"{e.source}: {x}" for x in e.errors]
-    try:
-        service = service_from_request(service_path, policy, demand or DiurnalDemand(0.0, 0.0))
-    except ServingInputError as e:
-        problems += [f"{e.source}: {x}" for x in e.errors]
+    service, problems = _read_service(policy, jobs, service_path, demand_spec)
     if not 0 <= slo_below_need_share < 1:
         problems.append(f"--serving-slo: a share in [0, 1), got {slo_below_need_share:g}")
-    if reclaim_grace_s is not None and reclaim_grace_s < 0:
-        problems.append(f"--reclaim-grace: must be >= 0, got {reclaim_grace_s:g}")
+    problems += _grace_problems(reclaim_grace_s)
     if problems:
         raise ServingInputError(problems, "policy tune --service")
     assert service is not None
