@@ -73,7 +73,7 @@ from assets.run_links import (  # noqa: E402
 from gpu_platform.demo.costs import demo_days  # noqa: E402
 from gpu_platform.demo.supervisor import graphql, wait_for_webserver  # noqa: E402
 
-LANES = ("incident_response", "release_eval", "map_semantic_batch", "candidate_train", "platform_maintenance",
+LANES = ("incident_response", "online_serving", "release_eval", "map_semantic_batch", "candidate_train", "platform_maintenance",
          "labeler_batch", "baseline_rebuild", "research_best_effort")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 WINDOW = (1600, 1400)
