@@ -625,7 +625,7 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
             (f"lineage {blocked_release} --json", ("replay_coverage",), {})],
         "retention sweep [--dry-run]": [("retention sweep --dry-run", (), {})],
         "feeds ingest --day D [--dcgm PATH_OR_URL...] [--focus PATH...] [--nodes PATH | --from-cluster] "
-        "[--pods PATH | --from-cluster] [--volumes PATH | --from-cluster] [--format table|json]": [
+        "[--pods PATH | --from-cluster] [--volumes PATH | --from-cluster] [--requests PATH...] [--format table|json]": [
             (f"feeds ingest --day {yesterday} --format json", ("accepted",), {})],
         "cost build --day YYYY-MM-DD": [(f"cost build --day {yesterday}", (yesterday,), {})],
         "cost report --day YYYY-MM-DD --format table|json": [
