@@ -33,6 +33,7 @@ from gpu_platform.admission.policy_view import AdmittedRequest, from_policy, wor
 from gpu_platform.gate.blockers import PreemptedBy, name_blockers, who
 from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
+from gpu_platform.policy.aging import AgingRule, aging_rules
 from gpu_platform.requests.approvals import admission_approval_problem, honoured_kinds
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, RequestState
 from gpu_platform.requests.model import JobRequest
@@ -141,6 +142,9 @@ def build_state(
     still hold the GPUs (and, on a cluster, Kueue still counts their quota), so they count as
     admitted here, and are never chosen as victims a second time.
     Queue order is submission order (`submitted_at`), kept across preemption and requeue.
+    Priorities are effective ones: a pending request of a lane that ages has the boost it has
+    earned by `now`, an admitted one the boost it had when admitted (`aged_pending`,
+    `aged_admitted`; docs/policy.md, Aging).
     An admitted request's flavor is the one Kueue assigned when the cluster said so
     (`RequestState.cluster_flavor`), else the gate's. Safety and cost approvals come from the
     ledger's `approved` events that the policy's approver roster still allows.
@@ -176,9 +180,16 @@ def build_state(
         )
         for s, kinds, stopping in active
     ]
+    rules = aging_rules(policy)
+    if rules:
+        pending = aged_pending(rules, pending, _ts(now))
     state = from_policy(
         policy, admitted, pending, budget_spent=spent, now=_ts(now), node_model=node_model, team_usage=team_usage
     )
+    if rules:
+        submitted = {s.request_id: _ts(s.submitted_at) for s, _kinds, _stopping in active if s.request.lane in rules}
+        if submitted:
+            state = replace(state, admitted=tuple(aged_admitted(rules, state.admitted, submitted)))
     if holding:
         # An evidence workload without a checkpoint is never a victim: the engine's own way of
         # keeping a stopping run out of a second victim search.
@@ -189,6 +200,47 @@ def build_state(
             ),
         )
     return state
+
+
+_AGED: dict[str, tuple[Workload, int, Workload]] = {}
+"""aged_pending's boosted workloads: name -> (base workload, boost, boosted workload)."""
+
+
+def aged_pending(rules: Mapping[str, AgingRule], pending: list[Workload], now: float) -> list[Workload]:
+    """The pending workloads at their effective priority at `now`: base + the boost they have
+    earned waiting since their submission (`created_at`), as Kueue adds the Workload's
+    `kueue.x-k8s.io/priority-boost` and as the simulator ages them (`gpu_platform.policy.aging`)."""
+    out: list[Workload] = []
+    for w in pending:
+        rule = rules.get(w.cq)
+        b = rule.boost(now - w.created_at) if rule is not None else 0
+        if not b:
+            out.append(w)
+            continue
+        hit = _AGED.get(w.name)
+        if hit is not None and hit[0] is w and hit[1] == b:
+            out.append(hit[2])
+            continue
+        aged = replace(w, priority=w.priority + b)
+        if len(_AGED) >= _WORKLOADS_MAX:
+            _AGED.clear()
+        _AGED[w.name] = (w, b, aged)
+        out.append(aged)
+    return out
+
+
+def aged_admitted(
+    rules: Mapping[str, AgingRule], admitted: Iterable[Workload], submitted: Mapping[str, float]
+) -> list[Workload]:
+    """Admitted workloads keep the boost they had when admitted (the gate never changes the
+    annotation of an admitted Workload; the simulator keeps a running job's priority): base +
+    the boost of the wait from submission to admission (`admitted_at`)."""
+    out: list[Workload] = []
+    for w in admitted:
+        rule, t0 = rules.get(w.cq), submitted.get(w.name)
+        b = rule.boost(w.admitted_at - t0) if rule is not None and t0 is not None else 0
+        out.append(replace(w, priority=w.priority + b) if b else w)
+    return out
 
 
 def _same_objects(a: list[RequestState], b: list[RequestState]) -> bool:

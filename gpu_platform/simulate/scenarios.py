@@ -224,18 +224,11 @@ def policy_scenario(policy: Policy, capacity: float | None = None) -> Scenario:
 def lane_boosts(policy: Policy) -> dict[str, tuple[float, int, int]]:
     """Aging per lane: (step seconds, boost per step, cap). A waiting workload gains `targets.boost`
     each `targets.boost_after` x `targets.wait_p95` it waits, up to one below the next higher
-    lane's priority (it ages toward its target, never past a lane above it)."""
-    lanes = policy.lanes_by_priority()
-    out: dict[str, tuple[float, int, int]] = {}
-    for lane in lanes:
-        t = lane.targets
-        if t is None or t.wait_p95 is None or t.boost_after is None:
-            continue
-        above = [x.priority for x in lanes if x.priority > lane.priority]
-        cap = (min(above) - lane.priority - 1) if above else 1_000_000
-        if cap > 0:
-            out[lane.name] = (t.wait_p95.total_seconds() * t.boost_after, t.boost, cap)
-    return out
+    lane's priority (it ages toward its target, never past a lane above it). The rule is
+    `gpu_platform.policy.aging`'s, which the gate applies too."""
+    from gpu_platform.policy.aging import aging_rules
+
+    return {name: rule.as_tuple() for name, rule in aging_rules(policy).items()}
 
 
 def _pool_state(policy: Policy, capacity: float | None, preemption: str) -> ClusterState:
