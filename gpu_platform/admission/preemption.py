@@ -366,7 +366,11 @@ def _under_nominal(ctx: _Ctx) -> bool:
 
 # -- fair sharing ---------------------------------------------------------------------------
 class _Ordering:
-    """fairsharing.TargetClusterQueueOrdering."""
+    """fairsharing.TargetClusterQueueOrdering (fairsharing/ordering.go): from the root, the child
+    with the highest dominant resource share; a cohort wins a tie with a queue and, among cohorts,
+    the later one; among queues with equal shares, `nextTarget` compares their next candidates with
+    `CandidatesOrdering` (AFS off: evicted first, another queue before the preemptor's own, lower
+    priority, more recent reservation, smaller UID) and visits the queue whose candidate is first."""
 
     def __init__(self, ctx: _Ctx, candidates: list[Workload]):
         self.ctx = ctx
@@ -377,6 +381,7 @@ class _Ordering:
             self.by_cq.setdefault(c.cq, []).append(c)
         self.pruned_cqs: set[str] = set()
         self.pruned_cohorts: set[int] = set()
+        self.tie_key = order_key(ctx.cq.name)
 
     def has(self, cq: CQNode) -> bool:
         return bool(self.by_cq.get(cq.name))
@@ -409,8 +414,15 @@ class _Ordering:
             d = snap.drs(cq)
             if (d.is_zero and cq is not self.pcq) or not self.has(cq):
                 self.pruned_cqs.add(cq.name)
-            elif compare_drs(d, best_cq_drs) >= 0:
+                continue
+            c = compare_drs(d, best_cq_drs)
+            if c > 0:
                 best_cq, best_cq_drs = cq, d
+            elif c == 0 and best_cq is not None:
+                # equal shares: the queue whose next candidate comes first in CandidatesOrdering
+                # (Admission Fair Sharing left out) is visited first
+                if self.tie_key(self.by_cq[cq.name][0]) < self.tie_key(self.by_cq[best_cq.name][0]):
+                    best_cq = cq
         best_co: CohortNode | None = None
         best_co_drs = NEGATIVE_DRS
         for child in cohort.child_cohorts:
