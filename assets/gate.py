@@ -27,6 +27,7 @@ from assets.run_links import (
 from assets.submit import EXAMPLE as SUBMIT_EXAMPLE
 from assets.submit import SubmitRequestConfig
 from assets.workloads import JOB_FOR_WORKLOAD, kind_jobs
+from gpu_platform.cluster.aging import sync_boosts
 from gpu_platform.cluster.jobs import RUN_STEPS
 from gpu_platform.cluster.readback import read_back, read_kueue, read_team_usage, record_read_back
 from gpu_platform.gate.blockers import (
@@ -326,15 +327,24 @@ def _last_flavor(led, request_id: str) -> str:
     return admitted[-1].flavor if admitted else ""
 
 
-def _read_back(context, led, pol, settings: PlatformSettings, states):
+def _read_back(context, led, pol, settings: PlatformSettings, states, now: datetime):
     """Record what Kueue says about the gate's Jobs (ledger `cluster` events) and the Jobs the
-    ledger cannot match (`gp_cluster_unmatched`); the states again."""
+    ledger cannot match (`gp_cluster_unmatched`), bring the priority boost of the Workloads Kueue
+    holds pending to the one due now (`cluster.aging`); the states again."""
     namespaces = sorted({team.namespace for team in pol.teams.values()})
     try:
         observations = read_kueue(namespaces, settings.kubeconfig)
     except Exception as exc:  # the cluster unreachable must not stop admission; say so each tick
         context.log.warning(f"could not read Kueue Workloads back: {exc}")
         return states
+    try:
+        patches, problems = sync_boosts(pol, states, observations, now, settings.kubeconfig)
+    except Exception as exc:  # like the read-back: admission goes on, and says so each tick
+        patches, problems = [], [f"{type(exc).__name__}: {exc}"]
+    for p in patches:
+        context.log.info(f"aging: {p.text()}")
+    if problems:
+        context.log.warning("could not set the priority boost of: " + "; ".join(problems[:5]))
     rb = read_back(led, observations, states)
     record_read_back(led, rb)
     if rb.unmatched_new:
@@ -555,7 +565,7 @@ def _admission_tick(
             context.instance.run_coordinator.cancel_run(stale.run_id)
     team_usage = None
     if settings.executor == "k8s":
-        states = _read_back(context, led, pol, settings, states)
+        states = _read_back(context, led, pol, settings, states, now)
         team_usage = _team_usage(context, pol, settings)
 
     work_root = settings.work_root_path()

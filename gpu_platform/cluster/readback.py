@@ -46,6 +46,7 @@ from gpu_platform.cluster.names import (
     LABEL_ATTEMPT,
     LABEL_REQUEST_ID,
 )
+from gpu_platform.policy.aging import PRIORITY_BOOST_ANNOTATION as ANNOTATION_PRIORITY_BOOST
 
 GPU = "nvidia.com/gpu"
 _PRECEDENCE = {"Finished": 5, "Preempted": 4, "Evicted": 3, "Admitted": 2, "QuotaReserved": 1}
@@ -80,6 +81,17 @@ class Observation:
     """The Workload's admission checks, each `{name, state, message}` (+ `retry_count`); None: none."""
     cluster_name: str | None = None
     """The MultiKueue worker cluster the Workload was dispatched to (`status.clusterName`)."""
+    priority_boost: str | None = None
+    """The Workload's `kueue.x-k8s.io/priority-boost` annotation as read (None: not set); the
+    gate's aging sync compares it with the boost due (`cluster.aging`). Not recorded in the ledger."""
+
+    @property
+    def waiting(self) -> bool:
+        """Kueue holds the Workload pending: no quota reserved (never reserved, or evicted and
+        requeued) and not finished. Only such a Workload's priority boost is the gate's to change."""
+        if self.workload is None:
+            return False
+        return self.condition in ("Evicted", "Preempted") or (self.condition == "QuotaReserved" and self.status != "True")
 
     @property
     def summary(self) -> str:
@@ -194,6 +206,7 @@ def observe_workload(workload: Mapping[str, Any], job: Mapping[str, Any]) -> Obs
         at=max([t for t in (cond.get("lastTransitionTime"), *check_times) if t], default=None),
         admission_checks=checks,
         cluster_name=status.get("clusterName") or None,
+        priority_boost=(meta.get("annotations") or {}).get(ANNOTATION_PRIORITY_BOOST),
     )
 
 
@@ -269,7 +282,7 @@ def ledger_rows(states: Iterable[Any], observations: Iterable[Observation]) -> l
         last = by_id[rid].cluster
         if last is not None and _recorded_key(last) == obs.key():
             continue
-        details = {k: v for k, v in asdict(obs).items() if k not in ("request_id",) and v is not None}
+        details = {k: v for k, v in asdict(obs).items() if k not in ("request_id", "priority_boost") and v is not None}
         rows.append((rid, "cluster", obs.summary, obs.flavor, None, details))
     return rows
 

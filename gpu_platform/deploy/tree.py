@@ -55,11 +55,13 @@ TEAM_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "list", "watch"]},
 )
 """In a team namespace: what `k8s_job_executor` needs for step Jobs (create, watch, read logs,
 delete on termination) and what the gate's read-back lists (Jobs, Events, Kueue Workloads, and the
-LocalQueues whose usage Admission Fair Sharing orders teams by)."""
+LocalQueues whose usage Admission Fair Sharing orders teams by); `patch` on Workloads: the gate
+sets the priority boost of its waiting Workloads (`cluster.aging`, docs/policy.md, Aging)."""
 
 DAGSTER_RULES: tuple[dict[str, Any], ...] = TEAM_RULES[:3]
 """In the Dagster namespace: what `K8sRunLauncher` needs for run Jobs."""

@@ -101,7 +101,9 @@ def test_rbac_grants_what_the_gate_and_executor_need_and_nothing_else(tree) -> N
         assert _allowed(rules, "", "pods") == {"get", "list", "watch"}
         assert _allowed(rules, "", "pods/log") == {"get"}
         assert _allowed(rules, "", "events") == {"get", "list", "watch"}  # read-back
-        assert _allowed(rules, "kueue.x-k8s.io", "workloads") == {"get", "list", "watch"}
+        # read-back, and the priority boost of waiting Workloads (cluster.aging)
+        assert _allowed(rules, "kueue.x-k8s.io", "workloads") == {"get", "list", "watch", "patch"}
+        assert _allowed(rules, "kueue.x-k8s.io", "localqueues") == {"get", "list", "watch"}
         assert _allowed(rules, "", "configmaps") == set()
         assert _allowed(rules, "", "services") == set()
         # the gang step, as the step account (docs/distributed-training.md, The step that runs a gang)

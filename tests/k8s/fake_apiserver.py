@@ -4,7 +4,8 @@ Test double: there is no cluster where the tests run. It serves the objects reco
 `tests/fixtures/kueue-workloads/` at the paths the real API server uses, so the real
 `kubernetes` client (and `kubernetes.config.load_kube_config`) talk HTTP to it unchanged. It
 honours the two selectors the read-back sends (`labelSelector=<key>` exists, and
-`fieldSelector=involvedObject.uid=<uid>`) and nothing else.
+`fieldSelector=involvedObject.uid=<uid>`) and nothing else; it takes a JSON merge patch of a
+Workload (the gate's priority boost) and answers the patched Workload from then on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import ssl
 import threading
 from contextlib import contextmanager
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -35,13 +37,14 @@ FILES: dict[str, tuple] = {
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
 
 
-def submit_recorded(led: Ledger, policy) -> None:
-    """The recorded requests in the ledger, admitted as often as their Jobs' attempt says."""
+def submit_recorded(led: Ledger, policy, at: datetime | None = None) -> None:
+    """The recorded requests in the ledger, admitted as often as their Jobs' attempt says;
+    `at`: when they were submitted (and admitted), default now."""
     for rid, (name, attempts, flavor, *update) in FILES.items():
         req = validate_request_file(EXAMPLES / name, policy).model_copy(update={"request_id": rid, **(update or [{}])[0]})
-        led.submit(req)
+        led.submit(req, at=at)
         for attempt in range(1, attempts + 1):
-            led.record(rid, "admitted", f"QuotaReserved on {flavor}", flavor=flavor, details={"attempt": attempt})
+            led.record(rid, "admitted", f"QuotaReserved on {flavor}", flavor=flavor, details={"attempt": attempt}, at=at)
 
 
 _ROUTES = {
@@ -60,9 +63,28 @@ def recorded(kind: str, namespace: str, root: Path = FIXTURES) -> list[dict]:
     return json.loads(path.read_text())["items"] if path.exists() else []
 
 
+_WORKLOAD = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/([^/]+)/workloads/([^/]+)$")
+
+
+def _merge(target: dict, patch: dict) -> dict:
+    """RFC 7386 JSON merge patch: `null` deletes a key, an object merges, anything else replaces."""
+    out = dict(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
 class _Handler(BaseHTTPRequestHandler):
     root: Path = FIXTURES
     requests: list[str]
+    patched: dict[tuple[str, str], dict]
+    """Workloads as patched since the server started ((namespace, name) -> object): a GET
+    answers these in place of the recorded ones, as the API server would."""
 
     def log_message(self, *args) -> None:  # quiet
         pass
@@ -76,6 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not m:
                 continue
             items = recorded(kind, m.group(1), self.root)
+            if kind == "workloads":
+                items = [self.patched.get((m.group(1), i["metadata"]["name"]), i) for i in items]
             if "labelSelector" in query:
                 items = [i for i in items if query["labelSelector"] in (i["metadata"].get("labels") or {})]
             if query.get("fieldSelector", "").startswith("involvedObject.uid="):
@@ -85,6 +109,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, body)
             return
         self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+
+    def do_PATCH(self) -> None:  # noqa: N802 (http.server's name)
+        """A JSON merge patch of one recorded Workload (the only patch the gate sends: its
+        priority boost annotation); another patch type is refused as the API server refuses a
+        strategic merge patch of a custom resource (415)."""
+        url = urlparse(self.path)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.requests.append(f"PATCH {url.path} {json.dumps(body, sort_keys=True)}")
+        if self.headers.get("Content-Type") != "application/merge-patch+json":
+            self._send(415, {"kind": "Status", "status": "Failure", "reason": "UnsupportedMediaType", "code": 415})
+            return
+        m = _WORKLOAD.match(url.path)
+        current = None
+        if m:
+            ns, name = m.groups()
+            current = self.patched.get((ns, name)) or next(
+                (i for i in recorded("workloads", ns, self.root) if i["metadata"]["name"] == name), None
+            )
+        if current is None:
+            self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+            return
+        self.patched[m.groups()] = updated = _merge(current, body)
+        self._send(200, updated)
 
     def _send(self, code: int, body: dict) -> None:
         data = json.dumps(body).encode()
@@ -97,10 +144,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serve(root: Path = FIXTURES, tls: ssl.SSLContext | None = None):
-    """(base URL, list of request paths seen) of a server answering from `root`; over HTTPS
+    """(base URL, list of request paths seen; a PATCH as `PATCH <path> <body>`) of a server
+    answering from `root`; over HTTPS
     when `tls` (a server-side SSL context, see `tls_files`) is given."""
     seen: list[str] = []
-    handler = type("Handler", (_Handler,), {"root": root, "requests": seen})
+    handler = type("Handler", (_Handler,), {"root": root, "requests": seen, "patched": {}})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
