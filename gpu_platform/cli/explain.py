@@ -82,6 +82,9 @@ def explain(request_id: str, policy_path: str | None, ledger_url: str | None, fm
         )
     if not ex.approvals:
         console.print("approvals: none recorded", markup=False)
+    if ex.aging is not None:
+        console.print(f"aging: {plain(ex.aging['text'])} (effective priority {ex.aging['effective_priority']} = "
+                      f"{ex.aging['priority']} + {ex.aging['boost']})", markup=False, highlight=False)
     for line in budget_lines(ex.budgets):
         console.print(line, markup=False, highlight=False)
     if ex.cost_exception:

@@ -104,10 +104,13 @@ class BoostNow:
     next_at: datetime | None
     rule: AgingRule
 
-    def text(self) -> str:
+    def text(self, admitted: bool = False) -> str:
+        """One line; `admitted`: the boost an admitted workload keeps (no next step)."""
         step = timedelta(seconds=self.rule.step_s)
         head = (f"priority boost +{self.boost} (+{self.rule.per_step} per {step} waited, at most "
                 f"+{self.rule.cap}; Kueue annotation {PRIORITY_BOOST_ANNOTATION})")
+        if admitted:
+            return head + "; kept since admission (only waiting work ages)"
         if self.next_at is None:
             return head + "; at its cap"
         return head + f"; next +{self.next_boost} at {self.next_at.isoformat(timespec='seconds')}"

@@ -168,3 +168,51 @@ def test_an_admitted_request_keeps_the_boost_of_its_wait(tmp_path):
     for later in (200, 10_000):
         state = build_state(pol, led.states((*PENDING_STATES, *ACTIVE_STATES)), T0 + timedelta(seconds=later))
         assert [w.priority for w in state.admitted] == [103]
+
+
+# -- explain ------------------------------------------------------------------------------------
+def test_explain_shows_the_boost_and_when_the_next_step_comes(tmp_path):
+    from gpu_platform.observe.queueview.explain import explain
+
+    pol = _policy({"wait_p95": "100s", "boost_after": 0.5}, middle=103)  # a step of 50 s, cap 2
+    led, big, small = _stream(tmp_path, pol)
+    ex = explain(led, pol, big, now=T0 + timedelta(seconds=80))  # waited 79 s
+    a = ex.aging
+    assert (a["boost"], a["effective_priority"], a["next_boost"]) == (1, 101, 2)
+    assert a["next_at"] == (T0 + timedelta(seconds=101)).isoformat()
+    assert a["annotation"] == "kueue.x-k8s.io/priority-boost" and "next +2 at" in a["text"]
+    assert ex.to_json()["aging"] == a
+    capped = explain(led, pol, big, now=T0 + timedelta(hours=2)).aging
+    assert (capped["boost"], capped["next_at"]) == (2, None) and "at its cap" in capped["text"]
+    # an admitted request keeps the boost of its wait until admission (19 s: none), no next step
+    kept = explain(led, pol, small[0], now=T0 + timedelta(hours=2)).aging
+    assert (kept["boost"], kept["next_at"]) == (0, None) and "kept since admission" in kept["text"]
+
+
+def test_explain_says_a_lane_without_targets_does_not_age(tmp_path):
+    from gpu_platform.observe.queueview.explain import explain
+
+    pol = _policy(None)
+    led, big, _small = _stream(tmp_path, pol)
+    a = explain(led, pol, big, now=T0 + timedelta(days=2)).aging
+    assert a["ages"] is False and a["boost"] == 0 and "lanes.low has no targets.wait_p95" in a["text"]
+    led.record(big, "failed", "ended by hand")
+    assert explain(led, pol, big).aging is None
+
+
+def test_the_explain_command_prints_the_aging_line(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli.app import main
+
+    raw = _raw({"wait_p95": "100s", "boost_after": 0.5})
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    pol = parse_policy(raw)
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    rid = led.submit(_request(pol, 4, "big"), at=datetime.now(UTC) - timedelta(seconds=120))
+    monkeypatch.setenv("GPU_PLATFORM_WAREHOUSE", str(tmp_path / "none.duckdb"))
+    out = CliRunner().invoke(main, ["explain", rid, "--policy", str(path), "--ledger", led.url])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("aging:"))
+    assert "priority boost +2" in line and "effective priority 102 = 100 + 2" in line and "next +3 at" in line

@@ -85,9 +85,12 @@ class Explanation:
     beside FinOps' (measured spend, `budget_burn`; None without a warehouse): `finops.budgets`."""
     cost_exception: str = ""
     """The command that grants this request a cost exception (empty: its lane has no budget)."""
+    aging: dict[str, Any] | None = None
+    """The request's priority boost (`aging_of`); None once it has ended."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "aging": self.aging,
             "admission_checks": self.admission_checks,
             "approvals": self.approvals,
             "request_id": self.request_id,
@@ -261,6 +264,39 @@ def _budgets(ledger: Ledger, policy: Policy, state: RequestState, warehouse, now
                        lanes=[state.request.lane or ""], teams=[team] if team else [])
 
 
+def aging_of(policy: Policy, state: RequestState, now: datetime) -> dict[str, Any] | None:
+    """Where the request stands on its lane's aging (`gpu_platform.policy.aging`): its boost, its
+    effective priority, and for a waiting request when the next step comes; an admitted one keeps
+    the boost of its wait until admission. `ages` False: its lane has no wait target to age
+    toward. None for a request that has ended or a lane not in the policy."""
+    from gpu_platform.policy.aging import PRIORITY_BOOST_ANNOTATION, boost_now
+    from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES
+
+    lane = policy.lanes.get(state.request.lane or "")
+    if lane is None or state.state not in (*PENDING_STATES, *ACTIVE_STATES):
+        return None
+    waiting = state.state in PENDING_STATES
+    at = boost_now(policy, lane.name, state.submitted_at, now if waiting else state.updated_at)
+    if at is None:
+        return {"ages": False, "boost": 0, "priority": lane.priority, "effective_priority": lane.priority,
+                "text": f"no priority boost: lanes.{lane.name} has no targets.wait_p95 / targets.boost_after to age toward"}
+    text = at.text(admitted=not waiting)
+    return {
+        "ages": True,
+        "boost": at.boost,
+        "priority": lane.priority,
+        "effective_priority": lane.priority + at.boost,
+        "next_boost": at.next_boost if waiting else None,
+        "next_at": at.next_at.isoformat() if waiting and at.next_at is not None else None,
+        "step_s": at.rule.step_s,
+        "per_step": at.rule.per_step,
+        "cap": at.rule.cap,
+        "annotation": PRIORITY_BOOST_ANNOTATION,
+        "rule": f"lanes.{lane.name}.targets.boost_after x lanes.{lane.name}.targets.wait_p95",
+        "text": text,
+    }
+
+
 def explain(
     ledger: Ledger, policy: Policy, request_id: str, warehouse: Any = None, now: datetime | None = None
 ) -> Explanation:
@@ -334,4 +370,5 @@ def explain(
         budgets=(budgets := _budgets(ledger, policy, state, warehouse, now)),
         cost_exception=cost_exception_command(policy, request_id)
         if any(b["scope"] == "lane" for b in budgets) else "",
+        aging=aging_of(policy, state, now or datetime.now(UTC)),
     )
