@@ -39,8 +39,9 @@ def gpu_units(w: Workload) -> float:
 
 
 def queue_key(w: Workload):
-    """Kueue's queue order: priority desc, then creation time, then name."""
-    return (-w.priority, w.created_at, w.name)
+    """Kueue's queue order (cache/queue/cluster_queue.go `queueOrderingFunc`): priority desc,
+    then creation time, then the UID (`Workload.uid`; the name where none is known)."""
+    return (-w.priority, w.created_at, w.name if w.uid is None else w.uid)
 
 
 _ORDERS: dict[str, tuple[list[Workload], list[Workload]]] = {}
