@@ -2,8 +2,9 @@
 walked through in docs/deploy.md.
 
 Order, and why:
-1. Kueue, at the pinned release, and wait for its controller (the tree holds Kueue objects; their
-   CRDs and webhooks must answer first);
+1. Kueue, at the pinned release, with its feature gate PriorityBoost on when the policy's lanes
+   age, and wait for its controller (the tree holds Kueue objects; their CRDs and webhooks must
+   answer first);
 2. `kubectl apply -k` the tree: Namespaces first (kustomize orders them so), then everything that
    lives in them, including the ServiceAccount the chart's pods run as;
 3. the operator's Secrets, in namespaces that now exist: the Postgres password and the ledger URL
@@ -18,12 +19,14 @@ Order, and why:
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from importlib.metadata import version
 
 from gpu_platform.deploy.tree import DeploySettings, namespaces
 from gpu_platform.policy import Policy
+from gpu_platform.policy.aging import aging_rules
 
 KUEUE_VERSION = "v0.20.0"
 """The Kueue release the tree is written for. The Kueue CRDs the tests validate every object
@@ -36,6 +39,12 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_DEPLOYMENT = "kueue-controller-manager"
 KUEUE_MANIFESTS = f"https://github.com/kubernetes-sigs/kueue/releases/download/{KUEUE_VERSION}/manifests.yaml"
 DAGSTER_HELM_REPO = "https://dagster-io.github.io/helm"
+PRIORITY_BOOST_GATE = "PriorityBoost"
+"""Kueue's feature gate for the `kueue.x-k8s.io/priority-boost` annotation (KEP-7990; alpha since
+v0.17, off by default): without it Kueue ignores the boost the gate sets (docs/admission.md, Aging).
+The step patches it onto the manager's args after the apply; the apply runs with
+`--force-conflicts`, so that running the commands again takes the args back from that patch (the
+manifests' args) instead of failing on the conflict, and the patch adds the flag once more."""
 
 
 def dagster_chart_version() -> str:
@@ -65,11 +74,19 @@ def deploy_steps(policy: Policy, s: DeploySettings, tree_dir: str, values_path: 
                  kubeconfig: str = '"$KUBECONFIG"') -> list[Step]:
     """The commands, in order, for the tree written to `tree_dir` (and, with the chart, the values
     written to `values_path`)."""
+    kueue = [f"kubectl apply --server-side -f {KUEUE_MANIFESTS}"]
+    title = f"Install Kueue {KUEUE_VERSION} and wait for its controller and webhook"
+    if aging_rules(policy):
+        # Kueue reads `kueue.x-k8s.io/priority-boost`, which the gate sets on waiting Workloads of the
+        # lanes that age, only with its alpha feature gate PriorityBoost on (off by default).
+        title = f"Install Kueue {KUEUE_VERSION} with feature gate {PRIORITY_BOOST_GATE} (the policy's lanes age) and wait for its controller and webhook"
+        kueue = [f"kubectl apply --server-side --force-conflicts -f {KUEUE_MANIFESTS}"]
+        kueue.append(f"kubectl -n {KUEUE_NAMESPACE} patch deployment {KUEUE_DEPLOYMENT} --type=json -p "
+                     + _q(json.dumps([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                                       "value": f"--feature-gates={PRIORITY_BOOST_GATE}=true"}], separators=(",", ":"))))
+    kueue.append(f"kubectl -n {KUEUE_NAMESPACE} wait --for=condition=Available deployment/{KUEUE_DEPLOYMENT} --timeout=300s")
     steps = [
-        Step(f"Install Kueue {KUEUE_VERSION} and wait for its controller and webhook", (
-            f"kubectl apply --server-side -f {KUEUE_MANIFESTS}",
-            f"kubectl -n {KUEUE_NAMESPACE} wait --for=condition=Available deployment/{KUEUE_DEPLOYMENT} --timeout=300s",
-        )),
+        Step(title, tuple(kueue)),
         Step("Apply the platform's objects (Namespaces first)", (f"kubectl apply -k {_q(tree_dir)}",)),
     ]
     every = " ".join(_q(ns) for ns in namespaces(policy, s))

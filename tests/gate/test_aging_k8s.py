@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
+import yaml
 
 from gpu_platform.cluster.aging import boost_patches, sync_boosts
 from gpu_platform.cluster.readback import observe, read_kueue
@@ -157,3 +158,22 @@ def test_the_sensor_tick_patches_the_pending_workload_once(tmp_path, ledger, pol
         assert int(value) >= 10  # submitted 10 minutes ago, a step of 60 s
         tick(instance, resources)  # within the same minute: the Workload is at its boost
         assert [p for p in seen if p.startswith("PATCH ")] == patches
+
+
+def test_the_deploy_steps_turn_kueues_priority_boost_gate_on_only_when_lanes_age(policy):
+    from gpu_platform.deploy.steps import deploy_steps
+    from gpu_platform.deploy.tree import DeploySettings
+    from gpu_platform.policy import default_policy_path, parse_policy
+
+    def kueue_commands(pol) -> tuple[str, ...]:
+        return deploy_steps(pol, DeploySettings(), "var/deploy/tree")[0].commands
+
+    on = kueue_commands(policy)  # incident_response, release_eval and candidate_train age
+    assert any("--feature-gates=PriorityBoost=true" in c and "patch deployment kueue-controller-manager" in c for c in on)
+    assert on[0].startswith("kubectl apply --server-side --force-conflicts -f ")
+    assert on[-1].startswith("kubectl -n kueue-system wait ")
+    raw = yaml.safe_load(default_policy_path().read_text())
+    for lane in raw["lanes"].values():
+        lane.pop("targets", None)
+    off = kueue_commands(parse_policy(raw))
+    assert not any("PriorityBoost" in c for c in off) and off[0].startswith("kubectl apply --server-side -f ")
