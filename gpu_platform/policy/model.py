@@ -198,7 +198,8 @@ class LaneTargets(_Frozen):
     boost_after: aging toward `wait_p95`: a workload of the lane gains `boost` priority for each
     `boost_after` x `wait_p95` it has waited, up to one below the next higher lane's priority
     (Kueue's `kueue.x-k8s.io/priority-boost` annotation, KEP-7990, which an external controller
-    sets; `simulate` models it, the gate does not set it yet): older work sorts ahead of younger
+    sets; `simulate` and the gate's engine apply it, the gate sets it on waiting Workloads on a
+    cluster: `gpu_platform.policy.aging`, docs/admission.md, Aging): older work sorts ahead of younger
     work of its lane and may preempt the lane's younger running work where `within_cluster_queue`
     lets a higher priority preempt. None: no aging; without `wait_p95` it has no effect.
     boost: the priority gained per step (1). The default step is the target itself (1.0): on the
