@@ -164,6 +164,17 @@ def _cq(raw: Mapping[str, Any]) -> ClusterQueueSpec:
     )
 
 
+def _boost(raw: Mapping[str, Any]) -> int:
+    """A workload's `priority_boost`: Kueue's `kueue.x-k8s.io/priority-boost` annotation (KEP-7990),
+    added to its priority wherever Kueue compares priorities (docs/admission.md, Aging); absent: 0."""
+    value = raw.get("priority_boost")
+    if value is None:
+        return 0
+    from gpu_platform.policy.aging import parse_boost
+
+    return parse_boost(value, f"workload {raw.get('name')!r}: priority_boost")
+
+
 def _wl(raw: Mapping[str, Any]) -> Workload:
     allowed = raw.get("allowed_flavors")
     topology, level = _topology(raw.get("topology"))
@@ -176,7 +187,7 @@ def _wl(raw: Mapping[str, Any]) -> Workload:
         name=str(raw["name"]),
         cq=str(raw["cq"]),
         requests={str(k): float(v) for k, v in (raw.get("requests") or {}).items()},
-        priority=int(raw.get("priority", 0)),
+        priority=int(raw.get("priority", 0)) + _boost(raw),
         created_at=float(raw.get("created_at", 0)),
         admitted_at=float(raw.get("admitted_at", 0)),
         flavor=flavor,

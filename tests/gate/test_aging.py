@@ -216,3 +216,34 @@ def test_the_explain_command_prints_the_aging_line(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     line = next(x for x in out.output.splitlines() if x.startswith("aging:"))
     assert "priority boost +2" in line and "effective priority 102 = 100 + 2" in line and "next +3 at" in line
+
+
+# -- admission case files carry Kueue's annotation --------------------------------------------
+def _case(boost) -> dict:
+    younger = {"name": "young", "cq": "a", "priority": 100, "created_at": 2, "requests": {"nvidia.com/gpu": 4}}
+    if boost is not None:
+        younger["priority_boost"] = boost
+    return {
+        "id": "boost", "kind": "schedule_cycle",
+        "flavors": [{"name": "gpu"}],
+        "cluster_queues": [{"name": "a", "queueingStrategy": "StrictFIFO",
+                            "quotas": [{"flavor": "gpu", "resource": "nvidia.com/gpu", "nominal": 4}]}],
+        "pending": [{"name": "old", "cq": "a", "priority": 100, "created_at": 1, "requests": {"nvidia.com/gpu": 4}},
+                    younger],
+    }
+
+
+@pytest.mark.parametrize(("boost", "first"), [(None, "old"), (0, "old"), ("-3", "old"), (1, "young"), ("25", "young")])
+def test_a_case_workloads_priority_boost_adds_to_its_priority(boost, first):
+    from gpu_platform.admission.cases import run_case
+
+    out = run_case(_case(boost)).output
+    assert [a["name"] if isinstance(a, dict) else a for a in out["admitted"]] == [first]
+
+
+@pytest.mark.parametrize("bad", ["high", "2.5", True])
+def test_a_case_priority_boost_that_is_no_integer_names_the_workload(bad):
+    from gpu_platform.admission.cases import state_from_case
+
+    with pytest.raises(ValueError, match=r"workload 'young': priority_boost: .* is not an integer priority boost"):
+        state_from_case(_case(bad))
