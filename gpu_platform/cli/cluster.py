@@ -28,13 +28,17 @@ def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_r
     """List the gate's Jobs, Kueue's Workloads and their events in every team namespace, record
     each change as a ledger `cluster` event (what the admission sensor does every tick), record
     each Job the ledger cannot match (`gp_cluster_unmatched`, counted by the bypass scorecard),
-    and print what changed and every unmatched Job, with why.
+    set the priority boost of the Workloads Kueue holds pending (aging, `cluster.aging`), and
+    print what changed, every unmatched Job, with why, and each boost set.
 
     Exit 1 with one line when the cluster cannot be reached.
     """
+    from datetime import UTC, datetime
+
+    from gpu_platform.cluster.aging import boost_patches, sync_boosts
     from gpu_platform.cluster.client import ClusterConfigError
     from gpu_platform.cluster.readback import read_back, read_kueue, record_read_back
-    from gpu_platform.requests.ledger import Ledger, default_ledger_url
+    from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, default_ledger_url
 
     pol = policy_or_exit(policy_path)
     ledger = Ledger(ledger_url or default_ledger_url())
@@ -49,6 +53,13 @@ def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_r
     rb = read_back(ledger, observations)
     if not dry_run:
         record_read_back(ledger, rb)
+    # aging: the priority boost of the Workloads Kueue holds pending, as the sensor sets it each tick
+    live = ledger.states((*PENDING_STATES, *ACTIVE_STATES))
+    now = datetime.now(UTC)
+    if dry_run:
+        boosts, boost_problems = boost_patches(pol, live, observations, now), []
+    else:
+        boosts, boost_problems = sync_boosts(pol, live, observations, now, kubeconfig)
     changed = [{"request_id": r[0], "summary": r[2], "flavor": r[3], **(r[5] or {})} for r in rb.changed]
     skipped = [
         {"request_id": o.request_id, "attempt": o.attempt, "namespace": o.namespace, "job": o.job, "kind": kind,
@@ -58,7 +69,11 @@ def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_r
     if fmt == "json":
         click.echo(json.dumps({"namespaces": namespaces, "observed": len(observations), "recorded": not dry_run,
                                "changed": changed, "unmatched": skipped,
-                               "unmatched_recorded": 0 if dry_run else len(rb.unmatched_new)}, indent=2))
+                               "unmatched_recorded": 0 if dry_run else len(rb.unmatched_new),
+                               "priority_boosts": [{"namespace": b.namespace, "workload": b.workload,
+                                                    "request_id": b.request_id, "boost": b.boost, "was": b.was}
+                                                   for b in boosts],
+                               "priority_boost_problems": boost_problems}, indent=2))
         return
     verb = "would record" if dry_run else "recorded"
     click.echo(f"{len(observations)} Job(s) observed in {len(namespaces)} namespace(s); {verb} {len(changed)} change(s)")
@@ -71,3 +86,9 @@ def sync(policy_path: str | None, ledger_url: str | None, kubeconfig: str, dry_r
         )
         for s in skipped:
             click.echo(f"  {s['namespace']}/{s['job']} (request {s['request_id']}, {s['kind']}): {s['why']}")
+    if boosts:
+        click.echo(f"{'would set' if dry_run else 'set'} the priority boost of {len(boosts)} waiting Workload(s) (aging):")
+        for b in boosts:
+            click.echo(f"  {b.text()}")
+    for problem in boost_problems:
+        click.echo(f"  could not set the priority boost of {problem}")

@@ -46,7 +46,8 @@ def _observations():
 @pytest.fixture
 def ledger(tmp_path, policy):
     led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    submit_recorded(led, policy, at=datetime.now(UTC) - timedelta(minutes=10))
+    # 10 steps of incident's 60 s and one second ago: the next step is 59 s away, more than a test takes
+    submit_recorded(led, policy, at=datetime.now(UTC) - timedelta(seconds=601))
     return led
 
 
@@ -177,3 +178,25 @@ def test_the_deploy_steps_turn_kueues_priority_boost_gate_on_only_when_lanes_age
         lane.pop("targets", None)
     off = kueue_commands(parse_policy(raw))
     assert not any("PriorityBoost" in c for c in off) and off[0].startswith("kubectl apply --server-side -f ")
+
+
+def test_cluster_sync_sets_the_boost_and_a_dry_run_only_lists_it(tmp_path, ledger):
+    from click.testing import CliRunner
+
+    from gpu_platform.cli.app import main
+
+    with serve() as (url, seen):
+        kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", url))
+        args = ["cluster", "sync", "--ledger", ledger.url, "--kubeconfig", kubeconfig]
+        dry = CliRunner().invoke(main, [*args, "--dry-run", "--format", "json"])
+        assert dry.exit_code == 0, dry.output
+        (boost,) = json.loads(dry.output)["priority_boosts"]
+        assert (boost["request_id"], boost["workload"], boost["was"]) == (INCIDENT, INCIDENT_WL[1], None)
+        assert boost["boost"] >= 10 and not [p for p in seen if p.startswith("PATCH ")]
+        first = CliRunner().invoke(main, args)
+        assert first.exit_code == 0, first.output
+        assert "set the priority boost of 1 waiting Workload(s) (aging):" in first.output
+        assert f"{INCIDENT_WL[0]}/{INCIDENT_WL[1]} ({INCIDENT}): priority boost +" in first.output
+        assert len([p for p in seen if p.startswith("PATCH ")]) == 1
+        again = CliRunner().invoke(main, [*args, "--format", "json"])
+        assert json.loads(again.output)["priority_boosts"] == []
