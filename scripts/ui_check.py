@@ -573,6 +573,8 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
     outdir.mkdir(parents=True)
     policy = load_policy(None)
     trial = _load(DEMO_REQUESTS / "research_sweep_h100_1.yaml", policy).request_id
+    # the sweep's tuned run waits on the research lane's daily budget (gpu_platform/demo/identity.py)
+    tuned = _load(DEMO_REQUESTS / "research_tuned_h100.yaml", policy).request_id
     incident = _load(INCIDENT, policy).request_id
     # a request of the user's own (new content: a new id), so `approve` has one that has not ended
     mine = outdir / "ana-lr-probe.yaml"
@@ -601,9 +603,12 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
             (f"explain {incident} --format json", (incident, "gus@example.com"), {})],
         "approve REQUEST_ID --role ROLE --kind safety|cost|incident --reason TEXT [--approver NAME]": [
             # as the demo's caller (its OS login, the demo policy's demo-operator role): not on
-            # `mine`, which that caller submitted (nobody approves their own: docs/approvals.md)
-            (f"approve {trial} --role demo-operator --kind cost --reason 'sweep trial over budget'",
-             (trial,), {})],
+            # `mine`, which that caller submitted (nobody approves their own: docs/approvals.md);
+            # the request waiting BudgetExhausted, whose reason names this command
+            (f"explain {tuned}", (tuned, "BudgetExhausted", f"gpu-platform approve {tuned} --kind cost"),
+             {"what": " (the tuned run waits on its budget)"}),
+            (f"approve {tuned} --role demo-operator --kind cost --reason 'tuned run over budget'",
+             (tuned, '"kind": "cost"'), {})],
         "metrics serve --port 9464": [],  # _serve_metrics
         "autoscale plan": [("autoscale plan", ("desired",), {})],
         "report --out DIR [--days 7]": [(f"report --out {outdir}/report --days 3", ("index.html",), {})],

@@ -134,13 +134,16 @@ def _seed(home: Path, days: int, price_days: int, console: Console, project_conf
     from gpu_platform.policy import load_policy
     from gpu_platform.requests.ledger import Ledger, default_ledger_url
 
-    if project_config is not None:
-        write_project_config(project_config, console)
+    policy_path = os.environ.get("GPU_PLATFORM_POLICY") or None
+    if project_config is not None and write_project_config(project_config, console) and policy_path is None:
+        # the policy the config names (the demo's, gpu_platform/demo/identity.py) from the start:
+        # the seed's pricing then judges budgets as every later run will
+        policy_path = str(_home() / "policy.yaml")
     t0 = time.monotonic()
     home.mkdir(parents=True, exist_ok=True)
     if os.environ.get("DAGSTER_HOME"):
         console.print(f"demo: wrote {write_instance_yaml(Path(os.environ['DAGSTER_HOME']))}")
-    policy = load_policy(os.environ.get("GPU_PLATFORM_POLICY") or None)
+    policy = load_policy(policy_path)
     ledger = Ledger(default_ledger_url())
     span = demo_days(days)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -172,7 +175,8 @@ def _seed(home: Path, days: int, price_days: int, console: Console, project_conf
                "--to", priced[-1].isoformat()]
         if later:
             cmd += ["--later-from", later[0].isoformat(), "--later-to", later[-1].isoformat()]
-        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        env = {**os.environ, **({"GPU_PLATFORM_POLICY": policy_path} if policy_path else {})}
+        if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
             raise click.ClickException("pricing the seeded days failed (see above)")
     summary = {**stats, "priced_now": [d.isoformat() for d in priced], "backfill": [d.isoformat() for d in later],
                "seconds": round(time.monotonic() - t0, 1), "seeded_at": datetime.now(UTC).isoformat()}
@@ -226,6 +230,7 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
     from gpu_platform.demo.incident import submit_incident, would_preempt
     from gpu_platform.demo.supervisor import wait_for_webserver
     from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
+    from gpu_platform.gate.tick import budget_period_start
     from gpu_platform.policy import load_policy
     from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger, default_ledger_url
 
@@ -244,8 +249,10 @@ def _incident_when_sweep_runs(url: str, stop: threading.Event, log, after_s: flo
 
     deadline, victims = time.monotonic() + timeout_s, []
     while time.monotonic() < deadline and not stop.is_set():
+        now = datetime.now(UTC)
         victims = would_preempt(policy, ledger.states((*PENDING_STATES, *ACTIVE_STATES)), incident, trials,
-                                checkpointed)
+                                checkpointed, now,
+                                spent=ledger.reserved_by_lane(budget_period_start(policy.budget_period, now)))
         if victims:
             break
         stop.wait(3)

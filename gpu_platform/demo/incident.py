@@ -19,8 +19,9 @@ recorded with identity source `demo` (`submit_incident`), so the gate admits it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from gpu_platform.gate.tick import plan_tick
 from gpu_platform.policy import Policy
@@ -35,6 +36,7 @@ def would_preempt(
     targets: Iterable[str],
     checkpointed: Callable[[str], bool],
     now: datetime | None = None,
+    spent: Mapping[str, Decimal] | None = None,
 ) -> list[str]:
     """The `targets` (request ids) that the gate would preempt for `incident` were it pending now,
     when every request it would preempt has a checkpoint and no target is pending; empty otherwise
@@ -43,7 +45,9 @@ def would_preempt(
 
     states: the ledger's pending and admitted requests (`Ledger.states`); the incident must not be
     among them (it has not been submitted). checkpointed: whether a request has a confirmed
-    checkpoint (`has_checkpoint` under the work root), as the gate's tick is told.
+    checkpoint (`has_checkpoint` under the work root), as the gate's tick is told. spent: the
+    budget reserved per lane this period (`Ledger.reserved_by_lane`), as the gate's tick is told,
+    so a request that waits on its budget stays out of the dry run as it stays out of the gate's.
     """
     now = now or datetime.now(UTC)
     live = [s for s in states if s.state in (*PENDING_STATES, *ACTIVE_STATES)]
@@ -65,7 +69,7 @@ def would_preempt(
     wanted = set(targets)
     if any(s.request_id in wanted and s.state in PENDING_STATES for s in live):
         return []
-    plan = plan_tick(policy, [*live, hypothetical], now, checkpointed=checkpointed)
+    plan = plan_tick(policy, [*live, hypothetical], now, checkpointed=checkpointed, spent=spent)
     victims = {p.victim for p in plan.preemptions if p.preemptor == rid}
     if not victims & wanted or not all(checkpointed(v) for v in victims):
         return []

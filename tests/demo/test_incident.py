@@ -3,7 +3,9 @@ it: the demo's own live requests in a real SQLite ledger, admitted by the gate's
 tick as the sensor records it, runs ending as they do in the demo, and the trials' checkpoints as
 files under the work root.
 
-The story (the live demo's, with the default policy): the first tick admits all four trials on
+The story (the live demo's, with the policy the demo's project config names,
+`gpu_platform.demo.identity`, and the budget reserved today as the gate's sensor passes it; the
+sweep's tuned run waits on its budget throughout, tests/demo/test_budget_story.py): the first tick admits all four trials on
 H100s beside the incident lane's example, filling the pool (the idle assurance reserve is lent to
 research); the label batch ends and candidate training takes its 8 H100s back by preempting trials
 2 and 4, which wait requeued; trial 2 ends (trial 4 is admitted again), then the baseline rebuild and the incident lane's example: every
@@ -17,16 +19,17 @@ from pathlib import Path
 import pytest
 
 from gpu_platform.cli.demo import DEMO_REQUESTS, INCIDENT, _load, live_request_files
+from gpu_platform.demo.identity import write_demo_policy
 from gpu_platform.demo.incident import submit_incident, would_preempt
 from gpu_platform.gate.checkpoints import checkpoints_under, has_checkpoint
-from gpu_platform.gate.tick import plan_tick, record_plan
+from gpu_platform.gate.tick import budget_period_start, plan_tick, record_plan
 from gpu_platform.policy import load_policy
 from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger
 
 
 class Demo:
     def __init__(self, tmp: Path) -> None:
-        self.policy = load_policy(None)
+        self.policy = load_policy(write_demo_policy(tmp / "home"))
         self.ledger = Ledger(f"sqlite:///{tmp / 'ledger.db'}")
         self.ledger.submit_batch([_load(p, self.policy) for p in live_request_files()])
         self.incident = _load(INCIDENT, self.policy)
@@ -39,9 +42,12 @@ class Demo:
 
     def tick(self):
         states = self.live()
-        plan = plan_tick(self.policy, states, datetime.now(UTC), checkpointed=self.checkpointed)
+        plan = plan_tick(self.policy, states, datetime.now(UTC), checkpointed=self.checkpointed, spent=self.spent())
         record_plan(self.ledger, plan, states)
         return plan
+
+    def spent(self):
+        return self.ledger.reserved_by_lane(budget_period_start(self.policy.budget_period, datetime.now(UTC)))
 
     def state(self, rid: str) -> str:
         return self.ledger.states(request_id=rid)[0].state
@@ -63,7 +69,8 @@ class Demo:
         return has_checkpoint(checkpoints_under(self.work, rid))
 
     def would_preempt(self) -> list[str]:
-        return would_preempt(self.policy, self.live(), self.incident, self.trials, self.checkpointed)
+        return would_preempt(self.policy, self.live(), self.incident, self.trials, self.checkpointed,
+                             spent=self.spent())
 
 
 @pytest.fixture
@@ -100,6 +107,8 @@ def test_not_while_a_trial_still_waits(demo):
 
 def test_once_every_trial_runs_with_a_checkpoint_the_incident_would_preempt_them(demo):
     running = _all_trials_running(demo)
+    tuned = demo.ledger.states(request_id=_load(DEMO_REQUESTS / "research_tuned_h100.yaml", demo.policy).request_id)[0]
+    assert tuned.details.get("reason_code") == "BudgetExhausted", "the tuned run takes no H100s from the story"
     assert demo.would_preempt() == [], "no checkpoint yet: nothing to resume from"
     for t in running:
         demo.checkpoint(t)
@@ -108,7 +117,7 @@ def test_once_every_trial_runs_with_a_checkpoint_the_incident_would_preempt_them
     assert not demo.ledger.known_ids([demo.incident.request_id]), "a dry run records nothing"
     # the gate, once the incident is submitted, preempts what the dry run named, and only them
     submit_incident(demo.ledger, demo.incident)  # with its nominated approver's grant
-    plan = plan_tick(demo.policy, demo.live(), datetime.now(UTC), checkpointed=demo.checkpointed)
+    plan = plan_tick(demo.policy, demo.live(), datetime.now(UTC), checkpointed=demo.checkpointed, spent=demo.spent())
     assert sorted(p.victim for p in plan.preemptions if p.preemptor == demo.incident.request_id) == victims
 
 

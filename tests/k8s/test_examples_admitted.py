@@ -82,7 +82,7 @@ def _check(policy, req: JobRequest, flavor: str, exported) -> dict:
 
 
 def test_every_example_is_covered() -> None:
-    assert len(EXAMPLES) == 21  # 14 Job requests (release chain, fractional), 1 distributed, 6 demo
+    assert len(EXAMPLES) == 22  # 14 Job requests (release chain, fractional), 1 distributed, 7 demo
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=IDS)
