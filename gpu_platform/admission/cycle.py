@@ -232,10 +232,14 @@ class Engine(FlavorAssigner, PendingReasons):
         q = self.queues[name]
         stick = self.sticky.get(name)
         if stick is not None:
-            for w in q:
-                if w.name == stick and w.name not in self.done and w.name not in self.parked:
-                    return w
-            self.sticky.pop(name, None)
+            # Kueue's stickyWorkload stays set until the workload leaves the queue (admitted or
+            # deleted: cluster_queue.go `delete`); a sticky workload in the inadmissible list
+            # lets the heap's head go first and is the head again once it is moved back.
+            w = next((w for w in q if w.name == stick), None)
+            if w is None or w.name in self.done:
+                self.sticky.pop(name, None)
+            elif w.name not in self.parked:
+                return w
         i = self.cursor[name]
         budget = self.budget[name]
         cq = self.snap.cqs[name]
@@ -511,8 +515,11 @@ class Engine(FlavorAssigner, PendingReasons):
         name = e.wl.name
         cqn = e.cq.name
         if e.outcome == "preempting" and e.cq.spec.queueing_strategy != STRICT_FIFO:
+            # RequeueIfNotPresent with RequeueReasonPendingPreemption sets it; nothing but the
+            # workload leaving the queue clears it (a skip or a move to the inadmissible list
+            # keeps it)
             self.sticky[cqn] = name
-        elif self.sticky.get(cqn) == name:
+        elif e.outcome == "admitted" and self.sticky.get(cqn) == name:
             del self.sticky[cqn]
         if e.outcome == "preempting":
             self.last_tried.pop(name, None)

@@ -133,3 +133,81 @@ def test_an_admission_alone_does_not_move_inadmissible_workloads_back():
     assert [c["admitted"] for c in o["cycles"]] == [["a-high"], []]
     assert o["n_cycles"] == 2
     assert {p["name"]: p["queue"] for p in o["pending"]} == {"b-big": "inadmissible"}
+
+
+def _sticky_state(admitted_e: bool = False):
+    """cq-a (nominal 1) and cq-b (nominal 3) share 4 CPUs; b-run holds 2 of cq-b's. In cq-a, P
+    (priority 5, 2 CPUs, it must borrow 1) is the sticky preemptor; Q (priority 10) asks for 5 CPUs
+    and never fits. E (cq-b, 1 CPU) fits within cq-b's nominal quota."""
+    from gpu_platform.admission.cases import state_from_case
+
+    admitted = [{"name": "b-run", "cq": "cq-b", "requests": {"cpu": 2}, "flavor": "f", "admitted_at": 1}]
+    pending = [
+        {"name": "P", "cq": "cq-a", "priority": 5, "requests": {"cpu": 2}, "created_at": 3},
+        {"name": "Q", "cq": "cq-a", "priority": 10, "requests": {"cpu": 5}, "created_at": 2},
+    ]
+    if admitted_e:
+        admitted.append({"name": "E", "cq": "cq-b", "requests": {"cpu": 1}, "flavor": "f", "admitted_at": 5})
+    else:
+        pending.append({"name": "E", "cq": "cq-b", "requests": {"cpu": 1}, "created_at": 1})
+    return state_from_case(
+        {
+            "flavors": ["f"],
+            "cohorts": ["c"],
+            "cluster_queues": [
+                {"name": "cq-a", "cohort": "c", "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 1}]},
+                {"name": "cq-b", "cohort": "c", "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 3}]},
+            ],
+            "admitted": admitted,
+            "pending": pending,
+        }
+    )
+
+
+def test_a_skipped_sticky_preemptor_stays_at_the_head():
+    """cluster_queue.go: `stickyWorkload` is set on RequeueReasonPendingPreemption and cleared only
+    in `delete` (the workload leaves the queue); `baseCompareFunc` puts it before any priority.
+    P, sticky, is nominated before the higher-priority Q; E (not borrowing, so first in the cycle)
+    takes the room, P is skipped and requeued at once, and stays sticky: the next cycle tries P
+    again, not Q."""
+    from gpu_platform.admission.cycle import Engine
+
+    eng = Engine(_sticky_state(), sticky={"cq-a": "P"})
+    eng.cycle()
+    assert eng.heads["cq-a"].name == "P"
+    assert [a.name for a in eng.admitted] == ["E"]
+    assert "P" not in eng.parked
+    assert eng.sticky == {"cq-a": "P"}
+
+    nxt = Engine(_sticky_state(admitted_e=True), sticky=eng.sticky)
+    nxt.cycle()
+    assert nxt.heads["cq-a"].name == "P"
+
+
+def test_a_sticky_workload_in_the_inadmissible_list_keeps_its_place_for_later():
+    """While the sticky workload sits in the inadmissible list the heap's own head (Q) is tried;
+    the workload stays sticky, and once moved back to the heap it is the head again."""
+    from gpu_platform.admission.cycle import Engine
+
+    parked = Engine(_sticky_state(admitted_e=True), parked={"P"}, sticky={"cq-a": "P"})
+    parked.cycle()
+    assert parked.heads["cq-a"].name == "Q"
+    assert parked.sticky == {"cq-a": "P"}
+
+    back = Engine(_sticky_state(admitted_e=True), parked=set(parked.parked) - {"P"}, sticky=parked.sticky)
+    back.cycle()
+    assert back.heads["cq-a"].name == "P"
+
+
+def test_an_admitted_sticky_workload_is_no_longer_sticky():
+    from gpu_platform.admission.cycle import Engine
+
+    state = _sticky_state(admitted_e=True)
+    # with b-run gone there is room for P (2 of the 4 CPUs: E holds 1)
+    from dataclasses import replace
+
+    state = replace(state, admitted=tuple(w for w in state.admitted if w.name != "b-run"))
+    eng = Engine(state, sticky={"cq-a": "P"})
+    eng.cycle()
+    assert [a.name for a in eng.admitted] == ["P"]
+    assert eng.sticky == {}
