@@ -518,6 +518,8 @@ def shaped_flavors(policy: Policy, req: JobRequest, flavors: list[str]) -> list[
             continue
         if req.nodes is not None and ns.shape_of(count) != (req.nodes, req.gpus_per_pod):
             continue
+        if (req.nodes is None or req.nodes == 1) and count > ns.gpus_per_node:
+            continue  # one pod: a node of this flavor must hold it
         if req.topology is not None and req.topology.required and req.topology.required not in ns.topology_levels:
             continue
         out.append(name)

@@ -77,13 +77,30 @@ def node_gpus(policy: Policy) -> dict[str, float]:
 
 def resize(state: ClusterState, gpus: float, nodes: dict[str, float] | None = None) -> ClusterState:
     """The state with its pool resized to `gpus` GPUs (see the module docstring). `nodes`: GPUs
-    per node of each flavor (`node_gpus`), so no quota that held a node drops below one."""
+    per node of each flavor (`node_gpus`), so no quota that held a node drops below one.
+
+    A serving queue (`ClusterQueueSpec.serving`) keeps its quotas as declared: they are sized by
+    its services' replicas, not by the batch load, so its GPUs are set aside first and the rest of
+    the pool is scaled to the other `gpus` less those."""
     caps = [(f.capacity or {}).get(GPU, 0.0) for f in state.flavors]
     total = sum(caps)
     if total <= 0:
         raise ValueError("the policy's flavors declare no nvidia.com/gpu capacity to resize")
-    k = gpus / total
-    new_caps = [float(round(c * k)) for c in caps]
+    kept: dict[str, float] = {}
+    for c in state.cluster_queues:
+        if c.serving:
+            for q in c.quotas:
+                if q.resource == GPU:
+                    kept[q.flavor] = kept.get(q.flavor, 0.0) + q.nominal
+    kept = {f.name: min(kept[f.name], cap) for f, cap in zip(state.flavors, caps, strict=True) if f.name in kept}
+    fixed = sum(kept.values())
+    if fixed and gpus <= fixed:
+        raise ValueError(
+            f"--capacity {gpus:g} leaves no GPUs for batch work: the serving lanes' quotas hold {fixed:g} GPUs "
+            f"({', '.join(f'{f} {v:g}' for f, v in kept.items())}), kept as declared")
+    k = (gpus - fixed) / (total - fixed) if total > fixed else 1.0
+    new_caps = [float(round((c - kept.get(f.name, 0.0)) * k)) + kept.get(f.name, 0.0)
+                for f, c in zip(state.flavors, caps, strict=True)]
     new_caps[0] += gpus - sum(new_caps)
     flavors = tuple(
         replace(f, capacity={**{r: v * k for r, v in (f.capacity or {}).items()}, GPU: c})
@@ -99,7 +116,7 @@ def resize(state: ClusterState, gpus: float, nodes: dict[str, float] | None = No
             _scaled(q.borrowing_limit, k, node, cap), _scaled(q.lending_limit, k, node, cap),
         )
 
-    cqs = tuple(replace(c, quotas=tuple(quota(q) for q in c.quotas)) for c in state.cluster_queues)
+    cqs = tuple(c if c.serving else replace(c, quotas=tuple(quota(q) for q in c.quotas)) for c in state.cluster_queues)
     cohorts = tuple(
         replace(co, quotas=tuple(quota(q) for q in co.quotas)) if getattr(co, "quotas", None) else co
         for co in state.cohorts

@@ -127,3 +127,23 @@ def test_an_any_gpu_job_goes_where_the_engine_sends_it_when_the_h100s_are_taken(
     res = resolve(job, exported)
     # Kueue's first choice of the Job's kind is the engine's; the H100s are not offered to it
     assert res.flavors[0] == flavor and "h100-ondemand" not in res.flavors
+
+
+def test_a_one_pod_request_keeps_to_flavors_whose_nodes_hold_it():
+    # An 8-GPU request of any GPU type is one pod of 8 (no gang recorded): a flavor of 4-GPU nodes
+    # (l4-inference) is not one it can run on, though 8 is "placeable" there as 2 whole nodes.
+    import yaml
+
+    from gpu_platform.policy import load_policy
+    from gpu_platform.requests.model import matching_flavors, shaped_flavors, validate_request
+
+    pol = load_policy()
+    raw = yaml.safe_load((Path(__file__).parents[2] / "examples" / "requests" / "candidate_train.yaml").read_text())
+    raw["gpu_type"] = "any"
+    req = validate_request(raw, pol)
+    assert req.nodes in (None, 1)
+    usable = matching_flavors(pol, "candidate_train", "any")
+    assert "l4-inference" in usable
+    assert shaped_flavors(pol, req, list(usable)) == [f for f in usable if f != "l4-inference"]
+    raw["gpu_count"] = 4
+    assert "l4-inference" in shaped_flavors(pol, validate_request(raw, pol), list(usable))

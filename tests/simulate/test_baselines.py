@@ -115,7 +115,7 @@ def test_fifo_flavors_is_the_engine_fifo_over_flavors(pol):
 
 
 def test_a_small_pool_keeps_node_sized_quotas():
-    # The 76-GPU pool at 18: every quota about a quarter. A lane with nominal 8 and a borrowing limit
+    # The pool at 24 GPUs: the serving lane keeps its 8 L4s, every other quota about a quarter. A lane with nominal 8 and a borrowing limit
     # of 12 H100s (a node of 8 and more) used to become 2 + 3 (rounded down), so its 8-GPU jobs
     # were rejected as "more than it can ever hold". Now it keeps one node.
     import yaml
@@ -129,7 +129,7 @@ def test_a_small_pool_keeps_node_sized_quotas():
     raw["lanes"]["research_best_effort"]["quotas"][1]["nominal_quota"] = 8
     pol = parse_policy(raw)
     assert node_gpus(pol)["h100-ondemand"] == 8
-    scn = policy_scenario(pol, 18)
+    scn = policy_scenario(pol, 24)
     (quota,) = [q for c in scn.base.cluster_queues if c.name == "candidate_train" for q in c.quotas]
     assert (quota.nominal, quota.borrowing_limit) == (8, 8)  # 2 -> one node; 12 x 1/4 = 3 -> one node
     res = simulate(scn, [TraceJob("node-sized", 0, 100, 8, "candidate_train")])
@@ -160,3 +160,25 @@ def test_a_share_rule_gives_a_stable_few_percent_of_jobs_to_a_lane(tmp_path):
         load_lane_map(bad)
     assert "rules[0].share: 1.5 must be a number in (0, 1]" in info.value.errors
     assert "rules[1]: needs `values`, `min`/`max` or `share`" in info.value.errors
+
+
+def test_resizing_keeps_the_serving_lanes_quota_as_declared():
+    # A serving lane's quota is sized by its services' replicas, not by the batch load: `--capacity`
+    # sets its 8 L4s aside and scales the rest of the pool (64 GPUs of nvidia.com/gpu) to N - 8.
+    from gpu_platform.policy import load_policy
+    from gpu_platform.simulate.scenarios import policy_scenario
+
+    pol = load_policy()
+    for n in (40, 136, 648):
+        scn = policy_scenario(pol, n)
+        caps = {f.name: (f.capacity or {}).get("nvidia.com/gpu", 0.0) for f in scn.base.flavors}
+        assert sum(caps.values()) == n
+        k = (n - 8) / 64
+        assert caps["h100-ondemand"] == 32 * k and caps["l4-inference"] == 16 * k + 8 and caps["a100-spot"] == 16 * k
+        serving = next(c for c in scn.base.cluster_queues if c.name == "online_serving")
+        assert [(q.flavor, q.nominal) for q in serving.quotas if q.resource == "nvidia.com/gpu"] == [("l4-inference", 8.0)]
+        cand = next(c for c in scn.base.cluster_queues if c.name == "candidate_train")
+        # scaled with the pool, never below one 8-GPU node
+        assert next(q.nominal for q in cand.quotas if q.flavor == "h100-ondemand") == max(8, round(8 * k))
+    with pytest.raises(ValueError, match="leaves no GPUs for batch work.*8 GPUs"):
+        policy_scenario(pol, 8)

@@ -2,7 +2,9 @@
 and on the policy's nodes, pinned: the baselines are one event loop parameterized by the pool
 (`baselines._replay`); the digests were taken from the three loops it replaced, so the loop must
 leave every start, end, flavor, placement, refusal, usage event and stranded GPU-second as they
-gave it. Re-pin only with a deliberate change of behaviour."""
+gave it. Re-pin only with a deliberate change of behaviour. Re-pinned once: `--capacity` keeps
+the serving lane's 8 L4s as declared and scales the rest (flavor capacities changed, so the
+flavor and node baselines did; the one-pool quota-only ones did not)."""
 
 from __future__ import annotations
 
@@ -27,13 +29,13 @@ SCENARIO = {**SCENARIOS, "fifo-flavors-fast": fifo_flavors_fast_scenario}
     ("name", "nodes", "digest"),
     [
         ("fifo", False, "2986ee12bf98eb5f17a5d6d962c214ba5232758cb9e6737622916c00ae26c32e"),
-        ("fifo", True, "9e26aa49701a7ed0874fee2dda00c8e2fb2a8ceecce869d679ad9828727c3066"),
+        ("fifo", True, "924018b28cf5c877c27b01eab647c678a419974543ced6dece0012915c6ba35b"),
         ("fifo-backfill", False, "02489bf9fc3346777b7315bab93fb98a88b58f99c680a0988f9f190ff7c8ddad"),
-        ("fifo-backfill", True, "ce359dd41f84915f5ce1f7d994e0970e4457dcb4f5fbdce89c4a6d9217bcdc20"),
-        ("fifo-flavors-fast", False, "f8cefe3932875775703df8f25ef84b3c0fdaa95ab306c168ab8e28362e409c81"),
-        ("fifo-flavors-fast", True, "07aaf7668aa6cbbf6584d065f4e509eaf7ba69bceb26eab7b384cc17aa49c957"),
-        ("fifo-flavors-backfill", False, "b83e5ce9d68469d98d96c7f95372d049d0fc650e14498a2a1b9acda2665902a5"),
-        ("fifo-flavors-backfill", True, "d4f3f15ed11e8a884af5d18c301374c7abf37ecbbbe06c9627d4154c045cc3f5"),
+        ("fifo-backfill", True, "9dc6eacd1781ffcaccb77231f9a490af554bea2450a87b49a221649b64dc3ae5"),
+        ("fifo-flavors-fast", False, "615c845faf2a702961a08cc9f870f5d9e2c1702233f01ebc0bd9960cf06d58be"),
+        ("fifo-flavors-fast", True, "725637ce634ac6498adfa303c551aeac6f683c2ce74c53d82bba42f4024c362a"),
+        ("fifo-flavors-backfill", False, "02cf901df21f9c4e358900917f111d1901800a2fda1136e1f1aaf0b37e5844e4"),
+        ("fifo-flavors-backfill", True, "713728d2fd700d173515ef3f57926c632fb35f4b49f4df329e9d9d48ec53f2cf"),
     ],
 )
 def test_baseline_outcome_is_pinned(name, nodes, digest):

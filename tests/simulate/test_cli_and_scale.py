@@ -72,22 +72,23 @@ def test_cli_json_shape_and_files(tmp_path):
 
 def test_cli_node_model_places_jobs_on_nodes(tmp_path):
     out = tmp_path / "out"
-    args = ["simulate", "--trace", str(_slice(tmp_path, 150)), "--lane-map", "elasticflow", "--capacity", "144",
+    args = ["simulate", "--trace", str(_slice(tmp_path, 150)), "--lane-map", "elasticflow", "--capacity", "136",
             "--compare", "fifo-backfill"]
     res = CliRunner().invoke(main, [*args, "--node-model", "policy", "--out", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["node_model"] == "policy"
     for rep in doc["scenarios"].values():
-        # 144 GPUs (the policy's 72 x 2): h100 64 = 8 nodes of 8, l4 48 = 12 nodes of 4, a100 32 = 4 nodes of 8
-        assert rep["node_model"] == {"node_gpus": {"h100-ondemand": 8, "l4-inference": 4, "a100-spot": 8}, "nodes": 24}
+        # 136 GPUs: the serving lane's 8 L4s as declared, the policy's other 64 x 2: h100 64 = 8 nodes
+        # of 8, l4 32 + 8 = 10 nodes of 4, a100 32 = 4 nodes of 8
+        assert rep["node_model"] == {"node_gpus": {"h100-ondemand": 8, "l4-inference": 4, "a100-spot": 8}, "nodes": 22}
         assert rep["total"]["gpu_hours_stranded_by_fragmentation"] >= 0
-    assert "GPU-h stranded" in res.stderr and "on 24 nodes" in res.stderr
+    assert "GPU-h stranded" in res.stderr and "on 22 nodes" in res.stderr
     assert (out / "stranded_gpu_hours.png").stat().st_size > 0
     assert "GPU-h stranded" in (out / "report.html").read_text()
     res = CliRunner().invoke(main, [*args, "--node-gpus", "16", "--quiet"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["scenarios"]["policy"]["node_model"]["nodes"] == 9  # 64, 48, 32 over 16
+    assert json.loads(res.stdout)["scenarios"]["policy"]["node_model"]["nodes"] == 9  # 64, 40, 32 over 16: 4 + 3 + 2
     res = CliRunner().invoke(main, [*args, "--node-gpus", "8", "--node-model", "policy"])
     assert res.exit_code == 2 and "give one of them" in res.output
 

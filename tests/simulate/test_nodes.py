@@ -54,7 +54,8 @@ def test_the_policy_node_shapes_give_the_node_sizes():
     pol = load_policy()
     sizes = policy_node_gpus(pol)
     assert sizes["h100-ondemand"] == 8 and sizes["l4-inference"] == 4
-    scn = with_nodes(policy_scenario(pol, 720), sizes)  # 72 whole GPUs x 10
+    # the serving lane's 8 L4s kept as declared, the other 64 whole GPUs x 10
+    scn = with_nodes(policy_scenario(pol, 648), sizes)
     h100 = [n for n in scn.base.nodes if n.flavor == "h100-ondemand"]
     assert len(h100) == 40 and {n.gpus for n in h100} == {8}  # 320 GPUs after resizing
     assert not any(n.flavor in ("h100-mig", "l4-shared") for n in scn.base.nodes)  # no GPU capacity
@@ -213,3 +214,4 @@ def test_a_gang_larger_than_the_pools_nodes_is_rejected(pol):
     runs = _runs(res)
     assert runs["big"].state == "rejected" and "3 x 8 GPUs" in runs["big"].reason
     assert runs["ok"].first_admit == 1
+

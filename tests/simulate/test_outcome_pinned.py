@@ -34,11 +34,13 @@ def _tiled(lane_map: str, copies: int):
         # incident lanes) changed both mixes' outcomes: borrowed reserve GPUs are taken back
         # the serving lane lends its idle L4s (no lending_limit): batch runs there and fewer
         # borrowed reserve GPUs are taken back
-        ("elasticflow", 5914, 16104, 16, "cddf79ea518aa5a2430a1795b13db21f119ff08be51f93bee566636a554d38b7"),
+        # `--capacity` keeps the serving lane's 8 L4s as declared and scales the rest: fewer L4s
+        # and more H100/A100s for the batch lanes at 768 GPUs
+        ("elasticflow", 4776, 12650, 0, "934ea4fc797b2bcfc39a9a156f29419823a13c9ce6b008b6d64e31f5f0802b42"),
         # aging (targets.boost_after): candidate runs waiting past 24 h take GPUs back from the
         # lane's younger runs; every queue is shown again at an aging step, so the simulator's
         # shortcuts give the full queue's outcome
-        ("elasticflow-fleet", 5874, 15727, 67, "5ce88428fcf091ce51aa1303b595230bfd73751fb4871f28e98766821ccd10f0"),
+        ("elasticflow-fleet", 4796, 12470, 45, "f8bfb2ceb00054d6085bff2a4c972e2bd15fe04cb93cfca75777d868ce7c87de"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):
