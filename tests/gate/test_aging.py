@@ -247,3 +247,25 @@ def test_a_case_priority_boost_that_is_no_integer_names_the_workload(bad):
 
     with pytest.raises(ValueError, match=r"workload 'young': priority_boost: .* is not an integer priority boost"):
         state_from_case(_case(bad))
+
+
+def test_an_aged_request_never_passes_a_younger_one_of_the_next_lane(tmp_path):
+    """low (100) ages to at most 101 below mid (102): borrowing the same idle GPUs from high,
+    the younger mid request goes first however long low's has waited; alone, low's goes."""
+    raw = _raw({"wait_p95": "100s", "boost_after": 0.5}, middle=102)
+    raw["lanes"]["low"]["quotas"] = [{"flavor_name": "gpu", "nominal_quota": 0, "borrowing_limit": 4}]
+    raw["lanes"]["mid"]["quotas"] = [{"flavor_name": "gpu", "nominal_quota": 0, "borrowing_limit": 4}]
+    raw["lanes"]["high"]["quotas"] = [{"flavor_name": "gpu", "nominal_quota": 4}]
+    pol = parse_policy(raw)
+    assert aging_rules(pol)["low"].cap == 1
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    old = led.submit(_request(pol, 4, "old"), at=T0)
+    young = _request(pol, 4, "young").model_copy(update={"lane": "mid"})
+    later = T0 + timedelta(days=30)
+    alone = plan_tick(pol, led.states((*PENDING_STATES, *ACTIVE_STATES)), later)
+    assert [x.request_id for x in alone.launches] == [old]
+    mid = led.submit(young, at=later - timedelta(seconds=1))
+    state = build_state(pol, led.states((*PENDING_STATES, *ACTIVE_STATES)), later)
+    assert {w.name: w.priority for w in state.pending} == {old: 101, mid: 102}
+    plan = plan_tick(pol, led.states((*PENDING_STATES, *ACTIVE_STATES)), later)
+    assert [x.request_id for x in plan.launches] == [mid] and [w.name for w in plan.waits] == [old]
