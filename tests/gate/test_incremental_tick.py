@@ -21,7 +21,7 @@ from gpu_platform.requests.ledger import ACTIVE_STATES, PENDING_STATES, Ledger
 from tests.gate.helpers import add_run, submit, tick
 
 LIVE = (*PENDING_STATES, *ACTIVE_STATES)
-_CACHES = (tick_module._WORKLOADS, tick_module._INPUTS, snapshot_module._STATICS, snapshot_module._ENTRIES)
+_CACHES = (tick_module._WORKLOADS, tick_module._AGED, tick_module._INPUTS, snapshot_module._STATICS, snapshot_module._ENTRIES)
 
 
 def _decide(policy, led, states, now, home):
