@@ -269,3 +269,21 @@ def test_an_aged_request_never_passes_a_younger_one_of_the_next_lane(tmp_path):
     assert {w.name: w.priority for w in state.pending} == {old: 101, mid: 102}
     plan = plan_tick(pol, led.states((*PENDING_STATES, *ACTIVE_STATES)), later)
     assert [x.request_id for x in plan.launches] == [mid] and [w.name for w in plan.waits] == [old]
+
+
+@pytest.mark.parametrize("boost_after", [0.2, 0.3, 0.5, 0.9])
+def test_the_simulator_admits_at_the_priority_the_gate_would_give(boost_after):
+    """One rule, two engines: every job the simulator admitted and never preempted runs at its
+    lane's priority plus `priority_boost` of its wait from submission to admission, as the gate
+    keeps an admitted request's boost (`aged_admitted`)."""
+    from gpu_platform.simulate import TraceJob, simulate
+    from gpu_platform.simulate.scenarios import policy_scenario
+
+    pol = _policy({"wait_p95": "100s", "boost_after": boost_after})
+    jobs = [TraceJob(f"s{i:02d}", 10 * i, 30, 1, "low") for i in range(31)] + [TraceJob("big", 1, 10, 4, "low")]
+    runs = [r for r in simulate(policy_scenario(pol), jobs, checkpoint_interval_s=5).runs if r.first_admit is not None]
+    steady = [r for r in runs if not r.preemptions]
+    assert any(r.job.job_id == "big" for r in steady) and len(steady) > 20
+    for r in steady:
+        assert r.wl.priority == 100 + priority_boost(pol, "low", r.job.submit_ts, r.first_admit), r.job.job_id
+    assert next(r for r in steady if r.job.job_id == "big").wl.priority == 101  # it waited one step
