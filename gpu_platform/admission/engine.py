@@ -73,8 +73,9 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
     quota) and is requeued as pending with its creation time, or finishes for good with
     `evicted_finish`; released quota moves the inadmissible workloads of that cohort tree back to
     the active queues (Kueue's QueueAssociatedInadmissibleWorkloadsAfter); the clock advances 1 s.
-    Stops after a cycle that admits nothing, preempts nothing and leaves the queues as they were,
-    or when nothing is left to try. `per_cycle` holds what each cycle did; the result's lists
+    Stops after a cycle that admits nothing, preempts nothing and leaves the queues as they were
+    when it started (after the controllers' moves, not as the cycle before ended), or when nothing
+    is left to try. `per_cycle` holds what each cycle did; the result's lists
     cover the whole run."""
     with gc_paused():
         carry = _Carry()
@@ -97,10 +98,17 @@ def schedule_until_stable(state: ClusterState, *, evicted_finish: bool = False, 
             if not res.admitted and not res.preempted and queues == prev_queues:
                 stable = True
                 break
-            prev_queues = queues
             carry.parked = set(eng.parked)
             carry.sticky = dict(eng.sticky)
             cur = _advance(cur, eng, res, evicted_finish, carry)
+            # what the next cycle starts from: requeued victims and workloads moved back from the
+            # inadmissible list are active (the run compares a cycle's queues before and after it)
+            refused = {r.name for r in res.rejected}
+            prev_queues = frozenset(
+                (w.cq, w.name, "inadmissible" if w.name in carry.parked else "active")
+                for w in cur.pending
+                if w.name not in refused
+            )
         if res is None:
             res = Engine(cur).result()
         elif not stable and res.preempted:

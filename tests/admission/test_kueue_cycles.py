@@ -211,3 +211,26 @@ def test_an_admitted_sticky_workload_is_no_longer_sticky():
     eng.cycle()
     assert [a.name for a in eng.admitted] == ["P"]
     assert eng.sticky == {}
+
+
+def test_the_run_stops_on_a_cycle_that_leaves_the_queues_as_they_were_when_it_started():
+    """`schedule_until_stable` stops after a cycle that admits nothing, preempts nothing and leaves
+    the queues as they were when the cycle started, i.e. after the controllers' moves between
+    cycles (finished evictions, requeued victims, inadmissible workloads moved back), not as the
+    cycle before ended. Here cycle 2 preempts two workloads of cq-b (they finish for good); their
+    release moves cq-b-new-3 back to the active heap; cycle 3 admits and preempts nothing but sends
+    cq-b-new-3 to the inadmissible list again, so the run goes on, and cycle 4 admits cq-d-new-4
+    (its flavor scan, restarted after its preemptions, reaches the freed flavor again)."""
+    from pathlib import Path
+
+    from gpu_platform.admission.cases import load_cases
+
+    case = load_cases(Path(__file__).with_name("stable_stop_case.yaml"))[0]
+    o = run_case(case).output
+    cycles = [(c["admitted"], sorted(p["name"] for p in c["preempted"])) for c in o["cycles"]]
+    assert cycles[1] == ([], ["cq-b-run-6", "cq-b-run-9"])
+    assert cycles[2] == ([], [])
+    assert cycles[3] == (["cq-d-new-4"], [])
+    assert o["n_cycles"] == len(cycles) == 7
+    assert cycles[-1] == ([], [])
+    assert {p["name"]: p["queue"] for p in o["pending"]}["cq-b-new-3"] == "inadmissible"
