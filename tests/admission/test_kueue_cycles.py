@@ -14,9 +14,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
-from gpu_platform.admission.cases import run_case
+from gpu_platform.admission.cases import load_cases, run_case, state_from_case
+from gpu_platform.admission.cycle import Engine
 
 
 def _one_queue(pending: list[dict], strategy: str = "BestEffortFIFO") -> dict:
@@ -25,7 +29,11 @@ def _one_queue(pending: list[dict], strategy: str = "BestEffortFIFO") -> dict:
         "kind": "schedule_cycle",
         "flavors": ["f"],
         "cluster_queues": [
-            {"name": "a", "queueingStrategy": strategy, "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}]}
+            {
+                "name": "a",
+                "queueingStrategy": strategy,
+                "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}],
+            }
         ],
         "pending": [{"cq": "a", "requests": {"cpu": 2}, "created_at": 5, **w} for w in pending],
         "expected": {},
@@ -63,11 +71,25 @@ def test_preemptor_is_admitted_in_the_cycle_after_its_victims_are_evicted():
         _stable(
             {
                 "cluster_queues": [
-                    {"name": "a", "preemption": {"withinClusterQueue": "LowerPriority"},
-                     "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}]}
+                    {
+                        "name": "a",
+                        "preemption": {"withinClusterQueue": "LowerPriority"},
+                        "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}],
+                    }
                 ],
-                "admitted": [{"name": "low", "cq": "a", "requests": {"cpu": 2}, "flavor": "f", "created_at": 1, "admitted_at": 2}],
-                "pending": [{"name": "high", "cq": "a", "priority": 10, "requests": {"cpu": 2}, "created_at": 3}],
+                "admitted": [
+                    {
+                        "name": "low",
+                        "cq": "a",
+                        "requests": {"cpu": 2},
+                        "flavor": "f",
+                        "created_at": 1,
+                        "admitted_at": 2,
+                    }
+                ],
+                "pending": [
+                    {"name": "high", "cq": "a", "priority": 10, "requests": {"cpu": 2}, "created_at": 3}
+                ],
             }
         )
     )
@@ -88,13 +110,31 @@ def _two_queues(evicted_finish: bool | None = None) -> dict:
     case = {
         "cohorts": ["c"],
         "cluster_queues": [
-            {"name": "a", "cohort": "c", "preemption": {"withinClusterQueue": "LowerPriority"},
-             "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}]},
+            {
+                "name": "a",
+                "cohort": "c",
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}],
+            },
             {"name": "b", "cohort": "c", "quotas": [{"flavor": "f", "resource": "cpu", "nominal": 2}]},
         ],
         "admitted": [
-            {"name": "a-run", "cq": "a", "requests": {"cpu": 2}, "flavor": "f", "created_at": 1, "admitted_at": 2},
-            {"name": "b-run", "cq": "b", "requests": {"cpu": 2}, "flavor": "f", "created_at": 1, "admitted_at": 2},
+            {
+                "name": "a-run",
+                "cq": "a",
+                "requests": {"cpu": 2},
+                "flavor": "f",
+                "created_at": 1,
+                "admitted_at": 2,
+            },
+            {
+                "name": "b-run",
+                "cq": "b",
+                "requests": {"cpu": 2},
+                "flavor": "f",
+                "created_at": 1,
+                "admitted_at": 2,
+            },
         ],
         "pending": [
             {"name": "b-big", "cq": "b", "requests": {"cpu": 4}, "created_at": 1},
@@ -119,7 +159,9 @@ def test_an_eviction_in_the_cohort_moves_inadmissible_workloads_back(finish):
     assert cycles[2:] == ([([], [])] if finish else [([], []), ([], [])])
     assert o["evicted_finished"] == (["a-run"] if finish else [])
     queues = {p["name"]: p["queue"] for p in o["pending"]}
-    assert queues == ({"b-big": "inadmissible"} if finish else {"b-big": "inadmissible", "a-run": "inadmissible"})
+    assert queues == (
+        {"b-big": "inadmissible"} if finish else {"b-big": "inadmissible", "a-run": "inadmissible"}
+    )
 
 
 def test_an_admission_alone_does_not_move_inadmissible_workloads_back():
@@ -139,8 +181,6 @@ def _sticky_state(admitted_e: bool = False):
     """cq-a (nominal 1) and cq-b (nominal 3) share 4 CPUs; b-run holds 2 of cq-b's. In cq-a, P
     (priority 5, 2 CPUs, it must borrow 1) is the sticky preemptor; Q (priority 10) asks for 5 CPUs
     and never fits. E (cq-b, 1 CPU) fits within cq-b's nominal quota."""
-    from gpu_platform.admission.cases import state_from_case
-
     admitted = [{"name": "b-run", "cq": "cq-b", "requests": {"cpu": 2}, "flavor": "f", "admitted_at": 1}]
     pending = [
         {"name": "P", "cq": "cq-a", "priority": 5, "requests": {"cpu": 2}, "created_at": 3},
@@ -170,8 +210,6 @@ def test_a_skipped_sticky_preemptor_stays_at_the_head():
     P, sticky, is nominated before the higher-priority Q; E (not borrowing, so first in the cycle)
     takes the room, P is skipped and requeued at once, and stays sticky: the next cycle tries P
     again, not Q."""
-    from gpu_platform.admission.cycle import Engine
-
     eng = Engine(_sticky_state(), sticky={"cq-a": "P"})
     eng.cycle()
     assert eng.heads["cq-a"].name == "P"
@@ -187,8 +225,6 @@ def test_a_skipped_sticky_preemptor_stays_at_the_head():
 def test_a_sticky_workload_in_the_inadmissible_list_keeps_its_place_for_later():
     """While the sticky workload sits in the inadmissible list the heap's own head (Q) is tried;
     the workload stays sticky, and once moved back to the heap it is the head again."""
-    from gpu_platform.admission.cycle import Engine
-
     parked = Engine(_sticky_state(admitted_e=True), parked={"P"}, sticky={"cq-a": "P"})
     parked.cycle()
     assert parked.heads["cq-a"].name == "Q"
@@ -200,12 +236,8 @@ def test_a_sticky_workload_in_the_inadmissible_list_keeps_its_place_for_later():
 
 
 def test_an_admitted_sticky_workload_is_no_longer_sticky():
-    from gpu_platform.admission.cycle import Engine
-
     state = _sticky_state(admitted_e=True)
     # with b-run gone there is room for P (2 of the 4 CPUs: E holds 1)
-    from dataclasses import replace
-
     state = replace(state, admitted=tuple(w for w in state.admitted if w.name != "b-run"))
     eng = Engine(state, sticky={"cq-a": "P"})
     eng.cycle()
@@ -221,10 +253,6 @@ def test_the_run_stops_on_a_cycle_that_leaves_the_queues_as_they_were_when_it_st
     release moves cq-b-new-3 back to the active heap; cycle 3 admits and preempts nothing but sends
     cq-b-new-3 to the inadmissible list again, so the run goes on, and cycle 4 admits cq-d-new-4
     (its flavor scan, restarted after its preemptions, reaches the freed flavor again)."""
-    from pathlib import Path
-
-    from gpu_platform.admission.cases import load_cases
-
     case = load_cases(Path(__file__).with_name("stable_stop_case.yaml"))[0]
     o = run_case(case).output
     cycles = [(c["admitted"], sorted(p["name"] for p in c["preempted"])) for c in o["cycles"]]

@@ -18,7 +18,11 @@ def _case(order: list[str], victims: dict[str, dict], expected: str) -> dict:
     """Queue `a` (nominal 4 CPUs) takes back 2 CPUs; `x` and `y` (nominal 0) each borrow 2 CPUs
     with one workload, so both have the same share of the cohort."""
     queues = {
-        name: {"name": name, "cohort": "c", "quotas": [{"flavor": "default", "resource": "cpu", "nominal": 0}]}
+        name: {
+            "name": name,
+            "cohort": "c",
+            "quotas": [{"flavor": "default", "resource": "cpu", "nominal": 0}],
+        }
         for name in ("x", "y")
     }
     return {
@@ -28,12 +32,17 @@ def _case(order: list[str], victims: dict[str, dict], expected: str) -> dict:
         "flavors": ["default"],
         "cohorts": ["c"],
         "cluster_queues": [
-            {"name": "a", "cohort": "c", "preemption": {"reclaimWithinCohort": "Any"},
-             "quotas": [{"flavor": "default", "resource": "cpu", "nominal": 4}]},
+            {
+                "name": "a",
+                "cohort": "c",
+                "preemption": {"reclaimWithinCohort": "Any"},
+                "quotas": [{"flavor": "default", "resource": "cpu", "nominal": 4}],
+            },
             *(queues[n] for n in order),
         ],
         "admitted": [
-            {"name": f"{cq}1", "cq": cq, "requests": {"cpu": 2}, "flavor": "default", **w} for cq, w in victims.items()
+            {"name": f"{cq}1", "cq": cq, "requests": {"cpu": 2}, "flavor": "default", **w}
+            for cq, w in victims.items()
         ],
         "pending": [{"name": "p", "cq": "a", "priority": 10, "requests": {"cpu": 2}, "flavor": "default"}],
         "expected": {"preempted": [{"name": expected, "reason": "InCohortReclamation"}]},
@@ -60,4 +69,3 @@ def test_equal_shares_visit_the_queue_whose_candidate_sorts_first(order, victims
     out = run_case(_case(order, victims, expected))
     assert out.ok, out.failures
     assert [p["name"] for p in out.output["preempted"]] == [expected]
-
