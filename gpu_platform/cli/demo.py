@@ -3,7 +3,8 @@
 `seed` (idempotent; a marker file records a finished seed):
 1. writes `$DAGSTER_HOME/dagster.yaml` from the policy;
 2. submits the live requests: one per lane (`examples/requests/`), the release chain, a research
-   sweep on borrowed H100s and a release whose evidence misses a scenario suite
+   sweep on borrowed H100s, the sweep's tuned run that waits on the research lane's daily budget
+   (`gpu_platform.demo.identity`) and a release whose evidence misses a scenario suite
    (`examples/demo/`, all but the incident);
 3. generates N days of history ending yesterday through the admission engine
    (`gpu_platform.demo.history`) into the ledger and the feeds under `$GPU_PLATFORM_HOME/feeds/`;
