@@ -309,6 +309,11 @@ class Engine(FlavorAssigner, PendingReasons):
                 continue
             if any(w.requests.get(r, 0.0) < v for r, v in p.requests.items()):
                 continue
+            if self.state.reservations and not (
+                p.expected_duration_s is not None
+                and (w.expected_duration_s is None or w.expected_duration_s >= p.expected_duration_s)
+            ):
+                continue  # a shorter job may end before a reserved head starts (`reservation.py`)
             if self.snap.nodes is not None and (w.pods < p.pods or pod_shape(w)[1] < pod_shape(p)[1]):
                 continue  # with nodes, needing more GPUs does not mean needing more of any one node
             pf, wf = flavor_set(p), flavor_set(w)
@@ -549,13 +554,17 @@ class Engine(FlavorAssigner, PendingReasons):
         look exactly like a head that could not be admitted (same priority, requests and flavor
         constraints) move to the inadmissible list with it."""
         h = equivalence(e.wl)
+        # under a head reservation a job's expected duration decides whether it may backfill
+        # (`reservation.py`): only a look-alike of the same duration is set aside with it
+        timed = bool(self.state.reservations)
+        d = e.wl.expected_duration_s
         code, msg, _f = self.status.get(e.wl.name, (INADMISSIBLE, "", None))
         q = self.queues[e.cq.name]
         for w in q[self.cursor[e.cq.name] :]:
             n = w.name
             if n == e.wl.name or n in self.done or n in self.parked or n in self.waiting:
                 continue
-            if equivalence(w) == h:
+            if equivalence(w) == h and (not timed or w.expected_duration_s == d):
                 self.parked.add(n)
                 self.status[n] = (code, f"equivalent to {e.wl.name}, which cannot be admitted: {msg}", None)
 

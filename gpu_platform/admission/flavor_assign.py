@@ -9,7 +9,7 @@ flavor or GPU type, spot only where the lane has spot quota) stand where Kueue c
 affinity and taints. `FlavorAssigner` is a mixin of the cycle engine (`admission/cycle.py`): it
 reads the engine's `state`, `snap`, `last_tried`, `done` and records `node_blocked`.
 
-May import `admission/model.py`, `quota.py`, `preemption.py`, `tas.py`, `serving_lending.py`, `workload_keys.py`, `devices/`.
+May import `admission/model.py`, `quota.py`, `preemption.py`, `tas.py`, `serving_lending.py`, `reservation.py`, `workload_keys.py`, `devices/`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from gpu_platform.admission.model import NEVER, TAS_FOLLOWS_FLAVOR, ClusterState, FlavorFungibility, Workload
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot
+from gpu_platform.admission.reservation import GPU as GPU_RESOURCE
+from gpu_platform.admission.reservation import reservation_refusal
 from gpu_platform.admission.serving_lending import lent_refusal
 from gpu_platform.admission.tas import is_tas_only, topology_refusal
 from gpu_platform.admission.workload_keys import EPS, qty
@@ -174,6 +176,10 @@ class FlavorAssigner:
         lent = lent_refusal(snap, wl, cq, fr, v)  # a serving lane's idle GPUs it could not take back
         if lent is not None:
             return NOFIT, 0, lent
+        if self.state.reservations and fr[1] == GPU_RESOURCE:
+            held = reservation_refusal(self.state, wl, fr[0], v)  # a waiting head's reserved GPUs
+            if held is not None:
+                return NOFIT, 0, held
         borrow, may_reclaim = find_height(cq, fr, v)
         if v <= avail + EPS:
             nodes = snap.node_refusal(wl, {fr: v}) if snap.nodes is not None else None

@@ -199,6 +199,9 @@ class ClusterQueueSpec:
     flavor_fungibility: FlavorFungibility | None = None
     team_limits: TeamLimits | None = None
     admission_fair_sharing: AdmissionFairSharing | None = None
+    reserve_head: bool = False
+    """Its waiting head reserves the GPUs it waits for against later work of its priority or lower
+    (a lane with a wait target; `admission/reservation.py`, a gate rule)."""
     serving: bool = False
     """A serving lane's queue (`Lane.serving`): the idle part of its lendable quota may be borrowed
     only by workloads it can take back (`admission/serving_lending.py`)."""
@@ -340,6 +343,9 @@ class ClusterState:
     now: float = 0.0
     ignore_undeclared_resources: bool = False
     nodes: tuple[NodeSpec, ...] = ()
+    reservations: tuple = ()
+    """Head reservations in force this cycle (`admission/reservation.py` `Reservation`s, planned by
+    the gate or the simulator from its running work); empty: none."""
 
 
 @dataclass(frozen=True, slots=True)

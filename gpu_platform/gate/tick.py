@@ -30,6 +30,7 @@ from gpu_platform.admission.model import (
     Workload,
 )
 from gpu_platform.admission.policy_view import AdmittedRequest, from_policy, workload_for
+from gpu_platform.admission.reservation import reservations_for
 from gpu_platform.gate.blockers import PreemptedBy, name_blockers, who
 from gpu_platform.gate.instance_config import PRIORITY_TAG, team_limit_tags
 from gpu_platform.policy import Policy
@@ -199,6 +200,9 @@ def build_state(
                 replace(w, evidence=True, checkpointed=False) if w.name in holding else w for w in state.admitted
             ),
         )
+    reservations = reservations_for(state)  # lanes with a wait target: their heads' GPUs
+    if reservations:
+        state = replace(state, reservations=reservations)
     return state
 
 

@@ -18,6 +18,7 @@ from gpu_platform.admission.model import (
     NEVER,
     evolve,
 )
+from gpu_platform.admission.reservation import Reservation, Running, plan_reservations
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des_queues import _Queues
 from gpu_platform.simulate.des_types import JobRun
@@ -26,6 +27,7 @@ from gpu_platform.simulate.des_types import JobRun
 _CS_ADMITTED = ClusterState.__dict__["admitted"].__set__
 _CS_PENDING = ClusterState.__dict__["pending"].__set__
 _CS_NOW = ClusterState.__dict__["now"].__set__
+_CS_RESERVATIONS = ClusterState.__dict__["reservations"].__set__
 
 
 class _Cycles(_Queues):
@@ -224,6 +226,8 @@ class _Cycles(_Queues):
             if not pending:
                 break
             state = self._state(self._admitted(pending, now), tuple(pending), now)
+            if self.reserve_cqs:
+                _CS_RESERVATIONS(state, self._reservations(now))
             res = admit_until_stable(state, estimates=False)  # it reads no estimated start
             self.calls += 1
             self.cycles += res.cycles
@@ -298,6 +302,67 @@ class _Cycles(_Queues):
             # Their preemptors are admitted: the victims may take what is still free at once
             # (once; victims of that pass wait for the next event).
             self.schedule(now, full=True, settle=False)
+
+    # -- head reservations -------------------------------------------------------------------
+    def _reservations(self, now: float) -> tuple[Reservation, ...]:
+        """The head reservations at `now` (`admission/reservation.py`): the first waiting job in
+        queue order of each queue with `reserve_head` (none its own quota ceiling holds), against
+        the running jobs' ends (start + what is left of their duration) on each flavor."""
+        heads = []
+        for cq in self.reserve_cqs:
+            groups = self.shapes.get(cq)
+            if not groups:
+                continue
+            r = min(groups.values(), key=lambda g: g[0][0])[0][1]
+            if r.wl is not None and not self._bound(r.wl):
+                heads.append(r.wl)
+        if not heads:
+            return ()
+        running = [
+            Running(r.flavor, r.job.gpus, r.start + r.job.duration_s - r.saved_s)
+            for r in self.run_of.values()
+            if r.flavor is not None
+        ]
+        specs = self.specs
+
+        def flavors_of(wl: Workload) -> tuple[str, ...]:
+            if wl.flavor is not None:
+                return (wl.flavor,)
+            own = specs[wl.cq].flavors
+            return own if wl.allowed_flavors is None else tuple(f for f in own if f in wl.allowed_flavors)
+
+        book = self.book
+        if book is None:
+            return plan_reservations(now, heads, running, self.flavor_gpus, flavors_of)
+        ends = sorted(
+            ((r.start + r.job.duration_s - r.saved_s, r.job.job_id) for r in self.run_of.values()), key=lambda e: e[0]
+        )
+
+        def on_nodes(wl: Workload, flavor: str) -> tuple[bool, tuple[float, float] | None] | None:
+            """(fits now, shadow) on `flavor`'s nodes: release running jobs' nodes in end order on
+            a copy of the free GPUs until the head's pods find nodes."""
+            nodes = book.by_flavor.get(flavor)
+            if not nodes:
+                return None
+            pods = max(1, wl.pods)
+            per = wl.requests.get(GPU, 0.0) / pods
+            count = sum(1 for n in nodes if book.free[n] + 1e-9 >= per)
+            if count >= pods:
+                return True, None
+            free: dict[str, float] = {}
+            for end, name in ends:
+                for n, v in book.placed.get(name, ()):
+                    if book.flavor_of.get(n) != flavor:
+                        continue
+                    old = free.get(n, book.free[n])
+                    free[n] = old + v
+                    if old + 1e-9 < per <= old + v + 1e-9:
+                        count += 1
+                if count >= pods:
+                    return False, (max(now, end), 0.0)
+            return False, None
+
+        return plan_reservations(now, heads, running, self.flavor_gpus, flavors_of, on_nodes)
 
     # -- fragmentation -----------------------------------------------------------------------
     def _usable(self, wl: Workload) -> tuple[str, ...]:

@@ -68,6 +68,15 @@ class _Queues:
         self.usage: list[tuple[float, str, float]] = []
         self.skip_bound = skip_bound
         self.specs = {c.name: c for c in scenario.base.cluster_queues}
+        # queues whose waiting head reserves GPUs (`des_engine._reservations`), flavor capacities
+        self.reserve_cqs = tuple(c.name for c in scenario.base.cluster_queues if c.reserve_head)
+        if self.reserve_cqs:
+            # Under head reservations a job far back in its queue may backfill (it ends before the
+            # reserved start) while those ahead of it are held: every waiting shape is shown, as
+            # showing only the first `window` could leave it unseen. Measured: fewer engine calls
+            # and less CPU on both shared traces than with the window (docs/simulator.md).
+            self.window = 1 << 62
+        self.flavor_gpus = {f.name: (f.capacity or {}).get(GPU, 0.0) for f in scenario.base.flavors}
         parent: dict[str, str | None] = {}
         for co in scenario.base.cohorts:
             if isinstance(co, str):
@@ -125,13 +134,16 @@ class _Queues:
         # `simulate(progress=...)`: called with (jobs arrived, jobs) every `progress_every` arrivals
         self.progress: Callable[[int, int], None] | None = None
 
-    @staticmethod
-    def _shape(wl: Workload) -> tuple:
-        return (tuple(sorted(wl.requests.items())), wl.allowed_flavors, wl.flavor, wl.priority, wl.evidence, wl.safety_approval)
+    def _shape(self, wl: Workload) -> tuple:
+        """What makes waiting workloads interchangeable to the engine: shown one at a time, set
+        aside together. Under head reservations a job's expected duration decides whether it may
+        start on a reserved flavor (`admission/reservation.py`), so it is part of the shape."""
+        shape = (tuple(sorted(wl.requests.items())), wl.allowed_flavors, wl.flavor, wl.priority, wl.evidence, wl.safety_approval)
+        return (*shape, wl.expected_duration_s) if self.reserve_cqs else shape
 
     # -- admissibility in an empty pool ---------------------------------------------------
     def _never_fits(self, wl: Workload) -> str | None:
-        key = (wl.cq, self._shape(wl))
+        key = (wl.cq, self._shape(wl)[:6])  # whether it ever fits does not depend on its duration
         if key not in self.fits_cache:
             res = admit_until_stable(replace(self.scn.base, admitted=(), pending=(wl,), now=0.0))
             if res.admitted:

@@ -1,0 +1,142 @@
+"""Head reservations (`admission/reservation.py`): a lane with a wait target keeps its blocked
+head's GPUs from lower-priority work that would delay it, as EASY backfilling does; the gate plans
+them from its admitted requests, the simulator from its running jobs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_platform.admission import admit_until_stable, schedule_cycle
+from gpu_platform.admission.model import ClusterQueueSpec, ClusterState, FlavorSpec, ResourceQuota, Workload
+from gpu_platform.admission.reservation import (
+    Reservation,
+    Running,
+    plan_reservations,
+    reservation_refusal,
+    reservations_for,
+    shadow,
+)
+from gpu_platform.policy import load_policy
+from gpu_platform.simulate import TraceJob, simulate
+from gpu_platform.simulate.scenario import Scenario
+
+GPU = "nvidia.com/gpu"
+
+
+def test_shadow_is_the_first_end_that_frees_enough():
+    # 16 GPUs wanted, 4 free; running work ends at 100 (4), 200 (8), 300 (8)
+    assert shadow(0.0, 16, 4, [(100.0, 4), (200.0, 8), (300.0, 8)]) == (200.0, 0.0)
+    assert shadow(0.0, 14, 4, [(100.0, 4), (200.0, 8)]) == (200.0, 2.0)
+    assert shadow(50.0, 4, 4, []) == (50.0, 0.0)  # fits now
+    assert shadow(0.0, 16, 4, [(100.0, 4)]) is None  # never, with this work
+    assert shadow(0.0, 16, 4, [(None, 8), (100.0, 8)]) is None  # an unknown end comes first
+
+
+def test_a_head_reserves_the_flavor_where_it_starts_first_and_only_when_it_cannot_start_now():
+    # a: full until 500; b: 2 of 10 free, 2 more at 50, 6 more at 100
+    running = [Running("a", 8, 500.0), Running("b", 6, 100.0), Running("b", 2, 50.0)]
+    caps = {"a": 8.0, "b": 10.0}
+    head = Workload("big", "cand", {GPU: 8}, priority=600)
+    (r,) = plan_reservations(0.0, [head], running, caps, lambda wl: ("a", "b"))
+    assert (r.holder, r.cq, r.priority, r.flavor, r.until, r.extra) == ("big", "cand", 600, "b", 100.0, 2.0)
+    (r,) = plan_reservations(0.0, [head], running, caps, lambda wl: ("a",))
+    assert (r.flavor, r.until, r.extra) == ("a", 500.0, 0.0)
+    small = Workload("small", "cand", {GPU: 2}, priority=600)
+    assert plan_reservations(0.0, [small], running, caps, lambda wl: ("a", "b")) == ()  # b has 2 free now
+    # unknown ends: no reservation
+    assert plan_reservations(0.0, [head], [Running("a", 8, None)], {"a": 8.0}, lambda wl: ("a",)) == ()
+
+
+def _state(reservations, now=0.0):
+    return ClusterState(
+        cluster_queues=(), flavors=(FlavorSpec("b", capacity={GPU: 8}),), now=now, reservations=tuple(reservations)
+    )
+
+
+def test_lower_priority_work_that_would_delay_the_head_is_held_and_told_why():
+    res = Reservation("big", "candidate_train", 600, "b", 8, until=3600.0, extra=2.0)
+    st = _state([res])
+    long = Workload("long", "research", {GPU: 4}, priority=100, expected_duration_s=7200)
+    why = reservation_refusal(st, long, "b", 4)
+    assert why is not None and "reserved for big (candidate_train" in why and "1.0 h" in why
+    # ends by the head's expected start: may backfill
+    short = replace(long, name="short", expected_duration_s=1800)
+    assert reservation_refusal(st, short, "b", 4) is None
+    # fits the GPUs spare at the head's start
+    assert reservation_refusal(st, long, "b", 2) is None
+    # another flavor, the head itself, the head's priority or higher: never held
+    assert reservation_refusal(st, long, "a", 4) is None
+    assert reservation_refusal(st, replace(long, name="big"), "b", 4) is None
+    assert reservation_refusal(st, replace(long, priority=600), "b", 4) is None
+    assert reservation_refusal(st, replace(long, priority=800), "b", 4) is None
+    # unknown duration: held
+    assert "unknown" in reservation_refusal(st, replace(long, expected_duration_s=None), "b", 4)
+
+
+def _queues():
+    q = (ResourceQuota("b", GPU, 8.0),)
+    return (
+        ClusterQueueSpec("cand", q, cohort="pool", reserve_head=True),
+        ClusterQueueSpec("low", (ResourceQuota("b", GPU, 0.0),), cohort="pool"),
+    )
+
+
+def test_the_cycle_keeps_a_reserved_flavor_from_a_lower_lane_and_admits_what_backfills():
+    # 8 GPUs, nominal 4 + 4; the head (8) must borrow, so Kueue keeps nothing for it: the lower
+    # lane's job within its own nominal quota would take the 2 free GPUs
+    cqs = (
+        ClusterQueueSpec("cand", (ResourceQuota("b", GPU, 4.0),), cohort="pool", reserve_head=True),
+        ClusterQueueSpec("low", (ResourceQuota("b", GPU, 4.0),), cohort="pool"),
+    )
+    admitted = (Workload("run", "cand", {GPU: 6}, priority=600, flavor="b", admitted_at=0.0, expected_duration_s=3600),)
+    pending = (
+        Workload("big", "cand", {GPU: 8}, priority=600, created_at=10.0, expected_duration_s=3600),
+        Workload("late", "low", {GPU: 2}, priority=100, created_at=20.0, expected_duration_s=7200),
+        Workload("quick", "low", {GPU: 2}, priority=100, created_at=30.0, expected_duration_s=600),
+    )
+    st = ClusterState(cqs, (FlavorSpec("b", capacity={GPU: 8}),), admitted, pending, cohorts=("pool",), now=100.0)
+    plan = reservations_for(st)
+    assert [(r.holder, r.flavor, r.until) for r in plan] == [("big", "b", 3600.0)]
+    res = schedule_cycle(replace(st, reservations=plan))
+    assert res.admitted == []
+    late = next(p for p in res.pending if p.name == "late")
+    assert "reserved for big" in late.message and "h past it" in late.message
+    # the next cycle tries the lane's next workload: it ends long before the head's start
+    res = admit_until_stable(replace(st, reservations=plan))
+    assert [a.name for a in res.admitted] == ["quick"]
+    # without the reservation the lower lane takes the 2 GPUs the head is waiting for
+    assert {a.name for a in admit_until_stable(st).admitted} == {"late"}
+
+
+def test_lanes_with_a_wait_target_reserve_in_the_packaged_policy():
+    from gpu_platform.admission import from_policy
+
+    st = from_policy(load_policy(), [], [])
+    flags = {c.name: c.reserve_head for c in st.cluster_queues}
+    assert flags["candidate_train"] and flags["release_eval"] and flags["incident_response"]
+    assert not flags["research_best_effort"] and not flags["labeler_batch"]
+
+
+def test_in_the_simulator_a_large_head_is_not_starved_by_a_stream_of_small_lower_jobs():
+    # 8 GPUs: `cand` (reserves) holds 4 until t=100; 1-GPU research jobs of 200 s arrive every
+    # 50 s from t=5, and an 8-GPU candidate job at 10. The one research job started at 5 ends at
+    # 205: with the reservation the big job starts then (no later research job may start on its
+    # GPUs, each would end after 205); without it they keep taking the freed GPUs and it waits
+    # until the stream ends.
+    cqs = _queues()
+    base = ClusterState(cqs, (FlavorSpec("b", capacity={GPU: 8}),), cohorts=("pool",))
+    jobs = [TraceJob("first", 0, 100, 4, "cand"), TraceJob("big", 10, 100, 8, "cand")]
+    jobs += [TraceJob(f"r{i}", 5 + 50 * i, 200, 1, "low") for i in range(40)]
+    prio = {"cand": 600, "low": 100}
+
+    def wl(job):
+        return Workload(job.job_id, job.lane, {GPU: job.gpus}, priority=prio[job.lane], created_at=job.submit_ts,
+                        expected_duration_s=job.duration_s)
+
+    def big_start(reserve: bool) -> float:
+        state = base if reserve else replace(base, cluster_queues=tuple(replace(c, reserve_head=False) for c in cqs))
+        res = simulate(Scenario("t", "t", state, wl), jobs)
+        return next(r for r in res.runs if r.job.job_id == "big").first_admit
+
+    assert big_start(True) == 205.0
+    assert big_start(False) > 1000.0
