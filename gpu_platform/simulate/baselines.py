@@ -226,7 +226,8 @@ def _replay(scenario, jobs: list[TraceJob] | Iterable[TraceJob], pool, *, backfi
         finish(r)
     stranded = stranded_s if pool.measures_stranding else None
     usage = pool.usage if isinstance(pool.usage, list) else pool.usage.events()
-    return SimResult(scenario, runs, start, last, 0, 0, usage, 0.0, tick, stranded, outcome, peak)
+    # kept runs are all held to the end (as `des.simulate` counts them)
+    return SimResult(scenario, runs, start, last, 0, 0, usage, 0.0, tick, stranded, outcome, len(runs) if keep_runs else peak)
 
 
 def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0,
