@@ -257,7 +257,7 @@ class stream_trace:  # noqa: N801 - used as a function that also reports its row
     """The trace's rows in file order, one at a time: a `TraceJob` for each usable row, a
     `Quarantined` (line, reason) for each other; `rows` counts the rows read so far. The header is
     checked on creation (`TraceError` naming every missing column); nothing else is held but the
-    ids seen (for repeats: `IdSet`, 8 to 16 bytes a row) and one text per distinct lane, user, GPU
+    ids seen (for repeats: `IdSet`, 11 to 23 bytes a row) and one text per distinct lane, user, GPU
     type, status and site, so a consumer that keeps only what it needs (`load_trace` keeps the jobs) reads a file of any
     length in that much memory."""
 
@@ -379,8 +379,8 @@ def _stream(
 
 
 class IdSet:
-    """The job ids seen so far, for repeats, in 8 to 16 bytes an id: an open-addressing table of
-    64-bit BLAKE2b digests (salted per table). Two different ids share a digest with probability
+    """The job ids seen so far, for repeats, in 11 to 23 bytes an id: an open-addressing table of
+    64-bit BLAKE2b digests (salted per table, linear probing, at most 70% full). Two different ids share a digest with probability
     about n^2 / 2^65 (3e-6 for 10 million ids): such a row would be quarantined as a repeat."""
 
     __slots__ = ("table", "mask", "count", "salt")
@@ -411,7 +411,7 @@ class IdSet:
         self._put(self._digest(job_id))
 
     def _put(self, h: int) -> None:
-        if 2 * (self.count + 1) > len(self.table):
+        if 10 * (self.count + 1) > 7 * len(self.table):  # at most 70% full
             old = self.table
             self.table = array("Q", bytes(16 * len(old)))
             self.mask = len(self.table) - 1
