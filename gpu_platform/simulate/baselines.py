@@ -162,7 +162,7 @@ def _fifo_order(jobs: list[TraceJob] | Iterable[TraceJob]) -> Iterator[TraceJob]
 
 
 def _replay(scenario, jobs: list[TraceJob] | Iterable[TraceJob], pool, *, backfill: bool, tick: float,
-            keep_runs: bool = True) -> SimResult:
+            keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """The one FIFO event loop of every baseline, over any pool (`_Pool`, `_NodePool`,
     `_FlavorPool`): jobs queue in (submit_ts, job_id) order; at each arrival or end instant the
     ended jobs free their GPUs, arrivals that no placement can ever hold are refused with the
@@ -170,7 +170,12 @@ def _replay(scenario, jobs: list[TraceJob] | Iterable[TraceJob], pool, *, backfi
     pool backfills behind a blocked head. Stranded GPU-seconds are the pool's `stranded` rate
     integrated between instants (reported where the pool models nodes). Jobs are read as the
     loop goes and folded into the result's `outcome` once final; keep_runs=False keeps none of
-    them (`des.simulate`), so memory holds the queued and running jobs only."""
+    them (`des.simulate`), so memory holds the queued and running jobs only. progress: called
+    with (jobs arrived, jobs) every `des.PROGRESS_JOBS` arrivals."""
+    from gpu_platform.simulate import des
+
+    every = des.PROGRESS_JOBS
+    total = len(jobs) if hasattr(jobs, "__len__") else 0  # type: ignore[arg-type]
     src = _fifo_order(jobs)
     nxt = next(src, None)
     runs: list[JobRun] = []
@@ -204,6 +209,8 @@ def _replay(scenario, jobs: list[TraceJob] | Iterable[TraceJob], pool, *, backfi
             peak = max(peak, live)
             if keep_runs:
                 runs.append(r)
+            if progress is not None and arrived % every == 0:
+                progress(arrived, total)
             nxt = next(src, None)
             why = pool.never(r)
             if why is not None:
@@ -231,12 +238,12 @@ def _replay(scenario, jobs: list[TraceJob] | Iterable[TraceJob], pool, *, backfi
 
 
 def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0,
-             keep_runs: bool = True) -> SimResult:
+             keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """Replay `jobs` on one FIFO queue of `capacity` GPUs (see the module docstring); on the
     scenario's nodes where it has any (`run_fifo_nodes`)."""
     if scenario.base.nodes:
-        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick, keep_runs=keep_runs)
-    return _replay(scenario, jobs, _Pool(capacity), backfill=backfill, tick=tick, keep_runs=keep_runs)
+        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
+    return _replay(scenario, jobs, _Pool(capacity), backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
 
 
 _NODES = "pool"
@@ -353,11 +360,11 @@ class _NodePool(_Pool):
 
 
 def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0,
-                   keep_runs: bool = True) -> SimResult:
+                   keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """`run_fifo` on the scenario's nodes (see the module docstring)."""
     sizes = scenario.node_gpus or {}
     pool = _NodePool(capacity, scenario.base.nodes, min(sizes.values()) if sizes else None)
-    return _replay(scenario, jobs, pool, backfill=backfill, tick=tick, keep_runs=keep_runs)
+    return _replay(scenario, jobs, pool, backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
 
 
 class _FlavorPool:
@@ -521,7 +528,7 @@ class _FlavorPool:
 
 
 def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool, tick: float = 0.0,
-                     keep_runs: bool = True) -> SimResult:
+                     keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """FIFO over the policy's flavors (and nodes, with a node model), without the engine.
 
     One queue in (submit_ts, job_id) order; a job runs on one flavor, the first in the policy's
@@ -534,4 +541,5 @@ def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool,
     baseline of a policy split into flavors: the single-pool `fifo` runs a 64-GPU job on a pool
     whose largest flavor holds 48; no Kueue queue can.
     """
-    return _replay(scenario, jobs, _FlavorPool(scenario, allowed), backfill=backfill, tick=tick, keep_runs=keep_runs)
+    return _replay(scenario, jobs, _FlavorPool(scenario, allowed), backfill=backfill, tick=tick, keep_runs=keep_runs,
+                   progress=progress)

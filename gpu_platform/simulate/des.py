@@ -178,7 +178,7 @@ def simulate(
     autoscaler): `next_time()`, `fire(sim, now)` before the engine runs (True: look at every
     queue), `observe(sim, now)` after it; None: the trace only.
     progress: called with (jobs arrived so far, jobs) every `PROGRESS_JOBS` arrivals, so a long run
-    can say how far it is (the engine's baselines with their own loop do not call it).
+    can say how far it is (the baselines with their own loop too).
     jobs: a list (sorted by submission here), or any iterable already in submission order
     (`trace.SortedTrace`: a trace file of any length), read as the loop goes.
     keep_runs: the result lists every job's `JobRun` (`SimResult.runs`); False: each job is folded
@@ -186,9 +186,10 @@ def simulate(
     queued and running jobs only (`SimResult.peak_live`) and the usage events are bucketed
     (`outcome.Usage`). `report.lane_report` gives the same figures either way."""
     if scenario.fast is not None:  # a baseline with its own event loop (no engine)
-        if keep_runs:
-            return scenario.fast(scenario, jobs, tick)
-        return scenario.fast(scenario, jobs, tick, keep_runs=False)
+        kw = {} if keep_runs else {"keep_runs": False}
+        if progress is not None:
+            kw["progress"] = progress
+        return scenario.fast(scenario, jobs, tick, **kw)
     sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held, keep_runs)
     sim.events = events
     sim.progress = progress
