@@ -209,7 +209,10 @@ class _Queues:
 
     def finish(self, r: JobRun) -> None:
         """A job's outcome is final (done, failed, rejected, or pending when the trace ended):
-        fold it into the outcome; the loop keeps no reference to it after this."""
+        fold it into the outcome; the loop keeps no reference to it after this. A run made beside
+        the trace (a service's replica, idx -1: `serving.py`) is not the trace's: not folded."""
+        if r.idx < 0:
+            return
         self.outcome.fold(r, r.idx)
         self.live -= 1
         name = r.job.job_id

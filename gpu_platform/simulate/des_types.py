@@ -40,7 +40,7 @@ class JobRun:
     seq: int = 0
     wait_reason: str = ""  # the engine's message the last time it was shown and still waited
     placement: dict | None = None  # the nodes of its current (or last) run ({node: GPUs})
-    idx: int = 0  # its place in arrival order (the report orders ties by it)
+    idx: int = 0  # its place in the trace's arrival order (ties in the report); -1: not a trace job
 
 
 @dataclass(slots=True)
