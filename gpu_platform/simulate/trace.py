@@ -94,6 +94,7 @@ class Trace:
             "users": len(users),
             "quarantined": len(self.quarantined),
             "quarantined_rows": [{"line": q.line, "reason": q.reason} for q in self.quarantined[:50]],
+            "quarantined_rows_left_out": max(0, len(self.quarantined) - 50),
         }
 
 
@@ -523,6 +524,7 @@ class SortedTrace:
             "users": len(self.users),
             "quarantined": self.quarantined_count,
             "quarantined_rows": [{"line": q.line, "reason": q.reason} for q in self.quarantined[:50]],
+            "quarantined_rows_left_out": max(0, self.quarantined_count - 50),
         }
 
     def close(self) -> None:

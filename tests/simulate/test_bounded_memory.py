@@ -148,3 +148,13 @@ def test_the_id_set_finds_repeats_in_a_few_bytes_an_id(tmp_path):
     p.write_text("job_id,submit_ts,duration_s,gpus,lane\na,1,5,1,x\nb,2,5,1,x\na,3,5,1,x\n")
     got = list(stream_trace(p))
     assert got[2].line == 4 and "repeats an earlier row" in got[2].reason
+
+
+def test_quarantined_rows_are_listed_up_to_a_cap_with_the_count_left_out(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("job_id,submit_ts,duration_s,gpus,lane\n" + "".join(f"j{i},{i},10,{'x' if i % 2 else 1},research_best_effort\n" for i in range(200)))
+    with SortedTrace(p) as trace:
+        doc = trace.summary()
+    assert doc["quarantined"] == 100 and len(doc["quarantined_rows"]) == 50 and doc["quarantined_rows_left_out"] == 50
+    assert doc["quarantined_rows"][0] == {"line": 3, "reason": "gpus: 'x' is not a number"}
+    assert load_trace(p).summary() == doc
