@@ -74,7 +74,9 @@ class _Queues:
         self.running: dict[str, Workload] = {}
         self.running_wl: dict[str, Workload] = {}  # as admitted (flavor, priority) for accounting
         # running workloads by (cq, flavor, priority): names, and summed requests
-        self.groups: dict[tuple[str, str, int], set[str]] = {}
+        # (a dict in admission order, not a set: the engine is shown them in an order that does not
+        # depend on the string hash seed, so a run on nodes gives the same outcome every time)
+        self.groups: dict[tuple[str, str, int], dict[str, None]] = {}
         self.group_sum: dict[tuple[str, str, int], dict[str, float]] = {}
         self.merge_held = merge_held and not scenario.base.fair_sharing
         self.run_of: dict[str, JobRun] = {}
@@ -345,12 +347,12 @@ class _Queues:
     def _account(self, w: Workload, sign: int) -> None:
         g = (w.cq, w.flavor or "", w.priority)
         self.group_ver[g] = self.group_ver.get(g, 0) + 1
-        names = self.groups.setdefault(g, set())
+        names = self.groups.setdefault(g, {})
         sums = self.group_sum.setdefault(g, {})
         if sign > 0:
-            names.add(w.name)
+            names[w.name] = None
         else:
-            names.discard(w.name)
+            names.pop(w.name, None)
         for r, v in w.requests.items():
             k = (w.cq, w.flavor or "", r)
             self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v
