@@ -90,11 +90,12 @@ def test_memory_does_not_grow_with_finished_jobs(name, monkeypatch):
 
 
 def test_a_queue_is_held_but_finished_jobs_are_not():
-    """A pool of 4 GPUs under 40 jobs arriving at once: the peak is the queue, once."""
+    """40 jobs that each take the whole pool arrive at once: the peak is the queue, once."""
     pol = load_policy()
-    burst = [TraceJob(f"b{i}", 0.0, 100.0, 1, "research_best_effort") for i in range(40)]
+    scn = SCENARIOS["fifo"](pol, 64)
+    burst = [TraceJob(f"b{i}", 0.0, 100.0, scn.capacity, "research_best_effort") for i in range(40)]
     tail = [TraceJob(f"t{i}", 10_000.0 + 10 * i, 5.0, 1, "research_best_effort") for i in range(2000)]
-    res = simulate(SCENARIOS["fifo"](pol, 4), iter(burst + tail), keep_runs=False)
+    res = simulate(scn, iter(burst + tail), keep_runs=False)
     assert res.peak_live == 40
     assert lane_report(res)["total"]["finished"] == 2040
 
@@ -112,7 +113,8 @@ def test_jobs_that_never_fit_are_listed_up_to_a_cap_with_the_count_left_out():
 
 def test_waits_are_exact_percentiles_of_every_admitted_job():
     pol = load_policy()
-    res = simulate(SCENARIOS["fifo"](pol, 1), iter([TraceJob(f"j{i}", 0.0, 10.0, 1, "research_best_effort") for i in range(101)]),
+    scn = SCENARIOS["fifo"](pol, 64)  # each job takes the whole pool: they run one after another
+    res = simulate(scn, iter([TraceJob(f"j{i}", 0.0, 10.0, scn.capacity, "research_best_effort") for i in range(101)]),
                    keep_runs=False)
     w = lane_report(res)["total"]["wait_s"]
     waits = np.arange(101) * 10.0
