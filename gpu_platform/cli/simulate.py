@@ -229,7 +229,7 @@ def simulate_cmd(
     from gpu_platform.simulate.report import lane_report
     from gpu_platform.simulate.scenarios import SCENARIOS, policy_node_gpus, uniform_node_gpus, with_nodes
     from gpu_platform.simulate.targets import judge
-    from gpu_platform.simulate.trace import TraceError, load_lane_map, load_trace
+    from gpu_platform.simulate.trace import SortedTrace, TraceError, load_lane_map
 
     err = make_console(stderr=True)
     if (trace_path is None) == (generator_path is None):
@@ -272,13 +272,15 @@ def simulate_cmd(
         fail("simulate", problems)
     try:
         lm = load_lane_map(_lane_map_path(lane_map)) if lane_map else None
-        trace = load_trace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes), sites=frozenset(pol.sites),  # type: ignore[arg-type]
-                           progress=lambda rows: err.print(f"reading {trace_path}: {rows:,} rows"))
+        # read once, sorted in bounded runs on disk, and streamed to each scenario: memory holds
+        # the queued and running jobs and the report's aggregates, not the trace (docs/simulator.md)
+        trace = SortedTrace(trace_path, lane_from, lm, lanes=frozenset(pol.lanes), sites=frozenset(pol.sites),  # type: ignore[arg-type]
+                            progress=lambda rows: err.print(f"reading {trace_path}: {rows:,} rows"))
     except TraceError as exc:
         fail(f"trace invalid: {exc.source}", exc.errors)
     if trace.quarantined:
         err.print(
-            f"{len(trace.quarantined)} of {trace.rows} row(s) quarantined, e.g. line {trace.quarantined[0].line}: {trace.quarantined[0].reason}"
+            f"{trace.quarantined_count} of {trace.rows} row(s) quarantined, e.g. line {trace.quarantined[0].line}: {trace.quarantined[0].reason}"
         )
     doc: dict = {
         "trace": trace.summary(),
@@ -297,11 +299,12 @@ def simulate_cmd(
             scn = with_nodes(scn, policy_node_gpus(pol))
         elif node_gpus is not None:
             scn = with_nodes(scn, uniform_node_gpus(scn.base, node_gpus))
-        res = simulate(scn, trace.jobs, tick=tick, checkpoint_interval_s=checkpoint_interval,
+        res = simulate(scn, trace, tick=tick, checkpoint_interval_s=checkpoint_interval, keep_runs=False,
                        progress=lambda done, n, name=name: err.print(f"simulating {name}: {done:,} of {n:,} jobs arrived"))
         rep = lane_report(res)
         rep["simulation_wall_s"] = round(time.perf_counter() - t0, 3)
         doc["scenarios"][name] = rep
+        res.outcome = None  # reported: the plots need only the (bucketed) usage events
         results[name] = res
     doc["capacity_gpus"] = doc["scenarios"]["policy"]["capacity_gpus"]
     doc["targets"] = judge(pol, doc["scenarios"])
@@ -311,7 +314,7 @@ def simulate_cmd(
         scn = SCENARIOS["policy"](pol, capacity)
         try:
             doc["serving"] = serving_section(
-                pol, scn, trace.jobs, service_path, demand_spec, reclaim_grace_s=reclaim_grace,
+                pol, scn, list(trace), service_path, demand_spec, reclaim_grace_s=reclaim_grace,
                 tick=tick, checkpoint_interval_s=checkpoint_interval,
             )
         except ServingInputError as exc:
@@ -327,6 +330,7 @@ def simulate_cmd(
 
         files = write_trace_report(Path(out_dir), doc, results)
         err.print(f"wrote {', '.join(files)} to {out_dir}")
+    trace.close()
     if fail_on_missed and doc["targets"]["missed"]:
         missed = [f"{lane} {r['target']}" for lane, rows in doc["targets"]["lanes"].items() for r in rows if r["met"] is False]
         click.echo(f"simulate: {len(missed)} lane target(s) missed: {', '.join(missed)}", err=True)

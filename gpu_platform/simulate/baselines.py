@@ -35,11 +35,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 
 from gpu_platform.admission.model import NodeSpec, Workload
 from gpu_platform.admission.nodes import NodeBook, placement_of
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des import JobRun, SimResult
+from gpu_platform.simulate.outcome import Outcome, Usage
 from gpu_platform.simulate.scenario import pods_for
 from gpu_platform.simulate.trace import TraceJob
 
@@ -66,6 +68,10 @@ class _Pool:
         self.ending: list[tuple[float, int, JobRun]] = []  # (end, seq, run)
         self.usage: list[tuple[float, str, float]] = []
         self.seq = 0
+        self.on_done: Callable[[JobRun], None] = _nothing  # `_replay`: a job's outcome is final
+
+    def forget(self, r: JobRun) -> None:
+        """Drop what the pool keeps of a job that will not run (refused at arrival)."""
 
     def never(self, r: JobRun) -> str | None:
         if r.job.gpus > self.capacity + 1e-9:
@@ -93,6 +99,7 @@ class _Pool:
             self.free += r.job.gpus
             r.state, r.end, r.used_gpu_s = "done", end, r.job.gpus * r.job.duration_s
             self.usage.append((end, r.job.lane, -r.job.gpus))
+            self.on_done(r)
             last = end
         return last
 
@@ -128,33 +135,88 @@ class _Pool:
             del queue[k]
 
 
-def _replay(scenario, jobs: list[TraceJob], pool, *, backfill: bool, tick: float) -> SimResult:
+def _nothing(_r: JobRun) -> None:
+    return None
+
+
+def _fifo_order(jobs: list[TraceJob] | Iterable[TraceJob]) -> Iterator[TraceJob]:
+    """The jobs in (submit_ts, job_id) order: a list is sorted; any other iterable must come in
+    submission order (`trace.SortedTrace`) and only each instant's jobs are sorted by id."""
+    if isinstance(jobs, list):
+        yield from sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))
+        return
+    group: list[TraceJob] = []
+    for j in jobs:
+        if group and j.submit_ts != group[0].submit_ts:
+            if j.submit_ts < group[0].submit_ts:
+                raise ValueError(
+                    f"jobs: {j.job_id!r} (submit_ts {j.submit_ts:g}) comes after a job submitted at "
+                    f"{group[0].submit_ts:g}: a stream of jobs must be in submission order"
+                )
+            group.sort(key=lambda j: j.job_id)
+            yield from group
+            group = []
+        group.append(j)
+    group.sort(key=lambda j: j.job_id)
+    yield from group
+
+
+def _replay(scenario, jobs: list[TraceJob] | Iterable[TraceJob], pool, *, backfill: bool, tick: float,
+            keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """The one FIFO event loop of every baseline, over any pool (`_Pool`, `_NodePool`,
     `_FlavorPool`): jobs queue in (submit_ts, job_id) order; at each arrival or end instant the
     ended jobs free their GPUs, arrivals that no placement can ever hold are refused with the
     pool's reason, the queue's heads start while the pool places them, and with `backfill` the
     pool backfills behind a blocked head. Stranded GPU-seconds are the pool's `stranded` rate
-    integrated between instants (reported where the pool models nodes)."""
-    runs = [JobRun(j, None) for j in sorted(jobs, key=lambda j: (j.submit_ts, j.job_id))]
+    integrated between instants (reported where the pool models nodes). Jobs are read as the
+    loop goes and folded into the result's `outcome` once final; keep_runs=False keeps none of
+    them (`des.simulate`), so memory holds the queued and running jobs only. progress: called
+    with (jobs arrived, jobs) every `des.PROGRESS_JOBS` arrivals."""
+    from gpu_platform.simulate import des
+
+    every = des.PROGRESS_JOBS
+    total = len(jobs) if hasattr(jobs, "__len__") else 0  # type: ignore[arg-type]
+    src = _fifo_order(jobs)
+    nxt = next(src, None)
+    runs: list[JobRun] = []
+    outcome = Outcome()
+    live = peak = arrived = 0
+    if not keep_runs:
+        pool.usage = Usage()
+
+    def finish(r: JobRun) -> None:
+        nonlocal live
+        outcome.fold(r, r.idx)
+        live -= 1
+
+    pool.on_done = finish
     queue: deque[JobRun] = deque()
-    i, n = 0, len(runs)
-    start = runs[0].job.submit_ts if runs else 0.0
+    start = nxt.submit_ts if nxt is not None else 0.0
     last = start
     stranded_s, rate, since = 0.0, 0.0, start
-    while i < n or pool.ending:
-        t_arr = runs[i].job.submit_ts if i < n else math.inf
+    while nxt is not None or pool.ending:
+        t_arr = nxt.submit_ts if nxt is not None else math.inf
         t_end = pool.ending[0][0] if pool.ending else math.inf
         now = _at(min(t_arr, t_end), tick)
         stranded_s += rate * (now - since)
         ended = pool.finish_until(now)
         if ended is not None:
             last = max(last, ended)
-        while i < n and runs[i].job.submit_ts <= now:
-            r = runs[i]
-            i += 1
+        while nxt is not None and nxt.submit_ts <= now:
+            r = JobRun(nxt, None, idx=arrived)
+            arrived += 1
+            live += 1
+            peak = max(peak, live)
+            if keep_runs:
+                runs.append(r)
+            if progress is not None and arrived % every == 0:
+                progress(arrived, total)
+            nxt = next(src, None)
             why = pool.never(r)
             if why is not None:
                 r.state, r.reason = "rejected", why
+                pool.forget(r)
+                finish(r)
                 continue
             r.state = "pending"
             queue.append(r)
@@ -166,19 +228,22 @@ def _replay(scenario, jobs: list[TraceJob], pool, *, backfill: bool, tick: float
         if backfill and queue:
             pool.backfill(queue, now)
         rate, since = pool.stranded(queue), now
-    for r in runs:
-        if r.state == "pending":
-            r.reason = "still pending when the trace ended"
+    for r in sorted(queue, key=lambda r: r.idx):
+        r.reason = "still pending when the trace ended"
+        finish(r)
     stranded = stranded_s if pool.measures_stranding else None
-    return SimResult(scenario, runs, start, last, 0, 0, pool.usage, 0.0, tick, stranded)
+    usage = pool.usage if isinstance(pool.usage, list) else pool.usage.events()
+    # kept runs are all held to the end (as `des.simulate` counts them)
+    return SimResult(scenario, runs, start, last, 0, 0, usage, 0.0, tick, stranded, outcome, len(runs) if keep_runs else peak)
 
 
-def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
+def run_fifo(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0,
+             keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """Replay `jobs` on one FIFO queue of `capacity` GPUs (see the module docstring); on the
     scenario's nodes where it has any (`run_fifo_nodes`)."""
     if scenario.base.nodes:
-        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick)
-    return _replay(scenario, jobs, _Pool(capacity), backfill=backfill, tick=tick)
+        return run_fifo_nodes(scenario, jobs, capacity, backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
+    return _replay(scenario, jobs, _Pool(capacity), backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
 
 
 _NODES = "pool"
@@ -210,6 +275,9 @@ class _NodePool(_Pool):
             )
         return wl
 
+    def forget(self, r: JobRun) -> None:
+        self.wl.pop(r.job.job_id, None)
+
     def never(self, r: JobRun) -> str | None:
         wl = self.workload(r)
         if self.empty.fits(wl, _NODES):
@@ -237,6 +305,7 @@ class _NodePool(_Pool):
             self.book.release(self.wl.pop(r.job.job_id), remember=False)
             r.state, r.end, r.used_gpu_s = "done", end, r.job.gpus * r.job.duration_s
             self.usage.append((end, r.job.lane, -r.job.gpus))
+            self.on_done(r)
             last = end
         return last
 
@@ -290,11 +359,12 @@ class _NodePool(_Pool):
         return self.free
 
 
-def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0) -> SimResult:
+def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill: bool, tick: float = 0.0,
+                   keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """`run_fifo` on the scenario's nodes (see the module docstring)."""
     sizes = scenario.node_gpus or {}
     pool = _NodePool(capacity, scenario.base.nodes, min(sizes.values()) if sizes else None)
-    return _replay(scenario, jobs, pool, backfill=backfill, tick=tick)
+    return _replay(scenario, jobs, pool, backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
 
 
 class _FlavorPool:
@@ -320,6 +390,7 @@ class _FlavorPool:
         self.flavors_of: dict[str, tuple[str, ...]] = {}
         self.wls: dict[tuple[str, str], Workload] = {}
         self.measures_stranding = bool(placed)
+        self.on_done: Callable[[JobRun], None] = _nothing
 
     def flavors(self, r: JobRun) -> tuple[str, ...]:
         fl = self.flavors_of.get(r.job.job_id)
@@ -375,6 +446,7 @@ class _FlavorPool:
             self.forget(r)
             r.state, r.end, r.used_gpu_s = "done", end, r.job.gpus * r.job.duration_s
             self.usage.append((end, r.job.lane, -r.job.gpus))
+            self.on_done(r)
             last = end
         return last
 
@@ -455,7 +527,8 @@ class _FlavorPool:
         return sum(frees)
 
 
-def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool, tick: float = 0.0) -> SimResult:
+def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool, tick: float = 0.0,
+                     keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """FIFO over the policy's flavors (and nodes, with a node model), without the engine.
 
     One queue in (submit_ts, job_id) order; a job runs on one flavor, the first in the policy's
@@ -468,4 +541,5 @@ def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool,
     baseline of a policy split into flavors: the single-pool `fifo` runs a 64-GPU job on a pool
     whose largest flavor holds 48; no Kueue queue can.
     """
-    return _replay(scenario, jobs, _FlavorPool(scenario, allowed), backfill=backfill, tick=tick)
+    return _replay(scenario, jobs, _FlavorPool(scenario, allowed), backfill=backfill, tick=tick, keep_runs=keep_runs,
+                   progress=progress)

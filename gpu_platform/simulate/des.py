@@ -53,7 +53,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gpu_platform.simulate.des_engine import _CS_ADMITTED, _CS_NOW, _CS_PENDING, _Cycles  # noqa: F401
 from gpu_platform.simulate.des_queues import _Queues  # noqa: F401 (kept import paths)
@@ -73,31 +73,33 @@ class _Sim(_Cycles):
     def __init__(
         self,
         scenario: Scenario,
-        jobs: list[TraceJob],
+        jobs: list[TraceJob] | Iterable[TraceJob],
         tick: float,
         checkpoint_s: float,
         window: int,
         per_shape: int,
         skip_bound: bool,
         merge_held: bool,
+        keep_runs: bool = True,
     ):
-        super().__init__(scenario, jobs, tick, checkpoint_s, window, per_shape, skip_bound, merge_held)
+        super().__init__(scenario, jobs, tick, checkpoint_s, window, per_shape, skip_bound, merge_held, keep_runs)
         self.progress_every = PROGRESS_JOBS
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> tuple[float, float]:
-        runs = self.runs
-        n = len(runs)
+        src = self.source
+        nxt = next(src, None)
+        n = self.n_jobs
         ai = 0
         heap = self.heap
-        start = runs[0].job.submit_ts if runs else 0.0
+        start = nxt.job.submit_ts if nxt is not None else 0.0
         last = start
         nodes = self.book is not None
         stranded, since = 0.0, start
         while True:
             while heap and heap[0][3].seq != heap[0][2]:
                 heapq.heappop(heap)
-            t_arr = runs[ai].job.submit_ts if ai < n else _INF
+            t_arr = nxt.job.submit_ts if nxt is not None else _INF
             t_end = heap[0][0] if heap else _INF
             aging = self.aging
             while aging and aging[0][2].state != "pending":
@@ -120,11 +122,18 @@ class _Sim(_Cycles):
                 self.complete(r, end)
                 last = max(last, end)
                 freed = True
-            while ai < n and runs[ai].job.submit_ts <= t_run:
-                arrived |= self.arrive(runs[ai], runs[ai].job.submit_ts)
+            while nxt is not None and nxt.job.submit_ts <= t_run:
+                at = nxt.job.submit_ts
+                arrived |= self.arrive(nxt, at)
                 ai += 1
                 if ai % self.progress_every == 0 and self.progress is not None:
                     self.progress(ai, n)
+                nxt = next(src, None)
+                if nxt is not None and nxt.job.submit_ts < at:
+                    raise ValueError(
+                        f"jobs: {nxt.job.job_id!r} (submit_ts {nxt.job.submit_ts:g}) comes after a job submitted at "
+                        f"{at:g}: a stream of jobs must be in submission order"
+                    )
             while aging and aging[0][0] <= t_run:
                 _due, _i, r, level = heapq.heappop(aging)
                 if r.state == "pending" and level > self.level.get(r.job.job_id, 0):
@@ -156,6 +165,7 @@ def simulate(
     merge_held: bool = True,
     events=None,
     progress: Callable[[int, int], None] | None = None,
+    keep_runs: bool = True,
 ) -> SimResult:
     """Replay `jobs` under `scenario`. tick=0: the engine runs at every instant something
     changes; tick>0: at multiples of `tick` seconds (a gate on a sensor interval).
@@ -168,10 +178,19 @@ def simulate(
     autoscaler): `next_time()`, `fire(sim, now)` before the engine runs (True: look at every
     queue), `observe(sim, now)` after it; None: the trace only.
     progress: called with (jobs arrived so far, jobs) every `PROGRESS_JOBS` arrivals, so a long run
-    can say how far it is (the engine's baselines with their own loop do not call it)."""
+    can say how far it is (the baselines with their own loop too).
+    jobs: a list (sorted by submission here), or any iterable already in submission order
+    (`trace.SortedTrace`: a trace file of any length), read as the loop goes.
+    keep_runs: the result lists every job's `JobRun` (`SimResult.runs`); False: each job is folded
+    into `SimResult.outcome` once its outcome is final and `runs` is empty, so memory holds the
+    queued and running jobs only (`SimResult.peak_live`) and the usage events are bucketed
+    (`outcome.Usage`). `report.lane_report` gives the same figures either way."""
     if scenario.fast is not None:  # a baseline with its own event loop (no engine)
-        return scenario.fast(scenario, jobs, tick)
-    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held)
+        kw = {} if keep_runs else {"keep_runs": False}
+        if progress is not None:
+            kw["progress"] = progress
+        return scenario.fast(scenario, jobs, tick, **kw)
+    sim = _Sim(scenario, jobs, tick, checkpoint_interval_s, window, per_shape, skip_bound, merge_held, keep_runs)
     sim.events = events
     sim.progress = progress
     # The trace's jobs and workloads live for the whole run: frozen out of the cyclic GC, the
@@ -187,9 +206,14 @@ def simulate(
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-    for r in sim.runs:
+    left = [r for group in sim.shapes.values() for runs in group.values() for _k, r in runs]
+    left += sim.run_of.values()
+    for r in sorted(left, key=lambda r: r.idx):
         if r.state == "pending":
             r.reason = r.reason or "still pending when the trace ended"
+        sim.finish(r)
+    if sim.live:
+        raise RuntimeError(f"{sim.live} job(s) neither finished nor queued nor running at the end")
     return SimResult(
         scenario,
         sim.runs,
@@ -197,10 +221,12 @@ def simulate(
         end,
         sim.calls,
         sim.cycles,
-        sim.usage,
+        sim.usage if isinstance(sim.usage, list) else sim.usage.events(),
         checkpoint_interval_s,
         tick,
         sim.stranded_gpu_s if sim.book is not None else None,
+        sim.outcome,
+        sim.peak_live,
     )
 
 

@@ -248,6 +248,7 @@ class _Cycles(_Queues):
                 r = idx[rej.name][0]
                 self._dequeue(r)
                 r.state, r.reason = "rejected", rej.message
+                self.finish(r)
             evicted = False
             for p in res.preempted:
                 victim = self.run_of.get(p.victim)

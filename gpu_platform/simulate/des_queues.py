@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields, replace
 
 from gpu_platform.admission import ClusterState, Workload, admit_until_stable
@@ -20,6 +20,7 @@ from gpu_platform.admission.model import STRICT_FIFO, evolve
 from gpu_platform.admission.nodes import NodeBook
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des_types import JobRun, _queue_key
+from gpu_platform.simulate.outcome import Outcome, Usage
 from gpu_platform.simulate.scenario import Scenario
 from gpu_platform.simulate.trace import TraceJob
 
@@ -31,20 +32,38 @@ class _Queues:
     def __init__(
         self,
         scenario: Scenario,
-        jobs: list[TraceJob],
+        jobs: list[TraceJob] | Iterable[TraceJob],
         tick: float,
         checkpoint_s: float,
         window: int,
         per_shape: int,
         skip_bound: bool,
         merge_held: bool,
+        keep_runs: bool = True,
     ):
         self.scn = scenario
         self.shown_per_shape = per_shape
         self.tick = tick
         self.ckpt = checkpoint_s
         self.window = window
-        self.runs = [JobRun(j, scenario.workload(j)) for j in sorted(jobs, key=lambda j: j.submit_ts)]
+        # The jobs' runs in submission order (`source`). keep_runs: every job's `JobRun` is made
+        # now and stays in `runs` (a list is sorted here, ties keep their order). Otherwise a run
+        # is made as its job is read (an iterable other than a list, e.g. `trace.SortedTrace`,
+        # must already be in order) and folded into `outcome` once its outcome is final, so
+        # memory holds the queued and running jobs only (`live`, `peak_live`).
+        self.keep_runs = keep_runs
+        self.outcome = Outcome()
+        self.arrived = 0
+        self.n_jobs = len(jobs) if hasattr(jobs, "__len__") else 0  # type: ignore[arg-type]
+        ordered = sorted(jobs, key=lambda j: j.submit_ts) if isinstance(jobs, list) else jobs
+        if keep_runs:
+            self.runs = [JobRun(j, scenario.workload(j), idx=i) for i, j in enumerate(ordered)]
+            self.source: Iterator[JobRun] = iter(self.runs)
+            self.live = self.peak_live = self.n_jobs = len(self.runs)
+        else:
+            self.runs = []
+            self.source = (self.new_run(j) for j in ordered)
+            self.live = self.peak_live = 0
         names = [c.name for c in scenario.base.cluster_queues]
         # per queue: shape -> pending JobRuns of that shape, in queue order
         self.shapes: dict[str, dict[tuple, list[tuple[tuple, JobRun]]]] = {n: {} for n in names}
@@ -55,7 +74,9 @@ class _Queues:
         self.running: dict[str, Workload] = {}
         self.running_wl: dict[str, Workload] = {}  # as admitted (flavor, priority) for accounting
         # running workloads by (cq, flavor, priority): names, and summed requests
-        self.groups: dict[tuple[str, str, int], set[str]] = {}
+        # (a dict in admission order, not a set: the engine is shown them in an order that does not
+        # depend on the string hash seed, so a run on nodes gives the same outcome every time)
+        self.groups: dict[tuple[str, str, int], dict[str, None]] = {}
         self.group_sum: dict[tuple[str, str, int], dict[str, float]] = {}
         self.merge_held = merge_held and not scenario.base.fair_sharing
         self.run_of: dict[str, JobRun] = {}
@@ -65,7 +86,7 @@ class _Queues:
         self.pending = 0
         self.calls = 0
         self.cycles = 0
-        self.usage: list[tuple[float, str, float]] = []
+        self.usage: list[tuple[float, str, float]] | Usage = [] if keep_runs else Usage()
         self.skip_bound = skip_bound
         self.specs = {c.name: c for c in scenario.base.cluster_queues}
         # queues whose waiting head reserves GPUs (`des_engine._reservations`), flavor capacities
@@ -191,16 +212,40 @@ class _Queues:
         self.size[wl.cq] -= 1
         self.pending -= 1
 
+    def new_run(self, job: TraceJob) -> JobRun:
+        """The run of a job read from the trace (counted live until `finish` folds it)."""
+        r = JobRun(job, self.scn.workload(job), idx=self.arrived)
+        self.arrived += 1
+        self.live += 1
+        if self.live > self.peak_live:
+            self.peak_live = self.live
+        return r
+
+    def finish(self, r: JobRun) -> None:
+        """A job's outcome is final (done, failed, rejected, or pending when the trace ended):
+        fold it into the outcome; the loop keeps no reference to it after this. A run made beside
+        the trace (a service's replica, idx -1: `serving.py`) is not the trace's: not folded."""
+        if r.idx < 0:
+            return
+        self.outcome.fold(r, r.idx)
+        self.live -= 1
+        name = r.job.job_id
+        self.level.pop(name, None)
+        self.base_prio.pop(name, None)
+
     def arrive(self, r: JobRun, now: float) -> bool:
         if r.wl is None:
             r.state, r.reason = "rejected", f"lane {r.job.lane!r} has no queue in this scenario"
+            self.finish(r)
             return False
         if r.wl.cq not in self.shapes:
             r.state, r.reason = "rejected", f"unknown cluster queue {r.wl.cq!r}"
+            self.finish(r)
             return False
         why = self._never_fits(r.wl)
         if why is not None:
             r.state, r.reason = "rejected", why
+            self.finish(r)
             return False
         if r.wl.cq in self.boosts:
             self.base_prio[r.job.job_id] = r.wl.priority
@@ -258,6 +303,7 @@ class _Queues:
     def complete(self, r: JobRun, now: float) -> None:
         self._stop(r, now)
         r.state, r.end = "done", now
+        self.finish(r)
 
     def _start(self, r: JobRun, flavor: str, now: float, placement=None) -> None:
         self._dequeue(r)
@@ -305,6 +351,7 @@ class _Queues:
         r.lost_gpu_s += r.job.gpus * lost
         if policy == "fail":
             r.state, r.end, r.reason = "failed", now, "preempted with preemption_policy fail"
+            self.finish(r)
             return False
         r.state = "evicted"
         return True
@@ -312,12 +359,12 @@ class _Queues:
     def _account(self, w: Workload, sign: int) -> None:
         g = (w.cq, w.flavor or "", w.priority)
         self.group_ver[g] = self.group_ver.get(g, 0) + 1
-        names = self.groups.setdefault(g, set())
+        names = self.groups.setdefault(g, {})
         sums = self.group_sum.setdefault(g, {})
         if sign > 0:
-            names.add(w.name)
+            names[w.name] = None
         else:
-            names.discard(w.name)
+            names.pop(w.name, None)
         for r, v in w.requests.items():
             k = (w.cq, w.flavor or "", r)
             self.cq_usage[k] = self.cq_usage.get(k, 0.0) + sign * v

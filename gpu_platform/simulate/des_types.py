@@ -8,6 +8,7 @@ May import `admission/`, `policy/`, `simulate/scenario.py`, `trace.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpu_platform.admission import Workload
 from gpu_platform.policy import GPU
@@ -39,6 +40,7 @@ class JobRun:
     seq: int = 0
     wait_reason: str = ""  # the engine's message the last time it was shown and still waited
     placement: dict | None = None  # the nodes of its current (or last) run ({node: GPUs})
+    idx: int = 0  # its place in the trace's arrival order (ties in the report); -1: not a trace job
 
 
 @dataclass(slots=True)
@@ -55,6 +57,11 @@ class SimResult:
     tick_s: float = 0.0
     # GPU-seconds stranded by fragmentation (see `_Sim._stranded`); None: no node model
     stranded_gpu_s: float | None = None
+    # the per-lane aggregates of every job (`outcome.Outcome`); None: `lane_report` folds `runs`
+    outcome: Any = None
+    # the most jobs the run held at once (queued, running, or finished but not yet folded);
+    # with keep_runs=False this bounds its memory, whatever the trace's length
+    peak_live: int = 0
 
 
 def _queue_key(w: Workload) -> tuple:

@@ -15,87 +15,50 @@
   asked for no more GPUs than were free there in total, and yet fit no nodes (docs/simulator.md).
 - never_fits (total only): the jobs rejected at submission because no flavor they may use can
   ever hold them (every Kueue workload holds one flavor per resource), with the GPUs each asks
-  for and the engine's reason (which names the most its queue can hold): at most 50 listed.
+  for and the engine's reason (which names the most its queue can hold): at most 50 listed, the
+  first to arrive; `left_out` counts the rest.
+
+The figures come from the run's `outcome.Outcome` (per-lane aggregates folded as jobs finish, so
+a run need not keep its jobs: `simulate(keep_runs=False)`); a result with only its runs is folded
+here. GPU-seconds and the mean wait are summed with `math.fsum`, so they do not depend on the
+order jobs finish in; never-admitted reasons are counted per reason, ties in the top 3 going to
+the reason whose first job arrived first.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from gpu_platform.simulate.des import JobRun, SimResult
+from gpu_platform.simulate.outcome import LISTED, Outcome, outcome_of  # noqa: F401
+from gpu_platform.simulate.outcome import _pct as _pct_of
 
 
 def _pct(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None, "max": None, "mean": None}
-    a = np.asarray(values, dtype=float)
-    return {
-        "p50": round(float(np.percentile(a, 50)), 3),
-        "p95": round(float(np.percentile(a, 95)), 3),
-        "max": round(float(a.max()), 3),
-        "mean": round(float(a.mean()), 3),
-    }
+    return _pct_of(np.asarray(values, dtype=float))
 
 
-def _share(part: float, whole: float) -> float | None:
-    return round(part / whole, 4) if whole > 0 else None
-
-
-_NEVER_FITS = ("more than it can ever hold", "more than the whole pool", "ever hold", "the largest it may use holds")
-
-
-def never_fits(runs: list[JobRun], listed: int = 50) -> dict[str, Any]:
+def never_fits(runs: list[JobRun], listed: int = LISTED) -> dict[str, Any]:
     """Jobs rejected at submission because no flavor they may use can ever hold them."""
-    big = [r for r in runs if r.state == "rejected" and any(m in r.reason for m in _NEVER_FITS)]
-    return {
-        "jobs": len(big),
-        "gpus_needed_max": max((r.job.gpus for r in big), default=None),
-        "listed": [
-            {"job_id": r.job.job_id, "lane": r.job.lane, "gpus": r.job.gpus, "reason": r.reason[:200]}
-            for r in big[:listed]
-        ],
-    }
-
-
-def _figures(runs: list[JobRun], capacity: float, horizon: float) -> dict[str, Any]:
-    waits = [r.first_admit - r.job.submit_ts for r in runs if r.first_admit is not None]
-    used = sum(r.used_gpu_s for r in runs)
-    lost = sum(r.lost_gpu_s for r in runs)
-    states = Counter(r.state for r in runs)
-    never = [r for r in runs if r.first_admit is None]
-    reasons = Counter(r.reason.split(";")[0][:160] for r in never)
-    return {
-        "jobs": len(runs),
-        "admitted": len(waits),
-        "finished": states.get("done", 0),
-        "failed": states.get("failed", 0),
-        "never_admitted": len(never),
-        "rejected_at_submission": sum(1 for r in never if r.state == "rejected"),
-        "wait_s": _pct(waits),
-        "gpu_hours": round(used / 3600, 3),
-        "gpu_utilization": _share(used, capacity * horizon),
-        "useful_gpu_utilization": _share(used - lost, capacity * horizon),
-        "lost_gpu_utilization": _share(lost, capacity * horizon),
-        "preemptions": sum(r.preemptions for r in runs),
-        "gpu_hours_lost_to_preemption": round(lost / 3600, 3),
-        "never_admitted_reasons": dict(reasons.most_common(3)),
-    }
+    doc = outcome_of(runs).never_fits_doc()
+    if listed < len(doc["listed"]):
+        doc["left_out"] += len(doc["listed"]) - listed
+        doc["listed"] = doc["listed"][:listed]
+    return doc
 
 
 def lane_report(res: SimResult) -> dict[str, Any]:
     """The scenario's figures per lane (the jobs' lanes, whatever queue they ran in) and in total."""
     capacity = res.scenario.capacity
     horizon = max(0.0, res.end - res.start)
-    by_lane: dict[str, list[JobRun]] = defaultdict(list)
-    for r in res.runs:
-        by_lane[r.job.lane].append(r)
-    total = _figures(res.runs, capacity, horizon)
+    outcome = res.outcome if res.outcome is not None else outcome_of(res.runs)
+    total = outcome.figures(None, capacity, horizon)
     stranded = getattr(res, "stranded_gpu_s", None)
     total["gpu_hours_stranded_by_fragmentation"] = None if stranded is None else round(stranded / 3600, 3)
-    total["never_fits"] = never_fits(res.runs)
+    total["never_fits"] = outcome.never_fits_doc()
     node_gpus = res.scenario.node_gpus
     return {
         "scenario": res.scenario.name,
@@ -107,7 +70,7 @@ def lane_report(res: SimResult) -> dict[str, Any]:
         "horizon_s": round(horizon, 3),
         "engine_calls": res.engine_calls,
         "cycles": res.cycles,
-        "lanes": {lane: _figures(runs, capacity, horizon) for lane, runs in sorted(by_lane.items())},
+        "lanes": {lane: outcome.figures([lane], capacity, horizon) for lane in sorted(outcome.lanes)},
         "total": total,
     }
 

@@ -280,8 +280,8 @@ def _one_queue(policy: Policy, capacity: float | None, backfill: bool) -> Scenar
     base = _pool_state(policy, capacity, NEVER)
     gpus = sum((f.capacity or {}).get(GPU, 0.0) for f in base.flavors)
 
-    def fast(scenario: Scenario, jobs: list[TraceJob], tick: float) -> Any:
-        return run_fifo(scenario, jobs, gpus, backfill=backfill, tick=tick)
+    def fast(scenario: Scenario, jobs: list[TraceJob], tick: float, **kw: Any) -> Any:
+        return run_fifo(scenario, jobs, gpus, backfill=backfill, tick=tick, **kw)
 
     if backfill:
         name, text = "fifo-backfill", "one queue over the whole pool's GPUs, EASY backfilling, no priorities, no preemption"
@@ -333,8 +333,8 @@ def _flavors_fast(policy: Policy, capacity: float | None, backfill: bool) -> Sce
     def allowed(job: TraceJob) -> tuple[str, ...]:
         return types(job.gpu_type)
 
-    def fast(scenario: Scenario, jobs: list[TraceJob], tick: float) -> Any:
-        return run_fifo_flavors(scenario, jobs, allowed, backfill=backfill, tick=tick)
+    def fast(scenario: Scenario, jobs: list[TraceJob], tick: float, **kw: Any) -> Any:
+        return run_fifo_flavors(scenario, jobs, allowed, backfill=backfill, tick=tick, **kw)
 
     if backfill:
         name = "fifo-flavors-backfill"

@@ -324,7 +324,7 @@ class _ServingEvents:
             preemption_policy="requeue",
         )
         wl = _replica_workload(sim.scn, job, svc)
-        run = JobRun(job, wl)
+        run = JobRun(job, wl, idx=-1)  # not a trace job: not in the report's outcome (`des_queues.finish`)
         p = Replica(self.n, t, run)
         self.n += 1
         self.active.append(p)

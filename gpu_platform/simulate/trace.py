@@ -19,7 +19,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import heapq
 import math
+import os
+import pickle
+import tempfile
+from array import array
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +94,7 @@ class Trace:
             "users": len(users),
             "quarantined": len(self.quarantined),
             "quarantined_rows": [{"line": q.line, "reason": q.reason} for q in self.quarantined[:50]],
+            "quarantined_rows_left_out": max(0, len(self.quarantined) - 50),
         }
 
 
@@ -252,8 +258,8 @@ class stream_trace:  # noqa: N801 - used as a function that also reports its row
     """The trace's rows in file order, one at a time: a `TraceJob` for each usable row, a
     `Quarantined` (line, reason) for each other; `rows` counts the rows read so far. The header is
     checked on creation (`TraceError` naming every missing column); nothing else is held but the
-    ids seen (for repeats) and one text per distinct lane, user, GPU type, status and site, so a
-    consumer that keeps only what it needs (`load_trace` keeps the jobs) reads a file of any
+    ids seen (for repeats: `IdSet`, 11 to 23 bytes a row) and one text per distinct lane, user, GPU
+    type, status and site, so a consumer that keeps only what it needs (`load_trace` keeps the jobs) reads a file of any
     length in that much memory."""
 
     def __init__(
@@ -314,7 +320,7 @@ def _stream(
             raise TraceError(problems, src)
         reader.fieldnames = header
         lane_col = renames.get(column, column) if column else None
-        seen: set[str] = set()
+        seen = IdSet()
         texts: dict[str, str] = {}  # one copy of each repeated text (lanes, users, GPU types, ...)
 
         def text(v: str | None) -> str | None:
@@ -371,3 +377,183 @@ def _stream(
                 texts.setdefault(pp, pp),
                 site=None if site is None else texts.setdefault(site, site),
             )
+
+
+class IdSet:
+    """The job ids seen so far, for repeats, in 11 to 23 bytes an id: an open-addressing table of
+    64-bit BLAKE2b digests (salted per table, linear probing, at most 70% full). Two different ids share a digest with probability
+    about n^2 / 2^65 (3e-6 for 10 million ids): such a row would be quarantined as a repeat."""
+
+    __slots__ = ("table", "mask", "count", "salt")
+
+    def __init__(self) -> None:
+        self.table = array("Q", bytes(8 * 1024))
+        self.mask = 1023
+        self.count = 0
+        self.salt = os.urandom(8)
+
+    def _digest(self, job_id: str) -> int:
+        h = int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8, salt=self.salt).digest(), "little")
+        return h or 1  # 0 marks an empty slot
+
+    def __contains__(self, job_id: str) -> bool:
+        h = self._digest(job_id)
+        table, mask = self.table, self.mask
+        i = h & mask
+        while True:
+            v = table[i]
+            if v == 0:
+                return False
+            if v == h:
+                return True
+            i = (i + 1) & mask
+
+    def add(self, job_id: str) -> None:
+        self._put(self._digest(job_id))
+
+    def _put(self, h: int) -> None:
+        if 10 * (self.count + 1) > 7 * len(self.table):  # at most 70% full
+            old = self.table
+            self.table = array("Q", bytes(16 * len(old)))
+            self.mask = len(self.table) - 1
+            self.count = 0
+            for v in old:
+                if v:
+                    self._put(v)
+        table, mask = self.table, self.mask
+        i = h & mask
+        while True:
+            v = table[i]
+            if v == 0:
+                table[i] = h
+                self.count += 1
+                return
+            if v == h:
+                return
+            i = (i + 1) & mask
+
+    def __len__(self) -> int:
+        return self.count
+
+
+SPILL_JOBS = 200_000
+"""Jobs `SortedTrace` sorts in memory at a time; more are sorted in runs of this many, spilled to
+temporary files and merged on every read."""
+QUARANTINE_KEPT = 1000
+"""Quarantined rows `SortedTrace` keeps with their reason (the rest are counted)."""
+
+
+class SortedTrace:
+    """A trace file of any length as jobs in submission order (ties in file order), read again for
+    each simulation in bounded memory: the rows are read once (`stream_trace`), sorted in runs of
+    `SPILL_JOBS` jobs spilled to temporary files (one run stays in memory), and each iteration
+    merges the runs. Holds the summary `Trace.summary` gives (counts of statuses, distinct users,
+    the first quarantined rows) without the jobs. Use as a context manager (or `close`) to remove
+    the spill files."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        lane_from: str | None = None,
+        lane_map: LaneMap | None = None,
+        lanes: frozenset[str] | None = None,
+        sites: frozenset[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+        spill_jobs: int | None = None,
+    ):
+        self.source = str(path)
+        self.quarantined: list[Quarantined] = []
+        self.quarantined_count = 0
+        self.statuses: dict[str, int] = {}
+        self.users: set[str] = set()
+        self.accepted = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._runs: list[str] = []
+        self._mem: list[tuple] = []
+        limit = spill_jobs or SPILL_JOBS
+        stream = stream_trace(path, lane_from, lane_map, lanes, sites, progress)
+        buf: list[tuple] = []
+        for item in stream:
+            if isinstance(item, TraceJob):
+                self.accepted += 1
+                if item.status is not None:
+                    self.statuses[item.status] = self.statuses.get(item.status, 0) + 1
+                if item.user is not None:
+                    self.users.add(item.user)
+                buf.append(_astuple(item))
+                if len(buf) >= limit:
+                    self._spill(buf)
+                    buf = []
+            else:
+                self.quarantined_count += 1
+                if len(self.quarantined) < QUARANTINE_KEPT:
+                    self.quarantined.append(item)
+        self.rows = stream.rows
+        buf.sort(key=_submit)  # stable: ties keep file order
+        if self._runs:
+            self._spill(buf, sort=False)
+        else:
+            self._mem = buf
+
+    def _spill(self, buf: list[tuple], sort: bool = True) -> None:
+        if sort:
+            buf.sort(key=_submit)
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="trace-runs-")
+        name = os.path.join(self._dir.name, f"run{len(self._runs):05d}.pickle")
+        with open(name, "wb") as fh:
+            for i in range(0, len(buf), 4096):
+                pickle.dump(buf[i : i + 4096], fh, protocol=pickle.HIGHEST_PROTOCOL)
+        self._runs.append(name)
+
+    def __len__(self) -> int:
+        return self.accepted
+
+    def __iter__(self) -> Iterator[TraceJob]:
+        if not self._runs:
+            return (TraceJob(*t) for t in self._mem)
+        # heapq.merge takes equal keys from the earlier run first: ties stay in file order
+        return (TraceJob(*t) for t in heapq.merge(*(_read_run(n) for n in self._runs), key=_submit))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "rows": self.rows,
+            "accepted": self.accepted,
+            "statuses": dict(sorted(self.statuses.items())),
+            "users": len(self.users),
+            "quarantined": self.quarantined_count,
+            "quarantined_rows": [{"line": q.line, "reason": q.reason} for q in self.quarantined[:50]],
+            "quarantined_rows_left_out": max(0, self.quarantined_count - 50),
+        }
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+            self._runs = []
+
+    def __enter__(self) -> SortedTrace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _astuple(j: TraceJob) -> tuple:
+    return (j.job_id, j.submit_ts, j.duration_s, j.gpus, j.lane, j.user, j.gpu_type, j.status,
+            j.preemption_policy, j.cls, j.priority, j.site)
+
+
+def _submit(t: tuple) -> float:
+    return t[1]
+
+
+def _read_run(name: str) -> Iterator[tuple]:
+    with open(name, "rb") as fh:
+        while True:
+            try:
+                batch = pickle.load(fh)
+            except EOFError:
+                return
+            yield from batch
