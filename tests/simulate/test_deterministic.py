@@ -35,5 +35,6 @@ def _run(seed: str) -> str:
 
 def test_a_node_run_is_the_same_whatever_the_hash_seed():
     first = _run("1")
-    assert first.split()[0] == "31037"
+    # 31,037 before head reservations (`admission/reservation.py`), which show every waiting shape
+    assert first.split()[0] == "20509"
     assert _run("2") == first
