@@ -205,6 +205,10 @@ class LaneTargets(_Frozen):
     boost: the priority gained per step (1). The default step is the target itself (1.0): on the
     tuning trace (ElasticFlow cluster04) a step of half the target cost candidate training 2 h of
     p95 against FIFO with backfill; docs/simulator.md.
+    reserve_head: the lane's blocked head reserves the GPUs it waits for against lower-priority
+    work that would delay it (EASY backfilling, a gate rule: `admission/reservation.py`, docs/
+    admission.md, Head reservations); needs `wait_p95`. Off by default: on a pool overloaded many
+    times over it costs the gate and the simulator several times the CPU (docs/simulator.md).
     """
 
     wait_p95: timedelta | None = None
@@ -212,6 +216,7 @@ class LaneTargets(_Frozen):
     max_lost_gpu_hours_share: float | None = Field(default=None, ge=0, le=1)
     boost_after: float | None = Field(default=1.0, gt=0, le=1)
     boost: int = Field(default=1, ge=1)
+    reserve_head: bool = False
 
     @field_validator("wait_p95", mode="before")
     @classmethod

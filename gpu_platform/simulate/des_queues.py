@@ -4,7 +4,7 @@ node book), and what events do to jobs: arrival (rejected at once when it never 
 pool), queue order, aging of priorities (Kueue's priority boost), start, completion, eviction
 with the work lost since the last checkpoint, and the usage accounting of each.
 
-May import `admission/`, `policy/`, `simulate/des_types.py`, `scenario.py`, `trace.py`.
+May import `admission/`, `policy/`, `simulate/des_types.py`, `outcome.py`, `scenario.py`, `trace.py`.
 """
 
 from __future__ import annotations

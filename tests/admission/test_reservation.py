@@ -108,13 +108,19 @@ def test_the_cycle_keeps_a_reserved_flavor_from_a_lower_lane_and_admits_what_bac
     assert {a.name for a in admit_until_stable(st).admitted} == {"late"}
 
 
-def test_lanes_with_a_wait_target_reserve_in_the_packaged_policy():
+def test_lanes_reserve_when_their_targets_say_so():
+    import yaml
+
     from gpu_platform.admission import from_policy
+    from gpu_platform.policy import default_policy_path, parse_policy
 
     st = from_policy(load_policy(), [], [])
-    flags = {c.name: c.reserve_head for c in st.cluster_queues}
-    assert flags["candidate_train"] and flags["release_eval"] and flags["incident_response"]
-    assert not flags["research_best_effort"] and not flags["labeler_batch"]
+    assert not any(c.reserve_head for c in st.cluster_queues)  # off in the packaged policy
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["candidate_train"]["targets"]["reserve_head"] = True
+    raw["lanes"]["research_best_effort"]["targets"]["reserve_head"] = True  # no wait_p95: no effect
+    flags = {c.name: c.reserve_head for c in from_policy(parse_policy(raw), [], []).cluster_queues}
+    assert flags["candidate_train"] and not flags["research_best_effort"] and not flags["release_eval"]
 
 
 def test_in_the_simulator_a_large_head_is_not_starved_by_a_stream_of_small_lower_jobs():
@@ -140,3 +146,30 @@ def test_in_the_simulator_a_large_head_is_not_starved_by_a_stream_of_small_lower
 
     assert big_start(True) == 205.0
     assert big_start(False) > 1000.0
+
+
+def test_the_simulators_shortcuts_give_the_full_queue_outcome_under_reservations():
+    # with reservations on (opt-in), showing identical workloads one at a time and folding held
+    # running work gives the same admissions as showing the engine every workload
+    from pathlib import Path
+
+    import yaml
+
+    from gpu_platform.cli.simulate import LANE_MAPS
+    from gpu_platform.policy import default_policy_path, parse_policy
+    from gpu_platform.simulate import SCENARIOS, load_lane_map, load_trace
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    for lane in ("candidate_train", "release_eval", "incident_response"):
+        raw["lanes"][lane]["targets"]["reserve_head"] = True
+    pol = parse_policy(raw)
+    fix = Path(__file__).parents[1] / "fixtures" / "simulate" / "elasticflow-cluster04-head2000.csv"
+    jobs = load_trace(fix, lane_map=load_lane_map(LANE_MAPS / "elasticflow-fleet.yaml")).jobs[:400]
+    fast = simulate(SCENARIOS["policy"](pol, 96), jobs)
+    full = simulate(SCENARIOS["policy"](pol, 96), jobs, window=10**9, per_shape=10**9, merge_held=False)
+
+    def key(res):
+        return {r.job.job_id: (r.first_admit, r.last_admit, r.end, r.preemptions) for r in res.runs}
+
+    assert key(fast) == key(full)
+    assert any("is reserved for" in r.wait_reason for r in fast.runs)  # reservations held someone

@@ -20,8 +20,8 @@ jobs = load_trace("tests/fixtures/simulate/elasticflow-cluster04-head2000.csv",
                   lane_map=load_lane_map(LANE_MAPS / "elasticflow.yaml")).jobs
 from dataclasses import replace
 scn = SCENARIOS["policy"](load_policy(), None)
-# without head reservations, as when this was found: this pool is overloaded 28 times, where
-# reservations cost minutes (docs/simulator.md, Performance); the order of running work is the same
+# without head reservations (opt-in, off in the packaged policy), as when this was found: this
+# pool is overloaded 28 times, where reservations cost minutes (docs/simulator.md, Performance)
 scn = replace(scn, base=replace(scn.base, cluster_queues=tuple(replace(c, reserve_head=False) for c in scn.base.cluster_queues)))
 res = simulate(with_nodes(scn, uniform_node_gpus(scn.base, 8)), jobs)
 h = hashlib.sha256()

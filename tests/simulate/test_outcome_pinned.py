@@ -36,14 +36,11 @@ def _tiled(lane_map: str, copies: int):
         # borrowed reserve GPUs are taken back
         # `--capacity` keeps the serving lane's 8 L4s as declared and scales the rest: fewer L4s
         # and more H100/A100s for the batch lanes at 768 GPUs
-        # head reservations (`admission/reservation.py`): a lane with a wait target keeps its
-        # blocked head's GPUs from lower-priority work that would delay it; every waiting shape
-        # is shown (no window), so fewer engine calls
-        ("elasticflow", 3476, 10259, 0, "4317f8711372d330b445d76faf02472957cdd3d99de93688d8d0c0d391d52ddd"),
+        ("elasticflow", 4776, 12650, 0, "934ea4fc797b2bcfc39a9a156f29419823a13c9ce6b008b6d64e31f5f0802b42"),
         # aging (targets.boost_after): candidate runs waiting past 24 h take GPUs back from the
         # lane's younger runs; every queue is shown again at an aging step, so the simulator's
         # shortcuts give the full queue's outcome
-        ("elasticflow-fleet", 3560, 10299, 42, "7404a2a6574777dc9bee5d885b279d1262fb29cc1ccec0319c5427ea706b8e57"),
+        ("elasticflow-fleet", 4796, 12470, 45, "f8bfb2ceb00054d6085bff2a4c972e2bd15fe04cb93cfca75777d868ce7c87de"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):
