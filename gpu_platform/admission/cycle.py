@@ -48,6 +48,8 @@ from gpu_platform.admission.nodes import placement_of, pod_shape
 from gpu_platform.admission.preemption import TargetSearch, get_targets
 from gpu_platform.admission.quota import FR, CohortNode, CQNode, Snapshot
 from gpu_platform.admission.reasons import PendingReasons
+from gpu_platform.admission.reservation import GPU as GPU_RESOURCE
+from gpu_platform.admission.reservation import reservation_refusal
 from gpu_platform.admission.workload_keys import (
     EPS,
     equivalence,
@@ -150,6 +152,7 @@ class Engine(FlavorAssigner, PendingReasons):
                 self.queues[name] = in_queue_order(name, q)
         self.cursor = dict.fromkeys(self.queues, 0)
         self.nofit: dict[str, list[Workload]] = {name: [] for name in self.queues}
+        self.equivalents: dict[str, dict[tuple, list[tuple[int, Workload]]]] = {}  # see _park_equivalent
         self.admitted: list[Admission] = []
         self.done: set[str] = set()  # admitted in this run
         self.parked: set[str] = set(parked or ())  # in the inadmissible list (or over budget)
@@ -164,6 +167,7 @@ class Engine(FlavorAssigner, PendingReasons):
         self.cycles = 0
         # waited on nodes, not quota: the quota-based estimated start does not apply
         self.node_blocked: set[str] = set()
+        self.reserved_out: set[str] = set()  # a head reservation refused them a flavor (`_fits_quota`)
         # (cohort root, resource, flavors) -> when running work frees what (for estimated starts)
         self._events_cache: dict[tuple, tuple[list[float], list[float]]] = {}
         self._ends_cache: dict[tuple, dict[str, list[tuple[float, float]]]] = {}
@@ -292,9 +296,36 @@ class Engine(FlavorAssigner, PendingReasons):
                     self.parked.add(w.name)
                     i += 1
                     continue
+            if self.state.reservations and cq.spec.queueing_strategy != STRICT_FIFO:
+                held = self._held(cq, w)
+                if held is not None:
+                    self.status[w.name] = (INADMISSIBLE, held, None)
+                    self.parked.add(w.name)
+                    i += 1
+                    continue
             break
         self.cursor[name] = i
         return q[i] if i < len(q) else None
+
+    def _held(self, cq: CQNode, w: Workload) -> str | None:
+        """Why head reservations hold `w` on every flavor it may use this run (`reservation.py`),
+        or None. Reservations are fixed for a run and refuse a flavor outright (fit or preempt), so
+        such a workload cannot be admitted in any of its cycles; the gate does not hand it to Kueue
+        at all, so it takes no head turn here either (BestEffortFIFO queues; a StrictFIFO head
+        still holds its queue)."""
+        v = w.requests.get(GPU_RESOURCE, 0.0)
+        group = cq.by_resource.get(GPU_RESOURCE)
+        if v <= EPS or group is None:
+            return None
+        why = None
+        for f in group.flavors:
+            if self._flavor_refusal(w, cq, f) is not None:
+                continue
+            refusal = reservation_refusal(self.state, w, f, v)
+            if refusal is None:
+                return None
+            why = why or refusal
+        return why
 
     def _dominated(self, name: str, w: Workload) -> Workload | None:
         """A parked inadmissible workload of the lane that needs no more than `w`, on no fewer
@@ -309,7 +340,7 @@ class Engine(FlavorAssigner, PendingReasons):
                 continue
             if any(w.requests.get(r, 0.0) < v for r, v in p.requests.items()):
                 continue
-            if self.state.reservations and not (
+            if p.name in self.reserved_out and not (
                 p.expected_duration_s is not None
                 and (w.expected_duration_s is None or w.expected_duration_s >= p.expected_duration_s)
             ):
@@ -553,20 +584,30 @@ class Engine(FlavorAssigner, PendingReasons):
         """Kueue's SchedulingEquivalenceHashing: in a BestEffortFIFO queue, the workloads that
         look exactly like a head that could not be admitted (same priority, requests and flavor
         constraints) move to the inadmissible list with it."""
-        h = equivalence(e.wl)
-        # under a head reservation a job's expected duration decides whether it may backfill
-        # (`reservation.py`): only a look-alike of the same duration is set aside with it
-        timed = bool(self.state.reservations)
+        name = e.cq.name
+        groups = self.equivalents.get(name)
+        if groups is None:
+            # the queue's workloads by equivalence class, in queue order (a queue's list is fixed
+            # for the run): a parked head finds its look-alikes without hashing the whole queue
+            groups = self.equivalents[name] = {}
+            for i, w in enumerate(self.queues[name]):
+                groups.setdefault(equivalence(w), []).append((i, w))
+        # A head a reservation refused some flavor (`reservation.py`) fails there by its expected
+        # duration: a look-alike expected to end sooner might backfill, so only those expected to
+        # run at least as long (or for an unknown time) are set aside with it. A head no
+        # reservation refused failed on capacity, which a look-alike's duration does not change.
+        timed = e.wl.name in self.reserved_out
         d = e.wl.expected_duration_s
         code, msg, _f = self.status.get(e.wl.name, (INADMISSIBLE, "", None))
-        q = self.queues[e.cq.name]
-        for w in q[self.cursor[e.cq.name] :]:
+        start = self.cursor[name]
+        for i, w in groups.get(equivalence(e.wl), ()):
             n = w.name
-            if n == e.wl.name or n in self.done or n in self.parked or n in self.waiting:
+            if i < start or n == e.wl.name or n in self.done or n in self.parked or n in self.waiting:
                 continue
-            if equivalence(w) == h and (not timed or w.expected_duration_s == d):
-                self.parked.add(n)
-                self.status[n] = (code, f"equivalent to {e.wl.name}, which cannot be admitted: {msg}", None)
+            if timed and w.expected_duration_s is not None and (d is None or w.expected_duration_s < d):
+                continue
+            self.parked.add(n)
+            self.status[n] = (code, f"equivalent to {e.wl.name}, which cannot be admitted: {msg}", None)
 
     @staticmethod
     def _req_text(wl: Workload) -> str:

@@ -7,7 +7,8 @@ when to stop and which flavor is preferred; a preemption oracle checks, per reso
 preemption could make room (`admission/preemption.py`). The platform's flavor rules (requested
 flavor or GPU type, spot only where the lane has spot quota) stand where Kueue checks node
 affinity and taints. `FlavorAssigner` is a mixin of the cycle engine (`admission/cycle.py`): it
-reads the engine's `state`, `snap`, `last_tried`, `done` and records `node_blocked`.
+reads the engine's `state`, `snap`, `last_tried`, `done` and records `node_blocked` and
+`reserved_out` (workloads a head reservation refused some flavor).
 
 May import `admission/model.py`, `quota.py`, `preemption.py`, `tas.py`, `serving_lending.py`, `reservation.py`, `workload_keys.py`, `devices/`.
 """
@@ -110,6 +111,7 @@ class FlavorAssigner:
     last_tried: dict[str, dict[str, int]]
     done: set[str]
     node_blocked: set[str]
+    reserved_out: set[str]
 
     def fungibility(self, cq: CQNode) -> FlavorFungibility:
         return cq.spec.flavor_fungibility or self.state.flavor_fungibility
@@ -179,6 +181,7 @@ class FlavorAssigner:
         if self.state.reservations and fr[1] == GPU_RESOURCE:
             held = reservation_refusal(self.state, wl, fr[0], v)  # a waiting head's reserved GPUs
             if held is not None:
+                self.reserved_out.add(wl.name)
                 return NOFIT, 0, held
         borrow, may_reclaim = find_height(cq, fr, v)
         if v <= avail + EPS:
