@@ -180,6 +180,14 @@ def print_targets(targets: dict, console: Console) -> None:
     help="Place GPUs on the policy's node shapes (resized with --capacity); default: quota only.",
 )
 @click.option(
+    "--gang-split",
+    type=click.Choice(["smallest", "largest"]),
+    default="smallest",
+    show_default=True,
+    help="With nodes: a job over one node becomes pods of the smallest node size among the flavors it may use "
+    "(fits any of them) or of the largest (whole nodes of the largest shape); the baselines split it the same way.",
+)
+@click.option(
     "--service",
     "service_path",
     type=click.Path(dir_okay=False),
@@ -218,6 +226,7 @@ def simulate_cmd(
     out_dir: str | None,
     node_gpus: float | None,
     node_model: str | None,
+    gang_split: str,
     service_path: str | None,
     demand_spec: str | None,
     reclaim_grace: float | None,
@@ -266,6 +275,8 @@ def simulate_cmd(
         problems.append("--node-gpus: must be > 0")
     if node_model == "policy" and not policy_node_gpus(pol):
         problems.append("--node-model policy: the policy declares no node shapes (autoscaling.node_pools.<pool>.node_gpus)")
+    if gang_split != "smallest" and node_gpus is None and node_model is None:
+        problems.append("--gang-split: only with --node-gpus or --node-model (gangs exist on nodes only)")
     if (service_path is None) != (demand_spec is None):
         problems.append("--service and --demand: give both (the service and its traffic)")
     if problems:
@@ -289,6 +300,7 @@ def simulate_cmd(
         "checkpoint_interval_s": checkpoint_interval,
         "tick_s": tick,
         "node_model": node_model or (None if node_gpus is None else f"{node_gpus:g} GPUs per node"),
+        "gang_split": None if node_model is None and node_gpus is None else gang_split,
         "scenarios": {},
     }
     results = {}
@@ -296,9 +308,9 @@ def simulate_cmd(
         t0 = time.perf_counter()
         scn = SCENARIOS[name](pol, capacity)
         if node_model == "policy":
-            scn = with_nodes(scn, policy_node_gpus(pol))
+            scn = with_nodes(scn, policy_node_gpus(pol), gang_split)
         elif node_gpus is not None:
-            scn = with_nodes(scn, uniform_node_gpus(scn.base, node_gpus))
+            scn = with_nodes(scn, uniform_node_gpus(scn.base, node_gpus), gang_split)
         res = simulate(scn, trace, tick=tick, checkpoint_interval_s=checkpoint_interval, keep_runs=False,
                        progress=lambda done, n, name=name: err.print(f"simulating {name}: {done:,} of {n:,} jobs arrived"))
         rep = lane_report(res)

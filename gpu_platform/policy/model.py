@@ -207,8 +207,9 @@ class LaneTargets(_Frozen):
     p95 against FIFO with backfill; docs/simulator.md.
     reserve_head: the lane's blocked head reserves the GPUs it waits for against lower-priority
     work that would delay it (EASY backfilling, a gate rule: `admission/reservation.py`, docs/
-    admission.md, Head reservations); needs `wait_p95`. Off by default: on a pool overloaded many
-    times over it costs the gate and the simulator several times the CPU (docs/simulator.md).
+    admission.md, Head reservations); needs `wait_p95`. Off unless set; the packaged policy sets it
+    on its evidence lanes. On a pool overloaded many times over it costs the simulator about three
+    times the CPU (docs/simulator.md, Performance).
     """
 
     wait_p95: timedelta | None = None

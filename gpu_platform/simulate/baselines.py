@@ -42,7 +42,7 @@ from gpu_platform.admission.nodes import NodeBook, placement_of
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des import JobRun, SimResult
 from gpu_platform.simulate.outcome import Outcome, Usage
-from gpu_platform.simulate.scenario import pods_for
+from gpu_platform.simulate.scenario import pods_for, split_node_size
 from gpu_platform.simulate.trace import TraceJob
 
 BACKFILL_DEPTH = 500
@@ -363,7 +363,7 @@ def run_fifo_nodes(scenario, jobs: list[TraceJob], capacity: float, *, backfill:
                    keep_runs: bool = True, progress: Callable[[int, int], None] | None = None) -> SimResult:
     """`run_fifo` on the scenario's nodes (see the module docstring)."""
     sizes = scenario.node_gpus or {}
-    pool = _NodePool(capacity, scenario.base.nodes, min(sizes.values()) if sizes else None)
+    pool = _NodePool(capacity, scenario.base.nodes, split_node_size(sizes.values(), scenario.gang_split))
     return _replay(scenario, jobs, pool, backfill=backfill, tick=tick, keep_runs=keep_runs, progress=progress)
 
 
@@ -382,6 +382,7 @@ class _FlavorPool:
         self.empty = NodeBook(specs)
         self.real_nodes = placed
         self.sizes = dict(scenario.node_gpus or {})
+        self.gang_split = scenario.gang_split
         self.allowed = allowed
         self.ending: list[tuple[float, int, JobRun]] = []
         self.usage: list[tuple[float, str, float]] = []
@@ -403,8 +404,7 @@ class _FlavorPool:
         key = (r.job.job_id, flavor)
         wl = self.wls.get(key)
         if wl is None:
-            sizes = [self.sizes[f] for f in self.flavors(r) if f in self.sizes]
-            pods = pods_for(r.job.gpus, min(sizes) if sizes else None)
+            pods = pods_for(r.job.gpus, split_node_size((self.sizes[f] for f in self.flavors(r) if f in self.sizes), self.gang_split))
             wl = self.wls[key] = Workload(r.job.job_id, _NODES, {GPU: float(r.job.gpus)}, flavor=flavor, pods=pods)
         return wl
 

@@ -66,7 +66,7 @@ def lane_report(res: SimResult) -> dict[str, Any]:
         "capacity_gpus": capacity,
         "node_model": None
         if node_gpus is None
-        else {"node_gpus": dict(node_gpus), "nodes": len(res.scenario.base.nodes)},
+        else {"node_gpus": dict(node_gpus), "nodes": len(res.scenario.base.nodes), "gang_split": res.scenario.gang_split},
         "horizon_s": round(horizon, 3),
         "engine_calls": res.engine_calls,
         "cycles": res.cycles,

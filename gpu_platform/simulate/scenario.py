@@ -33,6 +33,9 @@ class Scenario:
     node_gpus: Mapping[str, float] | None = None
     """GPUs per node of each flavor placed on nodes (`with_nodes`; base.nodes holds the nodes);
     None: quota only."""
+    gang_split: str = "smallest"
+    """How a job over one node splits into pods (`split_node_size`): by the smallest or the
+    largest node size among the flavors it may use; the baselines split it the same way."""
     boosts: Mapping[str, tuple[float, int, int]] | None = None
     """Aging per cluster queue: (step seconds, boost per step, cap): a workload still waiting k
     steps after its submission has min(k x boost, cap) added to its priority (Kueue's
@@ -47,6 +50,22 @@ class Scenario:
         return {
             c.name: sum(q.nominal for q in c.quotas if q.resource == GPU) for c in self.base.cluster_queues
         }
+
+
+GANG_SPLITS = ("smallest", "largest")
+
+
+def split_node_size(sizes, rule: str = "smallest") -> float | None:
+    """The node size a trace job's gang is split by (`pods_for`), from the node sizes of the
+    flavors it may use: the smallest (its pods then fit a node of any of them) or the largest (a
+    gang of whole nodes of the largest shape, as jobs are written for 8-GPU nodes; smaller nodes
+    then hold none of its pods). None: none of them has nodes."""
+    if rule not in GANG_SPLITS:
+        raise ValueError(f"gang split must be one of {', '.join(GANG_SPLITS)}, got {rule!r}")
+    sizes = list(sizes)
+    if not sizes:
+        return None
+    return max(sizes) if rule == "largest" else min(sizes)
 
 
 def pods_for(gpus: float, node: float | None) -> int:

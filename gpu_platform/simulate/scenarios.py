@@ -49,7 +49,7 @@ from gpu_platform.admission import (
 from gpu_platform.admission.model import LOWER_PRIORITY, NEVER, STRICT_FIFO, NodeSpec
 from gpu_platform.policy import GPU, Policy
 from gpu_platform.requests.model import matching_flavors
-from gpu_platform.simulate.scenario import Scenario, pods_for
+from gpu_platform.simulate.scenario import Scenario, pods_for, split_node_size
 from gpu_platform.simulate.trace import TraceJob
 
 POOL = "pool"
@@ -135,16 +135,18 @@ def uniform_node_gpus(state: ClusterState, gpus: float) -> dict[str, float]:
     return {f.name: float(gpus) for f in state.flavors if (f.capacity or {}).get(GPU, 0.0) > 0}
 
 
-def with_nodes(scenario: Scenario, per_flavor_node_gpus: Mapping[str, float]) -> Scenario:
+def with_nodes(scenario: Scenario, per_flavor_node_gpus: Mapping[str, float], gang_split: str = "smallest") -> Scenario:
     """The scenario with its flavors' GPUs on nodes, and its jobs as gangs.
 
     Each flavor named in `per_flavor_node_gpus` with GPU capacity gets floor(capacity / n) nodes
     of n GPUs (n capped at the capacity) plus one node of the remainder, named `<flavor>/node-<i>`;
     flavors left out stay quota only. A job of g GPUs becomes `pods_for(g, n)` pods of g / pods
     GPUs, one per node, with n the smallest node size among the flavors it may use (its allowed
-    flavors, or its queue's): its pods then fit a node of any of them. A g that is not a multiple
-    of n is split evenly (12 GPUs on 8-GPU nodes: 2 pods of 6).
+    flavors, or its queue's): its pods then fit a node of any of them. gang_split "largest": n is
+    the largest such size (whole nodes of the largest shape; `split_node_size`). A g that is not a
+    multiple of n is split evenly (12 GPUs on 8-GPU nodes: 2 pods of 6).
     """
+    split_node_size((), gang_split)  # refuses an unknown rule
     base = scenario.base
     node_of: dict[str, float] = {}
     nodes: list[NodeSpec] = []
@@ -175,8 +177,7 @@ def with_nodes(scenario: Scenario, per_flavor_node_gpus: Mapping[str, float]) ->
         key = (wl.cq, flavors)
         if key not in smallest:
             usable = flavors if flavors is not None else queue_flavors.get(wl.cq, ())
-            sizes = [node_of[f] for f in usable if f in node_of]
-            smallest[key] = min(sizes) if sizes else None
+            smallest[key] = split_node_size((node_of[f] for f in usable if f in node_of), gang_split)
         pods = pods_for(wl.requests.get(GPU, 0.0), smallest[key])
         return replace(wl, pods=pods) if pods > 1 else wl
 
@@ -185,8 +186,10 @@ def with_nodes(scenario: Scenario, per_flavor_node_gpus: Mapping[str, float]) ->
         scenario,
         base=replace(base, nodes=tuple(nodes)),
         workload=workload,
-        description=f"{scenario.description}; on nodes (GPUs per node: {shown})",
+        description=f"{scenario.description}; on nodes (GPUs per node: {shown})"
+        + ("; gangs of the largest node size" if gang_split == "largest" else ""),
         node_gpus=node_of,
+        gang_split=gang_split,
     )
 
 

@@ -117,12 +117,13 @@ def test_lanes_reserve_when_their_targets_say_so():
     from gpu_platform.policy import default_policy_path, parse_policy
 
     st = from_policy(load_policy(), [], [])
-    assert not any(c.reserve_head for c in st.cluster_queues)  # off in the packaged policy
+    # on in the packaged policy for the evidence lanes with a wait target
+    assert {c.name for c in st.cluster_queues if c.reserve_head} == {"candidate_train", "release_eval", "incident_response"}
     raw = yaml.safe_load(default_policy_path().read_text())
-    raw["lanes"]["candidate_train"]["targets"]["reserve_head"] = True
+    raw["lanes"]["candidate_train"]["targets"]["reserve_head"] = False
     raw["lanes"]["research_best_effort"]["targets"]["reserve_head"] = True  # no wait_p95: no effect
     flags = {c.name: c.reserve_head for c in from_policy(parse_policy(raw), [], []).cluster_queues}
-    assert flags["candidate_train"] and not flags["research_best_effort"] and not flags["release_eval"]
+    assert not flags["candidate_train"] and not flags["research_best_effort"] and flags["release_eval"]
 
 
 def test_in_the_simulator_a_large_head_is_not_starved_by_a_stream_of_small_lower_jobs():

@@ -51,8 +51,9 @@ def test_cli_json_shape_and_files(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert set(doc) == {
-        "trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "node_model", "scenarios", "targets"}
-    assert doc["node_model"] is None
+        "trace", "lane_map", "capacity_gpus", "checkpoint_interval_s", "tick_s", "node_model", "gang_split", "scenarios",
+        "targets"}
+    assert doc["node_model"] is None and doc["gang_split"] is None
     assert doc["trace"]["rows"] == 150 and doc["trace"]["accepted"] == 150
     assert doc["capacity_gpus"] == 128
     assert list(doc["scenarios"]) == ["policy", "fifo", "fifo-backfill", "fifo-flavors", "fifo-flavors-backfill", "strict"]
@@ -81,7 +82,8 @@ def test_cli_node_model_places_jobs_on_nodes(tmp_path):
     for rep in doc["scenarios"].values():
         # 136 GPUs: the serving lane's 8 L4s as declared, the policy's other 64 x 2: h100 64 = 8 nodes
         # of 8, l4 32 + 8 = 10 nodes of 4, a100 32 = 4 nodes of 8
-        assert rep["node_model"] == {"node_gpus": {"h100-ondemand": 8, "l4-inference": 4, "a100-spot": 8}, "nodes": 22}
+        assert rep["node_model"] == {
+            "node_gpus": {"h100-ondemand": 8, "l4-inference": 4, "a100-spot": 8}, "nodes": 22, "gang_split": "smallest"}
         assert rep["total"]["gpu_hours_stranded_by_fragmentation"] >= 0
     assert "GPU-h stranded" in res.stderr and "on 22 nodes" in res.stderr
     assert (out / "stranded_gpu_hours.png").stat().st_size > 0

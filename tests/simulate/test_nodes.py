@@ -215,3 +215,29 @@ def test_a_gang_larger_than_the_pools_nodes_is_rejected(pol):
     assert runs["big"].state == "rejected" and "3 x 8 GPUs" in runs["big"].reason
     assert runs["ok"].first_admit == 1
 
+
+
+def test_gang_split_smallest_or_largest_node_size_for_policy_and_baselines():
+    """A 16-GPU candidate run may use 8-GPU H100/A100 nodes and 4-GPU L4 nodes: split by the
+    smallest size it is 4 pods of 4 (any of them holds a pod), by the largest 2 whole 8-GPU nodes
+    (no L4 node holds a pod); the like-for-like baseline splits it the same way."""
+    from gpu_platform.simulate.scenario import split_node_size
+    from gpu_platform.simulate.scenarios import fifo_flavors_backfill_scenario
+
+    pol = load_policy()
+    sizes = policy_node_gpus(pol)
+    job = TraceJob("big", 0, 3600, 16, "candidate_train")
+    small = with_nodes(policy_scenario(pol, 136), sizes)
+    large = with_nodes(policy_scenario(pol, 136), sizes, "largest")
+    assert (small.gang_split, large.gang_split) == ("smallest", "largest")
+    assert small.workload(job).pods == 4 and large.workload(job).pods == 2
+    assert "largest node size" in large.description and "largest" not in small.description
+    assert split_node_size((4.0, 8.0)) == 4.0 and split_node_size((4.0, 8.0), "largest") == 8.0
+    assert split_node_size((), "largest") is None
+    with pytest.raises(ValueError, match="gang split must be one of"):
+        with_nodes(policy_scenario(pol, 136), sizes, "medium")
+    # the baseline over the same flavors places 2 whole 8-GPU nodes (or 4 nodes of 4 GPUs)
+    for split, pods in (("smallest", 4), ("largest", 2)):
+        for make in (policy_scenario, fifo_flavors_backfill_scenario):
+            (r,) = simulate(with_nodes(make(pol, 136), sizes, split), [job]).runs
+            assert len(r.placement) == pods and set(r.placement.values()) == {16 / pods}, (make, split, r.placement)

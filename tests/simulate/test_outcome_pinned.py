@@ -36,11 +36,16 @@ def _tiled(lane_map: str, copies: int):
         # borrowed reserve GPUs are taken back
         # `--capacity` keeps the serving lane's 8 L4s as declared and scales the rest: fewer L4s
         # and more H100/A100s for the batch lanes at 768 GPUs
-        ("elasticflow", 4776, 12650, 0, "934ea4fc797b2bcfc39a9a156f29419823a13c9ce6b008b6d64e31f5f0802b42"),
+        # head reservations on in the packaged policy (candidate_train, release_eval,
+        # incident_response: `targets.reserve_head`): a blocked head's GPUs are kept from
+        # lower-priority work that would run past its expected start, and held work takes no head
+        # turn in the engine (fewer calls and cycles)
+        ("elasticflow", 3476, 9315, 0, "ec5ea7ca771034d80d5d435587ad1ef4a3b234aeaf69397da30f61ae68ecae9b"),
         # aging (targets.boost_after): candidate runs waiting past 24 h take GPUs back from the
         # lane's younger runs; every queue is shown again at an aging step, so the simulator's
         # shortcuts give the full queue's outcome
-        ("elasticflow-fleet", 4796, 12470, 45, "f8bfb2ceb00054d6085bff2a4c972e2bd15fe04cb93cfca75777d868ce7c87de"),
+        # head reservations on (as above)
+        ("elasticflow-fleet", 3560, 9291, 42, "48726b17fd7e186772e2fd2a8995fcaeca1486459541dc336ff35f0dadd04a14"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):
