@@ -5,9 +5,8 @@ large job can wait behind a stream of small ones until aging lifts it above them
 admission.md, Aging). FIFO with EASY backfilling does not starve it: the blocked head reserves
 the time at which running work frees enough GPUs (its shadow time) and a later job starts only
 if it cannot delay that. This module gives a lane with a wait target that asks for it (policy
-`targets: {wait_p95: ..., reserve_head: true}`, `ClusterQueueSpec.reserve_head`; off in the
-packaged policy: on a heavily overloaded pool it multiplies the engine's cycles) the same
-guarantee inside the policy:
+`targets: {wait_p95: ..., reserve_head: true}`, `ClusterQueueSpec.reserve_head`; on in the
+packaged policy's evidence lanes) the same guarantee inside the policy:
 
 - `plan_reservations`: the head of each such queue (its first waiting workload in queue order)
   that no flavor it may use can hold now gets a reservation on the flavor where it can start
