@@ -107,7 +107,7 @@ def _check_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @_check_options
 def check(policy_path: str | None, kubeconfig: str, tree_dir: str | None, fmt: str) -> None:
     """Check a live cluster against the tree, changing nothing: Kueue's CRDs, controller and
-    webhook answer; every object passes a server-side dry run (dryRun=All); nodes carry the
+    webhook answer, with the feature gates the policy needs (PriorityBoost where lanes age); every object passes a server-side dry run (dryRun=All); nodes carry the
     labels the ResourceFlavors select (and their Topology's levels); the ServiceAccounts may do
     what the gate, the executor and the gang step need (SubjectAccessReview); the Secrets the tree
     names exist where pods read them. One line per finding, each failure naming the object and
@@ -119,13 +119,16 @@ def check(policy_path: str | None, kubeconfig: str, tree_dir: str | None, fmt: s
 
     from gpu_platform.cluster.client import ClusterConfigError, api_client
     from gpu_platform.deploy.check import ClusterUnreachable, Tree, check_cluster, read_tree
+    from gpu_platform.deploy.steps import kueue_feature_gates
     from gpu_platform.deploy.tree import DeploySettings, deploy_manifests
 
+    policy = policy_or_exit(policy_path)
     if tree_dir is not None:
         tree = read_tree(tree_dir)
     else:
         settings = DeploySettings()
-        tree = Tree(deploy_manifests(policy_or_exit(policy_path), settings), settings)
+        tree = Tree(deploy_manifests(policy, settings), settings)
+    tree.feature_gates = kueue_feature_gates(policy)
     try:
         findings = check_cluster(api_client(kubeconfig), tree)
     except (ClusterConfigError, ClusterUnreachable) as exc:

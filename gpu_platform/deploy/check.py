@@ -4,7 +4,9 @@ Read-only against a live API server (nothing is created: every write is `dryRun=
 check a list of `Finding`s, each failure one line naming the object and the fix:
 - Kueue: its CRDs for every kind the tree writes, serving the version the tree writes
   (`kueue.x-k8s.io/v1beta2`); its controller Deployment available (and which release it runs,
-  against `steps.KUEUE_VERSION`); its webhook configurations present;
+  against `steps.KUEUE_VERSION`), with the feature gates the policy needs turned on in its
+  arguments (`PriorityBoost` where lanes age: Kueue reads the gate's priority boost only then);
+  its webhook configurations present;
 - the tree, server-side: every object sent as a server-side apply with `dryRun=All`, so the API
   server runs its schema validation and every admission webhook (Kueue's included) on it and
   stores nothing. An object whose namespace does not exist yet cannot be dry-run (the tree
@@ -33,7 +35,13 @@ from typing import Any
 import yaml
 
 from gpu_platform.cluster.names import KUEUE_API_GROUP, KUEUE_API_VERSION
-from gpu_platform.deploy.steps import KUEUE_DEPLOYMENT, KUEUE_MANIFESTS, KUEUE_NAMESPACE, KUEUE_VERSION
+from gpu_platform.deploy.steps import (
+    KUEUE_DEPLOYMENT,
+    KUEUE_MANIFESTS,
+    KUEUE_NAMESPACE,
+    KUEUE_VERSION,
+    feature_gate_patch,
+)
 from gpu_platform.deploy.tree import (
     DAGSTER_RULES,
     INVENTORY_RULES,
@@ -83,6 +91,8 @@ class Tree:
     objects: list[dict[str, Any]]
     settings: DeploySettings = field(default_factory=DeploySettings)
     source: str = ""
+    feature_gates: tuple[str, ...] = ()
+    """Kueue feature gates the policy needs on (`steps.kueue_feature_gates`)."""
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o["kind"] == kind]
@@ -203,6 +213,7 @@ def check_kueue(api: _Api, tree: Tree) -> list[Finding]:
             runs = f"runs {', '.join(tags)}" if tags else "runs"
             note = "" if not tags or KUEUE_VERSION in tags else f" (the tree is written for {KUEUE_VERSION})"
             out.append(Finding(True, "kueue", subject, f"{available} replica(s) available, {runs}{note}"))
+        out += _check_feature_gates(dep, tree.feature_gates, subject)
     for name in KUEUE_WEBHOOKS:
         kind = "ValidatingWebhookConfiguration" if "validating" in name else "MutatingWebhookConfiguration"
         plural = kind.lower() + "s"
@@ -214,6 +225,40 @@ def check_kueue(api: _Api, tree: Tree) -> list[Finding]:
                                "run the check with an account that may read webhook configurations"))
         else:
             out.append(Finding(True, "kueue", f"{kind} {name}", f"{len(body.get('webhooks') or [])} webhook(s) registered"))
+    return out
+
+
+def feature_gates_of(deployment: dict[str, Any]) -> dict[str, bool]:
+    """Kueue's feature gates as its controller's arguments set them (`--feature-gates=A=true,B=false`,
+    the last setting of a gate winning, as Kubernetes' component-base parses them)."""
+    out: dict[str, bool] = {}
+    for c in deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+        args = list(c.get("args") or []) + list(c.get("command") or [])
+        for i, a in enumerate(args):
+            value = None
+            if a.startswith("--feature-gates="):
+                value = a.split("=", 1)[1]
+            elif a == "--feature-gates" and i + 1 < len(args):
+                value = args[i + 1]
+            for item in (value or "").split(","):
+                name, _, flag = item.strip().partition("=")
+                if name:
+                    out[name] = flag.strip().lower() == "true"
+    return out
+
+
+def _check_feature_gates(dep: dict[str, Any], needed: tuple[str, ...], subject: str) -> list[Finding]:
+    have = feature_gates_of(dep)
+    out = []
+    for gate in needed:
+        if have.get(gate):
+            out.append(Finding(True, "kueue", subject, f"feature gate {gate} on"))
+        else:
+            state = "off" if gate in have else "not set (off by default)"
+            out.append(Finding(False, "kueue", subject,
+                               f"feature gate {gate} {state}: the policy's lanes age and Kueue ignores the priority "
+                               "boost the gate sets on waiting Workloads without it",
+                               feature_gate_patch(gate)))
     return out
 
 

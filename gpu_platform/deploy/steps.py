@@ -70,6 +70,19 @@ def _secret(name: str, literal_key: str, env_var: str) -> str:
             f'--from-literal={literal_key}="${env_var}" --dry-run=client -o yaml | kubectl apply -f -')
 
 
+def kueue_feature_gates(policy: Policy) -> tuple[str, ...]:
+    """The Kueue feature gates the policy needs on: PriorityBoost where its lanes age."""
+    return (PRIORITY_BOOST_GATE,) if aging_rules(policy) else ()
+
+
+def feature_gate_patch(gate: str) -> str:
+    """The command that turns `gate` on in Kueue's controller (appends `--feature-gates=<gate>=true`
+    to its arguments; the Deployment rolls out again)."""
+    return (f"kubectl -n {KUEUE_NAMESPACE} patch deployment {KUEUE_DEPLOYMENT} --type=json -p "
+            + _q(json.dumps([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                              "value": f"--feature-gates={gate}=true"}], separators=(",", ":"))))
+
+
 def deploy_steps(policy: Policy, s: DeploySettings, tree_dir: str, values_path: str | None = None,
                  kubeconfig: str = '"$KUBECONFIG"') -> list[Step]:
     """The commands, in order, for the tree written to `tree_dir` (and, with the chart, the values
@@ -81,9 +94,7 @@ def deploy_steps(policy: Policy, s: DeploySettings, tree_dir: str, values_path: 
         # lanes that age, only with its alpha feature gate PriorityBoost on (off by default).
         title = f"Install Kueue {KUEUE_VERSION} with feature gate {PRIORITY_BOOST_GATE} (the policy's lanes age) and wait for its controller and webhook"
         kueue = [f"kubectl apply --server-side --force-conflicts -f {KUEUE_MANIFESTS}"]
-        kueue.append(f"kubectl -n {KUEUE_NAMESPACE} patch deployment {KUEUE_DEPLOYMENT} --type=json -p "
-                     + _q(json.dumps([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                                       "value": f"--feature-gates={PRIORITY_BOOST_GATE}=true"}], separators=(",", ":"))))
+        kueue.append(feature_gate_patch(PRIORITY_BOOST_GATE))
     kueue.append(f"kubectl -n {KUEUE_NAMESPACE} wait --for=condition=Available deployment/{KUEUE_DEPLOYMENT} --timeout=300s")
     steps = [
         Step(title, tuple(kueue)),

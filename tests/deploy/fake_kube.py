@@ -56,12 +56,14 @@ def kueue_crds() -> dict[str, dict]:
     return out
 
 
-def kueue_deployment(tag: str = "v0.20.0", available: int = 1) -> dict:
+def kueue_deployment(tag: str = "v0.20.0", available: int = 1, args: tuple[str, ...] = ()) -> dict:
+    """Kueue's controller; args: its container's arguments (e.g. `--feature-gates=PriorityBoost=true`)."""
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "kueue-controller-manager", "namespace": "kueue-system"},
         "spec": {"replicas": 1, "template": {"spec": {"containers": [
-            {"name": "manager", "image": f"registry.k8s.io/kueue/kueue:{tag}"}]}}},
+            {"name": "manager", "image": f"registry.k8s.io/kueue/kueue:{tag}",
+             "args": ["--config=/controller_manager_config.yaml", "--zap-log-level=2", *args]}]}}},
         "status": {"replicas": 1, "availableReplicas": available, "readyReplicas": available},
     }
 

@@ -44,7 +44,7 @@ def ready(tree_dir: Path) -> Cluster:
     s = tree.settings
     secrets = {(ns, name): [key] for ns in namespaces
                for name, key in ((s.postgres_secret, "postgresql-password"), (s.env_secret, "GPU_PLATFORM_LEDGER_URL"))}
-    return Cluster(crds=kueue_crds(), deployments=[kueue_deployment()],
+    return Cluster(crds=kueue_crds(), deployments=[kueue_deployment(args=("--feature-gates=PriorityBoost=true",))],
                    webhooks=("kueue-validating-webhook-configuration", "kueue-mutating-webhook-configuration"),
                    namespaces=namespaces | {"default", "kube-system", "kueue-system"}, nodes=nodes,
                    objects=list(tree.objects), secrets=secrets)
@@ -183,3 +183,45 @@ def test_deploy_check_on_a_real_cluster(tree_dir) -> None:
     assert lines and lines[-1].startswith("deploy check: "), result.output
     assert not [line for line in fails(lines) if line.startswith(("FAIL  kueue:", "FAIL  dry-run: Kueue webhook"))], result.output
     assert all("; fix: " in line for line in fails(lines))
+
+
+def test_kueue_without_the_priority_boost_gate_fails_where_lanes_age(tree_dir, tmp_path) -> None:
+    """The packaged policy's lanes age: the gate sets `kueue.x-k8s.io/priority-boost`, which Kueue
+    reads only with its PriorityBoost feature gate on (alpha, off by default)."""
+    from gpu_platform.deploy.check import feature_gates_of
+
+    for args, state in (((), "not set (off by default)"), (("--feature-gates=PriorityBoost=false",), "off"),
+                        (("--feature-gates=PriorityBoost=true", "--feature-gates=PriorityBoost=false"), "off")):
+        cluster = ready(tree_dir)
+        cluster.deployments = [kueue_deployment(args=args)]
+        code, lines = run_check(cluster, tree_dir, tmp_path)
+        (failed,) = fails(lines)
+        assert code == 1 and f"feature gate PriorityBoost {state}" in failed, failed
+        assert "patch deployment kueue-controller-manager" in failed and "--feature-gates=PriorityBoost=true" in failed
+    code, lines = run_check(ready(tree_dir), tree_dir, tmp_path)
+    assert code == 0 and any("feature gate PriorityBoost on" in line for line in lines)
+    # several gates in one argument, or the value as the next argument
+    dep = kueue_deployment(args=("--feature-gates=TopologyAwareScheduling=true,PriorityBoost=true",))
+    assert feature_gates_of(dep) == {"TopologyAwareScheduling": True, "PriorityBoost": True}
+    assert feature_gates_of(kueue_deployment(args=("--feature-gates", "PriorityBoost=true"))) == {"PriorityBoost": True}
+
+
+def test_a_policy_without_aging_needs_no_feature_gate(tree_dir, tmp_path) -> None:
+    import yaml
+
+    from gpu_platform.policy import default_policy_path
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    for lane in raw["lanes"].values():
+        if lane.get("targets"):
+            lane["targets"]["boost_after"] = None
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    cluster = ready(tree_dir)
+    cluster.deployments = [kueue_deployment()]
+    with serve(cluster) as url:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+        result = CliRunner().invoke(main, ["deploy", "check", "--kubeconfig", str(kubeconfig), "--tree", str(tree_dir),
+                                           "--policy", str(policy)])
+    assert result.exit_code == 0, result.output
+    assert "feature gate" not in result.output
