@@ -176,3 +176,50 @@ def test_the_simulators_shortcuts_give_the_full_queue_outcome_under_reservations
 
     assert key(fast) == key(full)
     assert any("is reserved for" in r.wait_reason for r in fast.runs)  # reservations held someone
+
+
+def _two_flavors(low_jobs):
+    """Flavor b (8 GPUs, 6 held by `run` until 3600 s, reserved for the 8-GPU head `big`) and flavor
+    c (4 GPUs, all held by `full`, no known end). The lower lane may use both."""
+    cqs = (
+        ClusterQueueSpec("cand", (ResourceQuota("b", GPU, 8.0),), cohort="pool", reserve_head=True),
+        ClusterQueueSpec("low", (ResourceQuota("b", GPU, 0.0), ResourceQuota("c", GPU, 4.0)), cohort="pool"),
+    )
+    admitted = (
+        Workload("run", "cand", {GPU: 6}, priority=600, flavor="b", admitted_at=0.0, expected_duration_s=3600),
+        Workload("full", "low", {GPU: 4}, priority=100, flavor="c", admitted_at=0.0),
+    )
+    pending = (Workload("big", "cand", {GPU: 8}, priority=600, created_at=10.0, expected_duration_s=3600), *low_jobs)
+    flavors = (FlavorSpec("b", capacity={GPU: 8}), FlavorSpec("c", capacity={GPU: 4}))
+    st = ClusterState(cqs, flavors, admitted, pending, cohorts=("pool",), now=100.0)
+    return replace(st, reservations=reservations_for(st))
+
+
+def test_look_alikes_of_a_head_a_reservation_refused_are_set_aside_by_duration():
+    # `late` is refused b by the reservation (it would run past 3600 s) and finds c full: it is not
+    # held on every flavor, so it takes its head turn and fails. Its look-alike `later` runs even
+    # longer and is set aside with it (Kueue's equivalence); `quick` looks the same but ends before
+    # the head's start, so it is not set aside and backfills on b.
+    low = (
+        Workload("late", "low", {GPU: 2}, priority=100, created_at=20.0, expected_duration_s=7200),
+        Workload("later", "low", {GPU: 2}, priority=100, created_at=25.0, expected_duration_s=9000),
+        Workload("quick", "low", {GPU: 2}, priority=100, created_at=30.0, expected_duration_s=600),
+    )
+    st = _two_flavors(low)
+    assert [(r.holder, r.flavor) for r in st.reservations] == [("big", "b")]
+    res = admit_until_stable(st)
+    assert [a.name for a in res.admitted] == ["quick"] and res.admitted[0].flavor == "b"
+    later = next(p for p in res.pending if p.name == "later")
+    assert "equivalent to late" in later.message
+    # a head no reservation refused (it ends by the head's start) that failed on capacity alone: a
+    # look-alike's duration does not matter, every one needs 6 GPUs, more than b's 2 free or c holds
+    big_low = (
+        replace(low[0], requests={GPU: 6}, expected_duration_s=600),
+        replace(low[1], requests={GPU: 6}),
+        replace(low[2], requests={GPU: 6}, expected_duration_s=300),
+    )
+    res = admit_until_stable(_two_flavors(big_low))
+    assert res.admitted == []
+    msgs = {p.name: p.message for p in res.pending}
+    assert "reserved" not in msgs["late"] and "free" in msgs["late"]
+    assert "equivalent to late" in msgs["quick"] and "equivalent to late" in msgs["later"]
