@@ -10,10 +10,12 @@ an entry whose victims overlap another's, or that no longer fits, waits in the a
 BestEffortFIFO head that cannot be admitted moves to the inadmissible list; a StrictFIFO head
 stays at the front. A head that needs preemption but has no candidates and cannot always reclaim
 keeps the quota it could use (`reserveCapacityForUnreclaimablePreempt`). What each waiting
-workload is told comes from `reasons.py`. The loops that run cycles are in `engine.py`.
+workload is told comes from `reasons.py`. The loops that run cycles are in `engine.py`. A
+workload the cycle's head reservations hold on every flavor it may use takes no head turn
+(`reservation.py`: the gate does not hand it to Kueue).
 
 May import `admission/model.py`, `nodes.py`, `preemption.py`, `quota.py`, `flavor_assign.py`,
-`reasons.py`, `workload_keys.py`, `devices/`.
+`reasons.py`, `reservation.py`, `workload_keys.py`, `devices/`.
 """
 
 from __future__ import annotations
