@@ -642,9 +642,13 @@ def readme_checks(checks: Checks, blocked_release: str, home: Path, out: Path) -
         "scorecard --day YYYY-MM-DD [--format json]": [
             (f"scorecard --day {yesterday}", (yesterday,), {}),
             (f"scorecard --day {yesterday} --format json", (yesterday,), {})],
-        "simulate --trace CSV [--policy FILE] [--compare fifo,fifo-backfill,strict] [--capacity N] [--out DIR]": [
+        "simulate --trace CSV [--policy FILE] [--compare fifo,fifo-backfill,strict] [--capacity N] "
+        "[--node-model policy [--gang-split smallest|largest]] [--out DIR]": [
             (f"simulate --trace tests/fixtures/simulate/hand-fifo.csv --compare fifo,fifo-backfill,strict "
-             f"--out {outdir}/simulate", ("fifo-backfill",), {})],
+             f"--out {outdir}/simulate", ("fifo-backfill",), {}),
+            ("simulate --trace tests/fixtures/simulate/elasticflow-cluster04-head2000.csv --lane-map elasticflow "
+             "--capacity 640 --compare fifo-flavors-backfill --node-model policy --gang-split largest --quiet",
+             ('"gang_split": "largest"',), {})],
         "simulate --generator FILE": [
             ("simulate --generator tests/fixtures/simulate/kueue-tiny-generator.yaml", ("simulation_wall_s",), {})],
         "policy tune --trace CSV [--lane-map M] [--policy FILE] [--capacity N] [--trials 40] --out DIR": [
