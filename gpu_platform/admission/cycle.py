@@ -277,37 +277,37 @@ class Engine(FlavorAssigner, PendingReasons):
                 self.parked.add(w.name)
                 i += 1
                 continue
-            if team_limited:
-                why = self._team_refusal(cq, w)
-                if why is not None:
-                    # Like a budget, a team limit lifts only when the team's own jobs end: the head
-                    # is set aside (even under StrictFIFO) so other teams' jobs go on.
-                    self.status[w.name] = (TEAM_LIMIT, why, None)
-                    self.parked.add(w.name)
-                    i += 1
-                    continue
-            if self.dominance:
-                dom = self._dominated(name, w)
-                if dom is not None:
-                    self.status[w.name] = (
-                        INADMISSIBLE,
-                        f"needs at least what {dom.name} ahead of it needs, and that cannot be admitted: "
-                        + self.status[dom.name][1],
-                        None,
-                    )
-                    self.parked.add(w.name)
-                    i += 1
-                    continue
-            if self.state.reservations and cq.spec.queueing_strategy != STRICT_FIFO:
-                held = self._held(cq, w)
-                if held is not None:
-                    self.status[w.name] = (INADMISSIBLE, held, None)
-                    self.parked.add(w.name)
-                    i += 1
-                    continue
+            aside = self._set_aside(name, cq, w, team_limited)
+            if aside is not None:
+                self.status[w.name] = (aside[0], aside[1], None)
+                self.parked.add(w.name)
+                i += 1
+                continue
             break
         self.cursor[name] = i
         return q[i] if i < len(q) else None
+
+    def _set_aside(self, name: str, cq: CQNode, w: Workload, team_limited: bool) -> tuple[str, str] | None:
+        """(reason code, message) when the head walk sets `w` aside without a head turn, or None."""
+        if team_limited:
+            why = self._team_refusal(cq, w)
+            if why is not None:
+                # Like a budget, a team limit lifts only when the team's own jobs end: the head
+                # is set aside (even under StrictFIFO) so other teams' jobs go on.
+                return TEAM_LIMIT, why
+        if self.dominance:
+            dom = self._dominated(name, w)
+            if dom is not None:
+                return (
+                    INADMISSIBLE,
+                    f"needs at least what {dom.name} ahead of it needs, and that cannot be admitted: "
+                    + self.status[dom.name][1],
+                )
+        if self.state.reservations and cq.spec.queueing_strategy != STRICT_FIFO:
+            held = self._held(cq, w)
+            if held is not None:
+                return INADMISSIBLE, held
+        return None
 
     def _held(self, cq: CQNode, w: Workload) -> str | None:
         """Why head reservations hold `w` on every flavor it may use this run (`reservation.py`),
