@@ -9,11 +9,14 @@ if it cannot delay that. This module gives a lane with a wait target that asks f
 packaged policy's evidence lanes) the same guarantee inside the policy:
 
 - `plan_reservations`: the head of each such queue (its first waiting workload in queue order)
-  that no flavor it may use can hold now gets a reservation on the flavor where it can start
-  first: the earliest expected end of running work (admitted_at + expected_duration_s) after
-  which the flavor has its GPUs free (`until`), and the GPUs the flavor will have beyond them
-  then (`extra`). A head its own queue's quota ceiling blocks, or whose start cannot be
-  estimated (running work without an expected duration), reserves nothing.
+  gets a reservation on the flavor where it can start first: the earliest expected end of
+  running work (admitted_at + expected_duration_s) after which the flavor has its GPUs free
+  (`until`), and the GPUs the flavor will have beyond them then (`extra`). A head that a
+  flavor's free GPUs hold now keeps them from now: Kueue may not admit it there this cycle (its
+  flavor search resumes after the flavor it tried last and stops at one where it would borrow),
+  and dropped at that moment the reservation would hand lower lanes the GPUs it waited for. A
+  head its own queue's quota ceiling blocks, or whose start cannot be estimated (running work
+  without an expected duration), reserves nothing.
 - `reservation_refusal`: a workload of a lower priority than the head may take GPUs of a reserved
   flavor only when it is expected to end by `until`, or fits the `extra` GPUs. Work of the head's
   priority or higher is never held: within its lane BestEffortFIFO stays Kueue's (a later job of
@@ -90,7 +93,11 @@ def plan_reservations(
     """The reservations of `heads` (each the first waiting workload of a queue with
     `reserve_head`, its quota ceiling not in the way): on each flavor `flavors_of(head)` names, in
     order, the head's expected start; the flavor where it is earliest wins (the first on a tie).
-    A head some flavor holds now reserves nothing (it is admitted, or preempts, this cycle).
+    A head that the free GPUs of some flavor hold now reserves them from now (the first such
+    flavor; `extra`: what is free beyond them): Kueue may still not admit it there this cycle
+    (its flavor search resumes after the last flavor it tried, and stops at a flavor where it
+    would borrow), and a reservation dropped at that moment would hand the GPUs it waited for
+    to lower-priority work.
     on_nodes(head, flavor): for a flavor whose GPUs sit on nodes, (fits now, shadow) where its
     pods find nodes (whole free nodes for a gang), with no extra GPUs (which nodes a later job
     takes decides whether the head still fits); None: count GPUs."""
@@ -107,22 +114,22 @@ def plan_reservations(
         if g <= EPS:
             continue
         best: tuple[float, float, str] | None = None
-        fits_now = False
         for f in flavors_of(wl):
             placed = on_nodes(wl, f) if on_nodes is not None else None
             if placed is not None:
                 fits_now, s = placed
                 if fits_now:
+                    best = (now, 0.0, f)
                     break
             else:
                 free = capacity.get(f, 0.0) - used.get(f, 0.0)
                 if free + EPS >= g:
-                    fits_now = True
+                    best = (now, free - g, f)
                     break
                 s = shadow(now, g, free, ends.get(f, ()))
             if s is not None and (best is None or s[0] < best[0] - EPS):
                 best = (s[0], s[1], f)
-        if fits_now or best is None:
+        if best is None:
             continue
         out.append(Reservation(wl.name, wl.cq, wl.priority, best[2], g, best[0], best[1]))
     return tuple(out)
@@ -167,11 +174,13 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
     if not heads:
         return ()
     running = []
+    usage: dict[tuple[str, str], float] = {}
     for wl in state.admitted:
         flavor = (wl.resource_flavors or {}).get(GPU, wl.flavor)
         g = wl.requests.get(GPU, 0.0)
         if flavor is None or g <= EPS:
             continue
+        usage[(wl.cq, flavor)] = usage.get((wl.cq, flavor), 0.0) + g
         d = wl.expected_duration_s
         running.append(Running(flavor, g, None if d is None else wl.admitted_at + d))
     caps = {f.name: (f.capacity or {}).get(GPU, 0.0) for f in state.flavors}
@@ -182,4 +191,25 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
         own = reserving[wl.cq].flavors
         return own if wl.allowed_flavors is None else tuple(f for f in own if f in wl.allowed_flavors)
 
-    return plan_reservations(state.now, heads.values(), running, caps, flavors_of)
+    def below_ceiling(wl: Workload) -> bool:
+        """Whether the head's own queue may take its GPUs on some flavor it may use (nominal +
+        borrowing_limit; no limit in a cohort: yes): a head its own ceiling blocks reserves nothing
+        (it waits for its own lane's work to end, which no lower lane delays)."""
+        spec = reserving[wl.cq]
+        g = wl.requests.get(GPU, 0.0)
+        for f in flavors_of(wl):
+            for q in spec.quotas:
+                if q.flavor != f or q.resource != GPU:
+                    continue
+                if spec.cohort is None:
+                    ceiling = q.nominal
+                elif q.borrowing_limit is None:
+                    return True
+                else:
+                    ceiling = q.nominal + q.borrowing_limit
+                if usage.get((wl.cq, f), 0.0) + g <= ceiling + EPS:
+                    return True
+        return False
+
+    heads_below = [wl for wl in heads.values() if below_ceiling(wl)]
+    return plan_reservations(state.now, heads_below, running, caps, flavors_of)

@@ -32,7 +32,7 @@ def test_shadow_is_the_first_end_that_frees_enough():
     assert shadow(0.0, 16, 4, [(None, 8), (100.0, 8)]) is None  # an unknown end comes first
 
 
-def test_a_head_reserves_the_flavor_where_it_starts_first_and_only_when_it_cannot_start_now():
+def test_a_head_reserves_the_flavor_where_it_starts_first_or_the_free_gpus_that_hold_it_now():
     # a: full until 500; b: 2 of 10 free, 2 more at 50, 6 more at 100
     running = [Running("a", 8, 500.0), Running("b", 6, 100.0), Running("b", 2, 50.0)]
     caps = {"a": 8.0, "b": 10.0}
@@ -41,8 +41,14 @@ def test_a_head_reserves_the_flavor_where_it_starts_first_and_only_when_it_canno
     assert (r.holder, r.cq, r.priority, r.flavor, r.until, r.extra) == ("big", "cand", 600, "b", 100.0, 2.0)
     (r,) = plan_reservations(0.0, [head], running, caps, lambda wl: ("a",))
     assert (r.flavor, r.until, r.extra) == ("a", 500.0, 0.0)
+    # b has 2 free now: the head that they hold keeps them from now (Kueue may not admit it there
+    # this cycle: its flavor search can stop at `a`), nothing spare beyond them
     small = Workload("small", "cand", {GPU: 2}, priority=600)
-    assert plan_reservations(0.0, [small], running, caps, lambda wl: ("a", "b")) == ()  # b has 2 free now
+    (r,) = plan_reservations(0.0, [small], running, caps, lambda wl: ("a", "b"))
+    assert (r.flavor, r.until, r.extra, r.gpus) == ("b", 0.0, 0.0, 2)
+    one = Workload("one", "cand", {GPU: 1}, priority=600)
+    (r,) = plan_reservations(0.0, [one], running, caps, lambda wl: ("b",))
+    assert (r.until, r.extra) == (0.0, 1.0)
     # unknown ends: no reservation
     assert plan_reservations(0.0, [head], [Running("a", 8, None)], {"a": 8.0}, lambda wl: ("a",)) == ()
 
@@ -223,3 +229,45 @@ def test_look_alikes_of_a_head_a_reservation_refused_are_set_aside_by_duration()
     msgs = {p.name: p.message for p in res.pending}
     assert "reserved" not in msgs["late"] and "free" in msgs["late"]
     assert "equivalent to late" in msgs["quick"] and "equivalent to late" in msgs["later"]
+
+
+def test_a_head_that_fits_now_where_kueue_does_not_look_keeps_those_gpus_from_a_lower_lane():
+    # Two flavors, h (first) and l. The head (8) would have to borrow on h and nothing there may
+    # be preempted: Kueue's flavor search stops at h (whenCanBorrow: Borrow) and resumes at l only
+    # in a later cycle. l has 8 free GPUs now. Without a reservation a lower lane takes them in
+    # this cycle and the head waits on; with it, the lower lane's long job is held.
+    cqs = (
+        ClusterQueueSpec(
+            "cand", (ResourceQuota("h", GPU, 0.0), ResourceQuota("l", GPU, 0.0)), cohort="pool", reserve_head=True
+        ),
+        ClusterQueueSpec("low", (ResourceQuota("h", GPU, 8.0), ResourceQuota("l", GPU, 8.0)), cohort="pool"),
+    )
+    flavors = (FlavorSpec("h", capacity={GPU: 8}), FlavorSpec("l", capacity={GPU: 8}))
+    admitted = (Workload("mine", "low", {GPU: 8}, priority=100, flavor="h", admitted_at=0.0, expected_duration_s=9000),)
+    pending = (
+        Workload("big", "cand", {GPU: 8}, priority=600, created_at=10.0, expected_duration_s=3600),
+        Workload("late", "low", {GPU: 4}, priority=100, created_at=20.0, expected_duration_s=7200),
+    )
+    st = ClusterState(cqs, flavors, admitted, pending, cohorts=("pool",), now=100.0)
+    plan = reservations_for(st)
+    assert [(r.holder, r.flavor, r.until, r.extra) for r in plan] == [("big", "l", 100.0, 0.0)]
+    res = admit_until_stable(replace(st, reservations=plan))
+    assert "late" not in {a.name for a in res.admitted}
+    late = next(p for p in res.pending if p.name == "late")
+    assert "reserved for big" in late.message
+
+
+def test_the_gate_reserves_nothing_for_a_head_its_own_ceiling_blocks():
+    # release-like lane: nominal 2 + borrowing_limit 2 on b, 4 in use: its head (2) cannot be
+    # admitted until its own work ends, which no lower lane delays, so it holds nothing
+    cqs = (
+        ClusterQueueSpec("rel", (ResourceQuota("b", GPU, 2.0, borrowing_limit=2.0),), cohort="pool", reserve_head=True),
+        ClusterQueueSpec("low", (ResourceQuota("b", GPU, 6.0),), cohort="pool"),
+    )
+    admitted = (Workload("r1", "rel", {GPU: 4}, priority=800, flavor="b", admitted_at=0.0, expected_duration_s=3600),)
+    pending = (Workload("r2", "rel", {GPU: 2}, priority=800, created_at=10.0, expected_duration_s=600),)
+    st = ClusterState(cqs, (FlavorSpec("b", capacity={GPU: 8}),), admitted, pending, cohorts=("pool",), now=100.0)
+    assert reservations_for(st) == ()
+    # below its ceiling it reserves the free GPUs that hold it
+    below = replace(st, admitted=(replace(admitted[0], requests={GPU: 2}),))
+    assert [(r.holder, r.until) for r in reservations_for(below)] == [("r2", 100.0)]
