@@ -29,7 +29,7 @@ Kueue has no reservations, so the gate applies this rule itself, as it does `pro
 serving lending: it does not hand Kueue a workload a reservation holds until it no longer does.
 The simulator computes the same reservations from its running jobs (`simulate/des_engine.py`).
 
-May import `admission/model.py` and `admission/workload_keys.py` only.
+May import `admission/model.py`, `admission/serving_lending.py` and `admission/workload_keys.py` only.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_platform.admission.model import ClusterState, Workload
+from gpu_platform.admission.serving_lending import withheld_gpus
 from gpu_platform.admission.workload_keys import EPS, qty, queue_key
 
 GPU = "nvidia.com/gpu"
@@ -89,6 +90,7 @@ def plan_reservations(
     capacity: Mapping[str, float],
     flavors_of,
     on_nodes=None,
+    withheld=None,
 ) -> tuple[Reservation, ...]:
     """The reservations of `heads` (each the first waiting workload of a queue with
     `reserve_head`, its quota ceiling not in the way): on each flavor `flavors_of(head)` names, in
@@ -100,7 +102,9 @@ def plan_reservations(
     to lower-priority work.
     on_nodes(head, flavor): for a flavor whose GPUs sit on nodes, (fits now, shadow) where its
     pods find nodes (whole free nodes for a gang), with no extra GPUs (which nodes a later job
-    takes decides whether the head still fits); None: count GPUs."""
+    takes decides whether the head still fits); None: count GPUs. withheld(head, flavor): GPUs of
+    the flavor the head may not take however many are free (a serving lane's idle quota it could
+    not give back, `serving_lending.withheld_gpus`); they count as never free for it."""
     used: dict[str, float] = {}
     ends: dict[str, list[tuple[float | None, float]]] = {}
     for r in running:
@@ -123,6 +127,8 @@ def plan_reservations(
                     break
             else:
                 free = capacity.get(f, 0.0) - used.get(f, 0.0)
+                if withheld is not None:
+                    free -= withheld(wl, f)
                 if free + EPS >= g:
                     best = (now, free - g, f)
                     break
@@ -212,4 +218,26 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
         return False
 
     heads_below = [wl for wl in heads.values() if below_ceiling(wl)]
-    return plan_reservations(state.now, heads_below, running, caps, flavors_of)
+    specs = {c.name: c for c in state.cluster_queues}
+    if not any(c.serving for c in state.cluster_queues):
+        return plan_reservations(state.now, heads_below, running, caps, flavors_of)
+    parent: dict[str, str | None] = {}
+    for co in state.cohorts:
+        if isinstance(co, str):
+            parent.setdefault(co, None)
+        else:
+            parent[co.name] = co.parent
+
+    def root(name: str | None) -> str | None:
+        seen: set[str] = set()
+        while name is not None and parent.get(name) is not None and name not in seen:
+            seen.add(name)
+            name = parent[name]
+        return name
+
+    root_of = {c.name: root(c.cohort) for c in state.cluster_queues}
+
+    def withheld(wl: Workload, flavor: str) -> float:
+        return withheld_gpus(wl, flavor, specs, usage, root_of, GPU)
+
+    return plan_reservations(state.now, heads_below, running, caps, flavors_of, withheld=withheld)

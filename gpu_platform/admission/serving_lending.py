@@ -18,6 +18,9 @@ never held back (what is its own is no serving lane's). Kueue cannot tell lender
 a gate rule, like `protected`: the gate does not hand Kueue such a workload until it fits.
 Batch work that may be preempted borrows freely and is reclaimed.
 
+`withheld_gpus` is the same rule for planning a waiting head's start: the GPUs of a flavor it may
+not take however many are free (`admission/reservation.py`).
+
 Also here: `lending_view` (who borrows a serving lane's idle quota and who is kept off it, from the
 policy), `serving_annotations` (the same on the exported ClusterQueue) and `scale_up_workloads`
 (a service's replicas beyond those admitted, one pending workload each).
@@ -25,9 +28,11 @@ policy), `serving_annotations` (the same on the exported ClusterQueue) and `scal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from gpu_platform.admission.model import Workload
+from gpu_platform.admission.model import ClusterQueueSpec, Workload
 from gpu_platform.admission.preemption import exclusion
 from gpu_platform.admission.quota import FR, CQNode, Snapshot
 from gpu_platform.admission.workload_keys import EPS, qty
@@ -85,6 +90,52 @@ def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> 
         f"of the {qty(max(0.0, free))} free is not the idle quota of serving lane(s) {', '.join(sorted(lenders))} "
         f"({qty(idle)}), which could not take it back ({'; '.join(sorted(why))})"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """A queue as `preemption.exclusion` reads it (name and spec), without a snapshot."""
+
+    name: str
+    spec: ClusterQueueSpec
+
+
+def withheld_gpus(
+    wl: Workload,
+    flavor: str,
+    specs: Mapping[str, ClusterQueueSpec],
+    usage: Mapping[tuple[str, str], float],
+    root_of: Mapping[str, str | None],
+    resource: str,
+) -> float:
+    """GPUs (`resource`) of `flavor` that waiting `wl` may not take however many are free: the
+    idle lendable quota of the serving queues of its cohort tree that could not take it back, the
+    rule of `lent_refusal` read from queue specs and usage ((queue, flavor) -> in use) rather than
+    a snapshot, for planning a head's start (`admission/reservation.py`). 0 when `wl` would stay
+    within its own nominal quota there, or no serving queue withholds anything."""
+    spec = specs.get(wl.cq)
+    if spec is None or spec.serving or spec.cohort is None:
+        return 0.0
+    if not (spec.protected or (wl.evidence and not wl.checkpointed) or spec.yields_to is not None):
+        return 0.0
+    v = wl.requests.get(resource, 0.0)
+    own = next((q for q in spec.quotas if q.flavor == flavor and q.resource == resource), None)
+    if usage.get((wl.cq, flavor), 0.0) + v <= (own.nominal if own is not None else 0.0) + EPS:
+        return 0.0
+    root = root_of.get(wl.cq)
+    me = _Queue(wl.cq, spec)
+    idle = 0.0
+    for other in specs.values():
+        if not other.serving or root_of.get(other.name) != root:
+            continue
+        for q in other.quotas:
+            if q.flavor != flavor or q.resource != resource:
+                continue
+            lendable = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
+            spare = max(0.0, min(lendable, q.nominal - usage.get((other.name, flavor), 0.0)))
+            if spare > EPS and exclusion(wl, me, Workload(name="", cq=other.name, requests={}), _Queue(other.name, other)):
+                idle += spare
+    return idle
 
 
 def lending_view(policy: Any) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from gpu_platform.admission.model import (
     evolve,
 )
 from gpu_platform.admission.reservation import Reservation, Running, plan_reservations
+from gpu_platform.admission.serving_lending import withheld_gpus
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des_queues import _Queues
 from gpu_platform.simulate.des_types import JobRun
@@ -332,9 +333,16 @@ class _Cycles(_Queues):
             own = specs[wl.cq].flavors
             return own if wl.allowed_flavors is None else tuple(f for f in own if f in wl.allowed_flavors)
 
+        withheld = None
+        if self.serving_cqs:
+            usage = {(cq, f): v for (cq, f, res), v in self.cq_usage.items() if res == GPU}
+
+            def withheld(wl: Workload, flavor: str) -> float:
+                return withheld_gpus(wl, flavor, specs, usage, self.cohort_root, GPU)
+
         book = self.book
         if book is None:
-            return plan_reservations(now, heads, running, self.flavor_gpus, flavors_of)
+            return plan_reservations(now, heads, running, self.flavor_gpus, flavors_of, withheld=withheld)
         ends = sorted(
             ((r.start + r.job.duration_s - r.saved_s, r.job.job_id) for r in self.run_of.values()), key=lambda e: e[0]
         )

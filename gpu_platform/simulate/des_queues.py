@@ -89,6 +89,7 @@ class _Queues:
         self.usage: list[tuple[float, str, float]] | Usage = [] if keep_runs else Usage()
         self.skip_bound = skip_bound
         self.specs = {c.name: c for c in scenario.base.cluster_queues}
+        self.serving_cqs = tuple(c.name for c in scenario.base.cluster_queues if c.serving)
         # queues whose waiting head reserves GPUs (`des_engine._reservations`), flavor capacities
         self.reserve_cqs = tuple(c.name for c in scenario.base.cluster_queues if c.reserve_head)
         if self.reserve_cqs:

@@ -271,3 +271,22 @@ def test_the_gate_reserves_nothing_for_a_head_its_own_ceiling_blocks():
     # below its ceiling it reserves the free GPUs that hold it
     below = replace(st, admitted=(replace(admitted[0], requests={GPU: 2}),))
     assert [(r.holder, r.until) for r in reservations_for(below)] == [("r2", 100.0)]
+
+
+def test_a_serving_lanes_idle_quota_an_evidence_head_may_not_borrow_is_never_free_for_it():
+    # l: 8 GPUs, 6 of them a serving lane's idle quota. An evidence run (not checkpointed) may not
+    # borrow them (the serving lane could not take them back), so the 2 GPUs that are free for it
+    # cannot hold a 4-GPU head now: it reserves from when the running job ends, not from now
+    cqs = (
+        ClusterQueueSpec("cand", (ResourceQuota("l", GPU, 0.0),), cohort="pool", reserve_head=True),
+        ClusterQueueSpec("serve", (ResourceQuota("l", GPU, 6.0),), cohort="pool", serving=True),
+        ClusterQueueSpec("low", (ResourceQuota("l", GPU, 2.0),), cohort="pool"),
+    )
+    flavors = (FlavorSpec("l", capacity={GPU: 10}),)
+    admitted = (Workload("mine", "low", {GPU: 2}, priority=100, flavor="l", admitted_at=0.0, expected_duration_s=900),)
+    head = Workload("run", "cand", {GPU: 4}, priority=600, created_at=10.0, expected_duration_s=3600, evidence=True)
+    st = ClusterState(cqs, flavors, admitted, (head,), cohorts=("pool",), now=100.0)
+    assert [(r.holder, r.until, r.extra) for r in reservations_for(st)] == [("run", 900.0, 0.0)]
+    # a checkpointed run may be taken back: the serving lane lends it the idle GPUs, and 8 are free
+    done = replace(head, checkpointed=True)
+    assert [(r.holder, r.until, r.extra) for r in reservations_for(replace(st, pending=(done,)))] == [("run", 100.0, 4.0)]
