@@ -49,7 +49,7 @@ def queue(
     on_cluster = os.environ.get("GPU_PLATFORM_ENV") == "prod"  # the gate's k8s executor (resources/build.py)
     plan = dry_run(pol, ledger, live, now, Path(os.environ.get("GPU_PLATFORM_HOME", "var")), on_cluster=on_cluster)
     states = ledger.states(None) if show_all else ledger.states((*PENDING_STATES, "admitted", "preempted"))
-    rows = queue_rows(states, plan, now, owner=owner, team=team)
+    rows = queue_rows(states, plan, now, owner=owner, team=team, policy=pol)
     # a request no identity source vouched for says so wherever it is shown (docs/approvals.md)
     unverified = {rid for rid, d in ledger.submitters([r.request_id for r in rows]).items() if not d.get("verified")}
     if fmt == "json":
@@ -79,7 +79,7 @@ def queue(
             plain(r.request_id) if r.name == r.request_id else f"{plain(r.name)}\n{plain(r.request_id)}",
             "\n".join(plain(x) for x in (r.owner, r.team, r.target) if x)
             + (" (unverified)" if r.request_id in unverified else ""),
-            plain(r.state),
+            plain(r.state) + _boost(r.aging),
             str(r.gpus),
             plain(r.flavor or ""),
             "\n".join(x for x in (f"{r.position} of {r.of}" if r.position else "", est) if x),
@@ -96,6 +96,14 @@ def queue(
     if not rows:
         empty += f" in {_where(ledger, count_ended=not (show_all or who))}"
     out.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty)
+
+
+def _boost(aging: dict | None) -> str:
+    """The state cell's line for a waiting request that aging has lifted: its boost and effective
+    priority (what Kueue orders and preempts by); nothing before the first step."""
+    if not aging or not aging.get("boost"):
+        return ""
+    return f"\naged +{aging['boost']} (priority {aging['effective_priority']})"
 
 
 def _where(ledger: Ledger, count_ended: bool) -> str:

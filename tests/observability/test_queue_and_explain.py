@@ -93,3 +93,33 @@ def test_explain_unknown_request_exits_2(env):
     _, ledger, _, _ = env
     out = CliRunner().invoke(main, ["explain", "req-nope", "--ledger", ledger.url])
     assert out.exit_code == 2 and "unknown request id 'req-nope'" in out.output
+
+
+def test_queue_rows_show_the_priority_boost_a_waiting_request_has_earned(env, policy):
+    from gpu_platform.cli.queue import _boost
+    from gpu_platform.observe.queueview.rows import queue_rows
+    from gpu_platform.requests.ledger import PENDING_STATES
+
+    instance, ledger, resources, home = env
+    ids = [submit(ledger, policy, "candidate_train", output_artifact_ids=[f"m{i}"], gpu_count=8) for i in range(5)]
+    tick(instance, resources)
+    states = ledger.states((*PENDING_STATES, "admitted"))
+    waiting = [s for s in states if s.state in PENDING_STATES]
+    assert waiting and set(ids) >= {s.request_id for s in waiting}
+    step = policy.lane("candidate_train").targets
+    assert step is not None
+    # just submitted: no boost yet; a day and an hour later: one step (the packaged lane ages per
+    # whole wait target of 24 h)
+    now = max(s.submitted_at for s in waiting)
+    fresh = {r.request_id: r for r in queue_rows(states, None, now, policy=policy)}
+    later = {r.request_id: r for r in queue_rows(states, None, now + timedelta(hours=25), policy=policy)}
+    for s in waiting:
+        assert fresh[s.request_id].aging["boost"] == 0 and _boost(fresh[s.request_id].aging) == ""
+        aged = later[s.request_id].aging
+        assert aged["ages"] and aged["boost"] > 0
+        assert aged["effective_priority"] == policy.lane("candidate_train").priority + aged["boost"]
+        assert _boost(aged) == f"\naged +{aged['boost']} (priority {aged['effective_priority']})"
+        assert later[s.request_id].to_json()["aging"]["boost"] == aged["boost"]
+    # admitted rows carry no aging, and without the policy nothing is computed
+    assert all(r.aging is None for r in later.values() if r.state == "admitted")
+    assert all(r.aging is None for r in queue_rows(states, None, now, policy=None))

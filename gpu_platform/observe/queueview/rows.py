@@ -48,6 +48,9 @@ class QueueRow:
     owner: str = ""
     target: str = ""
     """What the request works on (`JobRequest.target`: a candidate, release packet, experiment...)."""
+    aging: dict[str, Any] | None = None
+    """A waiting request's priority boost from its lane's aging (`explain.aging_of`: boost,
+    effective priority, next step); None when not computed or not waiting."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,7 @@ class QueueRow:
             "estimated_start": self.estimated_start.isoformat() if self.estimated_start else None,
             "updated_at": self.updated_at.isoformat(),
             "cluster": self.cluster,
+            "aging": self.aging,
         }
 
 
@@ -96,6 +100,7 @@ def queue_rows(
     *,
     owner: str | None = None,
     team: str | None = None,
+    policy: Policy | None = None,
 ) -> list[QueueRow]:
     """Rows by lane (admitted first, then queue position, then submission order).
 
@@ -103,7 +108,11 @@ def queue_rows(
     must cover the whole queue even when `owner` / `team` keep only some rows, since a request's
     position depends on every request ahead of it.
     owner / team: keep only the requests of that owner / team (exact match).
+    policy: with it, each waiting request carries its aging (`QueueRow.aging`): the priority boost
+    it has earned by waiting, which moves it ahead of its lane's younger requests.
     """
+    from gpu_platform.observe.queueview.explain import aging_of
+
     states = [
         s
         for s in states
@@ -150,6 +159,7 @@ def queue_rows(
                 name=s.request.name or s.request_id,
                 owner=s.request.owner or "",
                 target=s.request.target,
+                aging=aging_of(policy, s, now) if policy is not None and s.state in PENDING_STATES else None,
             )
         )
     rows.sort(key=lambda r: (r.lane, r.state not in ("admitted",), r.position or 1 << 30))
