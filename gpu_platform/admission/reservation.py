@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_platform.admission.model import ClusterState, Workload
-from gpu_platform.admission.serving_lending import withheld_gpus
+from gpu_platform.admission.serving_lending import root_cohort, withheld_gpus
 from gpu_platform.admission.workload_keys import EPS, qty, queue_key
 
 GPU = "nvidia.com/gpu"
@@ -228,14 +228,7 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
         else:
             parent[co.name] = co.parent
 
-    def root(name: str | None) -> str | None:
-        seen: set[str] = set()
-        while name is not None and parent.get(name) is not None and name not in seen:
-            seen.add(name)
-            name = parent[name]
-        return name
-
-    root_of = {c.name: root(c.cohort) for c in state.cluster_queues}
+    root_of = {c.name: root_cohort(parent, c.cohort) for c in state.cluster_queues}
 
     def withheld(wl: Workload, flavor: str) -> float:
         return withheld_gpus(wl, flavor, specs, usage, root_of, GPU)

@@ -92,6 +92,15 @@ def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> 
     )
 
 
+def root_cohort(parent: Mapping[str, str | None], name: str | None) -> str | None:
+    """The root of cohort `name`'s tree (`parent`: cohort -> its parent; a cycle stops the walk)."""
+    seen: set[str] = set()
+    while name is not None and parent.get(name) is not None and name not in seen:
+        seen.add(name)
+        name = parent[name]
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class _Queue:
     """A queue as `preemption.exclusion` reads it (name and spec), without a snapshot."""
@@ -148,11 +157,7 @@ def lending_view(policy: Any) -> list[dict[str, Any]]:
     parent = {c.name: c.parent_name for c in policy.cohorts}
 
     def root(name: str | None) -> str | None:
-        seen: set[str] = set()
-        while name is not None and parent.get(name) is not None and name not in seen:
-            seen.add(name)
-            name = parent[name]
-        return name
+        return root_cohort(parent, name)
 
     out: list[dict[str, Any]] = []
     lanes = policy.lanes_by_priority()
