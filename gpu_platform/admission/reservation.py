@@ -13,8 +13,9 @@ packaged policy's evidence lanes) the same guarantee inside the policy:
   running work (admitted_at + expected_duration_s) after which the flavor has its GPUs free
   (`until`), and the GPUs the flavor will have beyond them then (`extra`). A head that a
   flavor's free GPUs hold now keeps them from now: Kueue may not admit it there this cycle (its
-  flavor search resumes after the flavor it tried last and stops at one where it would borrow),
-  and dropped at that moment the reservation would hand lower lanes the GPUs it waited for. A
+  cycle takes work that fits without borrowing first, so a lower lane within its nominal quota
+  goes ahead of a borrowing head), and dropped at that moment the reservation would hand lower
+  lanes the GPUs it waited for. A
   head its own queue's quota ceiling blocks, or whose start cannot be estimated (running work
   without an expected duration), reserves nothing.
 - `reservation_refusal`: a workload of a lower priority than the head may take GPUs of a reserved
@@ -97,9 +98,8 @@ def plan_reservations(
     order, the head's expected start; the flavor where it is earliest wins (the first on a tie).
     A head that the free GPUs of some flavor hold now reserves them from now (the first such
     flavor; `extra`: what is free beyond them): Kueue may still not admit it there this cycle
-    (its flavor search resumes after the last flavor it tried, and stops at a flavor where it
-    would borrow), and a reservation dropped at that moment would hand the GPUs it waited for
-    to lower-priority work.
+    (work that fits without borrowing goes first in Kueue's cycle, whatever its priority), and a
+    reservation dropped at that moment would hand the GPUs it waited for to lower-priority work.
     on_nodes(head, flavor): for a flavor whose GPUs sit on nodes, (fits now, shadow) where its
     pods find nodes (whole free nodes for a gang), with no extra GPUs (which nodes a later job
     takes decides whether the head still fits); None: count GPUs. withheld(head, flavor): GPUs of
@@ -122,6 +122,14 @@ def plan_reservations(
             placed = on_nodes(wl, f) if on_nodes is not None else None
             if placed is not None:
                 fits_now, s = placed
+                w = withheld(wl, f) if withheld is not None else 0.0
+                if w > EPS:
+                    # nodes alone are not enough: the GPUs it may take must also cover it
+                    counted = shadow(now, g, capacity.get(f, 0.0) - used.get(f, 0.0) - w, ends.get(f, ()))
+                    if counted is None or s is None and not fits_now:
+                        fits_now, s = False, None
+                    elif counted[0] > now + EPS:
+                        fits_now, s = False, (max(counted[0], s[0] if s is not None else now), 0.0)
                 if fits_now:
                     best = (now, 0.0, f)
                     break

@@ -371,7 +371,7 @@ class _Cycles(_Queues):
                     return False, (max(now, end), 0.0)
             return False, None
 
-        return plan_reservations(now, heads, running, self.flavor_gpus, flavors_of, on_nodes)
+        return plan_reservations(now, heads, running, self.flavor_gpus, flavors_of, on_nodes, withheld)
 
     # -- fragmentation -----------------------------------------------------------------------
     def _usable(self, wl: Workload) -> tuple[str, ...]:

@@ -42,7 +42,7 @@ def test_a_head_reserves_the_flavor_where_it_starts_first_or_the_free_gpus_that_
     (r,) = plan_reservations(0.0, [head], running, caps, lambda wl: ("a",))
     assert (r.flavor, r.until, r.extra) == ("a", 500.0, 0.0)
     # b has 2 free now: the head that they hold keeps them from now (Kueue may not admit it there
-    # this cycle: its flavor search can stop at `a`), nothing spare beyond them
+    # this cycle: work within its nominal quota goes first), nothing spare beyond them
     small = Workload("small", "cand", {GPU: 2}, priority=600)
     (r,) = plan_reservations(0.0, [small], running, caps, lambda wl: ("a", "b"))
     assert (r.flavor, r.until, r.extra, r.gpus) == ("b", 0.0, 0.0, 2)
@@ -231,11 +231,11 @@ def test_look_alikes_of_a_head_a_reservation_refused_are_set_aside_by_duration()
     assert "equivalent to late" in msgs["quick"] and "equivalent to late" in msgs["later"]
 
 
-def test_a_head_that_fits_now_where_kueue_does_not_look_keeps_those_gpus_from_a_lower_lane():
-    # Two flavors, h (first) and l. The head (8) would have to borrow on h and nothing there may
-    # be preempted: Kueue's flavor search stops at h (whenCanBorrow: Borrow) and resumes at l only
-    # in a later cycle. l has 8 free GPUs now. Without a reservation a lower lane takes them in
-    # this cycle and the head waits on; with it, the lower lane's long job is held.
+def test_a_head_that_fits_now_keeps_those_gpus_from_a_lower_lane_within_its_nominal_quota():
+    # Two flavors, h (full) and l (8 free). The head (8) must borrow on l; the lower lane's job
+    # (4) fits within its own nominal quota there, and Kueue's cycle takes work that needs no
+    # borrowing first, whatever its priority (entryOrdering): without a reservation `late` takes
+    # 4 of the 8 GPUs and the head waits on; with it, `late` is held and the head is admitted.
     cqs = (
         ClusterQueueSpec(
             "cand", (ResourceQuota("h", GPU, 0.0), ResourceQuota("l", GPU, 0.0)), cohort="pool", reserve_head=True
@@ -252,9 +252,10 @@ def test_a_head_that_fits_now_where_kueue_does_not_look_keeps_those_gpus_from_a_
     plan = reservations_for(st)
     assert [(r.holder, r.flavor, r.until, r.extra) for r in plan] == [("big", "l", 100.0, 0.0)]
     res = admit_until_stable(replace(st, reservations=plan))
-    assert "late" not in {a.name for a in res.admitted}
+    assert [(a.name, a.flavor) for a in res.admitted] == [("big", "l")]
     late = next(p for p in res.pending if p.name == "late")
     assert "reserved for big" in late.message
+    assert [a.name for a in admit_until_stable(st).admitted] == ["late"]
 
 
 def test_the_gate_reserves_nothing_for_a_head_its_own_ceiling_blocks():
@@ -290,3 +291,21 @@ def test_a_serving_lanes_idle_quota_an_evidence_head_may_not_borrow_is_never_fre
     # a checkpointed run may be taken back: the serving lane lends it the idle GPUs, and 8 are free
     done = replace(head, checkpointed=True)
     assert [(r.holder, r.until, r.extra) for r in reservations_for(replace(st, pending=(done,)))] == [("run", 100.0, 4.0)]
+
+
+def test_on_nodes_too_gpus_a_head_may_not_take_do_not_make_it_fit_now():
+    # l: 16 GPUs on nodes, 8 in use until 500; its free nodes would hold the head's pods now, but
+    # 6 of the 8 free GPUs are a serving lane's idle quota the head may not borrow: it starts at
+    # 500, when enough GPUs it may take are free, not now
+    running = [Running("l", 8, 500.0)]
+    head = Workload("run", "cand", {GPU: 4}, priority=600, pods=1)
+
+    def on_nodes(wl, flavor):
+        return True, None
+
+    (r,) = plan_reservations(0.0, [head], running, {"l": 16.0}, lambda wl: ("l",), on_nodes, lambda wl, f: 6.0)
+    assert (r.flavor, r.until, r.extra) == ("l", 500.0, 0.0)
+    (r,) = plan_reservations(0.0, [head], running, {"l": 16.0}, lambda wl: ("l",), on_nodes, lambda wl, f: 0.0)
+    assert (r.until, r.extra) == (0.0, 0.0)
+    # never enough it may take: no reservation on that flavor
+    assert plan_reservations(0.0, [head], running, {"l": 16.0}, lambda wl: ("l",), on_nodes, lambda wl, f: 14.0) == ()

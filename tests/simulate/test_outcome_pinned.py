@@ -40,8 +40,8 @@ def _tiled(lane_map: str, copies: int):
         # incident_response: `targets.reserve_head`): a blocked head's GPUs are kept from
         # lower-priority work that would run past its expected start, and held work takes no head
         # turn in the engine (fewer calls and cycles)
-        # a head that free GPUs hold now keeps them reserved (Kueue's flavor search may stop at an
-        # earlier flavor that cycle; dropped, the reservation handed them to lower lanes), and the
+        # a head that free GPUs hold now keeps them reserved (Kueue's cycle takes work within its
+        # nominal quota first; dropped, the reservation handed them to lower lanes), and the
         # serving lane's idle L4s an evidence head may not borrow never count as free for it
         ("elasticflow", 3517, 9535, 0, "b0552b257f4851f2592e295f69d65a0f8261adc7ed56ae47d363a43025977d4b"),
         # aging (targets.boost_after): candidate runs waiting past 24 h take GPUs back from the
