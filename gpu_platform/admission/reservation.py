@@ -15,9 +15,8 @@ packaged policy's evidence lanes) the same guarantee inside the policy:
   flavor's free GPUs hold now keeps them from now: Kueue may not admit it there this cycle (its
   cycle takes work that fits without borrowing first, so a lower lane within its nominal quota
   goes ahead of a borrowing head), and dropped at that moment the reservation would hand lower
-  lanes the GPUs it waited for. A
-  head its own queue's quota ceiling blocks, or whose start cannot be estimated (running work
-  without an expected duration), reserves nothing.
+  lanes the GPUs it waited for. A head its own queue's quota ceiling blocks, or whose start
+  cannot be estimated (running work without an expected duration), reserves nothing.
 - `reservation_refusal`: a workload of a lower priority than the head may take GPUs of a reserved
   flavor only when it is expected to end by `until`, or fits the `extra` GPUs. Work of the head's
   priority or higher is never held: within its lane BestEffortFIFO stays Kueue's (a later job of
@@ -226,9 +225,9 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
         return False
 
     heads_below = [wl for wl in heads.values() if below_ceiling(wl)]
-    specs = {c.name: c for c in state.cluster_queues}
     if not any(c.serving for c in state.cluster_queues):
         return plan_reservations(state.now, heads_below, running, caps, flavors_of)
+    specs = {c.name: c for c in state.cluster_queues}
     parent: dict[str, str | None] = {}
     for co in state.cohorts:
         if isinstance(co, str):

@@ -32,16 +32,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_platform.admission.model import ClusterQueueSpec, Workload
+from gpu_platform.admission.model import ClusterQueueSpec, ResourceQuota, Workload
 from gpu_platform.admission.preemption import exclusion
 from gpu_platform.admission.quota import FR, CQNode, Snapshot
 from gpu_platform.admission.workload_keys import EPS, qty
 
 
-def _refuses(wl: Workload, cq: CQNode) -> bool:
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """A queue as `preemption.exclusion` reads it (name and spec), without a snapshot."""
+
+    name: str
+    spec: ClusterQueueSpec
+
+
+def _refuses(wl: Workload, cq: CQNode | _Queue) -> bool:
     """Cheap first test: could any serving queue be refused this workload as a victim?"""
     spec = cq.spec
     return spec.protected or (wl.evidence and not wl.checkpointed) or spec.yields_to is not None
+
+
+def _idle_lendable(q: ResourceQuota, used: float) -> float:
+    """What a serving queue's quota row lends now: min(nominal, lending_limit) less its use."""
+    lendable = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
+    return max(0.0, min(lendable, q.nominal - used))
 
 
 def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> str | None:
@@ -59,9 +73,7 @@ def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> 
     for other in snap.cqs.values():
         if not other.spec.serving or fr not in other.quotas:
             continue
-        sq = other.quotas[fr]
-        lendable = sq.nominal if sq.lending_limit is None else min(sq.nominal, sq.lending_limit)
-        spare = max(0.0, min(lendable, sq.nominal - other.usage.get(fr, 0.0)))
+        spare = _idle_lendable(other.quotas[fr], other.usage.get(fr, 0.0))
         if spare <= EPS or other.root() is not root:
             continue
         reason = exclusion(wl, cq, Workload(name="", cq=other.name, requests={}), other)
@@ -101,14 +113,6 @@ def root_cohort(parent: Mapping[str, str | None], name: str | None) -> str | Non
     return name
 
 
-@dataclass(frozen=True, slots=True)
-class _Queue:
-    """A queue as `preemption.exclusion` reads it (name and spec), without a snapshot."""
-
-    name: str
-    spec: ClusterQueueSpec
-
-
 def withheld_gpus(
     wl: Workload,
     flavor: str,
@@ -125,14 +129,14 @@ def withheld_gpus(
     spec = specs.get(wl.cq)
     if spec is None or spec.serving or spec.cohort is None:
         return 0.0
-    if not (spec.protected or (wl.evidence and not wl.checkpointed) or spec.yields_to is not None):
+    me = _Queue(wl.cq, spec)
+    if not _refuses(wl, me):
         return 0.0
     v = wl.requests.get(resource, 0.0)
     own = next((q for q in spec.quotas if q.flavor == flavor and q.resource == resource), None)
     if usage.get((wl.cq, flavor), 0.0) + v <= (own.nominal if own is not None else 0.0) + EPS:
         return 0.0
     root = root_of.get(wl.cq)
-    me = _Queue(wl.cq, spec)
     idle = 0.0
     for other in specs.values():
         if not other.serving or root_of.get(other.name) != root:
@@ -140,8 +144,7 @@ def withheld_gpus(
         for q in other.quotas:
             if q.flavor != flavor or q.resource != resource:
                 continue
-            lendable = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
-            spare = max(0.0, min(lendable, q.nominal - usage.get((other.name, flavor), 0.0)))
+            spare = _idle_lendable(q, usage.get((other.name, flavor), 0.0))
             if spare > EPS and exclusion(wl, me, Workload(name="", cq=other.name, requests={}), _Queue(other.name, other)):
                 idle += spare
     return idle
