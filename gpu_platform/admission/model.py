@@ -226,7 +226,8 @@ class Workload:
     resource_flavors: an admitted workload whose resources got different flavors ({resource:
     flavor}); None: every resource is on `flavor`.
     pods: Kueue's PodSet count: the job's pods, all admitted together or none (a gang); requests
-    are the whole job's, one pod asks for requests / pods, one pod per node where nodes are known.
+    are the whole job's, one pod asks for requests / pods; where nodes are known a node takes as many pods as its free
+    GPUs hold (`admission/nodes.py`: one per node for the platform's whole-node gangs).
     placement: the nodes an admitted workload's pods hold ({node: GPUs}); None: placed by the
     engine (best fit) when the state has nodes.
     evicted: an admitted workload whose eviction is under way (Kueue's `Evicted` condition): it

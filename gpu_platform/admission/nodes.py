@@ -4,10 +4,14 @@ check has none, its Topology Aware Scheduling does the same with node labels).
 A `NodeBook` holds every node of the flavors the cluster state describes (`ClusterState.nodes`) and
 which node each admitted workload's pods hold. A service's replicas (`Workload.replicas`) are independent
 pods that may share a node: each goes to the fullest node that holds it. A workload of `pods` pods asks for
-`requests[nvidia.com/gpu] / pods` GPUs per pod, one pod per node: it fits when `pods` distinct
-nodes of its flavor each have that many GPUs free (a gang of whole nodes needs whole free nodes;
-a job of one pod needs one node with enough free). Pods go to the fullest nodes that hold them
-(best fit), so small jobs pack and whole nodes stay free for gangs. An admitted workload without a
+`requests[nvidia.com/gpu] / pods` GPUs per pod, all placed together or none: it fits when its
+flavor's nodes hold `pods` such pods, a node as many as its free GPUs hold. That is
+kube-scheduler's rule: each pod of an Indexed Job is placed on its own, and nothing in the Job
+keeps two of them off one node. A gang of whole nodes (the platform's own gangs: `nodes x
+gpus_per_node`, the node size) therefore needs whole free nodes, one pod each; pods of half a
+node (a trace's gang split by a smaller node size, `simulate.scenario.pods_for`) go two to a
+free node. Pods go to the fullest nodes that hold them (best fit), so small jobs pack and whole
+nodes stay free for gangs. An admitted workload without a
 recorded placement is placed the same way, in the order given, those with a placement first.
 
 Only `nvidia.com/gpu` is placed; a flavor without nodes in the state is not node-checked at all
@@ -77,7 +81,9 @@ class NodeBook:
         return flavor in self.by_flavor
 
     def find(self, flavor: str, pods: int, per_pod: float) -> list[str] | None:
-        """`pods` distinct nodes of `flavor` that each hold `per_pod` GPUs, fullest first; None: none."""
+        """Nodes of `flavor` for `pods` pods of `per_pod` GPUs, best fit: each pod on the fullest
+        node that still holds it, so a node takes as many pods as its free GPUs hold before the next
+        fullest is used; a node appears once per pod it takes. None: the nodes hold fewer pods."""
         if per_pod <= _EPS:
             return []
         buckets = self._buckets.get(flavor)
@@ -87,32 +93,15 @@ class NodeBook:
         for free in sorted(buckets):
             if free + _EPS < per_pod:
                 continue
+            each = int((free + _EPS) // per_pod)
             for n in buckets[free]:
-                out.append(n)
+                out.extend([n] * min(each, pods - len(out)))
                 if len(out) == pods:
                     return out
         return None
 
-    def find_shared(self, flavor: str, pods: int, per_pod: float) -> list[str] | None:
-        """Nodes for `pods` pods of `per_pod` GPUs that may share a node (a service's replicas,
-        `Workload.replicas`: independent pods, not a gang of whole nodes), each pod on the
-        fullest node that still holds it (best fit); a node appears once per pod it takes."""
-        if per_pod <= _EPS:
-            return []
-        free = {n: self.free[n] for n in self.by_flavor.get(flavor, ())}
-        out: list[str] = []
-        for _ in range(pods):
-            best = min((n for n, f in free.items() if f + _EPS >= per_pod), key=lambda n: free[n], default=None)
-            if best is None:
-                return None
-            free[best] -= per_pod
-            out.append(best)
-        return out
-
     def _find(self, wl: Workload, flavor: str) -> list[str] | None:
         pods, per = pod_shape(wl)
-        if wl.replicas:
-            return self.find_shared(flavor, pods, per)
         return self.find(flavor, pods, per)
 
     def fits(self, wl: Workload, flavor: str) -> bool:
@@ -162,13 +151,13 @@ class NodeBook:
         if self._find(wl, flavor) is not None:
             return None
         free = self.free_total(flavor)
+        enough = sum(len(g) for f, g in self._buckets[flavor].items() if f + _EPS >= per)
+        room = sum(int((f + _EPS) // per) * len(g) for f, g in self._buckets[flavor].items() if f + _EPS >= per)
         if wl.replicas:
-            room = sum(int((f + _EPS) // per) * len(g) for f, g in self._buckets[flavor].items() if f > _EPS)
             return (
                 f"{_n(free)} GPUs free in {flavor} but its nodes hold {room} more pod(s) of {_n(per)} "
                 f"(needs {pods}: {wl.replicas} replicas)"
             )
-        enough = sum(len(g) for f, g in self._buckets[flavor].items() if f + _EPS >= per)
         if pods == 1:
             most = max(self._buckets[flavor], default=0.0)
             return (
@@ -177,11 +166,15 @@ class NodeBook:
             )
         if enough == 0:
             return f"{_n(free)} GPUs free in {flavor} but no node has {_n(per)} free (needs {pods} nodes of {_n(per)})"
+        if room == enough:  # no node holds two of its pods
+            return (
+                f"{_n(free)} GPUs free in {flavor} but only {enough} node(s) have {_n(per)} free "
+                f"(needs {pods} nodes of {_n(per)})"
+            )
         return (
-            f"{_n(free)} GPUs free in {flavor} but only {enough} node(s) have {_n(per)} free "
-            f"(needs {pods} nodes of {_n(per)})"
+            f"{_n(free)} GPUs free in {flavor} but its nodes hold only {room} pod(s) of {_n(per)} "
+            f"(needs {pods} pods of {_n(per)}, on {enough} node(s) with room)"
         )
-
 
 def placement_of(book: NodeBook | None, name: str) -> Mapping[str, float] | None:
     """The nodes a workload holds in the book ({node: GPUs}), or None."""

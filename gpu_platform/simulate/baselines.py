@@ -21,8 +21,8 @@ that fit the free GPUs at each instant where the head is blocked.
 With a node model (`scenarios.with_nodes`: the scenario's `base.nodes`), the pool is those nodes,
 all flavors' together (GPUs of a flavor without nodes form one node of their own): a job of g GPUs
 is `pods_for(g, n)` pods of g / pods GPUs, n the smallest node size of the pool, and it starts
-when that many distinct nodes each have its per-pod GPUs free, placed best fit as the engine's
-`NodeBook` does (fullest nodes that hold a pod). EASY backfill then reserves the head's start at
+when the nodes' free GPUs hold that many pods (a node as many as it holds, as kube-scheduler
+places them), placed best fit as the engine's `NodeBook` does (fullest nodes that hold a pod). EASY backfill then reserves the head's start at
 its shadow time: the first end time at which, releasing the running jobs in end order on a copy of
 the node state, the head's pods fit; a later job starts now only if it fits now and ends by the
 shadow time. The "extra GPUs" rule does not carry over: which nodes a job takes decides whether
@@ -532,7 +532,7 @@ def run_fifo_flavors(scenario, jobs: list[TraceJob], allowed, *, backfill: bool,
     """FIFO over the policy's flavors (and nodes, with a node model), without the engine.
 
     One queue in (submit_ts, job_id) order; a job runs on one flavor, the first in the policy's
-    order among those `allowed(job)` names that holds it (on nodes: its pods on distinct nodes,
+    order among those `allowed(job)` names that holds it (on nodes: its pods on the flavor's nodes,
     best fit, as `run_fifo_nodes`). With `backfill`, EASY over flavors: the blocked head reserves
     the flavor where it can start first (its shadow time); a later job starts now on a flavor
     that holds it now if that flavor is not the reserved one, or it ends by the shadow time, or

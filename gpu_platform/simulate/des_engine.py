@@ -349,13 +349,20 @@ class _Cycles(_Queues):
 
         def on_nodes(wl: Workload, flavor: str) -> tuple[bool, tuple[float, float] | None] | None:
             """(fits now, shadow) on `flavor`'s nodes: release running jobs' nodes in end order on
-            a copy of the free GPUs until the head's pods find nodes."""
+            a copy of the free GPUs until the nodes hold the head's pods (a node as many as its
+            free GPUs hold, as `NodeBook.find`)."""
             nodes = book.by_flavor.get(flavor)
             if not nodes:
                 return None
             pods = max(1, wl.pods)
             per = wl.requests.get(GPU, 0.0) / pods
-            count = sum(1 for n in nodes if book.free[n] + 1e-9 >= per)
+            if per <= 1e-9:
+                return True, None
+
+            def held(gpus: float) -> int:
+                return int((max(0.0, gpus) + 1e-9) // per)
+
+            count = sum(held(book.free[n]) for n in nodes)
             if count >= pods:
                 return True, None
             free: dict[str, float] = {}
@@ -365,8 +372,7 @@ class _Cycles(_Queues):
                         continue
                     old = free.get(n, book.free[n])
                     free[n] = old + v
-                    if old + 1e-9 < per <= old + v + 1e-9:
-                        count += 1
+                    count += held(old + v) - held(old)
                 if count >= pods:
                     return False, (max(now, end), 0.0)
             return False, None

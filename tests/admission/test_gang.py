@@ -128,6 +128,29 @@ def test_node_book_best_fit_and_release_restore_the_same_nodes() -> None:
         NodeBook([NodeSpec("n", "f", 8), NodeSpec("n", "f", 8)])
 
 
+def test_gang_pods_smaller_than_a_node_share_it_as_kube_scheduler_would_place_them() -> None:
+    """Nothing in an Indexed Job keeps two of its pods off one node: 4 pods of 4 GPUs fit 2 free
+    8-GPU nodes (two each), best fit first; whole-node pods still need one free node each."""
+    from gpu_platform.admission.model import NodeSpec, Workload
+    from gpu_platform.admission.nodes import NodeBook, placement_of
+
+    book = NodeBook([NodeSpec(f"n{i}", "f", 8) for i in range(3)])
+    book.place(Workload("small", "q", {"nvidia.com/gpu": 4}, flavor="f"))  # n0 keeps 4 free
+    quads = Workload("quads", "q", {"nvidia.com/gpu": 16}, flavor="f", pods=4)
+    assert book.fits(quads, "f")
+    book.place(quads)  # the fullest node first: n0's 4, then two pods on n1, the last on n2
+    assert placement_of(book, "quads") == {"n0": 4, "n1": 8, "n2": 4}
+    book.release(quads, remember=False)
+    whole = Workload("whole", "q", {"nvidia.com/gpu": 24}, flavor="f", pods=3)
+    assert not book.fits(whole, "f")  # n0 has 4 free: a pod of 8 needs a whole node
+    assert book.refusal(whole, "f") == "20 GPUs free in f but only 2 node(s) have 8 free (needs 3 nodes of 8)"
+    assert book.fits(Workload("five", "q", {"nvidia.com/gpu": 20}, flavor="f", pods=5), "f")  # 1 + 2 + 2 pods
+    six = Workload("six", "q", {"nvidia.com/gpu": 24}, flavor="f", pods=6)
+    assert book.refusal(six, "f") == (
+        "20 GPUs free in f but its nodes hold only 5 pod(s) of 4 (needs 6 pods of 4, on 3 node(s) with room)"
+    )
+
+
 def test_an_admission_says_which_nodes_its_pods_got() -> None:
     from gpu_platform.admission import admit_until_stable
     from gpu_platform.admission.model import ClusterQueueSpec, FlavorSpec, NodeSpec, ResourceQuota, Workload

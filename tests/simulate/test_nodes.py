@@ -236,8 +236,10 @@ def test_gang_split_smallest_or_largest_node_size_for_policy_and_baselines():
     assert split_node_size((), "largest") is None
     with pytest.raises(ValueError, match="gang split must be one of"):
         with_nodes(policy_scenario(pol, 136), sizes, "medium")
-    # the baseline over the same flavors places 2 whole 8-GPU nodes (or 4 nodes of 4 GPUs)
-    for split, pods in (("smallest", 4), ("largest", 2)):
+    # policy and the baseline over the same flavors alike: 2 whole 8-GPU nodes, or 4 pods of 4 that
+    # go two to a free 8-GPU node (best fit: the first node takes all the pods it holds)
+    for split in ("smallest", "largest"):
         for make in (policy_scenario, fifo_flavors_backfill_scenario):
             (r,) = simulate(with_nodes(make(pol, 136), sizes, split), [job]).runs
-            assert len(r.placement) == pods and set(r.placement.values()) == {16 / pods}, (make, split, r.placement)
+            assert r.flavor.startswith("h100") and r.placement and len(r.placement) == 2, (make, split, r.placement)
+            assert set(r.placement.values()) == {8.0}, (make, split, r.placement)
