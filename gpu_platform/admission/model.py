@@ -205,6 +205,9 @@ class ClusterQueueSpec:
     serving: bool = False
     """A serving lane's queue (`Lane.serving`): the idle part of its lendable quota may be borrowed
     only by workloads it can take back (`admission/serving_lending.py`)."""
+    lend_to_evidence: bool = False
+    """A serving queue that lends to evidence runs not yet checkpointed too (`Lane.lend_to_evidence`):
+    its scale-up may wait for such a borrower's first checkpoint."""
 
     @property
     def flavors(self) -> tuple[str, ...]:

@@ -117,6 +117,7 @@ def cluster_queue_for(
         team_limits=team_limits_for(lane),
         admission_fair_sharing=admission_fair_sharing,
         serving=lane.serving,
+        lend_to_evidence=lane.lend_to_evidence,
         reserve_head=lane.targets is not None and lane.targets.wait_p95 is not None and lane.targets.reserve_head,
     )
 

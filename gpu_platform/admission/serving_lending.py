@@ -9,7 +9,8 @@ with `Any` whatever the borrower's priority (`priorityTooHighToPreempt`), and a 
 fits within its nominal quota has the hierarchical advantage (reason `InCohortReclamation`).
 
 The platform's lane rules add victims that refuse: a protected lane, an evidence job not yet
-checkpointed, a lane that yields only to others (`preemption.exclusion`). Such a workload holding
+checkpointed (unless the serving lane says `lend_to_evidence`: it waits for their checkpoint), a
+lane that yields only to others (`preemption.exclusion`). Such a workload holding
 the serving lane's GPUs would block its scale-up, so it may not borrow them: on a flavor where a
 serving queue of its cohort tree lends, a workload the serving queue could not preempt may borrow
 only while the GPUs left free after it still cover every such serving queue's idle lendable quota
@@ -29,7 +30,7 @@ policy), `serving_annotations` (the same on the exported ClusterQueue) and `scal
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpu_platform.admission.model import ClusterQueueSpec, ResourceQuota, Workload
@@ -50,6 +51,12 @@ def _refuses(wl: Workload, cq: CQNode | _Queue) -> bool:
     """Cheap first test: could any serving queue be refused this workload as a victim?"""
     spec = cq.spec
     return spec.protected or (wl.evidence and not wl.checkpointed) or spec.yields_to is not None
+
+
+def _as_seen_by(wl: Workload, lender: ClusterQueueSpec) -> Workload:
+    """The workload as a serving lender judges it: a lender that lends to evidence runs
+    (`lend_to_evidence`) waits for their checkpoint, so their evidence rule does not hold it off."""
+    return replace(wl, evidence=False) if lender.lend_to_evidence and wl.evidence else wl
 
 
 def _idle_lendable(q: ResourceQuota, used: float) -> float:
@@ -76,7 +83,7 @@ def lent_refusal(snap: Snapshot, wl: Workload, cq: CQNode, fr: FR, v: float) -> 
         spare = _idle_lendable(other.quotas[fr], other.usage.get(fr, 0.0))
         if spare <= EPS or other.root() is not root:
             continue
-        reason = exclusion(wl, cq, Workload(name="", cq=other.name, requests={}), other)
+        reason = exclusion(_as_seen_by(wl, other.spec), cq, Workload(name="", cq=other.name, requests={}), other)
         if reason is not None:
             idle += spare
             lenders.append(other.name)
@@ -145,7 +152,8 @@ def withheld_gpus(
             if q.flavor != flavor or q.resource != resource:
                 continue
             spare = _idle_lendable(q, usage.get((other.name, flavor), 0.0))
-            if spare > EPS and exclusion(wl, me, Workload(name="", cq=other.name, requests={}), _Queue(other.name, other)):
+            stub = Workload(name="", cq=other.name, requests={})
+            if spare > EPS and exclusion(_as_seen_by(wl, other), me, stub, _Queue(other.name, other)):
                 idle += spare
     return idle
 
@@ -180,7 +188,7 @@ def lending_view(policy: Any) -> list[dict[str, Any]]:
                     continue
                 if other.protected:
                     held[other.name] = "protected"
-                elif other.evidence:
+                elif other.evidence and not getattr(lane, "lend_to_evidence", False):
                     held[other.name] = "evidence jobs refuse preemption until checkpointed"
                 elif other.yields_to is not None and lane.name not in other.yields_to:
                     held[other.name] = f"yields only to {', '.join(other.yields_to) or 'nobody'}"

@@ -86,7 +86,7 @@ def policy_check(file: str | None) -> None:
         if lane.protected:
             pre += " protected"
         if lane.serving:
-            pre += " serving"
+            pre += " serving" + (" lend_to_evidence" if lane.lend_to_evidence else "")
         if lane.yields_to:
             pre += f" yields_to={','.join(lane.yields_to)}"
         table.add_row(

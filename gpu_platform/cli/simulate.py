@@ -90,6 +90,13 @@ def print_table(doc: dict, console: Console) -> None:
                 "-" if f.get("gpu_hours_stranded_by_fragmentation") is None else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}",
             )
         print_fitted(console, t)
+        idle = rep["total"].get("gpu_hours_idle_by_lending_rule")
+        if idle:
+            console.print(
+                f"{name}: the serving lane's lending rule kept {idle:,.1f} GPU-h of its idle quota idle while "
+                "a waiting head it withholds them from (uncheckpointed evidence, protected work) would have "
+                "fit (total.gpu_hours_idle_by_lending_rule; docs/serving.md)"
+            )
         big = rep["total"].get("never_fits") or {}
         if big.get("jobs"):
             first = big["listed"][0]

@@ -393,6 +393,8 @@ def _serving_errors(raw: dict[str, Any]) -> list[str]:
         if not serving:
             if workload == "service":
                 errors.append(f"{base}.default_workload: service is for serving lanes only (set serving: true)")
+            if lane.get("lend_to_evidence") is True:
+                errors.append(f"{base}.lend_to_evidence: only a serving lane lends its idle quota (set serving: true)")
             continue
         if workload is not None and workload != "service":
             errors.append(f"{base}.default_workload: a serving lane's requests are services (default_workload: service)")

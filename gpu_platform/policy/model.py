@@ -348,6 +348,9 @@ class Lane(_Frozen):
     serving: the lane's requests are long-running services (`workload: service` with a `service:`
     block; docs/serving.md); a serving lane is protected and no other lane may reclaim its replicas
     (`policy check` refuses a policy that would let one).
+    lend_to_evidence (serving lanes only): its idle quota is lent to evidence runs not yet
+    checkpointed too. Such a run refuses preemption until its first checkpoint, so a scale-up may
+    wait that long for its GPUs; False (the default): the gate keeps those runs off them.
     """
 
     name: str
@@ -356,6 +359,7 @@ class Lane(_Frozen):
     priority: int
     protected: bool = False
     serving: bool = False
+    lend_to_evidence: bool = False
     cohort_name: str | None = None
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     required_fields: tuple[str, ...] = ()

@@ -40,7 +40,8 @@ With a node model (the scenario's `base.nodes`, `scenarios.with_nodes`) the engi
 pods on nodes; the placement it returns (`Admission.placement`) is kept on the running workload
 until the run ends, so later calls see those nodes held, and a folded group holds the sum of its
 members' placements. After each instant's admissions the loop adds up the GPUs stranded by
-fragmentation (`_Sim._stranded`) and integrates them until the next instant (`stranded_gpu_s`).
+fragmentation (`_Sim._stranded`) and integrates them until the next instant (`stranded_gpu_s`), and, with a serving lane, the GPUs its lending rule
+keeps idle from waiting heads (`_Sim._withheld_idle`, `withheld_gpu_s`).
 One module per job, each importing only those below it: this one runs the loop (`_Sim.run`,
 `simulate`) and re-exports the rest; `des_engine.py` what each engine call is shown and the call
 until the instant settles, and stranded GPUs; `des_queues.py` the queues, runs and their
@@ -95,7 +96,8 @@ class _Sim(_Cycles):
         start = nxt.job.submit_ts if nxt is not None else 0.0
         last = start
         nodes = self.book is not None
-        stranded, since = 0.0, start
+        serving = bool(self.serving_cqs)
+        stranded, withheld, since = 0.0, 0.0, start
         while True:
             while heap and heap[0][3].seq != heap[0][2]:
                 heapq.heappop(heap)
@@ -111,6 +113,8 @@ class _Sim(_Cycles):
             t_run = t if self.tick <= 0 else math.ceil(t / self.tick - 1e-12) * self.tick
             if nodes:
                 self.stranded_gpu_s += stranded * (t_run - since)
+            if serving:
+                self.withheld_gpu_s += withheld * (t_run - since)
             freed = False
             arrived = False
             while True:
@@ -149,7 +153,10 @@ class _Sim(_Cycles):
             if events is not None:
                 events.observe(self, t_run)
             if nodes:
-                stranded, since = self._stranded(), t_run
+                stranded = self._stranded()
+            if serving:
+                withheld = self._withheld_idle()
+            since = t_run
         return start, last
 
 
@@ -227,6 +234,7 @@ def simulate(
         sim.stranded_gpu_s if sim.book is not None else None,
         sim.outcome,
         sim.peak_live,
+        sim.withheld_gpu_s if sim.serving_cqs else None,
     )
 
 

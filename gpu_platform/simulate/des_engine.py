@@ -326,13 +326,7 @@ class _Cycles(_Queues):
             if r.flavor is not None
         ]
         specs = self.specs
-
-        def flavors_of(wl: Workload) -> tuple[str, ...]:
-            if wl.flavor is not None:
-                return (wl.flavor,)
-            own = specs[wl.cq].flavors
-            return own if wl.allowed_flavors is None else tuple(f for f in own if f in wl.allowed_flavors)
-
+        flavors_of = self._flavors_of
         withheld = None
         if self.serving_cqs:
             usage = {(cq, f): v for (cq, f, res), v in self.cq_usage.items() if res == GPU}
@@ -396,6 +390,51 @@ class _Cycles(_Queues):
             )
         return out
 
+    def _flavors_of(self, wl: Workload) -> tuple[str, ...]:
+        """The flavors a workload may be admitted on: its pinned flavor, else its queue's that it
+        allows."""
+        if wl.flavor is not None:
+            return (wl.flavor,)
+        own = self.specs[wl.cq].flavors
+        return own if wl.allowed_flavors is None else tuple(f for f in own if f in wl.allowed_flavors)
+
+    def _heads(self) -> list[Workload]:
+        """Each queue's waiting head: its first pending workload in queue order."""
+        return [min(groups.values(), key=lambda g: g[0][0])[0][1].wl for groups in self.shapes.values() if groups]
+
+    def _withheld_idle(self) -> float:
+        """GPUs a serving lane's lending rule keeps idle now (after this instant's admissions):
+        summed over the flavors serving lanes hold quota on, the GPUs of a flavor that are free
+        and withheld (`serving_lending.withheld_gpus`: a serving lane's idle quota that a waiting
+        head could not give back, an uncheckpointed evidence run or a protected one) when the waiting
+        head of some queue may use the flavor, asks for no more GPUs than are free there, and more
+        than are free less those withheld: the rule, not the pool, keeps it off. Quota ceilings
+        are not checked, as for stranded GPUs."""
+        if not self.pending:
+            return 0.0
+        heads = self._heads()
+        specs = self.specs
+        usage: dict[tuple[str, str], float] = {}
+        held: dict[str, float] = {}
+        for (cq, f, res), v in self.cq_usage.items():
+            if res == GPU:
+                usage[(cq, f)] = v
+                held[f] = held.get(f, 0.0) + v
+        total = 0.0
+        for f in self.serving_flavors:
+            free = self.flavor_gpus.get(f, 0.0) - held.get(f, 0.0)
+            if free <= 1e-9:
+                continue
+            for wl in heads:
+                need = wl.requests.get(GPU, 0.0)
+                if need > free + 1e-9 or f not in self._flavors_of(wl):
+                    continue
+                w = min(free, withheld_gpus(wl, f, specs, usage, self.cohort_root, GPU))
+                if w > 1e-9 and need > free - w + 1e-9:
+                    total += w
+                    break
+        return total
+
     def _stranded(self) -> float:
         """GPUs stranded by fragmentation now (after this instant's admissions): summed over the
         node-modelled flavors, all of a flavor's free GPUs when the waiting head of some queue
@@ -404,9 +443,7 @@ class _Cycles(_Queues):
         book = self.book
         if book is None or not self.pending:
             return 0.0
-        heads = [
-            min(groups.values(), key=lambda g: g[0][0])[0][1].wl for groups in self.shapes.values() if groups
-        ]
+        heads = self._heads()
         total = 0.0
         for f in self.node_flavors:
             free = book.free_total(f)

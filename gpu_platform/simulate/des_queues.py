@@ -90,6 +90,10 @@ class _Queues:
         self.skip_bound = skip_bound
         self.specs = {c.name: c for c in scenario.base.cluster_queues}
         self.serving_cqs = tuple(c.name for c in scenario.base.cluster_queues if c.serving)
+        # the flavors a serving lane holds GPU quota on (where its lending rule can withhold GPUs)
+        self.serving_flavors = tuple(dict.fromkeys(
+            q.flavor for c in scenario.base.cluster_queues if c.serving for q in c.quotas if q.resource == GPU
+        ))
         # queues whose waiting head reserves GPUs (`des_engine._reservations`), flavor capacities
         self.reserve_cqs = tuple(c.name for c in scenario.base.cluster_queues if c.reserve_head)
         if self.reserve_cqs:
@@ -145,6 +149,7 @@ class _Queues:
         self.node_flavors = tuple(self.book.by_flavor) if self.book is not None else ()
         self.usable: dict[tuple, tuple[str, ...]] = {}
         self.stranded_gpu_s = 0.0
+        self.withheld_gpu_s = 0.0
         # aging (`Scenario.boosts`): (due, seq, run) of waiting work whose priority boost is due
         self.boosts = dict(scenario.boosts or {})
         self.aging: list[tuple[float, int, JobRun, int]] = []

@@ -62,6 +62,9 @@ class SimResult:
     # the most jobs the run held at once (queued, running, or finished but not yet folded);
     # with keep_runs=False this bounds its memory, whatever the trace's length
     peak_live: int = 0
+    # GPU-seconds a serving lane's lending rule kept idle from waiting heads (see
+    # `_Sim._withheld_idle`); None: no serving lane
+    withheld_gpu_s: float | None = None
 
 
 def _queue_key(w: Workload) -> tuple:

@@ -119,7 +119,7 @@ def _usage_plot(path: Path, res: SimResult, title: str, common_end: float | None
 
 def _table(rep: dict[str, Any]) -> str:
     cols = ("lane", "jobs", "never admitted", "wait p50 (h)", "wait p95 (h)", "wait max (h)", "GPU util", "GPU-h lost", "preemptions",
-            "GPU-h stranded")
+            "GPU-h stranded", "GPU-h idle by lending rule")
     rows = []
     for lane, f in list(rep["lanes"].items()) + [("all", rep["total"])]:
         w = f["wait_s"]
@@ -132,7 +132,8 @@ def _table(rep: dict[str, Any]) -> str:
              "-" if f["gpu_utilization"] is None else f"{100 * f['gpu_utilization']:.1f}%",
              f"{f['gpu_hours_lost_to_preemption']:.1f}", f["preemptions"],
              "-" if f.get("gpu_hours_stranded_by_fragmentation") is None
-             else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}")
+             else f"{f['gpu_hours_stranded_by_fragmentation']:.1f}",
+             "-" if f.get("gpu_hours_idle_by_lending_rule") is None else f"{f['gpu_hours_idle_by_lending_rule']:.1f}")
         )
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)

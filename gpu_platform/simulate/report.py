@@ -13,6 +13,12 @@
 - gpu_hours_stranded_by_fragmentation (total only; None without a node model): GPU-hours that
   were free on a node-modelled flavor while the waiting head of some queue could use that flavor,
   asked for no more GPUs than were free there in total, and yet fit no nodes (docs/simulator.md).
+- gpu_hours_idle_by_lending_rule (total only; None without a serving lane): GPU-hours of a
+  serving lane's idle quota that were free while the waiting head of some queue could use the
+  flavor and asked for no more GPUs than were free there, yet more than were free less what the
+  lending rule withholds from it (work the serving lane could not take back: uncheckpointed
+  evidence, protected lanes; docs/serving.md). What protecting the serving lane cost the batch
+  lanes, in GPU-hours.
 - never_fits (total only): the jobs rejected at submission because no flavor they may use can
   ever hold them (every Kueue workload holds one flavor per resource), with the GPUs each asks
   for and the engine's reason (which names the most its queue can hold): at most 50 listed, the
@@ -58,6 +64,8 @@ def lane_report(res: SimResult) -> dict[str, Any]:
     total = outcome.figures(None, capacity, horizon)
     stranded = getattr(res, "stranded_gpu_s", None)
     total["gpu_hours_stranded_by_fragmentation"] = None if stranded is None else round(stranded / 3600, 3)
+    withheld = getattr(res, "withheld_gpu_s", None)
+    total["gpu_hours_idle_by_lending_rule"] = None if withheld is None else round(withheld / 3600, 3)
     total["never_fits"] = outcome.never_fits_doc()
     node_gpus = res.scenario.node_gpus
     return {

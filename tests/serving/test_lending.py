@@ -166,3 +166,41 @@ def test_packaged_policy_lending_view():
     assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=3) == 5
     assert idle_lendable(load_policy(), "online_serving", "l4-inference", used=3) == 5  # the shipped policy lends
     assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=9) == 0
+
+
+def test_a_serving_lane_that_lends_to_evidence_lets_an_uncheckpointed_run_borrow_and_reclaims_it_once_checkpointed():
+    # `lend_to_evidence`: the serving lane waits for an evidence run's checkpoint instead of keeping
+    # it off its idle GPUs; the other lane rules (protected, yields_to) still hold
+    st = _state()
+    st = replace(st, cluster_queues=tuple(replace(c, lend_to_evidence=True) if c.serving else c for c in st.cluster_queues))
+    run = Workload("x", "release", {GPU: 5.0}, priority=500, created_at=1, evidence=True)
+    res = admit_until_stable(replace(st, pending=(run,), now=1))
+    assert [(a.name, a.borrowing) for a in res.admitted] == [("x", True)]
+    maint = Workload("m", "maint", {GPU: 5.0}, priority=500, created_at=1)
+    assert "maint is protected" in admit_until_stable(replace(st, pending=(maint,), now=1)).pending[0].message
+    # the service scales up while the run holds 5 of its GPUs: not before the run's checkpoint
+    held = apply_result(replace(st, pending=(run,), now=1), res)
+    wanted = tuple(_replica(i, 10) for i in range(1, 8))
+    res = admit_until_stable(replace(held, pending=wanted, now=10))
+    assert len(res.admitted) == 6 and not res.preempted  # 12 - 1 - 5 free
+    ckpt = replace(held, admitted=tuple(replace(a, checkpointed=True) if a.name == "x" else a for a in held.admitted))
+    res = admit_until_stable(replace(ckpt, pending=wanted, now=20))
+    assert [(p.victim, p.reason) for p in res.preempted] == [("x", IN_COHORT_RECLAMATION)]
+
+
+def test_lend_to_evidence_moves_evidence_lanes_from_held_off_to_reclaimed_and_is_for_serving_lanes_only():
+    import yaml
+
+    from gpu_platform.admission.serving_lending import lending_view
+    from gpu_platform.policy import parse_policy
+    from gpu_platform.policy.loading import default_policy_path
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["online_serving"]["lend_to_evidence"] = True
+    (row,) = lending_view(parse_policy(raw))
+    assert "candidate_train" in row["reclaimed"]  # an evidence lane: reclaimed once checkpointed
+    # release evaluation is still kept off by its other rule: it yields only to incident response
+    assert row["held_off"] == {"platform_maintenance": "protected", "release_eval": "yields only to incident_response"}
+    raw["lanes"]["candidate_train"]["lend_to_evidence"] = True
+    with pytest.raises(Exception, match="lanes.candidate_train.lend_to_evidence: only a serving lane"):
+        parse_policy(raw)

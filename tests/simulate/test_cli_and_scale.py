@@ -32,7 +32,7 @@ LANE_KEYS = {
     "gpu_hours_lost_to_preemption",
     "never_admitted_reasons",
 }
-TOTAL_KEYS = LANE_KEYS | {"gpu_hours_stranded_by_fragmentation", "never_fits"}
+TOTAL_KEYS = LANE_KEYS | {"gpu_hours_stranded_by_fragmentation", "gpu_hours_idle_by_lending_rule", "never_fits"}
 
 
 def _slice(tmp_path: Path, n: int) -> Path:
