@@ -22,8 +22,8 @@ With a node model (`scenarios.with_nodes`: the scenario's `base.nodes`), the poo
 all flavors' together (GPUs of a flavor without nodes form one node of their own): a job of g GPUs
 is `pods_for(g, n)` pods of g / pods GPUs, n the smallest node size of the pool, and it starts
 when the nodes' free GPUs hold that many pods (a node as many as it holds, as kube-scheduler
-places them), placed best fit as the engine's `NodeBook` does (fullest nodes that hold a pod). EASY backfill then reserves the head's start at
-its shadow time: the first end time at which, releasing the running jobs in end order on a copy of
+places them), placed best fit as the engine's `NodeBook` does (fullest nodes that hold a pod).
+EASY backfill then reserves the head's start at its shadow time: the first end time at which, releasing the running jobs in end order on a copy of
 the node state, the head's pods fit; a later job starts now only if it fits now and ends by the
 shadow time. The "extra GPUs" rule does not carry over: which nodes a job takes decides whether
 the head still fits, so a count of spare GPUs says nothing. GPU-hours stranded by fragmentation:

@@ -40,8 +40,9 @@ With a node model (the scenario's `base.nodes`, `scenarios.with_nodes`) the engi
 pods on nodes; the placement it returns (`Admission.placement`) is kept on the running workload
 until the run ends, so later calls see those nodes held, and a folded group holds the sum of its
 members' placements. After each instant's admissions the loop adds up the GPUs stranded by
-fragmentation (`_Sim._stranded`) and integrates them until the next instant (`stranded_gpu_s`), and, with a serving lane, the GPUs its lending rule
-keeps idle from waiting heads (`_Sim._withheld_idle`, `withheld_gpu_s`).
+fragmentation (`_Sim._stranded`) and, with a serving lane, the GPUs its lending rule keeps idle
+from waiting heads (`_Sim._withheld_idle`), and integrates them until the next instant
+(`stranded_gpu_s`, `withheld_gpu_s`).
 One module per job, each importing only those below it: this one runs the loop (`_Sim.run`,
 `simulate`) and re-exports the rest; `des_engine.py` what each engine call is shown and the call
 until the instant settles, and stranded GPUs; `des_queues.py` the queues, runs and their
