@@ -1,10 +1,10 @@
 """Benchmark: the node-aware admission cycle against the quota-only cycle on the same state.
 
-State: the default policy scaled x100 (1,000 nodes from its node shapes: H100 and A100 nodes of 8,
+State: the default policy scaled x100 (1,200 nodes from its node shapes: H100 and A100 nodes of 8,
 L4 nodes of 4), ~2,000 admitted workloads placed on them by best fit, N pending (default 10,000) of
 which a tenth are gangs of 2 nodes x 8 GPUs on the flavors with 8-GPU nodes. Both cycles run on
 identical workloads; the quota-only one has the nodes removed (Kueue's view). Prints one JSON line
-per N: {"pending": N, "nodes": 1000, "node_aware_median_s", "quota_only_median_s", "ratio", ...}.
+per N: {"pending": N, "nodes": 1200, "node_aware_median_s", "quota_only_median_s", "ratio", ...}.
 Target (issue 20): node-aware within 2x of quota-only at 10k pending and 1,000 nodes.
 
     .venv/bin/python bench/bench_gang_admission.py [--sizes 10000] [--repeat 5] [--scale 100]
