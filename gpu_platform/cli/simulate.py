@@ -95,7 +95,8 @@ def print_table(doc: dict, console: Console) -> None:
             console.print(
                 f"{name}: the serving lane's lending rule kept {idle:,.1f} GPU-h of its idle quota idle while "
                 "a waiting head it withholds them from (uncheckpointed evidence, protected work) would have "
-                "fit (total.gpu_hours_idle_by_lending_rule; docs/serving.md)"
+                "fit (total.gpu_hours_idle_by_lending_rule; a serving lane's lend_to_evidence: true lends them to "
+                "evidence runs too: docs/serving.md)"
             )
         big = rep["total"].get("never_fits") or {}
         if big.get("jobs"):

@@ -207,3 +207,17 @@ def test_a_trace_with_its_own_column_names_is_pointed_at_the_lane_maps(tmp_path)
     assert "--lane-map FILE`, or a shipped one: elasticflow, elasticflow-fleet" in res.stderr
     ok = CliRunner().invoke(main, ["simulate", "--trace", str(p), "--lane-map", "elasticflow", "--quiet"])
     assert ok.exit_code == 0, ok.output  # the hint works as printed
+
+
+def test_cli_prints_what_the_serving_lanes_lending_rule_kept_idle(tmp_path):
+    # 400 jobs on 96 GPUs: candidate runs (evidence, not yet checkpointed) wait while the serving
+    # lane's idle L4s, which the gate keeps them off, sit free; the baselines have no such rule
+    args = ["simulate", "--trace", str(_slice(tmp_path, 400)), "--lane-map", "elasticflow", "--capacity", "96",
+            "--compare", "fifo"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    idle = doc["scenarios"]["policy"]["total"]["gpu_hours_idle_by_lending_rule"]
+    assert idle > 0 and doc["scenarios"]["fifo"]["total"]["gpu_hours_idle_by_lending_rule"] is None
+    assert f"policy: the serving lane's lending rule kept {idle:,.1f} GPU-h" in res.stderr
+    assert "lend_to_evidence: true" in res.stderr
