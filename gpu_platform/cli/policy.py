@@ -273,7 +273,8 @@ def policy_tune(trace_path, policy_path, lane_from, lane_map, capacity, trials, 
         _t, tj = read(path)
         more_inputs.append(tune.Input(Path(path).name, tj[:sample_jobs] if sample_jobs else tj, capacity=tune_capacity))
     held_out = [(Path(path).name, read(path)[1]) for path in validate_traces]
-    knobs = tune.discover(raw, {j.lane for j in sample} | {j.lane for i in more_inputs for j in i.jobs})
+    knobs = tune.discover(raw, {j.lane for j in sample} | {j.lane for i in more_inputs for j in i.jobs},
+                          with_service=service_path is not None)
     if not knobs:
         fail("policy tune", ["the policy has no whole-GPU quota the trace's lanes could use: nothing to tune"])
     err.print(f"tuning {len(knobs)} knobs on {len(sample):,} of {len(jobs):,} jobs"

@@ -21,7 +21,10 @@ The knobs (`discover`), all read from the policy itself, in the policy's own uni
 - per lane with jobs: `reclaim_within_cohort` (Never, LowerPriority, Any) and, where the lane has
   `borrow_within_cohort`, its `max_priority_threshold`;
 - per lane without jobs and per cohort, the `lending_limit` of its whole-GPU rows (what the
-  trace's lanes may borrow from it).
+  trace's lanes may borrow from it);
+- with a service beside the trace (`discover(..., with_service=True)`) and an evidence lane with
+  jobs, per serving lane `lend_to_evidence` (false, true): only then,
+  since only the service's own constraint shows what lending to runs it must wait for costs it.
 Every candidate is repaired where the policy's rules tie knobs together (nominal quotas within
 a flavor's capacity, lending within nominal, a warm pool's lane keeping room for its GPUs) and
 validated before it is simulated: one validation still refuses costs no trial (`search`).
@@ -96,16 +99,25 @@ def _rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return [q for q in entry.get("quotas") or [] if q.get("resource", GPU) == GPU]
 
 
-def discover(raw: dict[str, Any], trace_lanes: Iterable[str]) -> list[Knob]:
-    """The knobs of a policy document for a trace whose jobs are in `trace_lanes`."""
+FLAG = ("false", "true")
+
+
+def discover(raw: dict[str, Any], trace_lanes: Iterable[str], with_service: bool = False) -> list[Knob]:
+    """The knobs of a policy document for a trace whose jobs are in `trace_lanes` (with_service: a
+    service runs beside the trace, so a serving lane's `lend_to_evidence` is searched too)."""
     caps = _gpu_capacity(raw)
     busy = set(trace_lanes)
     knobs: list[Knob] = []
-    for lane, entry in (raw.get("lanes") or {}).items():
+    lanes = raw.get("lanes") or {}
+    for lane, entry in lanes.items():
         rows = {q.get("flavor_name"): q for q in _rows(entry) if q.get("flavor_name") in caps}
         if lane not in busy:
             for fl in rows:
                 knobs.append(Knob(f"lanes.{lane}.{fl}.lending_limit", "limit", "lanes", lane, "lending_limit", fl, 0, caps[fl]))
+            evidence = any((lanes.get(other) or {}).get("evidence") for other in busy)
+            if with_service and entry.get("serving") is True and evidence:
+                knobs.append(Knob(f"lanes.{lane}.lend_to_evidence", "choice", "lanes", lane, "lend_to_evidence",
+                                  choices=FLAG))
             continue
         if entry.get("protected"):
             continue  # never a victim, never lent to: its rows stay as written
@@ -157,7 +169,9 @@ def current(raw: dict[str, Any], knobs: list[Knob]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in knobs:
         entry = _owner(raw, k)
-        if k.kind == "choice":
+        if k.field == "lend_to_evidence":
+            out[k.name] = FLAG[bool(entry.get(k.field))]
+        elif k.kind == "choice":
             out[k.name] = (entry.get("preemption") or {}).get(k.field, "Never")
         elif k.field == "max_priority_threshold":
             bwc = (entry.get("preemption") or {}).get("borrow_within_cohort") or {}
@@ -177,11 +191,14 @@ def current(raw: dict[str, Any], knobs: list[Knob]) -> dict[str, Any]:
 
 def lend_idle(raw: dict[str, Any], knobs: list[Knob]) -> dict[str, Any]:
     """The "lend idle" seed: the input's nominal quotas, every borrowing limit open, every
-    borrow-only row open, lending limits as written, reclaim `Any` where a lane has quota."""
+    borrow-only row open, lending limits as written, reclaim `Any` where a lane has quota, serving
+    lanes lending to evidence runs too."""
     out = current(raw, knobs)
     for k in knobs:
         if k.field == "borrowing_limit" or k.kind == "row":
             out[k.name] = k.high
+        elif k.field == "lend_to_evidence":
+            out[k.name] = "true"
         elif k.kind == "choice":
             has_quota = any(out.get(f"lanes.{k.owner}.{fl}.nominal_quota", 0) > 0 for fl in _gpu_capacity(raw))
             out[k.name] = "Any" if has_quota else out[k.name]
@@ -226,7 +243,9 @@ def apply(doc: Any, knobs: list[Knob], values: dict[str, Any], new_map: Callable
             continue
         v = values[k.name]
         entry = _owner(doc, k)
-        if k.kind == "choice":
+        if k.field == "lend_to_evidence":
+            entry[k.field] = v == "true"
+        elif k.kind == "choice":
             pre = entry.get("preemption")
             if pre is None:
                 entry["preemption"] = pre = new_map({})

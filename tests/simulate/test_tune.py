@@ -299,3 +299,23 @@ def test_each_tuning_input_is_judged_at_its_own_pool_size(raw):
     knobs = tune.discover(raw, {j.lane for j in jobs})
     ev = problem.evaluate(knobs, tune.current(raw, knobs))
     assert set(ev.by_input) == {"sample", "small"} and ev.report["capacity_gpus"] == 800
+
+
+def test_lend_to_evidence_is_searched_only_beside_a_service():
+    """A serving lane's `lend_to_evidence` is a knob only when a service runs beside the trace
+    (its time below need is then a constraint): without one, nothing would show what lending to
+    runs it must wait for costs the service."""
+    from gpu_platform.policy.loading import default_policy_path
+
+    doc = load_document(default_policy_path(), POLICY_LIMITS)
+    name = "lanes.online_serving.lend_to_evidence"
+    assert name not in {k.name for k in tune.discover(doc, TRACE_LANES)}
+    knobs = tune.discover(doc, TRACE_LANES, with_service=True)
+    (flag,) = [k for k in knobs if k.name == name]
+    assert flag.choices == ("false", "true")
+    assert tune.current(doc, knobs)[name] == "false" and tune.lend_idle(doc, knobs)[name] == "true"
+    out = tune.apply(copy.deepcopy(doc), knobs, {name: "true"})
+    assert out["lanes"]["online_serving"]["lend_to_evidence"] is True
+    assert parse_policy_document(out, "tuned").lanes["online_serving"].lend_to_evidence
+    # no evidence lane among the trace's: nothing it could change
+    assert name not in {k.name for k in tune.discover(doc, {"research_best_effort"}, with_service=True)}
