@@ -198,7 +198,8 @@ def scale_table(pol) -> Table:
 @click.option("--fail-on-missed", is_flag=True, help="Exit 1 when the tuned policy misses a target on validation.")
 @click.option("--service", "service_path", type=click.Path(dir_okay=False), default=None,
               help="A service request (serving lane) run beside every candidate with --demand: its share of time "
-                   "below need is a constraint (--serving-slo), its lane's lending_limit a knob (docs/serving.md).")
+                   "below need is a constraint (--serving-slo), its lane's lending_limit and lend_to_evidence knobs "
+                   "(docs/serving.md).")
 @click.option("--demand", "demand_spec", default=None,
               help="The service's traffic: diurnal:PEAK,TROUGH[,PERIOD_H[,PEAK_AT_H]] (qps) or a CSV timestamp,qps.")
 @click.option("--serving-slo", "serving_slo", type=float, default=0.05, show_default=True,
