@@ -213,6 +213,13 @@ class ClusterQueueSpec:
     def flavors(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(q.flavor for q in self.quotas))
 
+    def own_ceiling(self, q: ResourceQuota) -> float | None:
+        """The most of q's flavor and resource the queue may hold, whatever its cohort lends:
+        nominal without a cohort, nominal + borrowing_limit in one; None: no limit of its own."""
+        if self.cohort is None:
+            return q.nominal
+        return None if q.borrowing_limit is None else q.nominal + q.borrowing_limit
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_platform.admission.model import ClusterState, Workload
-from gpu_platform.admission.serving_lending import root_cohort, withheld_gpus
+from gpu_platform.admission.serving_lending import queue_roots, withheld_gpus
 from gpu_platform.admission.workload_keys import EPS, qty, queue_key
 
 GPU = "nvidia.com/gpu"
@@ -214,13 +214,8 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
             for q in spec.quotas:
                 if q.flavor != f or q.resource != GPU:
                     continue
-                if spec.cohort is None:
-                    ceiling = q.nominal
-                elif q.borrowing_limit is None:
-                    return True
-                else:
-                    ceiling = q.nominal + q.borrowing_limit
-                if usage.get((wl.cq, f), 0.0) + g <= ceiling + EPS:
+                ceiling = spec.own_ceiling(q)
+                if ceiling is None or usage.get((wl.cq, f), 0.0) + g <= ceiling + EPS:
                     return True
         return False
 
@@ -228,14 +223,7 @@ def reservations_for(state: ClusterState) -> tuple[Reservation, ...]:
     if not any(c.serving for c in state.cluster_queues):
         return plan_reservations(state.now, heads_below, running, caps, flavors_of)
     specs = {c.name: c for c in state.cluster_queues}
-    parent: dict[str, str | None] = {}
-    for co in state.cohorts:
-        if isinstance(co, str):
-            parent.setdefault(co, None)
-        else:
-            parent[co.name] = co.parent
-
-    root_of = {c.name: root_cohort(parent, c.cohort) for c in state.cluster_queues}
+    root_of = queue_roots(state.cluster_queues, state.cohorts)
 
     def withheld(wl: Workload, flavor: str) -> float:
         return withheld_gpus(wl, flavor, specs, usage, root_of, GPU)

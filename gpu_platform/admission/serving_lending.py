@@ -29,7 +29,7 @@ policy), `serving_annotations` (the same on the exported ClusterQueue) and `scal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -118,6 +118,18 @@ def root_cohort(parent: Mapping[str, str | None], name: str | None) -> str | Non
         seen.add(name)
         name = parent[name]
     return name
+
+
+def queue_roots(cluster_queues: Iterable[ClusterQueueSpec], cohorts: Iterable[Any]) -> dict[str, str | None]:
+    """Per queue, the root of its cohort tree (`ClusterState.cohorts`: names, or cohorts with a
+    `parent`); a cohort in no tree is its own root, a queue without a cohort has None."""
+    parent: dict[str, str | None] = {}
+    for co in cohorts:
+        if isinstance(co, str):
+            parent.setdefault(co, None)
+        else:
+            parent[co.name] = co.parent
+    return {c.name: root_cohort(parent, c.cohort) for c in cluster_queues}
 
 
 def withheld_gpus(

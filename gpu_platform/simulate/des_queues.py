@@ -18,6 +18,7 @@ from dataclasses import fields, replace
 from gpu_platform.admission import ClusterState, Workload, admit_until_stable
 from gpu_platform.admission.model import STRICT_FIFO, evolve
 from gpu_platform.admission.nodes import NodeBook
+from gpu_platform.admission.serving_lending import queue_roots
 from gpu_platform.policy import GPU
 from gpu_platform.simulate.des_types import JobRun, _queue_key
 from gpu_platform.simulate.outcome import Outcome, Usage
@@ -103,32 +104,16 @@ class _Queues:
             # and less CPU on both shared traces than with the window (docs/simulator.md).
             self.window = 1 << 62
         self.flavor_gpus = {f.name: (f.capacity or {}).get(GPU, 0.0) for f in scenario.base.flavors}
-        parent: dict[str, str | None] = {}
-        for co in scenario.base.cohorts:
-            if isinstance(co, str):
-                parent.setdefault(co, None)
-            else:
-                parent[co.name] = co.parent
-        self.root: dict[str, str] = {}
-        for name in parent:
-            seen, at = set(), name
-            while parent.get(at) is not None and at not in seen:
-                seen.add(at)
-                at = parent[at]  # type: ignore[assignment]
-            self.root[name] = at
         # per queue: the root of its cohort tree (its cohort's name where not in a tree)
-        self.cohort_root: dict[str, str | None] = {
-            c.name: self.root.get(c.cohort, c.cohort) for c in scenario.base.cluster_queues  # type: ignore[arg-type]
-        }
+        self.cohort_root = queue_roots(scenario.base.cluster_queues, scenario.base.cohorts)
         # own-queue ceiling per (cq, flavor, resource): nominal + borrowing limit (nominal alone
         # without a cohort); absent: no ceiling of its own
         self.ceiling: dict[tuple[str, str, str], float] = {}
         for c in scenario.base.cluster_queues:
             for q in c.quotas:
-                if c.cohort is None:
-                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal
-                elif q.borrowing_limit is not None:
-                    self.ceiling[(c.name, q.flavor, q.resource)] = q.nominal + q.borrowing_limit
+                top = c.own_ceiling(q)
+                if top is not None:
+                    self.ceiling[(c.name, q.flavor, q.resource)] = top
         self.cq_usage: dict[tuple[str, str, str], float] = {}
         self.nominal: dict[tuple[str, str], float] = {
             (c.name, q.flavor): q.nominal for c in scenario.base.cluster_queues for q in c.quotas if q.resource == GPU
