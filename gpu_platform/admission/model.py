@@ -208,6 +208,10 @@ class ClusterQueueSpec:
     lend_to_evidence: bool = False
     """A serving queue that lends to evidence runs not yet checkpointed too (`Lane.lend_to_evidence`):
     its scale-up may wait for such a borrower's first checkpoint."""
+    evidence_reclaim_after: float | None = None
+    """Seconds (`Lane.evidence_reclaim_after`): a serving queue that lends to evidence runs may
+    preempt one that has run this long (since `admitted_at`) without a checkpoint; None: only once
+    it has checkpointed."""
 
     @property
     def flavors(self) -> tuple[str, ...]:

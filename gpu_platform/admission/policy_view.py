@@ -118,6 +118,9 @@ def cluster_queue_for(
         admission_fair_sharing=admission_fair_sharing,
         serving=lane.serving,
         lend_to_evidence=lane.lend_to_evidence,
+        evidence_reclaim_after=(
+            None if lane.evidence_reclaim_after is None else lane.evidence_reclaim_after.total_seconds()
+        ),
         reserve_head=lane.targets is not None and lane.targets.wait_p95 is not None and lane.targets.reserve_head,
     )
 

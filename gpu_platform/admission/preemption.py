@@ -70,16 +70,32 @@ class TargetSearch:
     candidates: int = 0
 
 
-def exclusion(victim: Workload, vcq: CQNode, preemptor: Workload, pcq: CQNode) -> str | None:
-    """The lane rule that keeps `victim` from being preempted by `preemptor`, or None."""
+def exclusion(
+    victim: Workload, vcq: CQNode, preemptor: Workload, pcq: CQNode, now: float | None = None
+) -> str | None:
+    """The lane rule that keeps `victim` from being preempted by `preemptor` at `now`, or None.
+
+    An evidence job is a victim only once checkpointed, except for a serving queue that lends to
+    evidence runs with a bound on the wait (`ClusterQueueSpec.evidence_reclaim_after`): it may
+    take back a run that has held its GPUs that long without a checkpoint."""
     if vcq.spec.protected:
         return f"{vcq.name} is protected"
-    if victim.evidence and not victim.checkpointed:
+    if victim.evidence and not victim.checkpointed and not _lapsed(victim, pcq, now):
         return "evidence job not checkpointed"
     yt = vcq.spec.yields_to
     if yt is not None and pcq.name not in yt and not preemptor.safety_approval:
         return f"{vcq.name} yields only to {', '.join(yt) or 'nobody'} or a safety approval"
     return None
+
+
+def _lapsed(victim: Workload, pcq: CQNode, now: float | None) -> bool:
+    """Has an uncheckpointed evidence run held its GPUs past the bound of serving queue `pcq`?"""
+    spec = pcq.spec
+    bound = spec.evidence_reclaim_after
+    return (
+        now is not None and bound is not None and spec.serving and spec.lend_to_evidence
+        and now - victim.admitted_at >= bound - 1e-9
+    )
 
 
 def uses(wl: Workload, frs: Container[FR]) -> bool:
@@ -186,7 +202,7 @@ class _Ctx:
     def allowed(self, cand: Workload, ccq: CQNode) -> bool:
         if cand.name in self.fresh:
             return False
-        why = exclusion(cand, ccq, self.wl, self.cq)
+        why = exclusion(cand, ccq, self.wl, self.cq, self.snap.now)
         if why:
             self.excluded[why] += 1
             return False

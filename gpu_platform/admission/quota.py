@@ -475,6 +475,7 @@ class Snapshot:
         self.spot_quota = sk.spot_quota
         self.tas_only = sk.tas_only
         self.total_usage: dict[FR, float] = {}
+        self.now = state.now
         self.nodes: NodeBook | None = NodeBook(state.nodes) if state.nodes else None
         self._add_admitted(state.admitted)
         if self.nodes is not None:

@@ -9,8 +9,9 @@ with `Any` whatever the borrower's priority (`priorityTooHighToPreempt`), and a 
 fits within its nominal quota has the hierarchical advantage (reason `InCohortReclamation`).
 
 The platform's lane rules add victims that refuse: a protected lane, an evidence job not yet
-checkpointed (unless the serving lane says `lend_to_evidence`: it waits for their checkpoint), a
-lane that yields only to others (`preemption.exclusion`). Such a workload holding
+checkpointed (unless the serving lane says `lend_to_evidence`: it waits for their checkpoint, at
+most `evidence_reclaim_after` when set, then takes the GPUs back all the same), a lane that yields
+only to others (`preemption.exclusion`). Such a workload holding
 the serving lane's GPUs would block its scale-up, so it may not borrow them: on a flavor where a
 serving queue of its cohort tree lends, a workload the serving queue could not preempt may borrow
 only while the GPUs left free after it still cover every such serving queue's idle lendable quota
@@ -176,7 +177,8 @@ def lending_view(policy: Any) -> list[dict[str, Any]]:
     borrowers: lanes of the same cohort tree with a quota row on that flavor and resource whose
     borrowing_limit is not 0, split into `reclaimed` (it takes its GPUs back from them) and
     `held_off` ({lane: reason}: the gate keeps them off its idle GPUs: protected, evidence, or
-    yields_to without the serving lane)."""
+    yields_to without the serving lane); evidence_reclaim_after: how long it waits for an evidence
+    borrower's checkpoint before it takes the GPUs back all the same (None: until the checkpoint)."""
     parent = {c.name: c.parent_name for c in policy.cohorts}
 
     def root(name: str | None) -> str | None:
@@ -214,6 +216,7 @@ def lending_view(policy: Any) -> list[dict[str, Any]]:
                     "nominal_quota": q.nominal_quota,
                     "lendable": lendable,
                     "reclaim_within_cohort": lane.preemption.reclaim_within_cohort,
+                    "evidence_reclaim_after": getattr(lane, "evidence_reclaim_after", None),
                     "reclaimed": reclaimed if lendable > 0 else [],
                     "held_off": held if lendable > 0 else {},
                 }

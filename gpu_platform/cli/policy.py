@@ -87,6 +87,8 @@ def policy_check(file: str | None) -> None:
             pre += " protected"
         if lane.serving:
             pre += " serving" + (" lend_to_evidence" if lane.lend_to_evidence else "")
+            if lane.evidence_reclaim_after is not None:
+                pre += f" (reclaim after {format_duration(lane.evidence_reclaim_after)})"
         if lane.yields_to:
             pre += f" yields_to={','.join(lane.yields_to)}"
         table.add_row(

@@ -395,7 +395,14 @@ def _serving_errors(raw: dict[str, Any]) -> list[str]:
                 errors.append(f"{base}.default_workload: service is for serving lanes only (set serving: true)")
             if lane.get("lend_to_evidence") is True:
                 errors.append(f"{base}.lend_to_evidence: only a serving lane lends its idle quota (set serving: true)")
+            if lane.get("evidence_reclaim_after") is not None:
+                errors.append(f"{base}.evidence_reclaim_after: only a serving lane reclaims what it lends (set serving: true)")
             continue
+        if lane.get("evidence_reclaim_after") is not None and lane.get("lend_to_evidence") is not True:
+            errors.append(
+                f"{base}.evidence_reclaim_after: bounds the wait for a borrower's checkpoint, so it needs "
+                "lend_to_evidence: true (without it evidence runs never borrow the lane's idle quota)"
+            )
         if workload is not None and workload != "service":
             errors.append(f"{base}.default_workload: a serving lane's requests are services (default_workload: service)")
         if lane.get("protected") is not True:

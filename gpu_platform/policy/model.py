@@ -351,6 +351,10 @@ class Lane(_Frozen):
     lend_to_evidence (serving lanes only): its idle quota is lent to evidence runs not yet
     checkpointed too. Such a run refuses preemption until its first checkpoint, so a scale-up may
     wait that long for its GPUs; False (the default): the gate keeps those runs off them.
+    evidence_reclaim_after (serving lanes with lend_to_evidence only): the bound on that wait. An
+    evidence run that has run this long without a checkpoint may be reclaimed by the serving lane
+    all the same (its work since it started is lost, and counted as lost); None: the serving lane
+    waits for the checkpoint however long it takes (up to the borrower's max_run_duration).
     """
 
     name: str
@@ -360,6 +364,7 @@ class Lane(_Frozen):
     protected: bool = False
     serving: bool = False
     lend_to_evidence: bool = False
+    evidence_reclaim_after: timedelta | None = None
     cohort_name: str | None = None
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     required_fields: tuple[str, ...] = ()
@@ -388,6 +393,18 @@ class Lane(_Frozen):
     @classmethod
     def _duration(cls, v: Any) -> timedelta:
         return parse_duration(v)
+
+    @field_validator("evidence_reclaim_after", mode="before")
+    @classmethod
+    def _reclaim_after(cls, v: Any) -> timedelta | None:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("evidence_reclaim_after")
+    @classmethod
+    def _reclaim_after_positive(cls, v: timedelta | None) -> timedelta | None:
+        if v is not None and v <= timedelta(0):
+            raise ValueError("must be longer than 0")
+        return v
 
     def quota(self, flavor_name: str, resource: str = GPU) -> Quota | None:
         for q in self.quotas:

@@ -162,7 +162,10 @@ def test_packaged_policy_lending_view():
     assert row["lendable"] == 8.0 and row["reclaim_within_cohort"] == "Any"
     assert "research_best_effort" in row["reclaimed"] and "labeler_batch" in row["reclaimed"]
     assert row["held_off"]["platform_maintenance"] == "protected"
-    assert "checkpointed" in row["held_off"]["release_eval"] and "checkpointed" in row["held_off"]["candidate_train"]
+    # the packaged serving lane lends to evidence runs too (lend_to_evidence, a 30m bound on the
+    # wait for their checkpoint); release evaluation is kept off by its own rule (yields_to)
+    assert "candidate_train" in row["reclaimed"] and row["evidence_reclaim_after"].total_seconds() == 1800
+    assert row["held_off"]["release_eval"] == "yields only to incident_response"
     assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=3) == 5
     assert idle_lendable(load_policy(), "online_serving", "l4-inference", used=3) == 5  # the shipped policy lends
     assert idle_lendable(with_lending(load_policy()), "online_serving", "l4-inference", used=9) == 0
@@ -188,6 +191,66 @@ def test_a_serving_lane_that_lends_to_evidence_lets_an_uncheckpointed_run_borrow
     assert [(p.victim, p.reason) for p in res.preempted] == [("x", IN_COHORT_RECLAMATION)]
 
 
+def test_evidence_reclaim_after_bounds_the_wait_for_a_borrowers_checkpoint_for_the_serving_lane_only():
+    # `evidence_reclaim_after`: a run that has held the serving lane's GPUs that long without a
+    # checkpoint is reclaimed all the same; before that, and for any other preemptor, it refuses
+    st = _state()
+    bounded = replace(st, cluster_queues=tuple(
+        replace(c, lend_to_evidence=True, evidence_reclaim_after=1800.0) if c.serving else c for c in st.cluster_queues
+    ))
+    run = Workload("x", "release", {GPU: 5.0}, priority=500, created_at=1, evidence=True)
+    held = apply_result(replace(bounded, pending=(run,), now=1), admit_until_stable(replace(bounded, pending=(run,), now=1)))
+    assert [(a.name, a.admitted_at, a.checkpointed) for a in held.admitted if a.name == "x"] == [("x", 1, False)]
+    wanted = tuple(_replica(i, 10) for i in range(1, 8))
+    early = admit_until_stable(replace(held, pending=wanted, now=1800))  # 1799 s after its start
+    assert len(early.admitted) == 6 and not early.preempted
+    assert "evidence job not checkpointed" in early.pending[0].message
+    late = admit_until_stable(replace(held, pending=wanted, now=1801))
+    assert [(p.victim, p.reason, p.preemptor_cq) for p in late.preempted] == [("x", IN_COHORT_RECLAMATION, "online_serving")]
+    # another lane's preemptor gets no such bound: the evidence rule still holds for it
+    # (labeling reclaims with Any here; 5 replicas and the run leave it 2 of its own 4)
+    full = replace(held, admitted=held.admitted + tuple(replace(_replica(i, 5), flavor=F, admitted_at=5) for i in range(1, 5)))
+    full = replace(full, cluster_queues=tuple(
+        replace(c, reclaim_within_cohort=ANY) if c.name == "labeler" else c for c in full.cluster_queues
+    ))
+    labeler = Workload("l", "labeler", {GPU: 4.0}, priority=100, created_at=20)
+    res = admit_until_stable(replace(full, pending=(labeler,), now=10_000))
+    assert not res.preempted and not res.admitted
+    assert "evidence job not checkpointed" in res.pending[0].message
+    ckpt = replace(full, admitted=tuple(replace(a, checkpointed=True) if a.name == "x" else a for a in full.admitted))
+    assert [p.victim for p in admit_until_stable(replace(ckpt, pending=(labeler,), now=10_000)).preempted] == ["x"]
+    # without the bound the serving lane waits for the checkpoint however long it takes
+    unbounded = replace(held, cluster_queues=tuple(
+        replace(c, evidence_reclaim_after=None) if c.serving else c for c in held.cluster_queues
+    ))
+    assert not admit_until_stable(replace(unbounded, pending=wanted, now=48 * 3600)).preempted
+
+
+def test_evidence_reclaim_after_is_read_from_the_policy_and_needs_lend_to_evidence():
+    import yaml
+
+    from gpu_platform.admission import from_policy as view
+    from gpu_platform.policy import parse_policy
+    from gpu_platform.policy.loading import default_policy_path
+
+    raw = yaml.safe_load(default_policy_path().read_text())
+    shipped = load_policy().lanes["online_serving"]
+    assert shipped.lend_to_evidence and shipped.evidence_reclaim_after.total_seconds() == 1800
+    spec = next(c for c in view(load_policy()).cluster_queues if c.serving)
+    assert spec.lend_to_evidence and spec.evidence_reclaim_after == 1800.0
+    raw["lanes"]["online_serving"]["lend_to_evidence"] = False
+    with pytest.raises(Exception, match="lanes.online_serving.evidence_reclaim_after: bounds the wait .* needs lend_to_evidence: true"):
+        parse_policy(raw)
+    raw["lanes"]["online_serving"]["lend_to_evidence"] = True
+    raw["lanes"]["candidate_train"]["evidence_reclaim_after"] = "10m"
+    with pytest.raises(Exception, match="lanes.candidate_train.evidence_reclaim_after: only a serving lane"):
+        parse_policy(raw)
+    del raw["lanes"]["candidate_train"]["evidence_reclaim_after"]
+    raw["lanes"]["online_serving"]["evidence_reclaim_after"] = "0s"
+    with pytest.raises(Exception, match="evidence_reclaim_after.*must be longer than 0"):
+        parse_policy(raw)
+
+
 def test_lend_to_evidence_moves_evidence_lanes_from_held_off_to_reclaimed_and_is_for_serving_lanes_only():
     import yaml
 
@@ -196,6 +259,10 @@ def test_lend_to_evidence_moves_evidence_lanes_from_held_off_to_reclaimed_and_is
     from gpu_platform.policy.loading import default_policy_path
 
     raw = yaml.safe_load(default_policy_path().read_text())
+    raw["lanes"]["online_serving"]["lend_to_evidence"] = False
+    del raw["lanes"]["online_serving"]["evidence_reclaim_after"]
+    (row,) = lending_view(parse_policy(raw))
+    assert "checkpointed" in row["held_off"]["candidate_train"] and row["evidence_reclaim_after"] is None
     raw["lanes"]["online_serving"]["lend_to_evidence"] = True
     (row,) = lending_view(parse_policy(raw))
     assert "candidate_train" in row["reclaimed"]  # an evidence lane: reclaimed once checkpointed
