@@ -129,7 +129,10 @@ def _victims_ok(state: ClusterState, res) -> None:
         v, pre = admitted[p.victim], pending[p.preemptor]
         vcq, pcq = cqs[v.cq], cqs[pre.cq]
         assert not vcq.protected
-        assert not (v.evidence and not v.checkpointed)
+        if v.evidence and not v.checkpointed:
+            # only a serving lane's bounded wait for the checkpoint of a run it lent to lapses
+            assert pcq.serving and pcq.lend_to_evidence and pcq.evidence_reclaim_after is not None
+            assert state.now - v.admitted_at >= pcq.evidence_reclaim_after - 1e-9
         if vcq.yields_to is not None:
             assert pcq.name in vcq.yields_to or pre.safety_approval
         if v.priority >= pre.priority:

@@ -210,14 +210,25 @@ def test_a_trace_with_its_own_column_names_is_pointed_at_the_lane_maps(tmp_path)
 
 
 def test_cli_prints_what_the_serving_lanes_lending_rule_kept_idle(tmp_path):
-    # 400 jobs on 96 GPUs: candidate runs (evidence, not yet checkpointed) wait while the serving
-    # lane's idle L4s, which the gate keeps them off, sit free; the baselines have no such rule
+    # 400 jobs on 96 GPUs, the serving lane with `lend_to_evidence: false`: candidate runs
+    # (evidence, not yet checkpointed) wait while the serving lane's idle L4s, which the gate keeps
+    # them off, sit free; the baselines have no such rule
+    from gpu_platform.policy.loading import default_policy_path
+
+    text = default_policy_path().read_text()
+    assert "    lend_to_evidence: true\n    evidence_reclaim_after: 30m\n" in text
+    off = tmp_path / "off.yaml"
+    off.write_text(text.replace("    lend_to_evidence: true\n    evidence_reclaim_after: 30m\n", "    lend_to_evidence: false\n"))
     args = ["simulate", "--trace", str(_slice(tmp_path, 400)), "--lane-map", "elasticflow", "--capacity", "96",
             "--compare", "fifo"]
-    res = CliRunner().invoke(main, args)
+    res = CliRunner().invoke(main, [*args, "--policy", str(off)])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     idle = doc["scenarios"]["policy"]["total"]["gpu_hours_idle_by_lending_rule"]
     assert idle > 0 and doc["scenarios"]["fifo"]["total"]["gpu_hours_idle_by_lending_rule"] is None
+    # the packaged policy lends to those runs (a 30m bound on the wait for their checkpoint)
+    shipped = CliRunner().invoke(main, args)
+    assert shipped.exit_code == 0, shipped.output
+    assert json.loads(shipped.stdout)["scenarios"]["policy"]["total"]["gpu_hours_idle_by_lending_rule"] < idle
     assert f"policy: the serving lane's lending rule kept {idle:,.1f} GPU-h" in res.stderr
     assert "lend_to_evidence: true" in res.stderr

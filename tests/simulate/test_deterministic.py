@@ -39,5 +39,6 @@ def _run(seed: str) -> str:
 
 def test_a_node_run_is_the_same_whatever_the_hash_seed():
     first = _run("1")
-    assert first.split()[0] == "31037"
+    # 31,037 before the serving lane lent its idle L4s to candidate runs (`lend_to_evidence`)
+    assert first.split()[0] == "27286"
     assert _run("2") == first

@@ -43,12 +43,16 @@ def _tiled(lane_map: str, copies: int):
         # a head that free GPUs hold now keeps them reserved (Kueue's cycle takes work within its
         # nominal quota first; dropped, the reservation handed them to lower lanes), and the
         # serving lane's idle L4s an evidence head may not borrow never count as free for it
-        ("elasticflow", 3517, 9535, 0, "b0552b257f4851f2592e295f69d65a0f8261adc7ed56ae47d363a43025977d4b"),
+        # the serving lane lends its idle L4s to candidate runs too (`lend_to_evidence`, a 30m bound
+        # on the wait for their checkpoint): candidate runs borrow L4s they were kept off, and
+        # lanes with quota there take some back (4 preemptions, none before)
+        ("elasticflow", 3633, 10098, 4, "71f917e883a846735390bd796c97062e77e3840d1ee2512cc5a17ae23c13c304"),
         # aging (targets.boost_after): candidate runs waiting past 24 h take GPUs back from the
         # lane's younger runs; every queue is shown again at an aging step, so the simulator's
         # shortcuts give the full queue's outcome
         # head reservations on (as above); a head that fits now keeps its GPUs (as above)
-        ("elasticflow-fleet", 3569, 9370, 38, "7651ec12dfe3a5f22dd8c82ee39fc4b603e7eab05f176cf692f64694a13347a3"),
+        # candidate runs borrow the serving lane's idle L4s (as above)
+        ("elasticflow-fleet", 3584, 9469, 50, "50fc2bd69f265b53761c37788511f6ca9874fcdca3e38f527cc494a6514c0102"),
     ],
 )
 def test_per_job_outcome_is_pinned(lane_map, calls, cycles, preemptions, digest):

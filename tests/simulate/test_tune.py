@@ -313,7 +313,10 @@ def test_lend_to_evidence_is_searched_only_beside_a_service():
     knobs = tune.discover(doc, TRACE_LANES, with_service=True)
     (flag,) = [k for k in knobs if k.name == name]
     assert flag.choices == ("false", "true")
-    assert tune.current(doc, knobs)[name] == "false" and tune.lend_idle(doc, knobs)[name] == "true"
+    assert tune.current(doc, knobs)[name] == "true" and tune.lend_idle(doc, knobs)[name] == "true"
+    off = load_document(default_policy_path(), POLICY_LIMITS)
+    off["lanes"]["online_serving"]["lend_to_evidence"] = False
+    assert tune.current(off, knobs)[name] == "false" and tune.lend_idle(off, knobs)[name] == "true"
     out = tune.apply(copy.deepcopy(doc), knobs, {name: "true"})
     assert out["lanes"]["online_serving"]["lend_to_evidence"] is True
     assert parse_policy_document(out, "tuned").lanes["online_serving"].lend_to_evidence
