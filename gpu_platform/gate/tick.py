@@ -193,17 +193,22 @@ def build_state(
             state = replace(state, admitted=tuple(aged_admitted(rules, state.admitted, submitted)))
     if holding:
         # An evidence workload without a checkpoint is never a victim: the engine's own way of
-        # keeping a stopping run out of a second victim search.
-        state = replace(
-            state,
-            admitted=tuple(
-                replace(w, evidence=True, checkpointed=False) if w.name in holding else w for w in state.admitted
-            ),
-        )
+        # keeping a stopping run out of a second victim search. Admitted now, so that no serving
+        # lane's bounded wait for a checkpoint (`evidence_reclaim_after`) has run out for it; its
+        # expected end is kept.
+        state = replace(state, admitted=tuple(_stopping(w, state.now) if w.name in holding else w for w in state.admitted))
     reservations = reservations_for(state)  # lanes with a wait target: their heads' GPUs
     if reservations:
         state = replace(state, reservations=reservations)
     return state
+
+
+def _stopping(w: Workload, now: float) -> Workload:
+    """A run still stopping as the engine must see it: never a victim again (an evidence run without
+    a checkpoint, admitted at `now`), expected to end when it was (`expected_duration_s` shifted)."""
+    d = w.expected_duration_s
+    left = None if d is None else max(0.0, w.admitted_at + d - now)
+    return replace(w, evidence=True, checkpointed=False, admitted_at=now, expected_duration_s=left)
 
 
 _AGED: dict[str, tuple[Workload, int, Workload]] = {}

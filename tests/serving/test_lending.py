@@ -271,3 +271,26 @@ def test_lend_to_evidence_moves_evidence_lanes_from_held_off_to_reclaimed_and_is
     raw["lanes"]["candidate_train"]["lend_to_evidence"] = True
     with pytest.raises(Exception, match="lanes.candidate_train.lend_to_evidence: only a serving lane"):
         parse_policy(raw)
+
+
+def test_a_run_still_stopping_is_no_victim_again_however_long_ago_it_was_admitted():
+    # the gate shows a preempted run whose pods still stop as an uncheckpointed evidence run; a
+    # serving lane's bound on the wait for a checkpoint must not make it a victim a second time
+    from gpu_platform.admission.preemption import exclusion
+    from gpu_platform.admission.serving_lending import _Queue
+    from gpu_platform.gate.tick import _stopping
+
+    serving = _Queue("online_serving", ClusterQueueSpec(
+        "online_serving", (ResourceQuota(F, GPU, 8.0, 0.0),), cohort="pool", reclaim_within_cohort=ANY,
+        protected=True, serving=True, lend_to_evidence=True, evidence_reclaim_after=1800.0,
+    ))
+    research = _Queue("research", ClusterQueueSpec("research", (ResourceQuota(F, GPU, 0.0),), cohort="pool"))
+    run = Workload("r", "research", {GPU: 4.0}, admitted_at=0.0, flavor=F, expected_duration_s=7200.0)
+    replica = _replica(9, 3600.0)
+    assert exclusion(run, research, replica, serving, now=3600.0) is None  # running: a victim
+    stopping = _stopping(run, 3600.0)
+    assert (stopping.admitted_at, stopping.admitted_at + stopping.expected_duration_s) == (3600.0, 7200.0)  # same end
+    assert exclusion(stopping, research, replica, serving, now=3600.0) == "evidence job not checkpointed"
+    lapsed = replace(run, evidence=True)  # an evidence run held an hour without a checkpoint
+    assert exclusion(lapsed, research, replica, serving, now=3600.0) is None
+    assert _stopping(replace(run, expected_duration_s=None), 3600.0).expected_duration_s is None
