@@ -250,6 +250,10 @@ class _ServingEvents:
                 self.done = True
                 break
             changed |= self._tick(sim, t)
+            # a replica still waiting is looked at again at every tick, as the gate does: what
+            # holds it may have lifted with no trace event (a borrower's checkpoint, or a serving
+            # lane's bounded wait for one, `evidence_reclaim_after`)
+            changed |= any(p.run.state == "pending" for p in self.active)
             self.next_tick = t + self.opt.cadence_s
         return changed
 

@@ -16,6 +16,8 @@ tick, never below need.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpu_platform.admission import ClusterQueueSpec, ClusterState, FlavorSpec, ResourceQuota, Workload
@@ -252,3 +254,40 @@ def test_evidence_work_borrows_around_the_serving_lanes_idle_gpus():
     assert r.state == "rejected"
     assert "only 2 of the 6 free is not the idle quota of serving lane(s) serving" in r.reason
     assert "evidence job not checkpointed" in r.reason
+
+
+def _lending_to_evidence(bound: float | None) -> Scenario:
+    """The hand-checked pool with `research` an evidence lane and the serving queue declared as the
+    policy's would be: lending to evidence runs (`lend_to_evidence`), waiting at most `bound` s
+    for their checkpoint (`evidence_reclaim_after`; None: until it comes)."""
+    scn = _scenario()
+    serving = ClusterQueueSpec(
+        "serving", (ResourceQuota("l4", GPU, 0.0),), cohort="pool", protected=True, serving=True,
+        lend_to_evidence=True, evidence_reclaim_after=bound,
+    )
+
+    def workload(job: TraceJob) -> Workload:
+        return Workload(name=job.job_id, cq=job.lane, requests={GPU: job.gpus}, priority=100, created_at=job.submit_ts,
+                        evidence=True)
+
+    return replace(scn, base=replace(scn.base, cluster_queues=(*scn.base.cluster_queues, serving)), workload=workload)
+
+
+@pytest.mark.parametrize(("bound", "ready"), [(1500.0, 1650.0), (None, None)])
+def test_a_scale_up_waits_for_an_evidence_borrowers_checkpoint_at_most_the_bound(bound, ready):
+    # an evidence run that never checkpoints (`requeue`) borrows 3 of the service's idle L4s at
+    # t=10; the service scales up at t=1000. With a 1500 s bound the run is reclaimed at the first
+    # autoscaler tick past 10 + 1500 (t=1600), its replicas ready after the 50 s grace; without one
+    # they wait for a checkpoint that never comes, until the service scales down at t=2000
+    jobs = [TraceJob("ev", 10, 5000, 3, "research", preemption_policy="requeue")]
+    result, run = simulate_serving(_lending_to_evidence(bound), jobs, SERVICE, lending=True, options=OPTIONS,
+                                   start=0, end=3000)
+    ev = result.runs[0]
+    assert ev.first_admit == 10 and ev.flavor == "l4"
+    up = [p for p in run.replicas if p.requested == 1000]
+    assert len(up) == 3
+    if ready is None:
+        assert ev.preemptions == 0 and all(p.ready is None for p in up)
+    else:
+        assert ev.preemptions == 1 and ev.lost_gpu_s == 3 * (1600 - 10)  # its work since it started
+        assert all(p.admitted == 1600 and p.reclaimed and p.ready == ready for p in up)
