@@ -55,7 +55,7 @@ def test_from_policy_maps_lanes_flavors_and_budgets(pol: Policy) -> None:
     assert re.budget_total == 60000 and re.budget_remaining == 59000
     assert cqs["platform_maintenance"].protected
     assert cqs["candidate_train"].borrow_within_cohort == "LowerPriority"
-    assert cqs["candidate_train"].max_priority_threshold == 200
+    assert cqs["candidate_train"].max_priority_threshold == 299  # research and rebuilds, aged or not
     q = next(q for q in cqs["candidate_train"].quotas if q.flavor == "h100-ondemand")
     assert (q.nominal, q.borrowing_limit, q.lending_limit) == (8, None, None)  # borrows whatever is idle, lends while idle
     caps = {f.name: {r: v for r, v in f.capacity.items() if r.startswith("nvidia.com/")} for f in state.flavors}

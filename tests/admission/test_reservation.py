@@ -127,9 +127,12 @@ def test_lanes_reserve_when_their_targets_say_so():
     assert {c.name for c in st.cluster_queues if c.reserve_head} == {"candidate_train", "release_eval", "incident_response"}
     raw = yaml.safe_load(default_policy_path().read_text())
     raw["lanes"]["candidate_train"]["targets"]["reserve_head"] = False
-    raw["lanes"]["research_best_effort"]["targets"]["reserve_head"] = True  # no wait_p95: no effect
+    raw["lanes"]["research_best_effort"]["targets"]["reserve_head"] = True
+    del raw["lanes"]["research_best_effort"]["targets"]["wait_p95"]  # no wait_p95: no effect
     flags = {c.name: c.reserve_head for c in from_policy(parse_policy(raw), [], []).cluster_queues}
     assert not flags["candidate_train"] and not flags["research_best_effort"] and flags["release_eval"]
+    raw["lanes"]["research_best_effort"]["targets"]["wait_p95"] = "72h"
+    assert next(c for c in from_policy(parse_policy(raw), [], []).cluster_queues if c.name == "research_best_effort").reserve_head
 
 
 def test_in_the_simulator_a_large_head_is_not_starved_by_a_stream_of_small_lower_jobs():

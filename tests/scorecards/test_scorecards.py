@@ -245,7 +245,8 @@ def test_lane_wait_targets_come_from_the_policy(tmp_path):
     got = {r.subject: (r.fired, r.threshold, r.value) for r in signal_rows(con, DAY, DAY)
            if r.signal == "lane_wait_target_missed"}
     assert got == {"incident_response": (True, 60, 240), "candidate_train": (True, 300, 570),
-                   "labeler_batch": (False, 10800, 7020)}  # release_eval has no target now: no row
+                   "labeler_batch": (False, 10800, 7020),  # release_eval has no target now: no row
+                   "research_best_effort": (False, 259200, 3420)}  # the packaged 72h
     con.close()
 
 

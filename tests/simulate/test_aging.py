@@ -53,4 +53,8 @@ def test_the_boost_stops_below_the_next_lane():
     b = lane_boosts(load_policy(default_policy_path()))
     assert b["candidate_train"] == (24 * 3600.0, 1, 99)  # a step of its 24 h; map_semantic_batch is 700
     assert b["release_eval"] == (900.0, 1, 99)  # online_serving is 900
-    assert "research_best_effort" not in b  # no wait target: no aging
+    assert b["research_best_effort"] == (72 * 3600.0, 1, 99)  # baseline_rebuild is 200
+    assert b["baseline_rebuild"] == (48 * 3600.0, 1, 99)  # labeler_batch is 300
+    raw = yaml.safe_load(default_policy_path().read_text())
+    del raw["lanes"]["research_best_effort"]["targets"]["wait_p95"]
+    assert "research_best_effort" not in lane_boosts(parse_policy(raw))  # no wait target: no aging

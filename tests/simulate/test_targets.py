@@ -54,7 +54,10 @@ def test_targets_are_judged_by_hand():
     assert lost["value"] > 0 and lost["met"] is False  # the reclaims cost research work
     assert rows[("candidate_train", "wait_p95")]["met"] is None
     assert "no job of the lane was admitted" in rows[("candidate_train", "wait_p95")]["not_judged"]
-    assert (verdict["met"], verdict["missed"], verdict["not_judged"]) == (3, 1, 1)
+    # the packaged policy's other wait targets: lanes this trace does not have, never passed
+    absent = ("online_serving", "map_semantic_batch", "labeler_batch", "platform_maintenance", "baseline_rebuild")
+    assert all(rows[(lane, "wait_p95")]["met"] is None and rows[(lane, "wait_p95")]["not_judged"] for lane in absent)
+    assert (verdict["met"], verdict["missed"], verdict["not_judged"]) == (3, 1, 6)
 
 
 def test_a_vs_fifo_target_needs_the_baseline():
