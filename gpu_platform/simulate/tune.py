@@ -137,8 +137,12 @@ def discover(raw: dict[str, Any], trace_lanes: Iterable[str], with_service: bool
                               choices=RECLAIM))
             bwc = (entry.get("preemption") or {}).get("borrow_within_cohort")
             if isinstance(bwc, dict) and bwc.get("policy", "Never") != "Never":
+                # steps of 50 through the written threshold (299: 49, 99, ..., 999), so the input
+                # policy is a point of the search
+                cur = bwc.get("max_priority_threshold")
+                low = int(cur) % 50 if isinstance(cur, int) and 0 <= cur <= 1000 else 0
                 knobs.append(Knob(f"lanes.{lane}.max_priority_threshold", "int", "lanes", lane,
-                                  "max_priority_threshold", None, 0, 1000, step=50))
+                                  "max_priority_threshold", None, low, low + (1000 - low) // 50 * 50, step=50))
     for co in raw.get("cohorts") or []:
         for q in _rows(co):
             fl = q.get("flavor_name")

@@ -45,6 +45,15 @@ def test_knobs_come_from_the_policy(raw):
     assert knobs["lanes.candidate_train.l4-inference.borrow_only"].high == 16  # the L4s' capacity
     assert knobs["lanes.candidate_train.reclaim_within_cohort"].choices == ("Never", "LowerPriority", "Any")
     assert "lanes.candidate_train.max_priority_threshold" in knobs
+    # ... on a grid of 50 through the written threshold, so the input policy is a point of the search
+    import copy
+
+    for written, grid in ((200, (0, 1000)), (299, (49, 999)), (1200, (0, 1000))):
+        doc = copy.deepcopy(raw)
+        doc["lanes"]["candidate_train"]["preemption"]["borrow_within_cohort"]["max_priority_threshold"] = written
+        k = next(k for k in tune.discover(doc, TRACE_LANES) if k.name == "lanes.candidate_train.max_priority_threshold")
+        assert ((k.low, k.high), k.step) == (grid, 50)
+        assert tune.current(doc, [k])[k.name] == min(written, k.high)
     # MIG slices and shared GPUs are not whole GPUs: never a knob
     assert not [n for n in knobs if "h100-mig" in n or "l4-shared" in n]
     # a lane without jobs in the trace only lends: its lending limits are knobs, nothing else
