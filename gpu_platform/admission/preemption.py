@@ -81,7 +81,10 @@ def exclusion(
     if vcq.spec.protected:
         return f"{vcq.name} is protected"
     if victim.evidence and not victim.checkpointed and not _lapsed(victim, pcq, now):
-        return "evidence job not checkpointed"
+        bound = pcq.spec.evidence_reclaim_after if pcq.spec.serving and pcq.spec.lend_to_evidence else None
+        if bound is None:
+            return "evidence job not checkpointed"
+        return f"evidence job not checkpointed (taken back after {bound / 60:g} min without one)"
     yt = vcq.spec.yields_to
     if yt is not None and pcq.name not in yt and not preemptor.safety_approval:
         return f"{vcq.name} yields only to {', '.join(yt) or 'nobody'} or a safety approval"
