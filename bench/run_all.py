@@ -521,6 +521,29 @@ NOTES = """## Notes
   mix. Its profile (`.venv/bin/python -m cProfile -s tottime bench/bench_simulate.py` with the same
   arguments) has no step over 8% of the run (`_add_admitted`, the bulk usage sum of each call's
   snapshot, is the largest); a further cut needs the snapshot kept between calls.
+- Simulator, rerun on 2026-12-06 20:15 UTC (a gang's pods may share a node; the GPU-hours the
+  serving lane's lending rule keeps idle are counted after every instant). The rows moved both
+  ways by up to a third on this host with code that did not change: the strict baseline 25.9 ->
+  35.1 s and fifo-flavors 28.0 -> 25.9 s; within this one run the shared cluster02 trace took
+  1.03 s per 1,000 jobs in `simulate` and 1.61 s in `simulate_traces` a minute later. So the
+  change was measured A/B, alternating the commits in worktrees (each run imports its tree's
+  package first, asserted), one process at a time on the idle host (load average 0.93-1.00, the
+  run itself): the policy on cluster04 at 640 GPUs, fleet mix, quota-only, 3 runs each: median
+  12.39 s CPU (12.40 s wall) before the idle count (eec553b) and 12.70 s CPU (12.71 s wall) with
+  it (2d26113); on the policy's nodes: 23.04 s CPU (23.05 s wall) before the node
+  change (cbc6304) and 22.62 s CPU (22.63 s wall) after. A first series (5 and 4 runs, CPU only)
+  gave 13.82 -> 12.68 s and 27.9 -> 25.9 s.
+  Profiled, the idle count is 0.41 s of a 35.4 s cProfile run (1.2%). The node-aware admission
+  cycle bench now has 1,200 nodes, not 1,000: its state is the packaged policy x100, and the
+  serving lane's 8 L4s (200 nodes of 4 at that scale) joined the policy after the 1,000 was
+  written; 1.46x the quota-only cycle (target 2x).
+- Simulator, rerun on 2026-12-06 23:13 UTC (`--only simulate_traces`: the serving lane lends to
+  candidate runs with a 30-minute bound on the wait for their checkpoint, every lane has a wait
+  target and ages toward it; load average 0.68-0.72 before each run): two runs a minute apart gave
+  cluster04 0.89 and 1.04 s CPU per 1,000 jobs (885 preemptions, 20,127 engine calls; the table
+  has the second), cluster02 1.16 and 1.08 s (406 preemptions), against 1.10 s and 1.61 s at 20:15
+  UTC. On this host's noise (above: a third with unchanged code) that says no more than "not
+  slower"; the 100k `simulate` rows were not rerun.
 - Admission cycle: each run gets a new policy state (as each gate tick builds one), so the
   cached cohort tree is rebuilt every time. Of a 10k-pending cycle about half is the reasons,
   positions and estimated starts of the 10k waiting workloads (`pending_infos`): built without
