@@ -80,25 +80,17 @@ def exclusion(
     take back a run that has held its GPUs that long without a checkpoint."""
     if vcq.spec.protected:
         return f"{vcq.name} is protected"
-    if victim.evidence and not victim.checkpointed and not _lapsed(victim, pcq, now):
-        bound = pcq.spec.evidence_reclaim_after if pcq.spec.serving and pcq.spec.lend_to_evidence else None
+    if victim.evidence and not victim.checkpointed:
+        spec = pcq.spec
+        bound = spec.evidence_reclaim_after if spec.serving and spec.lend_to_evidence else None
         if bound is None:
             return "evidence job not checkpointed"
-        return f"evidence job not checkpointed (taken back after {bound / 60:g} min without one)"
+        if now is None or now - victim.admitted_at < bound - 1e-9:
+            return f"evidence job not checkpointed (taken back after {bound / 60:g} min without one)"
     yt = vcq.spec.yields_to
     if yt is not None and pcq.name not in yt and not preemptor.safety_approval:
         return f"{vcq.name} yields only to {', '.join(yt) or 'nobody'} or a safety approval"
     return None
-
-
-def _lapsed(victim: Workload, pcq: CQNode, now: float | None) -> bool:
-    """Has an uncheckpointed evidence run held its GPUs past the bound of serving queue `pcq`?"""
-    spec = pcq.spec
-    bound = spec.evidence_reclaim_after
-    return (
-        now is not None and bound is not None and spec.serving and spec.lend_to_evidence
-        and now - victim.admitted_at >= bound - 1e-9
-    )
 
 
 def uses(wl: Workload, frs: Container[FR]) -> bool:
