@@ -242,7 +242,7 @@ class _ServingEvents:
             self.hooked = True
         self.used_before = self._used(sim)
         self.free_before = self.capacity - self.used_before
-        changed = False
+        changed = ticked = False
         while not self.done and self.next_tick <= now:
             t = self.next_tick
             if t >= self.out.end:
@@ -250,12 +250,12 @@ class _ServingEvents:
                 self.done = True
                 break
             changed |= self._tick(sim, t)
-            # a replica still waiting is looked at again at every tick, as the gate does: what
-            # holds it may have lifted with no trace event (a borrower's checkpoint, or a serving
-            # lane's bounded wait for one, `evidence_reclaim_after`)
-            changed |= any(p.run.state == "pending" for p in self.active)
+            ticked = True
             self.next_tick = t + self.opt.cadence_s
-        return changed
+        # a replica still waiting is looked at again at every tick, as the gate does: what holds
+        # it may have lifted with no trace event (a borrower's checkpoint, or a serving lane's
+        # bounded wait for one, `evidence_reclaim_after`)
+        return changed or (ticked and any(p.run.state == "pending" for p in self.active))
 
     def observe(self, sim: Any, now: float) -> None:
         """After the instant's admissions: stamp newly admitted replicas with when they are ready."""
